@@ -1,0 +1,406 @@
+"""Paired comparisons of two conditions over seeds: difference test, equivalence, power.
+
+The unit is the seed: each seed trains one model per condition (e.g. Mamba with and without
+Conv1D) and yields one estimate per condition (see :func:`analysis.stats.seed_estimates`); the
+per-seed differences ``d_s = treatment_s - reference_s`` carry all seed-to-seed variation,
+including the model-to-model variation that makes a test over positions call a null effect
+significant in ~40% of runs (SCIENCE.md). Every test here is a one-sample t on ``d_s`` with
+``df = n_seeds - 1``.
+
+Verdict (:func:`equivalence_test`), with ``alpha`` the test level and ``margin`` declared
+before looking at the data:
+
+* ``"equivalent"`` if the TOST p < alpha, i.e. the ``1 - 2 alpha`` t interval of the mean
+  difference lies inside ``(-margin, margin)``. This holds even when the difference test is
+  also significant (a precisely measured difference smaller than the margin is negligible by
+  the margin's declaration); ``significant`` says so.
+* ``"effect"`` if not equivalent and the two-sided paired t p < alpha (the ``1 - alpha``
+  interval excludes 0).
+* ``"inconclusive"`` otherwise. A non-significant difference alone is never "no effect": it
+  is inconclusive unless the TOST shows equivalence; ``power_tost`` and ``mde`` say how much
+  more data it would take.
+
+Power is computed at the achieved number of seeds with the observed SD of the differences
+plugged in (itself uncertain with 5 seeds): ``power_tost`` is the probability that the TOST
+declares equivalence if the true difference is 0; ``power_difference`` the probability that the
+two-sided paired t detects a true difference equal to the margin; ``mde`` the smallest true
+difference the paired t detects with probability ``power`` (statsmodels ``TTestPower``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import scipy.stats
+import xarray as xr
+from statsmodels.stats.power import TTestPower
+
+from analysis.stats import validate
+
+VERDICTS = ("effect", "equivalent", "inconclusive")
+
+DECISION_RULE = (
+    "equivalent if TOST p < alpha (the 1-2alpha t interval of the mean per-seed difference "
+    "lies inside (-margin, margin)); else effect if the two-sided paired t p < alpha; else "
+    "inconclusive. A non-significant difference alone is never 'no effect'."
+)
+
+# --------------------------------------------------------------------------- numpy kernels
+
+
+def paired_t_np(diff: np.ndarray, ci_level: float = 0.95, axis: int = -1) -> dict:
+    """One-sample t on per-seed differences.
+
+    Parameters
+    ----------
+    diff : ndarray
+        Per-seed differences, seeds along ``axis``.
+    ci_level : float
+
+    Returns
+    -------
+    dict of ndarray, each of ``diff``'s shape without ``axis``
+        ``estimate``, ``sd``, ``se``, ``statistic``, ``p`` (two-sided), ``lower``, ``upper``.
+    """
+    diff = np.moveaxis(np.asarray(diff, dtype=float), axis, -1)
+    n = diff.shape[-1]
+    est = diff.mean(-1)
+    sd = diff.std(-1, ddof=1)
+    se = sd / np.sqrt(n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stat = est / se
+    p = 2 * scipy.stats.t.sf(np.abs(stat), n - 1)
+    half = scipy.stats.t.ppf(0.5 + ci_level / 2, n - 1) * se
+    return {"estimate": est, "sd": sd, "se": se, "statistic": stat, "p": p,
+            "lower": est - half, "upper": est + half}
+
+
+def tost_np(diff: np.ndarray, margin: float, alpha: float = 0.05, axis: int = -1) -> dict:
+    """Two one-sided t tests of ``|mean difference| < margin``.
+
+    Returns
+    -------
+    dict of ndarray
+        ``p_lower`` (H0: mean <= -margin), ``p_upper`` (H0: mean >= margin), ``p`` (their max),
+        ``lower``/``upper`` the ``1 - 2 alpha`` interval.
+    """
+    base = paired_t_np(diff, 1 - 2 * alpha, axis)
+    df = np.moveaxis(np.asarray(diff), axis, -1).shape[-1] - 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_lower = scipy.stats.t.sf((base["estimate"] + margin) / base["se"], df)
+        p_upper = scipy.stats.t.cdf((base["estimate"] - margin) / base["se"], df)
+    return {"p_lower": p_lower, "p_upper": p_upper, "p": np.maximum(p_lower, p_upper),
+            "lower": base["lower"], "upper": base["upper"]}
+
+
+def tost_power(n_seeds, sd, margin, alpha: float = 0.05, true_difference=0.0, n_nodes: int = 256):
+    """Exact power of the paired TOST (probability of declaring equivalence).
+
+    With ``dbar ~ N(delta, sd^2/n)`` and ``V = (n-1) s^2 / sd^2 ~ chi2(n-1)`` independent, TOST
+    rejects both one-sided nulls iff ``|dbar| < margin - t_c s / sqrt(n)``. Power is the
+    integral over ``V`` of the normal probability of that band, by Gauss-Legendre quadrature
+    on the chi-square CDF scale (Owen 1965 computes the same by his Q function).
+
+    Parameters
+    ----------
+    n_seeds : int
+    sd, margin, true_difference : float or ndarray (broadcast)
+        SD of per-seed differences, equivalence margin, true mean difference.
+    alpha : float
+
+    Returns
+    -------
+    ndarray or float: power in [0, 1]; NaN where ``sd`` is not > 0.
+    """
+    sd, margin, delta = np.broadcast_arrays(*(np.asarray(x, dtype=float)
+                                              for x in (sd, margin, true_difference)))
+    df = n_seeds - 1
+    t_c = scipy.stats.t.ppf(1 - alpha, df)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v_max = df * (margin * np.sqrt(n_seeds) / (t_c * sd)) ** 2  # band empty beyond
+        u_max = scipy.stats.chi2.cdf(v_max, df)[..., None]
+    x, w = np.polynomial.legendre.leggauss(n_nodes)
+    u = u_max * (x + 1) / 2  # (..., node) on the CDF scale
+    s = sd[..., None] * np.sqrt(scipy.stats.chi2.ppf(u, df) / df)
+    half = margin[..., None] - t_c * s / np.sqrt(n_seeds)
+    scale = sd[..., None] / np.sqrt(n_seeds)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        band = (scipy.stats.norm.cdf((half - delta[..., None]) / scale)
+                - scipy.stats.norm.cdf((-half - delta[..., None]) / scale))
+    power = np.sum(w * np.clip(band, 0, 1), axis=-1) * u_max[..., 0] / 2
+    power = np.where(sd > 0, power, np.nan)
+    return power if power.ndim else float(power)
+
+
+def difference_power(n_seeds: int, sd, effect, alpha: float = 0.05):
+    """Power of the two-sided paired t to detect a true mean difference ``effect``.
+
+    ``statsmodels.stats.power.TTestPower`` with effect size ``effect / sd``.
+    """
+    sd, effect = np.broadcast_arrays(np.asarray(sd, float), np.asarray(effect, float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        es = np.abs(effect) / sd
+    out = np.full(es.shape, np.nan)
+    ok = np.isfinite(es)
+    out[ok] = TTestPower().power(effect_size=es[ok], nobs=n_seeds, alpha=alpha)
+    return out if out.ndim else float(out)
+
+
+def minimum_detectable_effect(n_seeds: int, sd, alpha: float = 0.05, power: float = 0.8):
+    """Smallest true mean difference the two-sided paired t detects with probability ``power``.
+
+    The standardised size depends only on ``n_seeds``, ``alpha`` and ``power`` (one
+    ``TTestPower.solve_power``), times ``sd``.
+    """
+    es = TTestPower().solve_power(effect_size=None, nobs=n_seeds, alpha=alpha, power=power)
+    return np.asarray(es).item() * np.asarray(sd, float)
+
+
+def verdict_np(p_difference: np.ndarray, p_tost: np.ndarray, alpha: float) -> np.ndarray:
+    """The decision rule of the module docstring, elementwise. Returns str array."""
+    p_difference, p_tost = np.broadcast_arrays(p_difference, p_tost)
+    out = np.full(p_tost.shape, "inconclusive", dtype="<U12")
+    out[p_difference < alpha] = "effect"
+    out[p_tost < alpha] = "equivalent"
+    return out
+
+
+def equivalence_np(diff, margin, alpha=0.05, power=0.8, axis=-1):
+    """Everything :func:`equivalence_test` reports, from per-seed differences along ``axis``.
+
+    Returns a tuple of arrays in the order of ``_EQUIVALENCE_VARS``.
+    """
+    diff = np.moveaxis(np.asarray(diff, dtype=float), axis, -1)
+    n = diff.shape[-1]
+    dif = paired_t_np(diff, 1 - alpha)
+    tost = tost_np(diff, margin, alpha)
+    return (
+        dif["estimate"], dif["lower"], dif["upper"], dif["p"], tost["lower"], tost["upper"],
+        tost["p"], dif["sd"], tost_power(n, dif["sd"], margin, alpha),
+        difference_power(n, dif["sd"], margin, alpha),
+        minimum_detectable_effect(n, dif["sd"], alpha, power),
+        verdict_np(dif["p"], tost["p"], alpha), dif["p"] < alpha,
+    )
+
+
+_EQUIVALENCE_VARS = (
+    "estimate", "lower", "upper", "p_difference", "tost_lower", "tost_upper", "p_tost", "sd",
+    "power_tost", "power_difference", "mde", "verdict", "significant",
+)
+_EQUIVALENCE_DTYPES = [float] * 11 + ["<U12", bool]
+
+
+# --------------------------------------------------------------------------- xarray layer
+
+
+def _differences(treatment, reference, seed_dim) -> xr.DataArray:
+    """Checked per-seed differences treatment - reference, dims (..., seed)."""
+    validate.check_dataarray(treatment, "treatment")
+    validate.check_dataarray(reference, "reference")
+    validate.check_dims(treatment, [seed_dim], "treatment")
+    validate.check_dims(reference, [seed_dim], "reference")
+    validate.check_no_dims(
+        treatment, ["sequence"], "treatment",
+        "the paired tests take one estimate per seed; reduce sequences first with "
+        "analysis.stats.seed_estimates(numerator, denominator)",
+    )
+    validate.check_min_seeds(treatment.sizes[seed_dim], 2, "a paired test over seeds")
+    diff = treatment - reference  # aligns on seed labels: pairs are by seed
+    if diff.sizes[seed_dim] != treatment.sizes[seed_dim]:
+        raise ValueError(
+            f"treatment and reference must share their {seed_dim!r} labels (pairs are by "
+            f"seed), got {treatment[seed_dim].values.tolist()} and "
+            f"{reference[seed_dim].values.tolist()}"
+        )
+    return diff
+
+
+def paired_difference(
+    treatment: xr.DataArray,
+    reference: xr.DataArray,
+    *,
+    ci_level: float = 0.95,
+    seed_dim: str = "seed",
+) -> xr.Dataset:
+    """Two-sided paired t test on per-seed differences, for every cell.
+
+    This is the default test of a condition effect (e.g. Conv1D removed vs kept). Under nulls
+    simulated like the Conv1D experiment its type-I error is within [0.03, 0.07] at 0.05
+    (``tests/analysis/test_stats_calibration.py``).
+
+    Parameters
+    ----------
+    treatment, reference : xarray.DataArray
+        Dims (..., seed): one estimate per seed, paired by seed label.
+    ci_level : float
+    seed_dim : str
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (...): ``estimate`` (mean difference), ``lower``, ``upper``, ``statistic``, ``p``,
+        ``sd`` (of the differences); attrs ``method``, ``ci_level``, ``df``, ``n_seeds``.
+    """
+    validate.check_probability(ci_level, "ci_level")
+    diff = _differences(treatment, reference, seed_dim)
+    names = ("estimate", "lower", "upper", "statistic", "p", "sd")
+
+    def kernel(d):
+        res = paired_t_np(d, ci_level)
+        return tuple(res[k] for k in names)
+
+    out = xr.apply_ufunc(kernel, diff, input_core_dims=[[seed_dim]],
+                         output_core_dims=[[]] * len(names), dask="parallelized",
+                         output_dtypes=[float] * len(names))
+    n = diff.sizes[seed_dim]
+    return xr.Dataset(dict(zip(names, out)), attrs={
+        "method": "paired t on per-seed differences (treatment - reference)",
+        "ci_level": ci_level, "df": n - 1, "n_seeds": n})
+
+
+def paired_tost(
+    treatment: xr.DataArray,
+    reference: xr.DataArray,
+    *,
+    margin: float,
+    alpha: float = 0.05,
+    seed_dim: str = "seed",
+) -> xr.Dataset:
+    """Paired TOST equivalence test of ``|mean(treatment - reference)| < margin``.
+
+    Parameters
+    ----------
+    treatment, reference : xarray.DataArray
+        Dims (..., seed), paired by seed label.
+    margin : float
+        Equivalence margin (> 0), in the metric's units, declared before seeing the data.
+    alpha : float
+    seed_dim : str
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (...): ``p`` (max of the one-sided p), ``p_lower``, ``p_upper``, ``lower``/``upper``
+        (the ``1 - 2 alpha`` interval), ``equivalent`` (p < alpha); attrs.
+    """
+    margin = validate.check_margin(margin)
+    validate.check_probability(alpha, "alpha")
+    diff = _differences(treatment, reference, seed_dim)
+    names = ("p", "p_lower", "p_upper", "lower", "upper")
+
+    def kernel(d):
+        res = tost_np(d, margin, alpha)
+        return tuple(res[k] for k in names)
+
+    out = xr.apply_ufunc(kernel, diff, input_core_dims=[[seed_dim]],
+                         output_core_dims=[[]] * len(names), dask="parallelized",
+                         output_dtypes=[float] * len(names))
+    ds = xr.Dataset(dict(zip(names, out)))
+    ds["equivalent"] = ds["p"] < alpha
+    n = diff.sizes[seed_dim]
+    ds.attrs = {"method": "paired TOST (two one-sided t tests on per-seed differences)",
+                "margin": margin, "alpha": alpha, "ci_level": 1 - 2 * alpha, "df": n - 1,
+                "n_seeds": n}
+    return ds
+
+
+def equivalence_test(
+    treatment: xr.DataArray,
+    reference: xr.DataArray,
+    *,
+    margin: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    seed_dim: str = "seed",
+) -> xr.Dataset:
+    """Difference test, TOST, power and a verdict for a paired comparison, per cell.
+
+    Parameters
+    ----------
+    treatment, reference : xarray.DataArray
+        Dims (..., seed): per-seed estimates, paired by seed label.
+    margin : float
+        Declared equivalence margin (> 0) in the metric's units.
+    alpha : float
+        Level of both tests.
+    power : float
+        Target power for the minimum detectable effect.
+    seed_dim : str
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (...): ``estimate``, ``lower``, ``upper`` (``1 - alpha``), ``p_difference``,
+        ``tost_lower``, ``tost_upper`` (``1 - 2 alpha``), ``p_tost``, ``sd``, ``power_tost``,
+        ``power_difference``, ``mde``, ``verdict`` (one of "effect", "equivalent",
+        "inconclusive"), ``significant``; attrs ``decision_rule``, ``margin``, ``alpha``, ...
+        See the module docstring for the decision rule and the power definitions.
+    """
+    margin = validate.check_margin(margin)
+    validate.check_probability(alpha, "alpha")
+    validate.check_probability(power, "power")
+    diff = _differences(treatment, reference, seed_dim)
+    out = xr.apply_ufunc(
+        equivalence_np, diff, input_core_dims=[[seed_dim]],
+        output_core_dims=[[]] * len(_EQUIVALENCE_VARS),
+        kwargs=dict(margin=margin, alpha=alpha, power=power),
+        dask="parallelized", output_dtypes=_EQUIVALENCE_DTYPES,
+    )
+    n = diff.sizes[seed_dim]
+    return xr.Dataset(dict(zip(_EQUIVALENCE_VARS, out)), attrs={
+        "method": "paired t and paired TOST on per-seed differences (treatment - reference)",
+        "decision_rule": DECISION_RULE, "margin": margin, "alpha": alpha,
+        "ci_level": 1 - alpha, "tost_ci_level": 1 - 2 * alpha, "target_power": power,
+        "power_note": "at the achieved n_seeds with the observed SD of differences plugged in; "
+                      "power_difference is for a true difference equal to the margin",
+        "df": n - 1, "n_seeds": n})
+
+
+def sign_flip_np(diff: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Exact two-sided sign-flip permutation p of ``|mean(diff)|`` over all ``2**n`` flips.
+
+    Returns p with ``diff``'s shape without ``axis``.
+    """
+    diff = np.moveaxis(np.asarray(diff, dtype=float), axis, -1)
+    n = diff.shape[-1]
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))  # (2**n, seed)
+    null = np.abs(diff @ signs.T) / n  # (..., 2**n)
+    observed = np.abs(diff.mean(-1, keepdims=True))
+    return np.mean(null >= observed - 1e-12 * np.maximum(1.0, observed), axis=-1)
+
+
+def paired_permutation_test(
+    treatment: xr.DataArray,
+    reference: xr.DataArray,
+    *,
+    alpha: float = 0.05,
+    seed_dim: str = "seed",
+) -> xr.Dataset:
+    """Exact paired sign-flip permutation test of the mean per-seed difference.
+
+    With ``n`` seeds there are ``2**n`` sign patterns and the smallest attainable two-sided p
+    is ``2 / 2**n``: 0.0625 for 5 seeds, so the test can never reach p < 0.05. The result says
+    so (``min_p``, ``can_reach_alpha``) rather than calling such a comparison "not
+    significant". Limited to 16 seeds (65,536 patterns).
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (...): ``estimate``, ``p``; attrs ``min_p``, ``can_reach_alpha``, ``note``.
+    """
+    validate.check_probability(alpha, "alpha")
+    diff = _differences(treatment, reference, seed_dim)
+    n = diff.sizes[seed_dim]
+    if n > 16:
+        raise ValueError(f"the exact sign-flip test enumerates 2**n patterns; n_seeds={n} > 16 "
+                         f"is too many: use paired_difference (t) instead")
+    p = xr.apply_ufunc(sign_flip_np, diff, input_core_dims=[[seed_dim]], dask="parallelized",
+                       output_dtypes=[float])
+    min_p = 2.0 / 2**n
+    note = (f"with {n} seeds the smallest attainable two-sided p is 2/2^{n} = {min_p:.4f}"
+            + ("" if min_p <= alpha else f" > alpha = {alpha}: this test cannot reject, and "
+               f"p >= alpha here is not evidence of no effect"))
+    return xr.Dataset({"estimate": diff.mean(seed_dim), "p": p}, attrs={
+        "method": "exact paired sign-flip permutation test", "n_seeds": n, "alpha": alpha,
+        "min_p": min_p, "can_reach_alpha": bool(min_p <= alpha), "note": note})

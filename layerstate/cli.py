@@ -1,0 +1,136 @@
+"""The ``layerstate`` command: a thin layer over the library.
+
+Each subcommand parses its options, calls one library function and prints the result.
+Library errors become one line on stderr and exit code 2 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"layerstate: error: {self.message}", err=True)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from store.errors import LayerstateError
+
+    return (LayerstateError, ValueError, KeyError, FileNotFoundError, PermissionError, TypeError, OSError)
+
+
+def boundary(fn: Callable) -> Callable:
+    """Turn library exceptions into one line and exit 2, unless --debug was given."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        try:
+            return fn(*args, **kwargs)
+        except _user_errors() as exc:
+            if ctx.find_root().params.get("debug"):
+                raise
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            raise BadInput(str(msg).splitlines()[0] if str(msg) else type(exc).__name__) from None
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.version_option(package_name="layerstate")
+def main(debug: bool) -> None:
+    """layerstate: where does a sequence model hold its task state, and how sure are we?"""
+
+
+storage_option = click.option(
+    "--storage-option", "-S", "storage_options", multiple=True, metavar="KEY=VALUE",
+    help="fsspec option for remote stores (repeatable), e.g. -S anon=true.",
+)
+
+
+def _opts(pairs: tuple[str, ...]) -> dict:
+    out: dict[str, Any] = {}
+    for p in pairs:
+        key, sep, val = p.partition("=")
+        if not sep:
+            raise ValueError(f"storage option {p!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key] = val
+    return out
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@storage_option
+@boundary
+def inspect(store_path: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
+    """What is inside STORE, at a glance: runs, lengths, shapes, dtypes, labels, size."""
+    from store import Store, format_summary, summary
+
+    info = summary(Store.open(store_path, storage_options=_opts(storage_options)))
+    click.echo(json.dumps(info, indent=2, default=str) if as_json else format_summary(info))
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@storage_option
+@boundary
+def validate(store_path: str, storage_options: tuple[str, ...]) -> None:
+    """Check STORE's schema and every chunk's checksum; exit 2 if anything is wrong."""
+    from store import Store
+    from store import validate as run_validate
+
+    rep = run_validate(Store.open(store_path, storage_options=_opts(storage_options)))
+    for w in rep.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if not rep.ok:
+        for p in rep.problems:
+            click.echo(f"problem: {p}", err=True)
+        raise BadInput(
+            f"{store_path} failed validation ({len(rep.problems)} problem(s), first: {rep.problems[0]})"
+        )
+    click.echo(f"ok: {store_path} ({rep.n_arrays} arrays, {rep.n_chunks} chunks verified)")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.argument("out", metavar="OUT.zip")
+@click.option("--force", is_flag=True, help="Replace OUT.zip if it exists.")
+@boundary
+def pack(store_path: str, out: str, force: bool) -> None:
+    """Pack STORE into one zip file that every layerstate command (and xarray) reads."""
+    from store import Store
+    from store import pack as run_pack
+
+    path = run_pack(Store.open(store_path), out, overwrite=force)
+    click.echo(f"packed {store_path} -> {path} ({path.stat().st_size / 2**20:.1f} MB)")
+
+
+@main.command()
+@click.argument("archive", metavar="ARCHIVE.zip")
+@click.argument("target", metavar="DIR")
+@boundary
+def unpack(archive: str, target: str) -> None:
+    """Unpack a packed store into a new directory DIR (member paths are checked)."""
+    from store import unpack as run_unpack
+
+    click.echo(f"unpacked {archive} -> {run_unpack(archive, target)}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

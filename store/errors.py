@@ -1,0 +1,51 @@
+"""Errors raised by the store.
+
+Every error is one line that names the problem and says how to fix it; the command line
+turns any :class:`LayerstateError` into that line and exit code 2. They subclass the builtin
+that fits (``ValueError``, ``KeyError``, ...) so plain ``except ValueError`` still works.
+"""
+
+from __future__ import annotations
+
+
+class LayerstateError(Exception):
+    """Base of every error layerstate reports to a user as a one-line message."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() its message
+        return str(self.args[0]) if self.args else ""
+
+
+class NotAStoreError(LayerstateError, FileNotFoundError):
+    """The path exists but holds no layerstate store (or does not exist)."""
+
+
+class SchemaVersionError(LayerstateError, ValueError):
+    """The store was written by a newer (or unknown) schema version."""
+
+
+class MissingError(LayerstateError, KeyError):
+    """A run, length, label or result asked for is not in the store."""
+
+
+class InvalidArrayError(LayerstateError, ValueError):
+    """Arrays handed to the store have wrong dims, shapes, dtypes or values."""
+
+
+class RunConflictError(LayerstateError, ValueError):
+    """A write would change an existing run (a different config) or collide with another writer."""
+
+
+class WriterLockedError(LayerstateError, RuntimeError):
+    """Another process is writing the same run."""
+
+
+class CorruptStoreError(LayerstateError, ValueError):
+    """A chunk failed its checksum, is truncated, or a completed block is missing."""
+
+
+class IncompleteError(LayerstateError, ValueError):
+    """Data asked for has not been completely written yet (a capture still running or killed)."""
+
+
+class UnsafeArchiveError(LayerstateError, ValueError):
+    """A zip archive whose member paths would escape the target directory."""

@@ -1,0 +1,92 @@
+"""``inspect``: what is inside a store, at a glance."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import schema as S
+from .core import Store, iter_arrays
+
+
+def summary(store: Store) -> dict:
+    """A JSON-able description: root attrs, and per run its lengths, shapes, dtypes, labels."""
+    runs = {}
+    for rid in store.run_ids():
+        a = store.run_attrs(rid)
+        groups = {}
+        for name, grp in store._run(rid).groups():
+            if not S.parse_length_group(name):
+                continue
+            ga = dict(grp.attrs)
+            groups[name] = {
+                "complete": bool(ga.get(S.ATTR_COMPLETE)),
+                "blocks": f"{len(ga.get(S.ATTR_COMPLETED, []))}/{ga.get('n_blocks')}",
+                "labels": ga.get("labels", []),
+                "target": ga.get("target"),
+                "arrays": {n: {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": list(arr.chunks)}
+                           for n, arr in grp.arrays() if n in ("hidden", "tokens", "logits")},
+            }
+        runs[rid] = {
+            "task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
+            "seed": a.get("seed"), "weights": store.has_weights(rid), "groups": groups,
+            "metrics": a.get("metrics"),
+        }
+    return {
+        "location": str(store.location),
+        "schema": store.attrs.get("schema"),
+        "title": store.attrs.get("title"),
+        "created": store.attrs.get("created"),
+        "tool_version": store.attrs.get("tool_version"),
+        "size_bytes": size_on_disk(store),
+        "runs": runs,
+        "results": store.results(),
+    }
+
+
+def size_on_disk(store: Store) -> int | None:
+    try:
+        if store.location.is_zip:
+            return store.location.local_path.stat().st_size
+        fs, root = store.location.filesystem()
+        return int(fs.du(root))
+    except Exception:
+        return None
+
+
+def format_summary(info: dict) -> str:
+    """The summary as a few aligned lines of text."""
+    lines = [
+        f"store    {info['location']}  ({_size(info['size_bytes'])}, schema {info['schema']})",
+        f"title    {info['title'] or '-'}   created {info['created']}   layerstate {info['tool_version']}",
+        f"runs     {len(info['runs'])}",
+    ]
+    for rid, r in info["runs"].items():
+        lines.append(
+            f"  {rid}: task={r['task']} arch={r['arch']} variant={r['variant']} seed={r['seed']}"
+            f" weights={'yes' if r['weights'] else 'no'}"
+        )
+        for g, d in sorted(r["groups"].items()):
+            h = d["arrays"].get("hidden")
+            shape = "x".join(map(str, h["shape"])) if h else "?"
+            state = "complete" if d["complete"] else f"INCOMPLETE {d['blocks']} blocks"
+            lines.append(
+                f"    {g}: hidden {shape} {h['dtype'] if h else ''} "
+                f"(sequence x position x layer x feature), labels {', '.join(d['labels'])}; {state}"
+            )
+    lines.append(f"results  {', '.join(info['results']) or '(none)'}")
+    return "\n".join(lines)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "size unknown"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def nbytes(store: Store) -> int:
+    """Total uncompressed bytes of every array (for memory comparisons)."""
+    return int(sum(np.prod(a.shape) * a.dtype.itemsize for _, a in iter_arrays(store.root)))

@@ -1,0 +1,135 @@
+"""``validate``: the schema, the completion records and every chunk's checksum.
+
+Zarr reads a missing chunk silently as its fill value, so existence is checked against
+the completion records, and every present chunk is decoded, which verifies its crc32c.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import zarr
+
+from . import schema as S
+from .core import Store, iter_arrays
+
+
+@dataclass
+class Report:
+    """What ``validate`` found: ``problems`` is empty for a healthy store."""
+
+    location: str
+    n_arrays: int = 0
+    n_chunks: int = 0
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate(store: Store, *, check_chunks: bool = True) -> Report:
+    """Check a store against schema ``layerstate/1`` and verify every chunk.
+
+    Returns
+    -------
+    Report
+        ``problems`` names each failing group, array and chunk; ``warnings`` lists things
+        that are legal but worth knowing (incomplete lengths, non-finite data allowed).
+    """
+    rep = Report(str(store.location))
+    attrs = store.attrs
+    for key in S.ROOT_REQUIRED_ATTRS:
+        if key not in attrs:
+            rep.problems.append(f"root: missing attribute {key!r}")
+    if S.RUNS not in store.root:
+        rep.problems.append("root: missing group 'runs'")
+        return rep
+    for rid in store.run_ids():
+        _check_run(store, rid, rep, check_chunks)
+    if check_chunks and S.RESULTS in store.root:
+        for path, arr in iter_arrays(store.root[S.RESULTS], f"{S.RESULTS}/"):
+            _check_chunks(arr, path, None, rep)
+    return rep
+
+
+def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
+    run = store._run(rid)
+    a = dict(run.attrs)
+    for key in S.RUN_REQUIRED_ATTRS:
+        if key not in a:
+            rep.problems.append(f"runs/{rid}: missing attribute {key!r}")
+    for name, grp in run.groups():
+        path = f"runs/{rid}/{name}"
+        if name == S.WEIGHTS:
+            if not grp.attrs.get("complete"):
+                rep.warnings.append(f"{path}: weights incomplete (training interrupted?)")
+            if check_chunks:
+                for apath, arr in iter_arrays(grp, f"{path}/"):
+                    _check_chunks(arr, apath, None, rep)
+            continue
+        if S.parse_length_group(name):
+            _check_length(grp, path, rep, check_chunks)
+
+
+def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool) -> None:
+    ga = dict(grp.attrs)
+    spec = ga.get("spec")
+    if spec is None:
+        rep.warnings.append(f"{path}: layout never finished (writer killed while creating it)")
+        return
+    for var in ("hidden", "tokens", "mask", "sequence", "position", "layer", *spec["labels"]):
+        if var not in grp:
+            rep.problems.append(f"{path}: missing variable {var!r}")
+            return
+    for var, dims in {**S.DIMS, **{lab: S.LABEL_DIMS for lab in spec["labels"]}}.items():
+        if var in grp:
+            got = tuple(grp[var].metadata.dimension_names or ())
+            if got != dims:
+                rep.problems.append(f"{path}/{var}: dims {got}, expected {dims}")
+    done = set(ga.get(S.ATTR_COMPLETED, []))
+    if not ga.get(S.ATTR_COMPLETE):
+        rep.warnings.append(
+            f"{path}: incomplete, {len(done)} of {ga.get('n_blocks')} blocks written (resume the capture)"
+        )
+    if ga.get("nonfinite_allowed"):
+        rep.warnings.append(f"{path}: written with allow_nonfinite=True (may hold NaN/Inf)")
+    if check_chunks:
+        for name, arr in grp.arrays():
+            seq_axis = 0 if arr.metadata.dimension_names and arr.metadata.dimension_names[0] == "sequence" and name != "sequence" else None
+            _check_chunks(arr, f"{path}/{name}", (seq_axis, done), rep)
+
+
+def _check_chunks(arr: zarr.Array, path: str, blocks: tuple | None, rep: Report) -> None:
+    """Decode every expected chunk; a chunk of a completed block must exist."""
+    rep.n_arrays += 1
+    store = arr.store_path.store
+    grid = arr.cdata_shape
+    for idx in np.ndindex(*grid):
+        expected = True
+        if blocks is not None and blocks[0] is not None:
+            expected = idx[blocks[0]] in blocks[1]
+        key = f"{arr.store_path.path}/{arr.metadata.encode_chunk_key(idx)}"
+        present = _exists(store, key)
+        if not present:
+            if expected:
+                rep.problems.append(f"{path}: chunk {idx} is missing ({key}) though recorded as written")
+            continue
+        rep.n_chunks += 1
+        try:
+            arr.get_block_selection(idx)
+        except Exception as exc:  # crc32c mismatch, truncated chunk, undecodable bytes
+            rep.problems.append(f"{path}: chunk {idx} ({key}) is corrupt: {type(exc).__name__}: {exc}")
+
+
+def _exists(store, key: str) -> bool:
+    from zarr.core.sync import sync
+
+    return bool(sync(store.exists(key)))
+
+
+def find_corruption(store: Store) -> list[str]:
+    """The problems ``validate`` finds (used to name the chunk behind a failed read)."""
+    return validate(store).problems

@@ -1,0 +1,76 @@
+"""The store contract, schema version 1 (see DESIGN.md "The store").
+
+Names of groups, variables, dims and attributes live here and nowhere else, so the
+writer, the reader, ``validate`` and ``inspect`` cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+SCHEMA = "layerstate/1"
+SCHEMA_NAME = "layerstate"
+SCHEMA_VERSION = 1
+
+RUNS = "runs"
+RESULTS = "results"
+WEIGHTS = "weights"
+
+# Dims, in storage order.
+DIMS = {
+    "hidden": ("sequence", "position", "layer", "feature"),
+    "tokens": ("sequence", "position"),
+    "mask": ("sequence", "position"),
+    "logits": ("sequence", "position", "class"),
+}
+LABEL_DIMS = ("sequence", "position")
+CORE_VARS = ("hidden", "tokens", "mask", "logits")
+
+# Attribute keys the store itself maintains on a length group.
+ATTR_COMPLETED = "completed_blocks"
+ATTR_COMPLETE = "complete"
+ATTR_BLOCK = "block_size"
+
+RUN_REQUIRED_ATTRS = ("task", "arch", "variant", "seed", "config_hash")
+ROOT_REQUIRED_ATTRS = ("schema", "title", "created", "tool_version", "provenance")
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_GROUP = re.compile(r"^[a-z][a-z0-9]*_\d{3,}$")
+
+
+def length_group(length: int, kind: str = "len") -> str:
+    """Name of the group holding one sequence length: ``len_040``, ``len_120``, ``cf_040``."""
+    if not isinstance(length, int | _np_int()) or length < 1:
+        raise ValueError(f"sequence length must be a positive integer, got {length!r}")
+    if not re.fullmatch(r"[a-z][a-z0-9]*", kind):
+        raise ValueError(f"group kind must be lowercase letters/digits like 'len' or 'cf', got {kind!r}")
+    return f"{kind}_{int(length):03d}"
+
+
+def parse_length_group(name: str) -> tuple[str, int] | None:
+    """``"len_040"`` -> ``("len", 40)``; anything else -> ``None``."""
+    if not _GROUP.fullmatch(name):
+        return None
+    kind, _, num = name.rpartition("_")
+    return kind, int(num)
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids become group names: letters, digits, ``_ . -``; at most 128 characters."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise ValueError(
+            f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+    return run_id
+
+
+def layer_names(n_layers: int) -> list[str]:
+    """The ``layer`` coordinate for a model with ``n_layers`` blocks: embed, L0, …"""
+    return ["embed"] + [f"L{i}" for i in range(n_layers)]
+
+
+def _np_int():
+    import numpy as np
+
+    return np.integer

@@ -1,0 +1,442 @@
+"""Resumable, chunk-aligned writes of one (run, length) group.
+
+The unit of work is a *block*: ``block_size`` consecutive sequences, exactly one chunk
+along ``sequence`` in every array, so no two writes ever share a chunk (zarr does not
+check this for numpy writes, NOTES.md). Arrays are created at full size up front —
+resizing arrays one by one is not crash-safe — and each block, once all its arrays are
+written, is recorded in the group's attributes (an atomic rename on local disks). A
+writer killed at any point therefore leaves finished blocks recorded and unfinished ones
+simply unrecorded; running it again redoes only those, and deterministic producers give a
+bit-identical store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import zarr
+
+from . import schema as S
+from .core import CHECKSUM, TARGET_CHUNK_BYTES, Store, _jsonable, _ordered
+from .errors import IncompleteError, InvalidArrayError, RunConflictError
+
+_FLOAT_DTYPES = ("float16", "float32")
+
+
+class LengthWriter:
+    """Write the activations of one run at one sequence length.
+
+    Parameters
+    ----------
+    store, run_id, length
+        Where to write; the run must exist (:meth:`Store.add_run`).
+    n_sequences
+        Total number of sequences this group will hold (fixed up front).
+    n_features
+        Width of the hidden states (``feature`` dim).
+    labels
+        Names of the per-position integer labels, e.g. ``["depth", "top"]``.
+    layers
+        The ``layer`` coordinate (default ``embed, L0, …`` from ``n_layers``).
+    n_layers
+        Number of blocks, if ``layers`` is not given.
+    n_classes
+        Width of ``logits``; ``None`` stores no logits.
+    target
+        The label the model was trained on (recorded; default the first label).
+    dtype
+        ``"float16"`` (default) or ``"float32"`` for hidden states and logits.
+    block_size
+        Sequences per chunk; default keeps one layer's chunk near 4 MB.
+    kind
+        Group prefix: ``"len"`` for activations, ``"cf"`` etc. for other captures.
+    allow_nonfinite
+        Accept NaN/Inf in ``hidden`` (recorded in the group's attrs); refused by default.
+    attrs
+        Extra JSON-able attributes for the group (e.g. which sites, corrupted positions).
+
+    Notes
+    -----
+    Use as a context manager. :meth:`write_block` writes block ``b`` (any order);
+    :meth:`append` buffers arbitrary batches into blocks. ``missing_blocks()`` tells a
+    resumed producer what is left to do.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        length: int,
+        *,
+        n_sequences: int,
+        n_features: int,
+        labels: Sequence[str],
+        layers: Sequence[str] | None = None,
+        n_layers: int | None = None,
+        n_classes: int | None = None,
+        target: str | None = None,
+        dtype: str = "float16",
+        block_size: int | None = None,
+        kind: str = "len",
+        allow_nonfinite: bool = False,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if dtype not in _FLOAT_DTYPES:
+            raise ValueError(f"dtype must be one of {_FLOAT_DTYPES}, got {dtype!r}")
+        if layers is None:
+            if n_layers is None:
+                raise ValueError("give layers=[...] or n_layers=N (number of blocks)")
+            layers = S.layer_names(n_layers)
+        labels = list(labels)
+        if not labels:
+            raise InvalidArrayError("at least one label is needed (e.g. labels=['parity'])")
+        clash = set(labels) & {*S.CORE_VARS, "sequence", "position", "layer"}
+        if clash:
+            raise InvalidArrayError(f"label names {sorted(clash)} clash with store variables; rename them")
+        for n, what in ((n_sequences, "n_sequences"), (n_features, "n_features"), (length, "length")):
+            if int(n) < 1:
+                raise InvalidArrayError(f"{what} must be positive, got {n}")
+        self.store, self.run_id, self.length, self.kind = store, run_id, int(length), kind
+        itemsize = np.dtype(dtype).itemsize
+        auto = max(1, TARGET_CHUNK_BYTES // (self.length * n_features * itemsize))
+        self.spec = {
+            "n_sequences": int(n_sequences),
+            "n_features": int(n_features),
+            "layers": list(layers),
+            "labels": labels,
+            "target": target or labels[0],
+            "n_classes": None if n_classes is None else int(n_classes),
+            "dtype": dtype,
+            "block_size": int(min(block_size or auto, n_sequences)),
+        }
+        if self.spec["target"] not in labels:
+            raise InvalidArrayError(f"target {target!r} is not one of the labels {labels}")
+        self.allow_nonfinite = allow_nonfinite
+        self._extra_attrs = dict(attrs or {})
+        self._lock = store.lock(run_id).acquire()
+        try:
+            self.group = self._open_or_create()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._buffer: list[dict[str, Any]] = []
+        self._buffered = 0
+        self._cursor = self.n_written
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def block_size(self) -> int:
+        return self.spec["block_size"]
+
+    @property
+    def n_sequences(self) -> int:
+        return self.spec["n_sequences"]
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.n_sequences / self.block_size)
+
+    def block_range(self, b: int) -> tuple[int, int]:
+        """Sequences ``[start, stop)`` of block ``b``."""
+        if not 0 <= b < self.n_blocks:
+            raise IndexError(f"block {b} out of range 0..{self.n_blocks - 1}")
+        start = b * self.block_size
+        return start, min(start + self.block_size, self.n_sequences)
+
+    def completed_blocks(self) -> set[int]:
+        return set(self.group.attrs.get(S.ATTR_COMPLETED, []))
+
+    def missing_blocks(self) -> list[int]:
+        done = self.completed_blocks()
+        return [b for b in range(self.n_blocks) if b not in done]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.group.attrs.get(S.ATTR_COMPLETE))
+
+    @property
+    def n_written(self) -> int:
+        """Sequences durably written from the start without a gap (where ``append`` resumes)."""
+        done = self.completed_blocks()
+        b = 0
+        while b in done:
+            b += 1
+        return self.n_sequences if b >= self.n_blocks else b * self.block_size
+
+    def _open_or_create(self) -> zarr.Group:
+        run = self.store._run(self.run_id)
+        name = S.length_group(self.length, self.kind)
+        if name in run:
+            grp = run[name]
+            old = grp.attrs.get("spec")
+            if old is None:  # killed while creating arrays: nothing was written yet
+                del run[name]
+            elif old != _jsonable(self.spec):
+                diff = {k: (old.get(k), v) for k, v in _jsonable(self.spec).items() if old.get(k) != v}
+                raise RunConflictError(
+                    f"run {self.run_id!r} {name} exists with a different layout {diff} "
+                    "(stored vs requested); write to a new store or run id"
+                )
+            else:
+                return grp
+        return self._create(run, name)
+
+    def _create(self, run: zarr.Group, name: str) -> zarr.Group:
+        sp, L = self.spec, self.length
+        n, blk = sp["n_sequences"], sp["block_size"]
+        grp = run.create_group(name)
+
+        def arr(var, shape, chunks, dtype, fill, dims):
+            return grp.create_array(
+                var, shape=shape, chunks=chunks, dtype=dtype, fill_value=fill,
+                dimension_names=list(dims), compressors=CHECKSUM,
+                config={"write_empty_chunks": True},
+            )
+
+        n_layer = len(sp["layers"])
+        # One chunk = one block of sequences x all positions x ONE layer x all features:
+        # reading a layer touches only that layer's bytes.
+        arr("hidden", (n, L, n_layer, sp["n_features"]), (blk, L, 1, sp["n_features"]),
+            sp["dtype"], np.nan, S.DIMS["hidden"])
+        arr("tokens", (n, L), (blk, L), "int32", -1, S.DIMS["tokens"])
+        arr("mask", (n, L), (blk, L), "bool", False, S.DIMS["mask"])
+        for lab in sp["labels"]:
+            arr(lab, (n, L), (blk, L), "int32", -1, S.LABEL_DIMS)
+        if sp["n_classes"]:
+            arr("logits", (n, L, sp["n_classes"]), (blk, L, sp["n_classes"]),
+                sp["dtype"], np.nan, S.DIMS["logits"])
+        # Coordinates are small: written at creation, whole.
+        arr("sequence", (n,), (n,), "int64", -1, ("sequence",))[...] = np.arange(n)
+        arr("position", (L,), (L,), "int64", -1, ("position",))[...] = np.arange(L)
+        lay = grp.create_array("layer", shape=(n_layer,), dtype=str, dimension_names=["layer"])
+        lay[...] = np.asarray(sp["layers"], dtype=str)
+        grp.attrs.update(
+            _jsonable(
+                {
+                    **self._extra_attrs,
+                    "length": L,
+                    "labels": sp["labels"],
+                    "target": sp["target"],
+                    "n_blocks": self.n_blocks,
+                    S.ATTR_BLOCK: blk,
+                    "nonfinite_allowed": self.allow_nonfinite,
+                    S.ATTR_COMPLETED: [],
+                    S.ATTR_COMPLETE: False,
+                    "spec": self.spec,  # last: its presence means the layout is complete
+                }
+            )
+        )
+        return grp
+
+    # ------------------------------------------------------------------ writing
+    def write_block(
+        self,
+        b: int,
+        *,
+        hidden: Any,
+        tokens: Any,
+        labels: Mapping[str, Any],
+        mask: Any = None,
+        logits: Any = None,
+    ) -> None:
+        """Write block ``b`` (all its sequences, every array) and record it as done.
+
+        Shapes: ``hidden (m, length, layer, feature)``, ``tokens``/``mask``/each label
+        ``(m, length)``, ``logits (m, length, class)``, where ``m`` is the block's size.
+        """
+        start, stop = self.block_range(b)
+        data = self._check(stop - start, hidden, tokens, labels, mask, logits)
+        sl = slice(start, stop)
+        for var, values in data.items():
+            self.group[var][sl] = values
+        done = self.completed_blocks() | {b}
+        self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
+        if len(done) == self.n_blocks:
+            self._finish()
+
+    def append(
+        self,
+        *,
+        hidden: Any,
+        tokens: Any,
+        labels: Mapping[str, Any],
+        mask: Any = None,
+        logits: Any = None,
+    ) -> None:
+        """Add a batch of any size after the sequences written so far.
+
+        After a restart, ``n_written`` says how many sequences are already stored: skip
+        those before appending again.
+        """
+        hidden = _ordered(hidden, S.DIMS["hidden"], "hidden")
+        m = hidden.shape[0]
+        if self._cursor + self._buffered + m > self.n_sequences:
+            raise InvalidArrayError(
+                f"appending {m} sequences would exceed n_sequences={self.n_sequences} "
+                f"({self._cursor + self._buffered} already written or buffered)"
+            )
+        self._buffer.append(
+            {
+                "hidden": hidden,
+                "tokens": _ordered(tokens, S.DIMS["tokens"], "tokens"),
+                "labels": {k: _ordered(v, S.LABEL_DIMS, f"label {k!r}") for k, v in labels.items()},
+                "mask": None if mask is None else _ordered(mask, S.DIMS["mask"], "mask"),
+                "logits": None if logits is None else _ordered(logits, S.DIMS["logits"], "logits"),
+            }
+        )
+        self._buffered += m
+        self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        while self._buffered:
+            b = self._cursor // self.block_size
+            start, stop = self.block_range(b)
+            need = stop - start
+            if self._buffered < need:
+                return
+            batch = _take(self._buffer, need)
+            self._buffered -= need
+            self.write_block(b, **batch)
+            self._cursor = stop
+
+    def close(self) -> None:
+        """Flush, consolidate metadata and release the run lock."""
+        try:
+            if self._buffered:
+                raise IncompleteError(
+                    f"{self._buffered} appended sequences do not fill block "
+                    f"{self._cursor // self.block_size}; append all {self.n_sequences} sequences"
+                )
+            self.store.consolidate()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> LengthWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._lock.release()
+
+    def _finish(self) -> None:
+        self.group.attrs[S.ATTR_COMPLETE] = True
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, m, hidden, tokens, labels, mask, logits) -> dict[str, np.ndarray]:
+        sp, L = self.spec, self.length
+        hidden = _ordered(hidden, S.DIMS["hidden"], "hidden")
+        want = (m, L, len(sp["layers"]), sp["n_features"])
+        if hidden.shape != want:
+            raise InvalidArrayError(
+                f"hidden has shape {hidden.shape}; expected {want} "
+                "(sequence, position, layer, feature) for this block"
+            )
+        _numeric(hidden, "hidden")
+        if not self.allow_nonfinite and not np.isfinite(hidden).all():
+            bad = np.argwhere(~np.isfinite(hidden))[0]
+            raise InvalidArrayError(
+                f"hidden contains NaN or Inf (first at sequence {bad[0] + self.block_range(0)[0]}, "
+                f"position {bad[1]}, layer {sp['layers'][bad[2]]}); fix the model or pass "
+                "allow_nonfinite=True to store it anyway (recorded in the store)"
+            )
+        out = {"hidden": hidden.astype(sp["dtype"], copy=False)}
+        out["tokens"] = self._int2d(tokens, "tokens", m)
+        if set(labels) != set(sp["labels"]):
+            raise InvalidArrayError(
+                f"labels {sorted(labels)} do not match the declared labels {sorted(sp['labels'])}"
+            )
+        for name, val in labels.items():
+            out[name] = self._int2d(val, f"label {name!r}", m)
+        if mask is None:
+            out["mask"] = out[sp["target"]] >= 0
+        else:
+            mk = _ordered(mask, S.DIMS["mask"], "mask")
+            if mk.shape != (m, L):
+                raise InvalidArrayError(f"mask has shape {mk.shape}; expected {(m, L)} like tokens")
+            if mk.dtype != bool:
+                raise InvalidArrayError(f"mask must be boolean, got dtype {mk.dtype}")
+            out["mask"] = mk
+        if sp["n_classes"]:
+            if logits is None:
+                raise InvalidArrayError("this group stores logits: pass logits=(m, length, class)")
+            lg = _ordered(logits, S.DIMS["logits"], "logits")
+            if lg.shape != (m, L, sp["n_classes"]):
+                raise InvalidArrayError(f"logits has shape {lg.shape}; expected {(m, L, sp['n_classes'])}")
+            _numeric(lg, "logits")
+            out["logits"] = lg.astype(sp["dtype"], copy=False)
+        return out
+
+    def _int2d(self, value: Any, name: str, m: int) -> np.ndarray:
+        arr = _ordered(value, S.DIMS["tokens"], name)
+        if arr.shape != (m, self.length):
+            raise InvalidArrayError(
+                f"{name} has shape {arr.shape}; expected {(m, self.length)} (sequence, position) like hidden"
+            )
+        if arr.dtype.kind not in "iub":
+            raise InvalidArrayError(f"{name} must be integers, got dtype {arr.dtype}")
+        return arr.astype("int32", copy=False)
+
+
+def _numeric(arr: np.ndarray, name: str) -> None:
+    if arr.dtype.kind not in "fiu":
+        raise InvalidArrayError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+
+
+def _take(buffer: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """Pop exactly ``n`` sequences off the front of a list of batches, concatenated."""
+    parts: list[dict[str, Any]] = []
+    got = 0
+    while got < n:
+        batch = buffer[0]
+        m = np.asarray(_ordered(batch["hidden"], S.DIMS["hidden"], "hidden")).shape[0]
+        k = min(m, n - got)
+        parts.append(_slice(batch, 0, k))
+        if k == m:
+            buffer.pop(0)
+        else:
+            buffer[0] = _slice(batch, k, m)
+        got += k
+    return _concat(parts)
+
+
+def _slice(batch: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    def cut(v):
+        return None if v is None else _as_np(v)[a:b]
+
+    return {
+        "hidden": cut(batch["hidden"]),
+        "tokens": cut(batch["tokens"]),
+        "labels": {k: cut(v) for k, v in batch["labels"].items()},
+        "mask": cut(batch["mask"]),
+        "logits": cut(batch["logits"]),
+    }
+
+
+def _as_np(v: Any) -> np.ndarray:
+    if hasattr(v, "dims") and hasattr(v, "values"):
+        return np.asarray(v.values)
+    if hasattr(v, "detach"):
+        return v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(key):
+        vals = [p[key] for p in parts]
+        return None if vals[0] is None else np.concatenate(vals)
+
+    return {
+        "hidden": cat("hidden"),
+        "tokens": cat("tokens"),
+        "labels": {k: np.concatenate([p["labels"][k] for p in parts]) for k in parts[0]["labels"]},
+        "mask": cat("mask"),
+        "logits": cat("logits"),
+    }

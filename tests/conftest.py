@@ -1,0 +1,66 @@
+"""Shared fixtures: small synthetic stores and a local S3 server (moto) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread per process: two threads under load turned 50 ms fits into 10 s (NOTES.md).
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np
+import pytest
+
+
+def synthetic_arrays(rng: np.random.Generator, n: int = 64, length: int = 12, n_layers: int = 2,
+                     n_features: int = 8, n_classes: int = 2) -> dict:
+    """Random activations shaped like a capture: hidden (sequence, position, layer, feature)."""
+    tokens = rng.integers(0, 2, size=(n, length))
+    parity = np.cumsum(tokens, axis=1) % 2
+    return {
+        "hidden": rng.standard_normal((n, length, n_layers + 1, n_features)).astype("float32"),
+        "tokens": tokens,
+        "labels": {"parity": parity, "ones": np.cumsum(tokens, axis=1)},
+        "logits": rng.standard_normal((n, length, n_classes)).astype("float32"),
+    }
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    """Factory: a store with ``runs`` runs of synthetic data at the given lengths."""
+    from store import Store
+
+    def make(name="s.zarr", runs=("r0",), lengths=(12,), n=64, block_size=16, seed=0, **kw):
+        st = Store.create(str(tmp_path / name), title="test")
+        rng = np.random.default_rng(seed)
+        for i, rid in enumerate(runs):
+            st.add_run(rid, task="parity", arch="lstm", seed=i)
+            for L in lengths:
+                arrs = synthetic_arrays(rng, n=n, length=L, **kw)
+                st.write_length(rid, L, **arrs, block_size=block_size)
+        return st
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A moto S3 endpoint on 127.0.0.1 with a bucket; yields fsspec storage options."""
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **creds).create_bucket(
+        Bucket="layerstate-test"
+    )
+    opts = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+    yield opts
+    server.stop()
