@@ -33,6 +33,7 @@ from .errors import (
     CorruptStoreError,
     IncompleteError,
     InvalidArrayError,
+    LayerstateError,
     MissingError,
     NotAStoreError,
     RunConflictError,
@@ -165,9 +166,9 @@ class Store:
                 store=zstore, mode="r" if read_only else "r+", zarr_format=3,
                 use_consolidated=None if read_only else False,
             )
-        except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError) as exc:
-            if isinstance(exc, SchemaVersionError | NotAStoreError):
-                raise
+        except LayerstateError:
+            raise
+        except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
             raise NotAStoreError(
                 f"{loc} is not a layerstate store (no Zarr v3 group at its root); "
                 "point at a directory made by `layerstate capture` or a file made by `layerstate pack`"
