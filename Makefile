@@ -32,7 +32,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	@for b in bench/*.py; do echo "== $$b" >&2; $(PY) $$b || exit 1; done
+	@for b in bench/[a-z]*.py; do m=$$(basename $$b .py); echo "== bench.$$m" >&2; $(PY) -m bench.$$m || exit 1; done
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

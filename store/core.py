@@ -402,7 +402,13 @@ class Store:
         return run[name]
 
     def open_length(
-        self, run_id: str, length: int, *, kind: str = "len", allow_incomplete: bool = False
+        self,
+        run_id: str,
+        length: int,
+        *,
+        kind: str = "len",
+        allow_incomplete: bool = False,
+        lazy: str = "dask",
     ) -> xr.Dataset:
         """One run and length as a lazy, dask-backed Dataset (chunks = stored chunks).
 
@@ -412,6 +418,10 @@ class Store:
             ``hidden (sequence, position, layer, feature)``, ``tokens``, ``mask``, one int
             variable per label (all ``(sequence, position)``), ``logits`` if stored; the run's
             attributes under ``attrs["run"]``.
+
+        ``lazy="dask"`` (default) backs variables with dask arrays whose chunks are the
+        stored chunks; ``lazy="xarray"`` uses xarray's own lazy indexing without dask, which
+        loads whole arrays 2-3x faster (see :meth:`load_length`).
 
         Raises
         ------
@@ -429,12 +439,19 @@ class Store:
                 "finish it by re-running the capture (it resumes), or pass allow_incomplete=True"
             )
         path = f"{S.RUNS}/{run_id}/{S.length_group(length, kind)}"
+        if lazy not in ("dask", "xarray"):
+            raise ValueError(f"lazy must be 'dask' or 'xarray', got {lazy!r}")
         ds = xr.open_zarr(
-            self._zstore, group=path, consolidated=False, zarr_format=3, chunks={},
+            self._zstore, group=path, consolidated=False, zarr_format=3,
+            chunks={} if lazy == "dask" else None,
         )
         ds.attrs["run_id"] = run_id
         ds.attrs["run"] = self.run_attrs(run_id)
         return ds
+
+    def load_length(self, run_id: str, length: int, **kwargs: Any) -> xr.Dataset:
+        """One run and length read fully into memory (the fast path for whole arrays)."""
+        return self.compute(self.open_length(run_id, length, lazy="xarray", **kwargs))
 
     def label_names(self, run_id: str, length: int, kind: str = "len") -> list[str]:
         return list(self._length_group(run_id, length, kind).attrs.get("labels", []))

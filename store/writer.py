@@ -250,8 +250,11 @@ class LengthWriter:
         start, stop = self.block_range(b)
         data = self._check(stop - start, hidden, tokens, labels, mask, logits)
         sl = slice(start, stop)
-        for var, values in data.items():
-            self.group[var][sl] = values
+        # write_empty_chunks is a runtime setting, not stored with the array: without it zarr
+        # compares every float16 chunk with the fill value, which made writes ~4x slower.
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            for var, values in data.items():
+                self.group[var][sl] = values
         done = self.completed_blocks() | {b}
         self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
         if len(done) == self.n_blocks:
@@ -337,7 +340,7 @@ class LengthWriter:
                 "(sequence, position, layer, feature) for this block"
             )
         _numeric(hidden, "hidden")
-        if not self.allow_nonfinite and not np.isfinite(hidden).all():
+        if not self.allow_nonfinite and not all_finite(hidden):
             bad = np.argwhere(~np.isfinite(hidden))[0]
             raise InvalidArrayError(
                 f"hidden contains NaN or Inf (first at sequence {bad[0] + self.block_range(0)[0]}, "
@@ -380,6 +383,25 @@ class LengthWriter:
         if arr.dtype.kind not in "iub":
             raise InvalidArrayError(f"{name} must be integers, got dtype {arr.dtype}")
         return arr.astype("int32", copy=False)
+
+
+_EXPONENT = {2: (np.uint16, 0x7FFF, 0x7C00), 4: (np.uint32, 0x7FFFFFFF, 0x7F800000),
+             8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+
+
+def all_finite(arr: np.ndarray, step: int = 1 << 18) -> bool:
+    """True if no NaN/Inf: an all-ones exponent, tested on the bits in cache-sized pieces.
+
+    ~6x faster than ``np.isfinite(a).all()`` for float16, which numpy emulates in software.
+    """
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in _EXPONENT:
+        return bool(np.isfinite(arr).all())
+    utype, magnitude, exponent = _EXPONENT[arr.dtype.itemsize]
+    bits = np.ascontiguousarray(arr).reshape(-1).view(utype)
+    for i in range(0, bits.size, step):
+        if np.max(np.bitwise_and(bits[i : i + step], magnitude), initial=0) >= exponent:
+            return False
+    return True
 
 
 def _numeric(arr: np.ndarray, name: str) -> None:

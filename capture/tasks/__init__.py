@@ -18,6 +18,8 @@ length)`` returns a :class:`~capture.tasks.base.TaskBatch`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 from capture.tasks.assoc_recall import AssocRecallConfig
@@ -28,13 +30,11 @@ from capture.tasks.parity import ParityConfig
 from capture.tasks.s3 import S3Config
 from capture.tasks.treecall import TreecallConfig
 
+_CONFIGS: list[type[TaskConfig]] = [
+    AssocRecallConfig, CodeDepthConfig, DyckConfig, ParityConfig, S3Config, TreecallConfig,
+]
 TASKS: dict[str, type[TaskConfig]] = {
-    cls.name: cls
-    for cls in sorted(
-        [AssocRecallConfig, CodeDepthConfig, DyckConfig, ParityConfig, S3Config,
-         TreecallConfig],
-        key=lambda c: c.name,
-    )
+    cls.name: cls for cls in sorted(_CONFIGS, key=lambda c: c.name)
 }
 """Task name -> config class."""
 
@@ -46,7 +46,7 @@ class UnknownTaskError(KeyError, ValueError):
         return str(self.args[0])
 
 
-def get_task(name: str, **params: object) -> TaskConfig:
+def get_task(name: str, **params: Any) -> TaskConfig:
     """A validated config for the task ``name``.
 
     Parameters
@@ -87,7 +87,8 @@ def _one_line(name: str, cls: type[TaskConfig], err: ValidationError) -> str:
         else:  # a rule spanning several fields names them in its own message
             problems.append(_message(e["msg"]))
     fields = ", ".join(cls.model_fields) or "none"
-    return f"invalid parameters for task {name!r}: {'; '.join(problems)}; valid parameters: {fields}"
+    return (f"invalid parameters for task {name!r}: {'; '.join(problems)}; "
+            f"valid parameters: {fields}")
 
 
 __all__ = [

@@ -42,7 +42,7 @@ Choices that are **ours**:
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -65,13 +65,13 @@ class AssocRecallConfig(TaskConfig):
     """Associative recall over in-context key-value pairs; label ``answer`` at the query."""
 
     name: ClassVar[str] = "assoc_recall"
-    n_keys: int = Field(64, ge=2, description="Size of the key vocabulary.")
-    n_values: int = Field(64, ge=2, description="Size of the value vocabulary.")
+    n_keys: int = Field(default=64, ge=2, description="Size of the key vocabulary.")
+    n_values: int = Field(default=64, ge=2, description="Size of the value vocabulary.")
     n_pairs: int | None = Field(
-        None, ge=1, description="Pairs per sequence; None = as many as the length allows."
+        default=None, ge=1, description="Pairs per sequence; None = as many as the length allows."
     )
     corrupt: Literal["key", "value"] = Field(
-        "key", description="Which in-context token a counterfactual edits."
+        default="key", description="Which in-context token a counterfactual edits."
     )
 
     @model_validator(mode="after")
@@ -124,9 +124,26 @@ class AssocRecallConfig(TaskConfig):
         return counterfactual(rng, n, length, **self.model_dump())
 
 
+def _unused(rng: np.random.Generator, used: np.ndarray, size: int) -> np.ndarray:
+    """``(n,)``: per row, an id of ``range(size)`` not in ``used[row]``, uniformly.
+
+    Draws the r-th free id directly (r uniform over the ``size - k`` free ones): walking the
+    sorted used ids, each one at or below the candidate pushes it up by one. Memory is
+    ``O(n k)``, not ``O(n size)``, so the paper's 4096-id vocabularies stay cheap.
+    """
+    n, k = used.shape
+    candidate = rng.integers(0, size - k, size=n)
+    for u in np.sort(used, axis=1).T:
+        candidate += u <= candidate
+    return candidate
+
+
 def _draw_without_replacement(rng: np.random.Generator, n: int, size: int, k: int) -> np.ndarray:
     """``(n, k)``: per row, k distinct ids of ``range(size)`` in random order."""
-    return np.argsort(rng.random((n, size)), axis=1)[:, :k]
+    drawn = np.empty((n, k), dtype=np.int64)
+    for j in range(k):
+        drawn[:, j] = _unused(rng, drawn[:, :j], size)
+    return drawn
 
 
 def _layout(keys: np.ndarray, values: np.ndarray, query: np.ndarray, length: int,
@@ -162,7 +179,7 @@ def _sample(rng: np.random.Generator, n: int, length: int, cfg: AssocRecallConfi
     return keys, values, query
 
 
-def generate(rng: np.random.Generator, n: int, length: int, **params: object) -> TaskBatch:
+def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Key-value pairs, a query key, and its value.
 
     Parameters
@@ -186,16 +203,8 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: object) ->
     return batch(tokens, {"answer": answer}, "answer")
 
 
-def _unused(rng: np.random.Generator, used: np.ndarray, size: int) -> np.ndarray:
-    """``(n,)``: per row, an id of ``range(size)`` not in ``used[row]``, uniformly."""
-    free = np.ones((used.shape[0], size), dtype=bool)
-    np.put_along_axis(free, used, False, axis=1)
-    keys = np.where(free, rng.random(free.shape), -1.0)
-    return np.argmax(keys, axis=1)
-
-
 def counterfactual(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
     """Clean sequences and copies whose matching in-context key (or value) is replaced.
 

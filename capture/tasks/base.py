@@ -92,7 +92,9 @@ class CounterfactualBatch:
         ``(n,)`` int64: the token position that was edited.
     label_position : numpy.ndarray
         ``(n,)`` int64: a position at or after ``corrupt_position`` where the target label
-        differs between clean and corrupted.
+        differs between clean and corrupted. The clean label there is always defined; the
+        corrupted one may be -1 where the edit leaves no answer (associative recall with
+        ``corrupt="key"``).
     sites : dict of str to numpy.ndarray
         Named positions per sequence, each ``(n,)`` int64 (e.g. for associative recall
         ``key``, ``value``, ``divider``, ``query``); may be empty.

@@ -64,13 +64,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import keyword
 import os
 import sysconfig
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -138,14 +137,16 @@ class CodeDepthConfig(TaskConfig):
 
     name: ClassVar[str] = "code_depth"
     corpus_dir: str | None = Field(
-        None, description="Folder of .py files; None = this interpreter's standard library."
+        default=None, description="Folder of .py files; None = this interpreter's standard library."
     )
-    split: Literal["train", "eval"] = Field("train", description="Which file split to draw.")
+    split: Literal["train", "eval"] = Field(
+        default="train", description="Which file split to draw."
+    )
     eval_fraction: float = Field(
-        0.2, gt=0.0, lt=1.0, description="Share of files (by path hash) in the eval split."
+        default=0.2, gt=0.0, lt=1.0, description="Share of files (by path hash) in the eval split."
     )
-    max_bracket_depth: int = Field(15, ge=1, le=255, description="Clip for bracket_depth.")
-    max_indent_depth: int = Field(15, ge=1, le=255, description="Clip for indent_depth.")
+    max_bracket_depth: int = Field(default=15, ge=1, le=255, description="Clip for bracket_depth.")
+    max_indent_depth: int = Field(default=15, ge=1, le=255, description="Clip for indent_depth.")
 
     @field_validator("corpus_dir")
     @classmethod
@@ -219,8 +220,13 @@ def stdlib_dir() -> str:
     return sysconfig.get_paths()["stdlib"]
 
 
-@functools.lru_cache(maxsize=16)
 def _list_py_files(root: str, is_stdlib: bool) -> tuple[str, ...]:
+    # Keyed on the folder's mtime so that adding or removing files at its top re-lists it.
+    return _list_py_files_cached(root, is_stdlib, os.stat(root).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _list_py_files_cached(root: str, is_stdlib: bool, mtime_ns: int) -> tuple[str, ...]:
     skip = _EXCLUDED_STDLIB_DIRS if is_stdlib else set()
     found = []
     for folder, dirs, files in os.walk(root):
@@ -292,31 +298,44 @@ def _kinds_and_places(tokens: list[tokenize.TokenInfo]) -> tuple[list[int], list
     return kinds, places
 
 
-@functools.lru_cache(maxsize=4096)
 def _scan(path: str) -> _FileTokens | None:
     """Tokenize one file into kinds and depths; ``None`` if it does not tokenize."""
+    stat = os.stat(path)
+    return _scan_cached(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scan_cached(path: str, mtime_ns: int, size: int) -> _FileTokens | None:
+    # Keyed on mtime and size, so an edited file is tokenized again.
     tokens = _read_tokens(path)
     if tokens is None:
         return None
     kinds_list, places = _kinds_and_places(tokens)
     if not kinds_list:
         return None
-    kinds = np.array(kinds_list, dtype=np.int64)
-    bracket = np.cumsum(np.isin(kinds, _OPEN).astype(np.int64) - np.isin(kinds, _CLOSE))
-    level = np.cumsum((kinds == KIND_ID["INDENT"]).astype(np.int64)
+    # Small dtypes: the whole standard library stays cached in about 30 MB.
+    kinds = np.array(kinds_list, dtype=np.uint8)
+    bracket = np.cumsum(np.isin(kinds, _OPEN).astype(np.int32) - np.isin(kinds, _CLOSE))
+    level = np.cumsum((kinds == KIND_ID["INDENT"]).astype(np.int32)
                       - (kinds == KIND_ID["DEDENT"]))
     if bracket.min() < 0 or level.min() < 0:
         return None
     line_end = np.isin(kinds, [KIND_ID["NEWLINE"], KIND_ID["NL"]]) & (bracket == 0)
     starts = np.concatenate([[0], np.flatnonzero(line_end[:-1]) + 1])
-    rows, cols = (np.array(x, dtype=np.int64) for x in zip(*places, strict=True))
-    return _FileTokens(kinds, bracket, level, starts, rows, cols)
+    rows, cols = (np.array(x, dtype=np.int32) for x in zip(*places, strict=True))
+    return _FileTokens(kinds, bracket.astype(np.int32), level.astype(np.int32), starts,
+                       rows, cols)
+
+
+def _valid_starts(path: str, length: int) -> np.ndarray:
+    """Window starts of a file that fit ``length`` and never dedent below their level."""
+    stat = os.stat(path)
+    return _valid_starts_cached(path, length, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=8192)
-def _valid_starts(path: str, length: int) -> np.ndarray:
-    """Window starts of a file that fit ``length`` and never dedent below their level."""
-    scanned = _scan(path)
+def _valid_starts_cached(path: str, length: int, mtime_ns: int, size: int) -> np.ndarray:
+    scanned = _scan_cached(path, mtime_ns, size)
     if scanned is None or len(scanned.kinds) < length:
         return np.empty(0, dtype=np.int64)
     starts = scanned.starts[scanned.starts + length <= len(scanned.kinds)]
@@ -332,7 +351,7 @@ def _draw_windows(
     root = Path(cfg.corpus_dir if cfg.corpus_dir is not None else stdlib_dir()).resolve()
     files = corpus_files(cfg.corpus_dir, cfg.split, cfg.eval_fraction)
     unusable: set[int] = set()
-    drawn = []
+    drawn: list[tuple[str, str, int]] = []
     while len(drawn) < n:
         if len(unusable) == len(files):
             raise ValueError(
@@ -352,7 +371,7 @@ def _draw_windows(
 
 
 def generate_with_sources(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> tuple[TaskBatch, list[Window]]:
     """:func:`generate`, plus where each window came from.
 
@@ -384,7 +403,7 @@ def generate_with_sources(
     return batch(tokens, labels, "bracket_depth"), windows
 
 
-def generate(rng: np.random.Generator, n: int, length: int, **params: object) -> TaskBatch:
+def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Windows of ``length`` token kinds from real Python files, with depth labels.
 
     Parameters
@@ -412,7 +431,7 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: object) ->
 
 
 def counterfactual(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
     """Clean windows and copies with one non-bracket token turned into an unmatched ``(``.
 

@@ -34,7 +34,7 @@ Choices that are **ours** (the paper's exact generator and label are not public)
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -56,10 +56,13 @@ class DyckConfig(TaskConfig):
     """Bounded-depth Dyck-k bracket sequences; labels ``depth`` and ``top`` (the target)."""
 
     name: ClassVar[str] = "dyck"
-    k: int = Field(2, ge=1, le=64, description="Number of bracket types.")
-    max_depth: int = Field(10, ge=1, le=1000, description="Largest number of open brackets.")
+    k: int = Field(default=2, ge=1, le=64, description="Number of bracket types.")
+    max_depth: int = Field(
+        default=10, ge=1, le=1000, description="Largest number of open brackets."
+    )
     p_open: float = Field(
-        0.5, gt=0.0, lt=1.0, description="Probability of opening when both moves are allowed."
+        default=0.5, gt=0.0, lt=1.0,
+        description="Probability of opening when both moves are allowed.",
     )
 
     @property
@@ -128,7 +131,7 @@ def _walk(rng: np.random.Generator, n: int, length: int, cfg: DyckConfig) -> _Wa
     return out
 
 
-def generate(rng: np.random.Generator, n: int, length: int, **params: object) -> TaskBatch:
+def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Random bounded-depth bracket sequences with their stack labels.
 
     Parameters
@@ -153,7 +156,7 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: object) ->
 
 
 def counterfactual(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
     """Clean sequences and copies where one open bracket (and its close) changes type.
 

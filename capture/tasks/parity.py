@@ -17,7 +17,7 @@ at each of them).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -37,7 +37,7 @@ class ParityConfig(TaskConfig):
     """Parity of a random bit string; every position carries the running XOR."""
 
     name: ClassVar[str] = "parity"
-    p_one: float = Field(0.5, gt=0.0, lt=1.0, description="Probability that a bit is 1.")
+    p_one: float = Field(default=0.5, gt=0.0, lt=1.0, description="Probability that a bit is 1.")
 
     @property
     def vocab_size(self) -> int:
@@ -83,7 +83,7 @@ def running_parity(bits: np.ndarray) -> np.ndarray:
     return np.cumsum(bits, axis=1, dtype=np.int64) % 2
 
 
-def generate(rng: np.random.Generator, n: int, length: int, **params: float) -> TaskBatch:
+def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Random bit strings with their running parity.
 
     Parameters
@@ -108,7 +108,7 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: float) -> 
 
 
 def counterfactual(
-    rng: np.random.Generator, n: int, length: int, **params: float
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
     """Clean bit strings and copies with one bit flipped.
 

@@ -34,7 +34,7 @@ e.g. at position 1: ``[1 2 0] · [0 2 1]`` maps 0 -> 1, 1 -> 0, 2 -> 2, i.e. ``[
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def running_product(elements: np.ndarray) -> np.ndarray:
     return state
 
 
-def generate(rng: np.random.Generator, n: int, length: int, **params: object) -> TaskBatch:
+def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Uniform S3 elements with their running product.
 
     Parameters
@@ -145,7 +145,7 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: object) ->
 
 
 def counterfactual(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
     """Clean sequences and copies with one element replaced by a different one.
 

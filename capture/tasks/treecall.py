@@ -58,7 +58,7 @@ from __future__ import annotations
 import bisect
 import functools
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -82,12 +82,14 @@ class TreecallConfig(TaskConfig):
     """Random-PCFG sentences with a parent-head query; label ``answer`` at the query."""
 
     name: ClassVar[str] = "treecall"
-    n_nonterminals: int = Field(20, ge=1, le=1000, description="Nonterminals in the grammar.")
-    n_terminals: int = Field(20, ge=3, le=10000, description="Terminals in the grammar.")
-    max_rhs_len: int = Field(3, ge=1, le=50, description="Most symbols in a rule's RHS.")
-    max_rules_per_nt: int = Field(3, ge=1, le=50, description="Most rules per nonterminal.")
-    max_depth: int = Field(10, ge=1, le=50, description="Largest nonterminal max depth.")
-    grammar_seed: int = Field(0, ge=0, description="Seed of the grammar (not of sampling).")
+    n_nonterminals: int = Field(
+        default=20, ge=1, le=1000, description="Nonterminals in the grammar."
+    )
+    n_terminals: int = Field(default=20, ge=3, le=10000, description="Terminals in the grammar.")
+    max_rhs_len: int = Field(default=3, ge=1, le=50, description="Most symbols in a rule's RHS.")
+    max_rules_per_nt: int = Field(default=3, ge=1, le=50, description="Most rules per nonterminal.")
+    max_depth: int = Field(default=10, ge=1, le=50, description="Largest nonterminal max depth.")
+    grammar_seed: int = Field(default=0, ge=0, description="Seed of the grammar (not of sampling).")
 
     @classmethod
     def paper(cls, difficulty: str = "easy") -> TreecallConfig:
@@ -199,11 +201,18 @@ class _Uniforms:
         self._rng, self._block = rng, block
         self._buffer: list[float] = []
 
-    def pick(self, cdf: list[float]) -> int:
-        """Index drawn with the probabilities whose cumulative sums are ``cdf``."""
+    def _next(self) -> float:
         if not self._buffer:
             self._buffer = self._rng.random(self._block).tolist()[::-1]
-        return min(bisect.bisect_right(cdf, self._buffer.pop() * cdf[-1]), len(cdf) - 1)
+        return self._buffer.pop()
+
+    def pick(self, cdf: list[float]) -> int:
+        """Index drawn with the probabilities whose cumulative sums are ``cdf``."""
+        return min(bisect.bisect_right(cdf, self._next() * cdf[-1]), len(cdf) - 1)
+
+    def index(self, size: int) -> int:
+        """Index drawn uniformly from ``range(size)``."""
+        return min(int(self._next() * size), size - 1)
 
 
 def _expand(nt: int, grammar: Grammar, draws: _Uniforms, room: list[int]) -> Constituent:
@@ -264,9 +273,9 @@ def _choose_query(terminals: list[int], parents: list[int], draws: _Uniforms
     if not eligible:
         return None
     targets = sorted({parents[i] for i in eligible})
-    target = targets[draws.pick(list(range(1, len(targets) + 1)))]
+    target = targets[draws.index(len(targets))]
     children = [i for i in eligible if parents[i] == target]
-    return children[draws.pick(list(range(1, len(children) + 1)))], target
+    return children[draws.index(len(children))], target
 
 
 class _Draw(NamedTuple):
@@ -277,10 +286,9 @@ class _Draw(NamedTuple):
 
 
 def _draw_sentence(grammar: Grammar, draws: _Uniforms, most: int, cfg: TreecallConfig) -> _Draw:
-    start_cdf = list(range(1, len(grammar.depth) + 1))
     for _ in range(MAX_DRAWS):
         try:
-            tree = _expand(draws.pick(start_cdf), grammar, draws, [most])
+            tree = _expand(draws.index(len(grammar.depth)), grammar, draws, [most])
         except _TooLong:
             continue
         terminals, parents = flatten(tree)
@@ -319,7 +327,7 @@ def _layout(drawn: list[_Draw], length: int) -> tuple[np.ndarray, np.ndarray, di
 
 
 def generate_with_trees(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> tuple[TaskBatch, list[Constituent]]:
     """:func:`generate`, plus the tree behind each sentence (in batch order)."""
     cfg = TreecallConfig(**params)
@@ -328,7 +336,7 @@ def generate_with_trees(
     return batch(tokens, {"answer": answer}, "answer"), [d.tree for d in drawn]
 
 
-def generate(rng: np.random.Generator, n: int, length: int, **params: object) -> TaskBatch:
+def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Random-PCFG sentences, a query terminal and its parent's head.
 
     Parameters
@@ -355,7 +363,7 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: object) ->
 
 
 def counterfactual(
-    rng: np.random.Generator, n: int, length: int, **params: object
+    rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
     """Clean sequences and copies whose queried parent head is another terminal.
 
