@@ -132,5 +132,89 @@ def unpack(archive: str, target: str) -> None:
     click.echo(f"unpacked {archive} -> {run_unpack(archive, target)}")
 
 
+device_option = click.option(
+    "--device", default="cpu", show_default=True,
+    help="torch device: cpu, or cuda when a GPU is present (never required).",
+)
+
+
+def _device(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda was given but no CUDA GPU is available; use --device cpu")
+    elif device != "cpu":
+        raise ValueError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    return device
+
+
+def _open_or_create(path: str, title: str):
+    from store import Store
+
+    return Store.create(path, title=title, exist_ok=True)
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--store", "store_path", required=True, help="Store to train into (created if missing).")
+@device_option
+@boundary
+def train(experiment: str, store_path: str, device: str) -> None:
+    """Train every run of EXPERIMENT (skips runs already trained)."""
+    from tqdm.auto import tqdm
+
+    from capture.experiment import load_experiment
+    from capture.train import train_run
+
+    exp = load_experiment(experiment)
+    st = _open_or_create(store_path, exp.experiment.title or exp.experiment.name)
+    specs = exp.runs()
+    for i, spec in enumerate(specs, 1):
+        bar = tqdm(total=spec.train.steps, desc=f"[{i}/{len(specs)}] {spec.run_id}", leave=False,
+                   disable=None)
+
+        def progress(step: int, point: dict, bar=bar) -> None:
+            bar.n = step
+            bar.set_postfix(valid=f"{point['valid_accuracy']:.3f}")
+            bar.refresh()
+
+        res = train_run(st, spec, device=_device(device), progress=progress)
+        bar.close()
+        accs = " ".join(f"L{k}={v:.3f}" for k, v in sorted(res.accuracy.items()))
+        state = "already trained" if res.skipped else f"{res.steps} steps, {res.seconds:.0f}s"
+        click.echo(f"{spec.run_id}: {state}; accuracy {accs}")
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--store", "store_path", required=True, help="Store holding the trained runs.")
+@device_option
+@boundary
+def capture(experiment: str, store_path: str, device: str) -> None:
+    """Record every layer of every trained run of EXPERIMENT at every length (resumable)."""
+    from tqdm.auto import tqdm
+
+    from capture.experiment import load_experiment
+    from capture.record import capture_experiment
+    from store import Store
+
+    exp = load_experiment(experiment)
+    st = Store.open(store_path, mode="r+")
+    bars = []
+
+    def factory(desc: str, total: int):
+        bar = tqdm(total=total, desc=desc, leave=False, disable=None, unit="seq")
+        bars.append(bar)
+        return bar.update
+
+    results = capture_experiment(st, exp, device=_device(device), progress_factory=factory)
+    for b in bars:
+        b.close()
+    done = sum(r.blocks_written for r in results)
+    click.echo(f"captured {len(results)} groups into {store_path} ({done} blocks written, "
+               f"{sum(r.blocks_total for r in results) - done} already there)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -11,7 +11,7 @@ Public API::
 This package imports nothing else of layerstate's.
 """
 
-from .core import Store, config_hash, create_store, open_store
+from .core import Store, config_hash, create_store, open_store, run_identity
 from .errors import (
     CorruptStoreError,
     IncompleteError,
@@ -52,6 +52,7 @@ __all__ = [
     "length_group",
     "open_store",
     "pack",
+    "run_identity",
     "summary",
     "unpack",
     "validate",

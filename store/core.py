@@ -54,6 +54,17 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def run_identity(
+    task: str, arch: str, variant: str, seed: int,
+    model_config: Mapping | None = None, task_config: Mapping | None = None,
+) -> dict[str, Any]:
+    """What defines a run; its :func:`config_hash` is the run's ``config_hash`` attribute."""
+    return {
+        "task": task, "arch": arch, "variant": variant, "seed": int(seed),
+        "model_config": dict(model_config or {}), "task_config": dict(task_config or {}),
+    }
+
+
 def _jsonable(obj: Any) -> Any:
     """Convert numpy scalars/arrays and tuples so attrs stay plain JSON."""
     if isinstance(obj, Mapping):
@@ -262,10 +273,7 @@ class Store:
         """
         self._writable()
         S.check_run_id(run_id)
-        identity = {
-            "task": task, "arch": arch, "variant": variant, "seed": int(seed),
-            "model_config": dict(model_config or {}), "task_config": dict(task_config or {}),
-        }
+        identity = run_identity(task, arch, variant, seed, model_config, task_config)
         h = config_hash(identity)
         runs = self._runs_group()
         if run_id in runs:

@@ -56,7 +56,11 @@ class LengthWriter:
     allow_nonfinite
         Accept NaN/Inf in ``hidden`` (recorded in the group's attrs); refused by default.
     attrs
-        Extra JSON-able attributes for the group (e.g. which sites, corrupted positions).
+        Extra JSON-able attributes for the group (e.g. which sites were captured).
+    extra
+        More per-sequence variables: ``{name: (dims after 'sequence', their sizes, dtype)}``,
+        e.g. ``{"corrupt_position": ((), (), "int64")}`` or an extra activation site
+        ``{"site_L0_cell": (("position", "site_L0_cell_feature"), (40, 162), "float16")}``.
 
     Notes
     -----
@@ -83,6 +87,7 @@ class LengthWriter:
         kind: str = "len",
         allow_nonfinite: bool = False,
         attrs: Mapping[str, Any] | None = None,
+        extra: Mapping[str, tuple[Sequence[str], Sequence[int], str]] | None = None,
     ) -> None:
         if dtype not in _FLOAT_DTYPES:
             raise ValueError(f"dtype must be one of {_FLOAT_DTYPES}, got {dtype!r}")
@@ -111,7 +116,11 @@ class LengthWriter:
             "n_classes": None if n_classes is None else int(n_classes),
             "dtype": dtype,
             "block_size": int(min(block_size or auto, n_sequences)),
+            "extra": {k: [list(d), [int(x) for x in sh], str(dt)] for k, (d, sh, dt) in (extra or {}).items()},
         }
+        clash = set(self.spec["extra"]) & {*labels, *S.CORE_VARS, "sequence", "position", "layer"}
+        if clash:
+            raise InvalidArrayError(f"extra variables {sorted(clash)} clash with store variables; rename them")
         if self.spec["target"] not in labels:
             raise InvalidArrayError(f"target {target!r} is not one of the labels {labels}")
         self.allow_nonfinite = allow_nonfinite
@@ -208,6 +217,9 @@ class LengthWriter:
         if sp["n_classes"]:
             arr("logits", (n, L, sp["n_classes"]), (blk, L, sp["n_classes"]),
                 sp["dtype"], np.nan, S.DIMS["logits"])
+        for var, (dims, shape, dtype) in sp["extra"].items():
+            fill = np.nan if np.dtype(dtype).kind == "f" else (False if dtype == "bool" else -1)
+            arr(var, (n, *shape), (blk, *shape), dtype, fill, ("sequence", *dims))
         # Coordinates are small: written at creation, whole.
         arr("sequence", (n,), (n,), "int64", -1, ("sequence",))[...] = np.arange(n)
         arr("position", (L,), (L,), "int64", -1, ("position",))[...] = np.arange(L)
@@ -241,6 +253,7 @@ class LengthWriter:
         labels: Mapping[str, Any],
         mask: Any = None,
         logits: Any = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Write block ``b`` (all its sequences, every array) and record it as done.
 
@@ -249,6 +262,7 @@ class LengthWriter:
         """
         start, stop = self.block_range(b)
         data = self._check(stop - start, hidden, tokens, labels, mask, logits)
+        data.update(self._check_extra(stop - start, extra or {}))
         sl = slice(start, stop)
         # write_empty_chunks is a runtime setting, not stored with the array: without it zarr
         # compares every float16 chunk with the fill value, which made writes ~4x slower.
@@ -372,6 +386,23 @@ class LengthWriter:
                 raise InvalidArrayError(f"logits has shape {lg.shape}; expected {(m, L, sp['n_classes'])}")
             _numeric(lg, "logits")
             out["logits"] = lg.astype(sp["dtype"], copy=False)
+        return out
+
+    def _check_extra(self, m: int, extra: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        want = self.spec["extra"]
+        if set(extra) != set(want):
+            raise InvalidArrayError(
+                f"extra variables {sorted(extra)} do not match the declared ones {sorted(want)}"
+            )
+        out = {}
+        for name, value in extra.items():
+            _dims, shape, dtype = want[name]
+            arr = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+            if arr.shape != (m, *shape):
+                raise InvalidArrayError(f"extra {name!r} has shape {arr.shape}; expected {(m, *shape)}")
+            if dtype != "bool":
+                _numeric(arr, name)
+            out[name] = arr.astype(dtype, copy=False)
         return out
 
     def _int2d(self, value: Any, name: str, m: int) -> np.ndarray:

@@ -1,0 +1,224 @@
+"""Training: per-position classification on labelled positions, stored as arrays.
+
+AdamW with linear warm-up and cosine decay, gradient clipping, early stopping on held-out
+accuracy (best weights kept). All randomness comes from the run's seed: the model's
+initialisation through ``build_model(..., seed)``, and every batch from a numpy Generator
+seeded by (seed, stream), so the same seed gives the same weights on a CPU.
+
+Weights, the resolved configs (and their hash), the training curve and the accuracy at
+every evaluation length go into the store. A finished run is skipped when trained again;
+an interrupted one (no complete weights) is retrained from the start.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from capture.experiment import RunSpec, TrainConfig
+from capture.tasks import TaskBatch, TaskConfig
+from store import Store
+
+# Independent random streams per purpose, so e.g. changing n_eval never changes training data.
+STREAM_TRAIN, STREAM_VALID, STREAM_TEST, STREAM_CAPTURE, STREAM_CF = 1, 2, 3, 4, 5
+
+
+def rng_for(seed: int, stream: int, *extra: int) -> np.random.Generator:
+    """A Generator for one (seed, purpose, …) stream: reproducible and independent."""
+    return np.random.default_rng([int(seed), stream, *map(int, extra)])
+
+
+def split_config(task: TaskConfig, split: str) -> TaskConfig:
+    """Tasks with a file split (code_depth) draw held-out data from their eval files."""
+    if "split" in type(task).model_fields:
+        return task.model_copy(update={"split": split})
+    return task
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    skipped: bool
+    steps: int
+    seconds: float
+    accuracy: dict[int, float]
+
+
+def masked_loss_and_accuracy(logits: torch.Tensor, batch: TaskBatch) -> tuple[torch.Tensor, float]:
+    """Cross-entropy and accuracy over the positions that carry the target label."""
+    labels = torch.as_tensor(batch.labels[batch.target])
+    mask = torch.as_tensor(batch.mask)
+    sel_logits = logits[mask]  # (n_labelled, class)
+    sel_labels = labels[mask]
+    loss = F.cross_entropy(sel_logits.float(), sel_labels)
+    acc = (sel_logits.argmax(-1) == sel_labels).float().mean().item()
+    return loss, acc
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batch: TaskBatch, device: str = "cpu", batch_size: int = 256) -> float:
+    """Accuracy of the model's readout on every labelled position of a batch."""
+    model.eval()
+    correct = total = 0
+    for lo in range(0, batch.n, batch_size):
+        tok = torch.as_tensor(batch.tokens[lo : lo + batch_size], device=device)
+        pred = model(tok).argmax(-1).cpu().numpy()
+        lab = batch.labels[batch.target][lo : lo + batch_size]
+        m = batch.mask[lo : lo + batch_size]
+        correct += int((pred[m] == lab[m]).sum())
+        total += int(m.sum())
+    return correct / max(total, 1)
+
+
+def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+
+    def f(step: int) -> float:
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return f
+
+
+def fit(
+    model: torch.nn.Module,
+    task: TaskConfig,
+    cfg: TrainConfig,
+    seed: int,
+    *,
+    device: str = "cpu",
+    progress: Callable[[int, dict], None] | None = None,
+) -> tuple[list[dict], int]:
+    """Train ``model`` in place; returns the curve and the number of steps taken.
+
+    The model ends with the weights of its best held-out evaluation.
+    """
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    train_task, valid_task = split_config(task, "train"), split_config(task, "eval")
+    valid = valid_task.generate(rng_for(seed, STREAM_VALID), cfg.n_eval, cfg.length)
+    data_rng = rng_for(seed, STREAM_TRAIN)
+    curve: list[dict] = []
+    best = (-1.0, None)
+    stale, step = 0, 0
+    for step in range(1, cfg.steps + 1):
+        model.train()
+        batch = train_task.generate(data_rng, cfg.batch_size, cfg.length)
+        logits = model(torch.as_tensor(batch.tokens, device=device))
+        loss, acc = masked_loss_and_accuracy(logits, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            val = evaluate(model, valid, device)
+            point = {"step": step, "loss": float(loss.detach()), "train_accuracy": acc, "valid_accuracy": val}
+            curve.append(point)
+            if progress:
+                progress(step, point)
+            if val > best[0]:
+                best = (val, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                stale = 0
+            else:
+                stale += 1
+            if val >= cfg.target_accuracy or stale >= cfg.patience:
+                break
+    if best[1] is not None:
+        model.load_state_dict(best[1])
+    return curve, step
+
+
+def train_run(
+    store: Store,
+    spec: RunSpec,
+    *,
+    device: str = "cpu",
+    progress: Callable[[int, dict], None] | None = None,
+) -> TrainResult:
+    """Train one run of an experiment into the store (skipped if already trained)."""
+    from capture.models import build_model, count_parameters
+
+    task = spec.task_config()
+    mcfg = spec.model_config()
+    cfg = spec.train
+    rid = store.add_run(
+        spec.run_id, task=spec.task, arch=spec.arch, variant=spec.variant, seed=spec.seed,
+        model_config=mcfg.model_dump(), task_config=task.model_dump(),
+        experiment=spec.exp.experiment.name,
+    )
+    if store.has_weights(rid) and store.run_attrs(rid).get("status") == "trained":
+        acc = {int(k): v for k, v in store.run_attrs(rid)["metrics"]["accuracy"].items()}
+        return TrainResult(rid, True, 0, 0.0, acc)
+    with store.lock(rid):
+        torch.set_num_threads(cfg.threads)
+        n_classes = task.n_classes[task.target]
+        model = build_model(mcfg, vocab_size=task.vocab_size, n_classes=n_classes, seed=spec.seed)
+        t0 = time.perf_counter()
+        curve, steps = fit(model, task, cfg, spec.seed, device=device, progress=progress)
+        seconds = time.perf_counter() - t0
+        acc = accuracy_by_length(model, task, cfg, spec.seed, device)
+        store.write_weights(rid, model.state_dict(), overwrite=True)
+        store.update_run_attrs(
+            rid,
+            status="trained",
+            train_config=cfg.model_dump(),
+            n_classes=n_classes,
+            vocab_size=task.vocab_size,
+            target=task.target,
+            n_parameters=count_parameters(model),
+            implementation=getattr(model, "implementation", "torch"),
+            device=device,
+            metrics={
+                "accuracy": {str(k): v for k, v in acc.items()},
+                "steps": steps,
+                "train_seconds": seconds,
+                "sequences_per_second": steps * cfg.batch_size / max(seconds, 1e-9),
+                "curve": curve,
+            },
+        )
+        store.consolidate()
+    return TrainResult(rid, False, steps, seconds, acc)
+
+
+def accuracy_by_length(model, task: TaskConfig, cfg: TrainConfig, seed: int, device: str) -> dict[int, float]:
+    """Held-out accuracy at every evaluation length (fresh sequences per length)."""
+    test_task = split_config(task, "eval")
+    out = {}
+    for L in cfg.eval_lengths:
+        batch = test_task.generate(rng_for(seed, STREAM_TEST, L), cfg.n_test, L)
+        out[L] = evaluate(model, batch, device)
+    return out
+
+
+def rebuild_model(store: Store, run_id: str, device: str = "cpu") -> torch.nn.Module:
+    """The trained model of a run, rebuilt from its stored config and weights."""
+    from capture.models import ModelConfig, build_model
+
+    a = store.run_attrs(run_id)
+    if not store.has_weights(run_id):
+        raise store_missing(store, run_id)
+    model = build_model(
+        ModelConfig(**a["model_config"]), vocab_size=a["vocab_size"], n_classes=a["n_classes"],
+        seed=a["seed"],
+    )
+    weights = {k: torch.from_numpy(v) for k, v in store.read_weights(run_id).items()}
+    model.load_state_dict(weights)
+    return model.to(device).eval()
+
+
+def store_missing(store: Store, run_id: str) -> Exception:
+    from store import MissingError
+
+    return MissingError(
+        f"run {run_id!r} has no trained weights in {store.location}; run `layerstate train` first"
+    )

@@ -1,0 +1,66 @@
+"""Experiment files: typed, validated, with one-line errors that list valid options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capture.experiment import ExperimentError, load_experiment, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def minimal(**over):
+    data = {"experiment": {"name": "t"}, "grid": {"tasks": ["parity"], "archs": ["lstm"]}}
+    for k, v in over.items():
+        data[k] = v
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "experiments").glob("*.toml")))
+def test_shipped_experiments_validate(name):
+    exp = load_experiment(ROOT / "experiments" / name)
+    assert exp.runs()
+
+
+def test_grid_expands_and_skips_variants_that_do_not_apply():
+    exp = parse_experiment(minimal(grid={"tasks": ["parity", "s3"], "archs": ["lstm", "mamba"],
+                                         "variants": ["default", "no_conv"], "seeds": [0, 1]}))
+    ids = [r.run_id for r in exp.runs()]
+    assert len(ids) == 2 * (1 + 2) * 2  # lstm: default only; mamba: default + no_conv
+    assert "s3-mamba-no_conv-s1" in ids and "parity-lstm-no_conv-s0" not in ids
+
+
+def test_per_task_training_overrides():
+    exp = parse_experiment(minimal(train={"steps": 10}, train_overrides={"parity": {"steps": 99}}))
+    assert exp.runs()[0].train.steps == 99 and exp.train.steps == 10
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (minimal(grid={"tasks": ["parityy"], "archs": ["lstm"]}),
+         r"unknown task 'parityy'; valid: assoc_recall, code_depth, dyck, parity, s3, treecall"),
+        (minimal(grid={"tasks": ["parity"], "archs": ["rnn"]}),
+         r"unknown architecture 'rnn'; valid: transformer, mamba, mamba2, lstm, gru"),
+        (minimal(train={"stepz": 3}), r"train.stepz: unknown field"),
+        (minimal(train={"steps": 0}), r"train.steps: Input should be greater than or equal to 1"),
+        (minimal(tasks={"dyck": {"k": 2}}), r"\[tasks.dyck\] names something not in the grid"),
+        (minimal(tasks={"parity": {"colour": 1}}), r"colour"),
+        (minimal(grid={"tasks": ["parity"], "archs": ["lstm"], "seeds": [1, 1]}), r"seeds repeat"),
+    ],
+)
+def test_bad_experiments_get_one_line_errors(data, match):
+    with pytest.raises(ExperimentError, match=match) as info:
+        parse_experiment(data)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ExperimentError, match="not found"):
+        load_experiment(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[experiment\nname=")
+    with pytest.raises(ExperimentError, match="not valid TOML"):
+        load_experiment(bad)

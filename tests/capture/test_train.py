@@ -1,0 +1,69 @@
+"""Training: deterministic per seed, stored as arrays, skipped when done, rebuilt exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from capture.experiment import parse_experiment
+from capture.train import rebuild_model, train_run
+from store import MissingError, RunConflictError, Store
+
+
+def tiny_experiment(task="parity", arch="lstm", steps=20, **over):
+    data = {
+        "experiment": {"name": "tiny"},
+        "grid": {"tasks": [task], "archs": [arch], "seeds": [0]},
+        "train": {"steps": steps, "batch_size": 16, "eval_every": 10, "n_eval": 32,
+                  "eval_lengths": [12, 24], "n_test": 32, "length": 12, "warmup": 2},
+        "models": {arch: {"d_model": 16, "n_layers": 2}},
+    }
+    data.update(over)
+    return parse_experiment(data)
+
+
+def test_same_seed_same_weights_and_everything_is_stored(tmp_path):
+    spec = tiny_experiment().runs()[0]
+    a, b = Store.create(str(tmp_path / "a.zarr")), Store.create(str(tmp_path / "b.zarr"))
+    ra, rb = train_run(a, spec), train_run(b, spec)
+    wa, wb = a.read_weights(ra.run_id), b.read_weights(rb.run_id)
+    assert list(wa) == list(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
+    attrs = a.run_attrs(ra.run_id)
+    assert attrs["status"] == "trained" and attrs["task"] == "parity" and attrs["arch"] == "lstm"
+    assert set(attrs["metrics"]["accuracy"]) == {"12", "24"}
+    assert attrs["metrics"]["curve"][0]["step"] == 10
+    assert attrs["model_config"]["hidden_size"] == 20  # sizes resolved and recorded
+    assert attrs["train_config"]["steps"] == 20 and len(attrs["config_hash"]) == 16
+
+
+def test_rerun_skips_a_trained_run(tmp_path):
+    spec = tiny_experiment().runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    first = train_run(st, spec)
+    again = train_run(st, spec)
+    assert again.skipped and not first.skipped and again.accuracy == first.accuracy
+
+
+def test_changed_config_is_refused_not_overwritten(tmp_path):
+    st = Store.create(str(tmp_path / "a.zarr"))
+    train_run(st, tiny_experiment().runs()[0])
+    changed = tiny_experiment(models={"lstm": {"d_model": 8, "n_layers": 2}}).runs()[0]
+    with pytest.raises(RunConflictError, match="different config"):
+        train_run(st, changed)
+
+
+def test_rebuilt_model_reproduces_the_trained_one(tmp_path):
+    spec = tiny_experiment(arch="transformer", steps=5).runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    train_run(st, spec)
+    m1, m2 = rebuild_model(st, spec.run_id), rebuild_model(Store.open(str(st.location)), spec.run_id)
+    tok = torch.randint(0, 2, (3, 12), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(m1(tok), m2(tok), rtol=0, atol=0)
+
+
+def test_rebuilding_an_untrained_run_names_the_command(tmp_path):
+    st = Store.create(str(tmp_path / "a.zarr"))
+    st.add_run("r0", task="parity", arch="lstm", seed=0)
+    with pytest.raises(MissingError, match="layerstate train"):
+        rebuild_model(st, "r0")
