@@ -43,8 +43,12 @@ def _shift_for(difference: float, base_logit: float, total_sd: float) -> float:
             f"difference {difference} is impossible from a base accuracy of {base:.3f}; it "
             f"must lie in ({-base:.3f}, {1 - base:.3f})"
         )
-    return brentq(lambda d: population_accuracy(base_logit + d, total_sd) - base - difference,
-                  -30.0, 30.0, xtol=1e-12)
+    return brentq(
+        lambda d: population_accuracy(base_logit + d, total_sd) - base - difference,
+        -30.0,
+        30.0,
+        xtol=1e-12,
+    )
 
 
 def simulate_paired_accuracy(
@@ -102,8 +106,7 @@ def simulate_paired_accuracy(
     return xr.Dataset(
         {
             "correct": (dims, np.where(mask, correct, np.nan)),
-            "labelled": (dims, np.where(mask, float(n_positions), np.nan)
-                         * np.ones_like(correct)),
+            "labelled": (dims, np.where(mask, float(n_positions), np.nan) * np.ones_like(correct)),
             "truth": ("condition", truth),
         },
         coords=coords,

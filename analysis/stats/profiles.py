@@ -1,0 +1,376 @@
+"""Statistics of a probe-accuracy profile across layers, with intervals, and profile comparisons.
+
+A profile is a metric per layer: dims (seed, layer) or (seed, sequence, layer), with any other
+dims (task, arch, length, ...) as cells. Paper A's question is *where* the state becomes
+readable, so the statistics are about the profile's shape:
+
+* ``best_layer``: the layer of highest accuracy of the estimated profile;
+* ``first_crossing``: the first layer whose accuracy reaches ``threshold``;
+* ``auc``: the normalised area under the profile, ``(trapz(profile) / (n_layers - 1) - chance)
+  / (1 - chance)``: 1 for a perfect profile, 0 for a profile at chance throughout; earlier
+  rises give larger areas.
+
+``auc`` is linear in the profile, so its interval is the seed-level t interval of per-seed
+AUCs (``method="t"``, calibrated with 5 seeds; see :mod:`analysis.stats.bootstrap`). Layers are
+discrete and argmax/first-crossing are not smooth, so their intervals are percentiles of the
+hierarchical bootstrap (seeds, then sequences) reported as layer positions; with ~5 seeds these
+are optimistic (the bootstrap undercovers), and ``best_layer_share`` shows the whole
+distribution. Layer statistics are positions ``0..n_layers-1`` along ``layer``; the labels are in
+the ``layer_labels`` attr; NaN means "never reaches the threshold".
+
+:func:`profile_difference_test` asks whether two tasks' profiles differ in shape, per cell
+(e.g. per architecture): the statistic is the RMS over layers between the two tasks' mean
+profiles, each min-max normalised (0 at its worst layer, 1 at its best) so that level
+differences do not count, only where the rise happens. Its p comes from a permutation test
+that reassigns whole seeds (one trained model's profile) between the tasks: exact over all
+``C(n_a + n_b, n_a)`` splits when feasible (252 for 5 + 5 seeds, smallest p = 2/252). Models of
+different tasks are separate runs, so exchangeability of seeds between tasks under the null is
+the natural assumption (**ours**; a MixedLM ``acc ~ task * layer`` would instead assume normal
+errors and test level and shape together). The interval is a percentile bootstrap of seeds
+within each task; a distance is >= 0 and biased upwards, so read the interval as the
+statistic's spread, and the p as the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+from math import comb
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from analysis.stats import validate
+from analysis.stats.bootstrap import hierarchical_bootstrap, seed_estimates, t_interval_np
+
+# --------------------------------------------------------------------------- numpy kernels
+
+
+def best_layer_np(profile: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Position of the highest value along ``axis`` (first one on ties); float, NaN if all NaN."""
+    profile = np.moveaxis(np.asarray(profile, dtype=float), axis, -1)
+    empty = np.all(np.isnan(profile), axis=-1)
+    best = np.argmax(np.where(np.isnan(profile), -np.inf, profile), axis=-1).astype(float)
+    return np.where(empty, np.nan, best)
+
+
+def first_crossing_np(profile: np.ndarray, threshold: float, axis: int = -1) -> np.ndarray:
+    """Position of the first value >= ``threshold`` along ``axis``; NaN if none."""
+    profile = np.moveaxis(np.asarray(profile, dtype=float), axis, -1)
+    above = profile >= threshold
+    return np.where(above.any(-1), np.argmax(above, axis=-1).astype(float), np.nan)
+
+
+def auc_np(profile: np.ndarray, chance: float = 0.0, axis: int = -1) -> np.ndarray:
+    """Normalised trapezoid area along ``axis``: 1 = perfect everywhere, 0 = chance."""
+    profile = np.moveaxis(np.asarray(profile, dtype=float), axis, -1)
+    n = profile.shape[-1]
+    mean_height = np.trapezoid(profile, axis=-1) / (n - 1) if n > 1 else profile[..., 0]
+    return (mean_height - chance) / (1.0 - chance)
+
+
+def discrete_interval_np(positions: np.ndarray, ci_level: float, axis: int = -1):
+    """Percentile interval of layer positions that stays on observed positions.
+
+    ``NaN`` (never crossed) counts as beyond the last layer; an endpoint there is NaN.
+    Returns (lower, upper).
+    """
+    positions = np.moveaxis(np.asarray(positions, dtype=float), axis, -1)
+    beyond = np.where(np.isnan(positions), np.inf, positions)
+    alpha = (1 - ci_level) / 2
+    lower, upper = np.quantile(beyond, [alpha, 1 - alpha], axis=-1, method="inverted_cdf")
+    return np.where(np.isinf(lower), np.nan, lower), np.where(np.isinf(upper), np.nan, upper)
+
+
+def normalise_np(profile: np.ndarray) -> np.ndarray:
+    """Min-max normalise along the last axis; a flat profile becomes all zeros."""
+    low = profile.min(-1, keepdims=True)
+    span = profile.max(-1, keepdims=True) - low
+    return np.where(span > 1e-12, (profile - low) / np.where(span > 1e-12, span, 1.0), 0.0)
+
+
+def shape_distance_np(mean_a: np.ndarray, mean_b: np.ndarray) -> np.ndarray:
+    """RMS over the last axis between min-max normalised profiles. Shape (...)."""
+    return np.sqrt(np.mean((normalise_np(mean_a) - normalise_np(mean_b)) ** 2, axis=-1))
+
+
+def _splits(n_a: int, n: int, rng, max_exact: int, n_permutations: int):
+    """Group-A membership (splits, n) of every split, or of random ones; and whether exact."""
+    if comb(n, n_a) <= max_exact:
+        rows = list(itertools.combinations(range(n), n_a))
+        member = np.zeros((len(rows), n), dtype=bool)
+        member[np.repeat(np.arange(len(rows)), n_a), np.concatenate(rows)] = True
+        return member, True
+    order = np.argsort(rng.random((n_permutations, n)), axis=1)
+    return order < n_a, False
+
+
+def permutation_shape_test_np(a, b, rng, max_exact=20000, n_permutations=9999):
+    """Permutation p of the shape distance between two groups of profiles.
+
+    Parameters
+    ----------
+    a, b : ndarray, shapes (n_a, layer) and (n_b, layer): one profile per seed.
+
+    Returns
+    -------
+    statistic : float
+    p : float
+    exact : bool
+    n_splits : int
+    """
+    pooled = np.concatenate([a, b])  # (n, layer)
+    n_a, n = a.shape[0], pooled.shape[0]
+    stat = float(shape_distance_np(a.mean(0), b.mean(0)))
+    member, exact = _splits(n_a, n, rng, max_exact, n_permutations)
+    mean_a = member @ pooled / n_a  # (split, layer)
+    mean_b = (~member) @ pooled / (n - n_a)
+    null = shape_distance_np(mean_a, mean_b)
+    hits = int(np.sum(null >= stat - 1e-12 * max(1.0, stat)))
+    p = hits / len(null) if exact else (1 + hits) / (1 + len(null))
+    return stat, p, exact, len(null)
+
+
+def bootstrap_shape_distance_np(a, b, rng, n_boot):
+    """Draws of the shape distance, resampling seeds within each group. Shape (n_boot,)."""
+    ia = rng.integers(0, a.shape[0], (n_boot, a.shape[0]))
+    ib = rng.integers(0, b.shape[0], (n_boot, b.shape[0]))
+    return shape_distance_np(a[ia].mean(1), b[ib].mean(1))
+
+
+# --------------------------------------------------------------------------- xarray layer
+
+
+def _with_sequence(da, sequence_dim):
+    return da if sequence_dim in da.dims else da.expand_dims({sequence_dim: 1}, axis=-1)
+
+
+def profile_statistics(
+    accuracy: xr.DataArray,
+    denominator: xr.DataArray | None = None,
+    *,
+    rng: np.random.Generator | int,
+    threshold: float = 0.9,
+    chance: float = 0.0,
+    ci_level: float = 0.95,
+    n_boot: int = 2000,
+    mask: xr.DataArray | None = None,
+    layer_dim: str = "layer",
+    seed_dim: str = "seed",
+    sequence_dim: str = "sequence",
+) -> xr.Dataset:
+    """Best layer, first threshold crossing and normalised AUC of a layer profile, with CIs.
+
+    Parameters
+    ----------
+    accuracy : xarray.DataArray
+        Dims (seed, [sequence,] layer, ...): per-seed or per-sequence accuracy (or, with
+        ``denominator``, per-sequence correct counts). Other dims are cells.
+    denominator : xarray.DataArray, optional
+        Labelled positions per sequence (ratio-of-sums), same dims as ``accuracy``.
+    rng : numpy.random.Generator or int
+    threshold : float
+        Accuracy that counts as "readable" for ``first_crossing``.
+    chance : float
+        Accuracy at chance (e.g. 0.5 for Parity) for the AUC normalisation; must be < 1.
+    ci_level, n_boot, mask, seed_dim, sequence_dim
+        As in :func:`analysis.stats.hierarchical_bootstrap`.
+    layer_dim : str
+
+    Returns
+    -------
+    xarray.Dataset
+        ``profile``, ``profile_lower``, ``profile_upper`` (..., layer) (seed-level t);
+        ``best_layer_share`` (..., layer): share of bootstrap draws in which each layer is best;
+        (...): ``best_layer``, ``best_layer_lower``, ``best_layer_upper``, ``first_crossing``,
+        ``first_crossing_lower``, ``first_crossing_upper`` (layer positions; NaN = never),
+        ``auc``, ``auc_lower``, ``auc_upper``. Attrs: methods, ``ci_level``, ``threshold``,
+        ``chance``, ``layer_labels``, ``n_seeds``.
+    """
+    validate.check_dataarray(accuracy, "accuracy")
+    validate.check_dims(accuracy, [seed_dim, layer_dim], "accuracy")
+    validate.check_probability(ci_level, "ci_level")
+    if not chance < 1:
+        raise ValueError(f"chance must be < 1 (the accuracy of guessing), got {chance!r}")
+    gen = validate.check_rng(rng)
+    num = _with_sequence(accuracy, sequence_dim)
+    den = None if denominator is None else _with_sequence(denominator, sequence_dim)
+    kw: dict[str, Any] = dict(
+        mask=mask, ci_level=ci_level, n_boot=n_boot, seed_dim=seed_dim, sequence_dim=sequence_dim
+    )
+    smooth = hierarchical_bootstrap(num, den, rng=gen, method="t", **kw)
+    discrete = hierarchical_bootstrap(num, den, rng=gen, method="percentile", **kw)
+    core = [[layer_dim]]
+
+    def over_layers(func, da, **kwargs):
+        return xr.apply_ufunc(
+            func,
+            da,
+            input_core_dims=core,
+            kwargs=kwargs,
+            dask="parallelized",
+            output_dtypes=[float],
+        )
+
+    est = smooth.interval["estimate"]
+    best_draws = over_layers(best_layer_np, discrete.draws)
+    cross_draws = over_layers(first_crossing_np, discrete.draws, threshold=threshold)
+
+    def interval(draws, name, func, **kwargs):
+        lo, hi = xr.apply_ufunc(
+            func,
+            draws,
+            input_core_dims=[["draw"]],
+            output_core_dims=[[], []],
+            kwargs=dict(ci_level=ci_level, **kwargs),
+            dask="parallelized",
+            output_dtypes=[float, float],
+        )
+        return {f"{name}_lower": lo, f"{name}_upper": hi}
+
+    positions = np.arange(accuracy.sizes[layer_dim])
+    share = xr.concat([(best_draws == k).mean("draw") for k in positions], dim=layer_dim)
+    share = (
+        share.assign_coords({layer_dim: accuracy[layer_dim].values})
+        if layer_dim in accuracy.coords
+        else share
+    )
+    per_seed = seed_estimates(num, den, mask=mask, seed_dim=seed_dim, sequence_dim=sequence_dim)
+    auc_t = xr.apply_ufunc(
+        t_interval_np,
+        over_layers(auc_np, per_seed, chance=chance),
+        input_core_dims=[[seed_dim]],
+        output_core_dims=[[], [], []],
+        kwargs=dict(ci_level=ci_level),
+        dask="parallelized",
+        output_dtypes=[float] * 3,
+    )
+    data = {
+        "profile": est,
+        "profile_lower": smooth.interval["lower"],
+        "profile_upper": smooth.interval["upper"],
+        "best_layer": over_layers(best_layer_np, est),
+        **interval(best_draws, "best_layer", discrete_interval_np),
+        "best_layer_share": share.transpose(*share.dims[1:], layer_dim),
+        "first_crossing": over_layers(first_crossing_np, est, threshold=threshold),
+        **interval(cross_draws, "first_crossing", discrete_interval_np),
+        "auc": auc_t[0],
+        "auc_lower": auc_t[1],
+        "auc_upper": auc_t[2],
+    }
+    labels = (
+        accuracy[layer_dim].values.tolist() if layer_dim in accuracy.coords else positions.tolist()
+    )
+    return xr.Dataset(
+        data,
+        attrs={
+            "method_profile": "seed-level t",
+            "method_auc": "seed-level t on per-seed AUCs",
+            "method_layers": "hierarchical percentile bootstrap (seeds, then sequences); "
+            "optimistic with few seeds",
+            "ci_level": ci_level,
+            "threshold": threshold,
+            "chance": chance,
+            "layer_labels": [str(x) for x in labels],
+            "n_seeds": int(accuracy.sizes[seed_dim]),
+            "n_boot": n_boot,
+        },
+    )
+
+
+def _group_profiles(cell: xr.DataArray, task_dim, task, seed_dim, layer_dim) -> np.ndarray:
+    """(seed, layer) profiles of one task, dropping seeds that are absent (all NaN)."""
+    values = cell.sel({task_dim: task}).transpose(seed_dim, layer_dim).values
+    present = ~np.all(np.isnan(values), axis=1)
+    values = values[present]
+    if np.isnan(values).any():
+        raise ValueError(
+            f"profiles of {task_dim}={task!r} have missing layers for some seeds; "
+            f"each seed needs a value at every {layer_dim}"
+        )
+    return values
+
+
+def profile_difference_test(
+    accuracy: xr.DataArray,
+    *,
+    rng: np.random.Generator | int,
+    tasks: tuple | None = None,
+    ci_level: float = 0.95,
+    n_boot: int = 2000,
+    max_exact: int = 20000,
+    n_permutations: int = 9999,
+    task_dim: str = "task",
+    layer_dim: str = "layer",
+    seed_dim: str = "seed",
+    sequence_dim: str = "sequence",
+) -> xr.Dataset:
+    """Do two tasks' layer profiles differ in shape? One test per remaining cell (e.g. arch).
+
+    Parameters
+    ----------
+    accuracy : xarray.DataArray
+        Dims (task, seed, layer[, sequence], ...): probe accuracy; sequences are averaged to
+        one profile per seed (one trained model). Absent seeds are all-NaN.
+    rng : numpy.random.Generator or int
+    tasks : (a, b), optional
+        The two ``task`` values to compare; default the two values of ``task`` (error if not 2).
+    ci_level, n_boot : interval of the statistic (percentile bootstrap of seeds within tasks).
+    max_exact : int
+        Enumerate all splits of seeds when there are at most this many; else draw
+        ``n_permutations`` random ones.
+    task_dim, layer_dim, seed_dim, sequence_dim : str
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (...): ``statistic`` (RMS distance of min-max normalised mean profiles),
+        ``lower``, ``upper``, ``p``, ``min_p`` (the smallest attainable p), ``n_splits``;
+        attrs ``method``, ``exact``, ``tasks``, ``ci_level``, ``note``.
+    """
+    validate.check_dataarray(accuracy, "accuracy")
+    validate.check_dims(accuracy, [task_dim, seed_dim, layer_dim], "accuracy")
+    validate.check_probability(ci_level, "ci_level")
+    validate.check_n_boot(n_boot)
+    gen = validate.check_rng(rng)
+    if tasks is None:
+        tasks = tuple(accuracy[task_dim].values.tolist())
+        if len(tasks) != 2:
+            raise ValueError(
+                f"dimension {task_dim!r} has {len(tasks)} values {list(tasks)}; "
+                f"pass tasks=(a, b) to choose the two to compare"
+            )
+    validate.check_levels(accuracy, task_dim, tasks, "task")
+    if sequence_dim in accuracy.dims:
+        accuracy = accuracy.mean(sequence_dim)
+    accuracy = accuracy.compute()  # a handful of (seed, layer) profiles per cell
+    loop = [d for d in accuracy.dims if d not in (task_dim, seed_dim, layer_dim)]
+    stacked = accuracy.stack(_cell=loop) if loop else accuracy.expand_dims(_cell=[0])
+    rows = []
+    for k in range(stacked.sizes["_cell"]):
+        cell = stacked.isel(_cell=k)
+        a, b = (_group_profiles(cell, task_dim, t, seed_dim, layer_dim) for t in tasks)
+        for t, g in zip(tasks, (a, b), strict=True):
+            validate.check_min_seeds(g.shape[0], 2, f"the profile test ({task_dim}={t!r})")
+        stat, p, exact, n_splits = permutation_shape_test_np(a, b, gen, max_exact, n_permutations)
+        draws = bootstrap_shape_distance_np(a, b, gen, n_boot)
+        lo, hi = np.quantile(draws, [(1 - ci_level) / 2, (1 + ci_level) / 2])
+        min_p = 2 / n_splits if exact else 1 / (1 + n_splits)
+        rows.append((stat, lo, hi, p, min_p, n_splits, exact))
+    names = ("statistic", "lower", "upper", "p", "min_p", "n_splits")
+    out = xr.Dataset(
+        {n: ("_cell", [r[i] for r in rows]) for i, n in enumerate(names)},
+        coords={"_cell": stacked["_cell"]},
+    )
+    out = out.unstack("_cell") if loop else out.isel(_cell=0, drop=True)
+    out.attrs = {
+        "method": "permutation of whole seeds between tasks; statistic = RMS over layers of "
+        "the difference of min-max normalised mean profiles",
+        "exact": bool(all(r[-1] for r in rows)),
+        "tasks": [str(t) for t in tasks],
+        "ci_level": ci_level,
+        "n_boot": n_boot,
+        "note": "the interval is a percentile bootstrap of seeds within each task; the "
+        "distance is >= 0 and biased upwards, so the test is the p, not the interval",
+    }
+    return out
