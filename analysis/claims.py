@@ -1,0 +1,333 @@
+"""Claims: hypotheses declared before looking, evaluated on stored results with honest tests.
+
+A claim lives in the experiment TOML (``[[claims]]``) or its own TOML file::
+
+    [[claims]]
+    id = "conv1d-s3"
+    statement = "Removing Conv1D lowers Mamba's S3 accuracy"
+    kind = "difference"            # difference | equivalence | readable_by | profile_match
+    task = "s3"
+    arch = "mamba"
+    treatment = "no_conv"          # levels of `compare` (default: variant)
+    reference = "default"
+    direction = "less"             # less | greater | two-sided
+    margin = 0.05                  # smallest effect of interest: power and MDE are reported
+
+Every claim gets an estimate, an interval, the test used, a p-value corrected (Holm) across
+all claims of the file, the power at the achieved number of seeds, and a verdict:
+``supported``, ``contradicted`` or ``inconclusive``. A non-significant difference is never
+reported as "no effect": only an equivalence test against a declared margin can support a
+null claim.
+
+Tests (seeds are the unit; see :mod:`analysis.stats`):
+- ``difference``/``equivalence``: paired by seed (same seed, same evaluation sequences),
+  paired t on per-seed differences and paired TOST (at alpha/2 per side, whose p is doubled
+  here so that every claim is judged at one alpha).
+- ``readable_by``: one-sided t test that the mean probe accuracy at ``layer`` exceeds
+  ``threshold`` across seeds.
+- ``profile_match``: exact permutation test over seeds of the layer-profile shape distance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import xarray as xr
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from scipy import stats as sps
+
+from store import MissingError, Store
+
+ALPHA = 0.05
+
+
+class ClaimError(ValueError):
+    """A claim that cannot be evaluated as written (one line, with the fix)."""
+
+
+class Claim(BaseModel):
+    """One declared hypothesis."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(description="Short unique name.")
+    statement: str = Field(description="The hypothesis in words, as it will appear in the report.")
+    kind: Literal["difference", "equivalence", "readable_by", "profile_match"] = Field(
+        description="Which test evaluates it."
+    )
+    metric: Literal["accuracy", "probe_accuracy"] = Field(
+        default="accuracy", description="accuracy (the model's own readout) or probe_accuracy."
+    )
+    task: str | None = Field(default=None, description="Task the claim is about.")
+    arch: str | None = Field(default=None, description="Architecture the claim is about.")
+    archs: list[str] = Field(default=[], description="profile_match: architectures to test (each a claim row).")
+    variant: str = Field(default="default", description="Variant for readable_by/profile_match.")
+    length: int = Field(default=40, description="Sequence length the metric is taken at.")
+    compare: Literal["variant", "arch", "task"] = Field(default="variant", description="Factor compared.")
+    treatment: str | None = Field(default=None, description="Level of `compare` under test.")
+    reference: str | None = Field(default=None, description="Level of `compare` compared against.")
+    direction: Literal["less", "greater", "two-sided"] = Field(default="two-sided", description="Expected sign.")
+    margin: float | None = Field(default=None, description="Smallest effect of interest (equivalence margin).")
+    layer: str | None = Field(default=None, description="readable_by: the layer, e.g. L1.")
+    threshold: float | None = Field(default=None, description="readable_by: accuracy to exceed.")
+    matches: str | None = Field(default=None, description="profile_match: task whose profile `task` should match.")
+    differs_from: str | None = Field(default=None, description="profile_match: task it should differ from.")
+    target: str | None = Field(default=None, description="probe_accuracy: the probed label (default the run's target).")
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> Claim:
+        need = {
+            "difference": ("task", "treatment", "reference"),
+            "equivalence": ("task", "treatment", "reference", "margin"),
+            "readable_by": ("task", "arch", "layer", "threshold"),
+            "profile_match": ("task", "matches", "differs_from"),
+        }[self.kind]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} claim needs {', '.join(missing)}")
+        if self.margin is not None and not self.margin > 0:
+            raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
+        return self
+
+
+def parse_claims(items: list[dict[str, Any]], source: str = "claims") -> list[Claim]:
+    """Validate a list of claim tables; one-line errors name the claim and the field."""
+    out, seen = [], set()
+    for i, item in enumerate(items):
+        try:
+            claim = Claim(**item)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "claim"
+            name = item.get("id", f"#{i + 1}")
+            raise ClaimError(f"{source}: claim {name!r}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
+        if claim.id in seen:
+            raise ClaimError(f"{source}: claim id {claim.id!r} is used twice; ids must be unique")
+        seen.add(claim.id)
+        out.append(claim)
+    return out
+
+
+# ---------------------------------------------------------------------- per-kind evaluation
+def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed accuracy with dims (task, arch, variant, seed) at the claim's length."""
+    from analysis.behaviour import by_factors, sequence_correctness
+    from analysis.stats import seed_estimates
+
+    key = ("accuracy", claim.length)
+    if key not in cache:
+        runs = [r for r in store.run_ids() if claim.length in store.lengths(r)]
+        if not runs:
+            raise MissingError(
+                f"claim {claim.id!r}: no run has captured length {claim.length}; "
+                "run `layerstate capture` (or change the claim's length)"
+            )
+        corr = by_factors(sequence_correctness(store, runs, [claim.length]).sel(length=claim.length))
+        cache[key] = seed_estimates(corr.correct, corr.labelled)
+    return cache[key]
+
+
+def _levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:
+    have = [str(v) for v in da[dim].values]
+    for w in wanted:
+        if w is not None and w not in have:
+            raise ClaimError(
+                f"claim {claim.id!r}: {dim} {w!r} has no results; stored {dim}s: {', '.join(have)}"
+            )
+
+
+def _paired(store: Store, claim: Claim, cache: dict) -> tuple[xr.DataArray, xr.DataArray]:
+    per_seed = _seed_metric(store, claim, cache)
+    fixed = {"task": claim.task, "arch": claim.arch, "variant": None}
+    fixed[claim.compare] = None
+    for dim, level in fixed.items():
+        if level is not None:
+            _levels(per_seed, dim, [level], claim)
+            per_seed = per_seed.sel({dim: level})
+    _levels(per_seed, claim.compare, [claim.treatment, claim.reference], claim)
+    t = per_seed.sel({claim.compare: claim.treatment})
+    r = per_seed.sel({claim.compare: claim.reference})
+    extra = [d for d in t.dims if d != "seed" and t.sizes[d] > 1]
+    if extra:
+        raise ClaimError(
+            f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim "
+            f"(e.g. arch = ...)"
+        )
+    t, r = t.squeeze(drop=True), r.squeeze(drop=True)
+    ok = np.isfinite(t.values) & np.isfinite(r.values)
+    if ok.sum() < 2:
+        raise ClaimError(
+            f"claim {claim.id!r} needs at least 2 seeds with results in both conditions "
+            f"(found {int(ok.sum())}); train more seeds — seeds are the unit of replication"
+        )
+    return t.isel(seed=np.flatnonzero(ok)), r.isel(seed=np.flatnonzero(ok))
+
+
+def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
+    from analysis.stats import equivalence_test, minimum_detectable_effect
+
+    t, r = _paired(store, claim, cache)
+    margin = claim.margin or 0.05
+    eq = equivalence_test(t, r, margin=margin, alpha=ALPHA)
+    est = float(eq.estimate)
+    n = int(t.sizes["seed"])
+    row = {
+        "estimate": est, "lower": float(eq.lower), "upper": float(eq.upper),
+        "n_seeds": n, "margin": claim.margin if claim.margin else np.nan,
+        "mde": float(minimum_detectable_effect(n, float(eq.sd), ALPHA, 0.8)),
+        "treatment_mean": float(t.mean()), "reference_mean": float(r.mean()),
+    }
+    if claim.kind == "equivalence":
+        row.update(p=min(1.0, 2 * float(eq.p_tost)), power=float(eq.power_tost),
+                   test=f"paired TOST, margin ±{margin:g}, alpha/2 per side (p doubled)")
+    else:
+        p2 = float(eq.p_difference)
+        if claim.direction == "two-sided":
+            p = p2
+        else:
+            right_sign = (est < 0) if claim.direction == "less" else (est > 0)
+            p = p2 / 2 if right_sign else 1 - p2 / 2
+        row.update(p=p, power=float(eq.power_difference) if claim.margin else np.nan,
+                   test=f"paired t on per-seed differences ({claim.direction})")
+    return row
+
+
+def _verdict(claim: Claim, row: dict, p_adj: float) -> str:
+    significant = p_adj < ALPHA
+    if claim.kind == "equivalence":
+        if significant:
+            return "supported"
+        effect = row["lower"] > claim.margin or row["upper"] < -claim.margin
+        return "contradicted" if effect else "inconclusive"
+    if claim.kind == "difference":
+        if significant:
+            return "supported"
+        if claim.direction != "two-sided" and claim.margin:
+            # the whole interval on the wrong side of the expected effect contradicts it
+            wrong = row["lower"] > 0 if claim.direction == "less" else row["upper"] < 0
+            return "contradicted" if wrong else "inconclusive"
+        return "inconclusive"
+    if claim.kind == "readable_by":
+        return "supported" if significant else (
+            "contradicted" if row["upper"] < claim.threshold else "inconclusive")
+    return "supported" if significant else "inconclusive"
+
+
+def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
+    acc = _probe_seed_profile(probes, claim, claim.task, claim.arch)
+    if claim.layer not in [str(v) for v in acc.layer.values]:
+        raise ClaimError(
+            f"claim {claim.id!r}: layer {claim.layer!r} not probed; layers: "
+            f"{', '.join(map(str, acc.layer.values))}"
+        )
+    x = acc.sel(layer=claim.layer).values
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        raise ClaimError(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
+    n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
+    se = sd / math.sqrt(n) if sd > 0 else 1e-12
+    tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
+    p = float(sps.t.sf((mean - claim.threshold) / se, n - 1))
+    return {
+        "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "p": p,
+        "n_seeds": n, "margin": np.nan, "power": np.nan, "mde": np.nan,
+        "treatment_mean": mean, "reference_mean": claim.threshold,
+        "test": f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}",
+    }
+
+
+def _probe_seed_profile(probes: xr.Dataset, claim: Claim, task: str, arch: str | None) -> xr.DataArray:
+    """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant."""
+    from analysis.probes import seed_profiles
+
+    prof = seed_profiles(probes, length=claim.length)
+    sel = {"task": task, "variant": claim.variant}
+    if arch is not None:
+        sel["arch"] = arch
+    for dim, level in sel.items():
+        _levels(prof, dim, [level], claim)
+    return prof.sel(sel)
+
+
+def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str) -> dict:
+    from analysis.stats import profile_difference_test
+
+    profiles = {t: _probe_seed_profile(probes, claim, t, arch)
+                for t in (claim.task, claim.matches, claim.differs_from)}
+
+    def test(other: str) -> xr.Dataset:
+        pair = xr.concat([profiles[claim.task], profiles[other]],
+                         dim=xr.DataArray([claim.task, other], dims="task"))
+        return profile_difference_test(pair.transpose("task", "seed", "layer"), rng=0)
+
+    same, diff = test(claim.matches), test(claim.differs_from)
+    d_same, d_diff = float(same.statistic), float(diff.statistic)
+    return {
+        "estimate": d_diff - d_same, "lower": np.nan, "upper": np.nan,
+        # supported needs the profile to differ from `differs_from` (the test) AND to sit
+        # closer to `matches` than to it (a descriptive condition, reported beside it)
+        "p": float(diff.p) if d_same < d_diff else 1.0,
+        "n_seeds": int(profiles[claim.task].sizes["seed"]),
+        "margin": np.nan, "power": np.nan, "mde": np.nan,
+        "treatment_mean": d_same, "reference_mean": d_diff,
+        "test": f"exact permutation over seeds of the profile-shape distance ({claim.task} vs "
+                f"{claim.differs_from}; distance to {claim.matches} must be smaller)",
+    }
+
+
+def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None) -> xr.Dataset:
+    """Evaluate every claim; returns one row per claim (dim ``claim``).
+
+    Nothing is written if any claim fails to evaluate (no partial verdicts).
+
+    Returns
+    -------
+    xarray.Dataset
+        Dim ``claim``: ``statement``, ``kind``, ``test``, ``verdict`` (strings), ``estimate``,
+        ``lower``, ``upper`` (95% interval), ``p``, ``p_adjusted`` (Holm over the claims),
+        ``power``, ``mde``, ``n_seeds``, ``margin``.
+    """
+    from analysis.stats import adjust_pvalues
+
+    if not claims:
+        raise ClaimError("no claims to evaluate; add [[claims]] tables to the experiment file")
+    cache: dict = {}
+    rows, ids, kept = [], [], []
+    for claim in claims:
+        if claim.kind in ("difference", "equivalence"):
+            if claim.metric != "accuracy":
+                raise ClaimError(f"claim {claim.id!r}: {claim.kind} claims use metric = 'accuracy' for now")
+            rows.append(_evaluate_comparison(store, claim, cache))
+            ids.append(claim.id)
+            kept.append(claim)
+            continue
+        if probes is None:
+            raise ClaimError(
+                f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first"
+            )
+        if claim.kind == "readable_by":
+            rows.append(_evaluate_readable(store, claim, probes))
+            ids.append(claim.id)
+            kept.append(claim)
+        else:
+            for arch in claim.archs or ([claim.arch] if claim.arch else []):
+                rows.append(_evaluate_profile(store, claim, probes, arch))
+                ids.append(f"{claim.id}[{arch}]")
+                kept.append(claim)
+    p = xr.DataArray([r["p"] for r in rows], dims="claim")
+    adj = adjust_pvalues(p, method="holm", dims=["claim"], alpha=ALPHA)
+    p_adj = np.asarray(adj["p_adjusted"].values, dtype=float)
+    verdicts = [_verdict(c, r, pa) for c, r, pa in zip(kept, rows, p_adj, strict=True)]
+    num = ("estimate", "lower", "upper", "p", "power", "mde", "n_seeds", "margin",
+           "treatment_mean", "reference_mean")
+    data = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in num}
+    data["p_adjusted"] = ("claim", p_adj)
+    data["verdict"] = ("claim", np.array(verdicts, dtype=str))
+    data["test"] = ("claim", np.array([r["test"] for r in rows], dtype=str))
+    data["statement"] = ("claim", np.array([c.statement for c in kept], dtype=str))
+    data["kind"] = ("claim", np.array([c.kind for c in kept], dtype=str))
+    return xr.Dataset(
+        data, coords={"claim": np.array(ids, dtype=str)},
+        attrs={"alpha": ALPHA, "correction": "holm across the claims", "ci_level": 1 - ALPHA},
+    )

@@ -1,0 +1,97 @@
+"""Claims on stored behaviour: paired by seed, corrected, and never 'no effect' from a p-value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.behaviour import accuracy_intervals, sequence_correctness
+from analysis.claims import ClaimError, evaluate_claims, parse_claims
+from store import Store
+
+
+def _write_run(st, rid, task, variant, seed, p_correct, rng, n=200, L=12, C=6):
+    st.add_run(rid, task=task, arch="mamba", variant=variant, seed=seed)
+    labels = rng.integers(0, C, size=(n, L))
+    right = rng.random((n, L)) < p_correct
+    pred = np.where(right, labels, (labels + 1 + rng.integers(0, C - 1, (n, L))) % C)
+    logits = np.eye(C, dtype="float32")[pred] * 5
+    st.write_length(rid, L, hidden=rng.standard_normal((n, L, 2, 4)).astype("float32"),
+                    tokens=labels, labels={"state": labels}, logits=logits)
+
+
+@pytest.fixture(scope="module")
+def conv_store(tmp_path_factory):
+    """5 seeds; removing the conv costs 10 pp on s3 and nothing on dyck."""
+    st = Store.create(str(tmp_path_factory.mktemp("claims") / "s.zarr"))
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        offset = rng.normal(0, 0.02)
+        for task, drop in (("s3", 0.10), ("dyck", 0.0)):
+            base = 0.85 + offset
+            _write_run(st, f"{task}-d-{seed}", task, "default", seed, base, rng)
+            _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, base - drop, rng)
+    return st
+
+
+CLAIMS = [
+    {"id": "s3-drop", "statement": "Removing Conv1D lowers Mamba's S3 accuracy", "kind": "difference",
+     "task": "s3", "arch": "mamba", "treatment": "no_conv", "reference": "default",
+     "direction": "less", "length": 12, "margin": 0.05},
+    {"id": "dyck-null", "statement": "Removing Conv1D leaves Dyck accuracy within ±5 pp",
+     "kind": "equivalence", "task": "dyck", "arch": "mamba", "treatment": "no_conv",
+     "reference": "default", "margin": 0.05, "length": 12},
+    {"id": "dyck-diff", "statement": "Removing Conv1D changes Dyck accuracy", "kind": "difference",
+     "task": "dyck", "arch": "mamba", "treatment": "no_conv", "reference": "default", "length": 12},
+]
+
+
+def test_known_effects_get_the_right_verdicts(conv_store):
+    res = evaluate_claims(conv_store, parse_claims(CLAIMS))
+    v = dict(zip(res.claim.values, res.verdict.values, strict=True))
+    assert v == {"s3-drop": "supported", "dyck-null": "supported", "dyck-diff": "inconclusive"}
+    s3 = res.sel(claim="s3-drop")
+    assert s3.lower < -0.10 + 0.05 and s3.upper > -0.10 - 0.05 and s3.estimate < 0
+    assert (res.p_adjusted >= res.p).all() and int(s3.n_seeds) == 5
+    assert np.isfinite(float(s3.power)) and float(s3.mde) > 0
+
+
+def test_accuracy_per_sequence_and_intervals(conv_store):
+    corr = sequence_correctness(conv_store)
+    assert corr.correct.dims == ("run", "length", "sequence")
+    assert (corr.labelled == 12).all()
+    acc = accuracy_intervals(corr)
+    est = acc.estimate.sel(task="s3", arch="mamba", length=12)
+    assert 0.07 < float(est.sel(variant="default") - est.sel(variant="no_conv")) < 0.13
+    assert (acc.lower <= acc.estimate).all() and (acc.estimate <= acc.upper).all()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"margin": 0}, r"margin must be positive"),
+        ({"kind": "equivalence", "margin": None}, r"equivalence claim needs margin"),
+        ({"task": "sorting"}, r"task 'sorting' has no results; stored tasks: dyck, s3"),
+        ({"treatment": "no_mixer"}, r"variant 'no_mixer' has no results"),
+        ({"length": 99}, r"no run has captured length 99"),
+    ],
+)
+def test_bad_claims_get_one_line_errors(conv_store, change, match):
+    with pytest.raises((ClaimError, ValueError, KeyError), match=match):
+        evaluate_claims(conv_store, parse_claims([{**CLAIMS[0], **change}]))
+
+
+def test_fewer_than_two_seeds_is_explained(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    rng = np.random.default_rng(1)
+    _write_run(st, "a", "s3", "default", 0, 0.9, rng)
+    _write_run(st, "b", "s3", "no_conv", 0, 0.8, rng)
+    with pytest.raises(ClaimError, match="at least 2 seeds.*train more seeds"):
+        evaluate_claims(st, parse_claims([CLAIMS[0]]))
+
+
+def test_probe_claims_without_probe_results_name_the_command(conv_store):
+    claim = {"id": "r", "statement": "x", "kind": "readable_by", "task": "dyck",
+             "arch": "mamba", "layer": "L0", "threshold": 0.9}
+    with pytest.raises(ClaimError, match="layerstate probe"):
+        evaluate_claims(conv_store, parse_claims([claim]))
