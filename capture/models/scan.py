@@ -1,18 +1,28 @@
-"""Mamba-1 selective scan on the CPU: a fast path and the plain reference beside it.
+"""Mamba-1's selective scan for the CPU: a fast path and the plain reference beside it.
 
-The recurrence, per batch row ``b``, channel ``i`` and state ``n``::
+The recurrence, per batch row, channel ``i`` and state index ``n``::
 
-    h[t] = exp(delta[t, i] * A[i, n]) * h[t-1] + delta[t, i] * u[t, i] * B[t, n]
-    y[t, i] = sum_n h[t, i, n] * C[t, n]
+    h[t, i, n] = exp(delta[t, i] * A[i, n]) * h[t-1, i, n] + delta[t, i] * u[t, i] * B[t, n]
+    y[t, i]    = sum_n h[t, i, n] * C[t, n]
 
-`transformers`' torch path loops over time and, at every step, indexes a full
-(batch, d_inner, length, d_state) tensor; autograd then keeps one node per step whose
-backward touches the whole tensor, which makes training quadratic in length (NOTES.md:
-5.2 s per step at L=40, ~63 s at L=120). `selective_scan` instead runs a custom autograd
-function: the element-wise work is done once over whole time-major tensors, only the
-first-order recurrence itself is a time loop (one in-place ``addcmul_`` per step, forward in
-time for the states and backward in time for their gradients), and the backward pass is
-written out by hand. `selective_scan_reference` is the obvious loop, kept for the tests.
+`transformers`' torch path loops over time and indexes a full (batch, d_inner, length,
+d_state) tensor at every step; autograd keeps one node per step whose backward touches that
+whole tensor, so training is quadratic in length (NOTES.md: 5.2 s per step at L = 40,
+~63 s at L = 120).
+
+`selective_scan` is a custom autograd function with a hand-written backward. What made it
+fast on the CPU, measured: (1) no fresh large tensors per call — allocating and first
+touching a 40 MB buffer cost 3-4x the arithmetic done in it — so the states are never
+materialised for the whole sequence; they are computed chunk by chunk in small reused
+buffers that stay in cache, and only the state at each chunk boundary is kept for the
+backward pass, which recomputes each chunk's states; (2) the element-wise work is done over a
+whole chunk at once, and only the first-order recurrence itself is a Python loop of one
+in-place ``addcmul_`` per step (forward in time for the states, backward in time for their
+gradients). Measured side by side in a Mamba training step (batch 64, one thread), the
+alternatives were slower: unbinding the time axis once and letting autograd differentiate
+the loop, 2.2x (L = 40) to 3x (L = 120); the same custom function over whole materialised
+(length, batch, d_inner, d_state) tensors, ~2.5x. `selective_scan_reference` is the
+obvious autograd loop; the tests hold the two equal, outputs and gradients.
 """
 
 from __future__ import annotations
@@ -20,54 +30,98 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# Steps per chunk: 8 was fastest of 2-32 at batch 64, d_inner 256, d_state 16 (bench/models.py).
+CHUNK = 8
+
 
 def _time_major(x: torch.Tensor) -> torch.Tensor:
-    """(batch, length, ...) -> contiguous (length, batch, ...), so one step is one block."""
+    """(batch, length, ...) -> contiguous (length, batch, ...): one step is one memory block."""
     return x.transpose(0, 1).contiguous()
 
 
+def _chunk_states(delta, du, A, B, h0, decay, states) -> None:
+    """Fill ``decay[:n]`` and ``states[:n + 1]`` for one chunk of n steps, in place.
+
+    delta, du: (n, batch, d_inner); B: (n, batch, d_state); h0: (batch, d_inner, d_state),
+    the state before the chunk. decay[s] = exp(delta[s] A); states[0] = h0 and
+    states[s + 1] = decay[s] * states[s] + du[s] B[s].
+    """
+    n = delta.shape[0]
+    torch.mul(delta[..., None], A, out=decay[:n]).exp_()
+    torch.mul(du[..., None], B[:, :, None, :], out=states[1 : n + 1])
+    states[0].copy_(h0)
+    for s in range(n):
+        states[s + 1].addcmul_(decay[s], states[s])
+
+
 class _SelectiveScan(torch.autograd.Function):
-    """y = C . h with h[t] = exp(delta A) h[t-1] + delta u B; see the module docstring."""
+    """y[t] = h[t] . C[t], h[t] = exp(delta[t] A) h[t-1] + delta[t] u[t] B[t]; h[-1] = 0."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C):  # noqa: D102 - documented on the class
+    def forward(ctx, u, delta, A, B, C, chunk):
         u_t, delta_t, B_t, C_t = (_time_major(x) for x in (u, delta, B, C))
-        # (length, batch, d_inner, d_state)
-        decay = torch.exp(delta_t[..., None] * A)
-        states = (delta_t * u_t)[..., None] * B_t[:, :, None, :]
-        # the states overwrite the input terms in place: h[t] = decay[t] * h[t-1] + h[t]
-        for t in range(1, states.shape[0]):
-            states[t].addcmul_(decay[t], states[t - 1])
-        # (length, batch, d_inner, d_state) @ (length, batch, d_state, 1) -> (length, batch, d_inner)
-        y_t = torch.matmul(states, C_t[..., None]).squeeze(-1)
-        ctx.save_for_backward(u_t, delta_t, A, B_t, C_t, decay, states)
-        return y_t.transpose(0, 1)
+        length, batch, d_inner = u_t.shape
+        n_chunks = -(-length // chunk)
+        du = delta_t * u_t  # (length, batch, d_inner)
+        # checkpoints[c]: the state before chunk c, all that the backward pass keeps
+        checkpoints = u_t.new_zeros(n_chunks + 1, batch, d_inner, A.shape[1])
+        decay = u_t.new_empty(chunk, batch, d_inner, A.shape[1])
+        states = u_t.new_empty(chunk + 1, batch, d_inner, A.shape[1])
+        y = u_t.new_empty(length, batch, d_inner, 1)
+        for c in range(n_chunks):
+            sl = slice(c * chunk, min(length, (c + 1) * chunk))
+            n = sl.stop - sl.start
+            _chunk_states(delta_t[sl], du[sl], A, B_t[sl], checkpoints[c], decay, states)
+            # (n, batch, d_inner, d_state) @ (n, batch, d_state, 1) -> (n, batch, d_inner, 1)
+            torch.matmul(states[1 : n + 1], C_t[sl, :, :, None], out=y[sl])
+            checkpoints[c + 1].copy_(states[n])
+        ctx.chunk = chunk
+        ctx.save_for_backward(u_t, delta_t, A, B_t, C_t, checkpoints)
+        return y.squeeze(-1).transpose(0, 1)
 
     @staticmethod
-    def backward(ctx, grad_y):  # noqa: D102 - documented on the class
-        u_t, delta_t, A, B_t, C_t, decay, states = ctx.saved_tensors
-        gy_t = _time_major(grad_y)  # (length, batch, d_inner)
-        # dL/dh[t], accumulated backwards in time: g[t] = gy[t] C[t] + decay[t+1] g[t+1]
-        g = gy_t[..., None] * C_t[:, :, None, :]
-        for t in range(g.shape[0] - 2, -1, -1):
-            g[t].addcmul_(decay[t + 1], g[t + 1])
-        grad_C = torch.matmul(gy_t[:, :, None, :], states).squeeze(2)
-        # the input term delta*u*B: its gradient is g itself
-        grad_du = torch.matmul(g, B_t[..., None]).squeeze(-1)
-        grad_B = torch.matmul((delta_t * u_t)[:, :, None, :], g).squeeze(2)
-        # the decay: h[t-1] is zero before the first step, so t = 0 gets no gradient
-        grad_logdecay = g[1:].mul_(states[:-1]).mul_(decay[1:])  # reuses g's memory
-        grad_delta = grad_du * u_t
-        grad_delta[1:] += (grad_logdecay * A).sum(-1)
-        grad_A = torch.einsum("lbin,lbi->in", grad_logdecay, delta_t[1:])
+    def backward(ctx, grad_y):
+        u_t, delta_t, A, B_t, C_t, checkpoints = ctx.saved_tensors
+        chunk = ctx.chunk
+        length, batch, d_inner = u_t.shape
+        gy = _time_major(grad_y)  # (length, batch, d_inner)
+        du = delta_t * u_t
+        decay = u_t.new_empty(chunk, batch, d_inner, A.shape[1])
+        states = u_t.new_empty(chunk + 1, batch, d_inner, A.shape[1])
+        grad_h = torch.empty_like(decay)
+        # dL/dh flowing into a chunk's last step from the chunk after it
+        carry = torch.zeros_like(decay[0])
+        grad_C = u_t.new_empty(length, batch, 1, A.shape[1])
+        grad_B = u_t.new_empty(length, batch, 1, A.shape[1])
+        grad_du = u_t.new_empty(length, batch, d_inner, 1)
+        grad_delta_decay = u_t.new_empty(length, batch, d_inner)
+        grad_A = torch.zeros_like(A)
+        for c in range(checkpoints.shape[0] - 2, -1, -1):
+            sl = slice(c * chunk, min(length, (c + 1) * chunk))
+            n = sl.stop - sl.start
+            _chunk_states(delta_t[sl], du[sl], A, B_t[sl], checkpoints[c], decay, states)
+            G = grad_h[:n]
+            # G[s] = dL/dh[s] = gy[s] C[s] + decay[s + 1] G[s + 1], backwards in time
+            torch.mul(gy[sl, :, :, None], C_t[sl, :, None, :], out=G)
+            G[n - 1].add_(carry)
+            for s in range(n - 2, -1, -1):
+                G[s].addcmul_(decay[s + 1], G[s + 1])
+            torch.mul(decay[0], G[0], out=carry)
+            torch.matmul(gy[sl, :, None, :], states[1 : n + 1], out=grad_C[sl])
+            torch.matmul(G, B_t[sl, :, :, None], out=grad_du[sl])
+            torch.matmul(du[sl, :, None, :], G, out=grad_B[sl])
+            # dL/d(delta A) = G * h[t-1] * decay, computed in G's memory (G is done)
+            grad_log_decay = G.mul_(states[:n]).mul_(decay[:n])
+            scratch = states[1 : n + 1]  # done with the states too: reuse as scratch
+            torch.sum(torch.mul(grad_log_decay, A, out=scratch), -1, out=grad_delta_decay[sl])
+            grad_A.add_(grad_log_decay.mul_(delta_t[sl, :, :, None]).sum((0, 1)))
+        grad_du = grad_du.squeeze(-1)
+        grad_delta = grad_du * u_t + grad_delta_decay
         grad_u = grad_du * delta_t
-        return (
-            grad_u.transpose(0, 1),
-            grad_delta.transpose(0, 1),
-            grad_A,
-            grad_B.transpose(0, 1),
-            grad_C.transpose(0, 1),
-        )
+        grad_B, grad_C = grad_B.squeeze(2), grad_C.squeeze(2)
+        grads = (g.transpose(0, 1) for g in (grad_u, grad_delta, grad_B, grad_C))
+        grad_u, grad_delta, grad_B, grad_C = grads
+        return grad_u, grad_delta, grad_A, grad_B, grad_C, None
 
 
 def selective_scan(
@@ -78,8 +132,9 @@ def selective_scan(
     C: torch.Tensor,
     D: torch.Tensor,
     z: torch.Tensor,
+    chunk: int = CHUNK,
 ) -> torch.Tensor:
-    """Mamba-1's gated selective scan, fast on the CPU (any device works).
+    """Mamba-1's gated selective scan, fast on the CPU (runs on any device).
 
     Parameters
     ----------
@@ -95,14 +150,17 @@ def selective_scan(
         Skip weight.
     z : Tensor, (batch, length, d_inner)
         Gate, applied as ``y * silu(z)``.
+    chunk : int
+        Steps per chunk of the state computation (memory vs speed; results do not depend
+        on it beyond rounding).
 
     Returns
     -------
-    Tensor, (batch, length, d_inner)
+    Tensor, (batch, length, d_inner), in at least float32.
     """
-    # at least float32: the decay products underflow quickly in half precision
+    # at least float32: products of decays underflow quickly in half precision
     dtype = torch.promote_types(u.dtype, torch.float32)
-    y = _SelectiveScan.apply(*(x.to(dtype) for x in (u, delta, A, B, C)))
+    y = _SelectiveScan.apply(*(x.to(dtype) for x in (u, delta, A, B, C)), chunk)
     return (y + u * D) * F.silu(z)
 
 
@@ -117,11 +175,12 @@ def selective_scan_reference(
 ) -> torch.Tensor:
     """The same computation as `selective_scan`, as a plain autograd loop over time.
 
-    Same parameters and shapes as `selective_scan`. Slow to differentiate (one autograd
-    node per step), but obviously right; the tests hold the two equal.
+    Same parameters and shapes as `selective_scan` (without ``chunk``). Slow to
+    differentiate (one autograd node per step), but obviously right.
     """
     batch, length, d_inner = u.shape
-    h = u.new_zeros(batch, d_inner, A.shape[1], dtype=torch.promote_types(u.dtype, torch.float32))
+    dtype = torch.promote_types(u.dtype, torch.float32)
+    h = u.new_zeros(batch, d_inner, A.shape[1], dtype=dtype)
     ys = []
     for t in range(length):
         decay = torch.exp(delta[:, t, :, None] * A)  # (batch, d_inner, d_state)

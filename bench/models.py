@@ -1,0 +1,119 @@
+"""Training-step speed of the five architectures, and Mamba-1's fast scan vs `transformers`'.
+
+Prints one JSON line. Everything is measured side by side in this process, one thread,
+round-robin over the architectures so that load from other processes falls on all of them
+alike; trust the ratios more than the absolute times.
+
+- ``step_seconds``: median AdamW training step (forward, cross-entropy on every position,
+  backward, update) at batch 64, L = 40 and L = 120, default configs (4 layers, d 128);
+  ``sequences_per_second`` = 64 / step.
+- ``ratio_to_transformer``: each architecture's step time over GPT-NeoX's (goal for Mamba:
+  within 3x).
+- ``mamba_scan``: the same Mamba-1 model trained through the fast CPU scan and through
+  `transformers`' torch path (``set_reference_path``). The reference is quadratic in
+  length (~1 min per step at batch 64, L = 120), so L = 120 is measured at batch 8.
+
+Run: ``OMP_NUM_THREADS=1 python bench/models.py`` (about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from capture.models import ARCHS, ModelConfig, build_model, count_parameters
+from capture.models.hf import MambaFamilyModel
+
+VOCAB, CLASSES, BATCH = 16, 16, 64
+LENGTHS = (40, 120)
+ROUNDS = 4
+
+
+def _trainer(model, batch: int, length: int, seed: int):
+    """A closure running one timed training step on fixed random data."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (batch, length), generator=generator)
+    labels = torch.randint(0, CLASSES, (batch, length), generator=generator)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    model.train()
+
+    def step() -> float:
+        start = time.perf_counter()
+        logits = model(tokens)  # (batch, position, class)
+        loss = F.cross_entropy(logits.reshape(-1, CLASSES), labels.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return time.perf_counter() - start
+
+    return step
+
+
+def _round_robin(steps: dict, rounds: int, warmup: int = 1) -> dict[str, float]:
+    """Median step time of each closure, interleaved round by round."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times[name].append(step())
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def architectures() -> dict:
+    """Step times of every default architecture at each length."""
+    models = {arch: build_model(ModelConfig(arch=arch), VOCAB, CLASSES, seed=0) for arch in ARCHS}
+    result: dict = {"step_seconds": {}, "sequences_per_second": {}, "ratio_to_transformer": {}}
+    for length in LENGTHS:
+        steps = {arch: _trainer(m, BATCH, length, seed=1) for arch, m in models.items()}
+        median = _round_robin(steps, ROUNDS)
+        key = f"L{length}"
+        result["step_seconds"][key] = {a: round(t, 4) for a, t in median.items()}
+        result["sequences_per_second"][key] = {a: round(BATCH / t, 1) for a, t in median.items()}
+        result["ratio_to_transformer"][key] = {
+            a: round(t / median["transformer"], 2) for a, t in median.items() if a != "transformer"
+        }
+    result["implementation"] = {a: m.implementation for a, m in models.items()}
+    result["parameters"] = {a: count_parameters(m) for a, m in models.items()}
+    return result
+
+
+def mamba_scan() -> dict:
+    """The fast scan against transformers' torch path, same weights and data."""
+    out = {}
+    for length, batch in ((40, BATCH), (120, 8)):
+        fast = build_model(ModelConfig(arch="mamba"), VOCAB, CLASSES, seed=0)
+        reference = build_model(ModelConfig(arch="mamba"), VOCAB, CLASSES, seed=0)
+        assert isinstance(reference, MambaFamilyModel)
+        reference.set_reference_path(True)
+        steps = {
+            "fast": _trainer(fast, batch, length, seed=2),
+            "reference": _trainer(reference, batch, length, seed=2),
+        }
+        # one reference step takes seconds: no warm-up, two rounds
+        median = _round_robin(steps, rounds=2, warmup=0)
+        out[f"L{length}_batch{batch}"] = {
+            "fast_seconds": round(median["fast"], 4),
+            "reference_seconds": round(median["reference"], 3),
+            "speedup": round(median["reference"] / median["fast"], 1),
+        }
+    return out
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    result = {"bench": "models", "threads": 1, "batch": BATCH, "rounds": ROUNDS}
+    result.update(architectures())
+    result["mamba_scan"] = mamba_scan()
+    result["wall_seconds"] = round(time.perf_counter() - start, 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

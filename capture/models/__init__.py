@@ -1,0 +1,158 @@
+"""The five architectures behind one interface.
+
+Example (``tokens``: a (batch, position) LongTensor)::
+
+    from capture.models import ModelConfig, build_model
+    model = build_model(ModelConfig(arch="mamba"), vocab_size=16, n_classes=2, seed=0)
+    logits, hidden = model.forward_with_hidden(tokens)  # (b, p, 2), (b, p, 5, 128)
+    model.forward_from("L1", hidden[:, :, 2])           # resume above layer L1
+    _, acts = model.forward_with_sites(tokens, ["L*.mixer.conv1d"])
+
+Every model is a `SequenceModel`: ``forward``, ``forward_with_hidden``, ``forward_from``,
+``sites``/``forward_with_sites``, ``layer_names``, ``hidden_size``, ``implementation``.
+Models are returned in eval mode; call ``.train()`` to train them. ``state_dict()`` holds
+every tensor needed: `build_model` with the same config, then ``load_state_dict``,
+reproduces a model; pretrained ones are rebuilt with `build_from_hf_config` from
+``model.hf_config_dict``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from capture.models import hf, rnn
+from capture.models.base import SequenceModel, count_parameters
+from capture.models.config import ARCHS, VARIANTS, ModelConfig
+
+__all__ = [
+    "ARCHS",
+    "VARIANTS",
+    "ModelConfig",
+    "SequenceModel",
+    "build_from_hf_config",
+    "build_model",
+    "count_parameters",
+    "load_pretrained",
+    "make_conv_identity",
+    "parameter_table",
+]
+
+
+@contextmanager
+def _seeded(seed: int):
+    """Seed torch's CPU generator inside, restore the caller's state after.
+
+    `transformers` and ``nn`` initialise weights from the global generator; forking it is
+    the only way to make construction reproducible without leaving the global state changed.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, n_classes: int, seed: int) -> SequenceModel:
+    """A freshly initialised model; the same arguments give the same weights.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+    vocab_size : int
+        Number of token ids.
+    n_classes : int
+        Width of the per-position task head.
+    seed : int
+        Seeds weight initialisation; the caller's global RNG state is left unchanged.
+
+    Returns
+    -------
+    SequenceModel, in eval mode.
+    """
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a ModelConfig, not {type(cfg).__name__}")
+    model: SequenceModel
+    with _seeded(seed):
+        if cfg.arch in ("lstm", "gru"):
+            model = rnn.RecurrentModel(cfg, vocab_size, n_classes)
+        else:
+            model = hf.build_hf(cfg, vocab_size, n_classes)
+    return model.eval()
+
+
+def load_pretrained(
+    path: str | Path, n_classes: int, arch: str | None = None, seed: int = 0
+) -> SequenceModel:
+    """A GPT-NeoX / Mamba / Mamba-2 checkpoint with a new task head.
+
+    Parameters
+    ----------
+    path : str or Path
+        A local directory written by ``save_pretrained`` (config.json + safetensors);
+        nothing is downloaded.
+    n_classes : int
+        Width of the new per-position task head.
+    arch : str, optional
+        If given, the checkpoint must be this architecture ("transformer", "mamba",
+        "mamba2").
+    seed : int
+        Seeds the head's initialisation.
+
+    Returns
+    -------
+    SequenceModel, in eval mode; ``config`` is None, ``hf_config_dict`` rebuilds it.
+    """
+    backbone = hf.load_backbone(path, arch)
+    with _seeded(seed):
+        model = hf.wrap_backbone(backbone, n_classes)
+    return model.eval()
+
+
+def build_from_hf_config(hf_config_dict: dict, n_classes: int, seed: int = 0) -> SequenceModel:
+    """A model of the same shape as one with ``model.hf_config_dict == hf_config_dict``.
+
+    Weights are freshly initialised: load the stored ``state_dict`` into it.
+    """
+    with _seeded(seed):
+        model = hf.wrap_backbone(hf.backbone_from_hf_config(hf_config_dict), n_classes)
+    return model.eval()
+
+
+def make_conv_identity(model: SequenceModel) -> None:
+    """Apply variant ``no_conv`` to an existing Mamba / Mamba-2 model (e.g. a pretrained one).
+
+    Every mixer's Conv1D becomes a frozen identity (`capture.models.mamba.make_conv_identity`).
+    """
+    if not isinstance(model, hf.MambaFamilyModel):
+        raise TypeError(
+            f"make_conv_identity applies to mamba and mamba2 models, not {model.arch!r}"
+        )
+    model.make_conv_identity()
+
+
+def _sizes(cfg: ModelConfig) -> str:
+    fields = {
+        "transformer": ("d_model", "intermediate_size", "n_heads"),
+        "mamba": ("d_model", "expand", "state_size", "conv_kernel"),
+        "mamba2": ("d_model", "expand", "head_dim", "state_size", "n_groups", "conv_kernel"),
+        "lstm": ("hidden_size",),
+        "gru": ("hidden_size",),
+    }[cfg.arch]
+    return ", ".join(f"{name} {getattr(cfg, name)}" for name in fields)
+
+
+def parameter_table(vocab_size: int = 16, n_classes: int = 16) -> list[dict]:
+    """Parameter counts of the default configs (4 layers, d_model 128), measured by building.
+
+    Returns
+    -------
+    list of dict
+        One row per arch: ``arch``, ``parameters`` (all, head included), ``sizes``.
+    """
+    rows = []
+    for arch in ARCHS:
+        cfg = ModelConfig(arch=arch)
+        model = build_model(cfg, vocab_size, n_classes, seed=0)
+        rows.append({"arch": arch, "parameters": count_parameters(model), "sizes": _sizes(cfg)})
+    return rows

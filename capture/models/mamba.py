@@ -1,0 +1,175 @@
+"""Mamba and Mamba-2 mixers on the CPU; the Conv1D variants.
+
+`transformers` binds `mamba-ssm`'s CUDA kernels at import whenever that package imports,
+with no device check, so CPU tensors would be sent into CUDA ops (NOTES.md). And its
+Mamba-1 torch scan trains quadratically in length. So each mixer instance gets its own
+``forward`` (`install_mixer_paths`), which picks one path per call:
+
+- ``"cuda-kernels"``: tensors on a GPU and `mamba-ssm` + `causal-conv1d` importable (the
+  optional ``gpu`` extra): `transformers`' own forward, which uses the fused kernels.
+- ``"torch-fast-scan"`` (Mamba) / ``"torch-chunked"`` (Mamba-2): everywhere else. Same
+  parameters, pure PyTorch; Mamba uses `capture.models.scan.selective_scan`, Mamba-2
+  `transformers`' own torch chunked scan (its plain function, never the kernel it may have
+  bound). Every submodule used here is called as a module, so hooks see it
+  ("L0.mixer.conv1d").
+- ``"torch-reference"``: `transformers`' forward as written, on request
+  (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
+  Calls with a cache or an attention mask (generation, padding), which layerstate itself
+  never makes, also go to `transformers`' forward.
+
+The paths give the same results up to float rounding (tests: ~1e-6); fused kernels change
+numerics more, which is why runs record `implementation`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import types
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.mamba2 import modeling_mamba2
+
+from capture.models.scan import selective_scan
+
+# The widths the causal-conv1d CUDA kernel accepts (NOTES.md); others use the torch path.
+_KERNEL_CONV_WIDTHS = (2, 3, 4)
+
+
+@functools.cache
+def cuda_kernels_available() -> bool:
+    """Whether `mamba-ssm` and `causal-conv1d` import (the optional ``gpu`` extra)."""
+    try:
+        importlib.import_module("mamba_ssm")
+        importlib.import_module("causal_conv1d")
+    except Exception:  # a CPU build fails in many ways (missing .so, no CUDA): all mean no
+        return False
+    return True
+
+
+def mixer_path(mixer: Any, device: torch.device) -> str:
+    """The path `mixer` takes for tensors on `device` (see the module docstring)."""
+    if getattr(mixer, "layerstate_reference", False):
+        return "torch-reference"
+    if (
+        device.type == "cuda"
+        and mixer.conv1d.kernel_size[0] in _KERNEL_CONV_WIDTHS
+        and cuda_kernels_available()
+    ):
+        return "cuda-kernels"
+    return _torch_path(mixer)
+
+
+def _is_mamba1(mixer: Any) -> bool:
+    return hasattr(mixer, "x_proj")
+
+
+def _causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """Depthwise causal convolution through the module (so hooks fire).
+
+    x: (batch, position, channel) -> (batch, position, channel). The module pads k-1 steps
+    on both sides; the first `position` outputs are the causal ones.
+    """
+    length = x.shape[1]
+    return conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+
+
+def mamba_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """Mamba-1 mixer, pure PyTorch with the fast scan: (batch, position, d_model) -> same."""
+    # (batch, position, d_inner) each
+    x, gate = mixer.in_proj(hidden_states).chunk(2, dim=-1)
+    x = mixer.act(_causal_conv(mixer.conv1d, x))
+    sizes = [mixer.time_step_rank, mixer.ssm_state_size, mixer.ssm_state_size]
+    dt, B, C = mixer.x_proj(x).split(sizes, dim=-1)  # B, C: (batch, position, d_state)
+    delta = F.softplus(mixer.dt_proj(dt))  # (batch, position, d_inner)
+    A = -torch.exp(mixer.A_log.float())  # (d_inner, d_state)
+    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate)
+    return mixer.out_proj(y.to(hidden_states.dtype))
+
+
+def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """Mamba-2 mixer, pure PyTorch: (batch, position, d_model) -> same."""
+    batch, length, _ = hidden_states.shape
+    groups_state = mixer.n_groups * mixer.ssm_state_size
+    gate, xbc, dt = mixer.in_proj(hidden_states).split(
+        [mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1
+    )
+    # Mamba-2 convolves x, B and C together: no_conv un-convolves all three
+    xbc = mixer.act(_causal_conv(mixer.conv1d, xbc))
+    x, B, C = xbc.split([mixer.intermediate_size, groups_state, groups_state], dim=-1)
+    y = torch_chunk_scan()(
+        x.view(batch, length, mixer.num_heads, mixer.head_dim),
+        dt,
+        -torch.exp(mixer.A_log.float()),
+        B.view(batch, length, mixer.n_groups, mixer.ssm_state_size),
+        C.view(batch, length, mixer.n_groups, mixer.ssm_state_size),
+        chunk_size=mixer.chunk_size,
+        D=mixer.D,
+        dt_bias=mixer.dt_bias,
+        dt_softplus=True,
+        dt_limit=mixer.time_step_limit,
+    )
+    y = mixer.norm(y.reshape(batch, length, -1), gate)  # (batch, position, d_inner)
+    return mixer.out_proj(y.to(hidden_states.dtype))
+
+
+def torch_chunk_scan():
+    """`transformers`' own torch Mamba-2 chunked scan, whatever kernel it may have bound."""
+    return _plain_torch(modeling_mamba2.mamba2_chunk_scan)
+
+
+def _plain_torch(function):
+    """The torch function under `transformers`' kernel-dispatch wrappers (functools.wraps)."""
+    return inspect.unwrap(function)
+
+
+def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwargs):
+    path = mixer_path(mixer, hidden_states.device)
+    if cache is not None or attention_mask is not None or path != _torch_path(mixer):
+        # generation with a cache, padding masks, kernels, the reference: transformers' own
+        return type(mixer).forward(
+            mixer, hidden_states, cache=cache, attention_mask=attention_mask, **kwargs
+        )
+    if _is_mamba1(mixer):
+        return mamba_torch_forward(mixer, hidden_states)
+    return mamba2_torch_forward(mixer, hidden_states)
+
+
+def _torch_path(mixer: Any) -> str:
+    return "torch-fast-scan" if _is_mamba1(mixer) else "torch-chunked"
+
+
+def install_mixer_paths(mixers: list[Any]) -> None:
+    """Give each mixer instance the path-choosing forward (the class stays untouched)."""
+    for mixer in mixers:
+        mixer.forward = types.MethodType(_mixer_forward, mixer)
+        mixer.layerstate_reference = False
+
+
+def set_reference_path(mixers: list[Any], enabled: bool) -> None:
+    """Route the mixers through `transformers`' forward as written (True) or not (False)."""
+    for mixer in mixers:
+        mixer.layerstate_reference = bool(enabled)
+
+
+@torch.no_grad()
+def make_conv_identity(mixer: Any) -> None:
+    """Turn the mixer's causal Conv1D into a frozen identity (variant ``no_conv``).
+
+    The mixers pass the conv's weight to functions rather than always calling the module,
+    so the module cannot be swapped for ``nn.Identity`` (NOTES.md). Instead its weight
+    becomes one-hot on the current step (the last tap of the causal kernel), its bias zero,
+    and neither trains. The SiLU after the conv stays. Apply after construction: the model's
+    weight initialisation overwrites conv weights.
+    """
+    conv = mixer.conv1d
+    conv.weight.zero_()
+    conv.weight[:, 0, -1] = 1.0  # (channel, 1, kernel): tap k-1 multiplies x[t]
+    if conv.bias is not None:
+        conv.bias.zero_()
+    for parameter in conv.parameters():
+        parameter.requires_grad_(False)
