@@ -216,5 +216,44 @@ def capture(experiment: str, store_path: str, device: str) -> None:
                f"{sum(r.blocks_total for r in results) - done} already there)")
 
 
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--out", "out", required=True, help="Output folder: store.zarr and report/ go there.")
+@click.option("--jobs", default=2, show_default=True, help="Runs trained in parallel (processes).")
+@device_option
+@boundary
+def run(experiment: str, out: str, jobs: int, device: str) -> None:
+    """The main job: train -> capture -> analyse -> claims -> report (re-run resumes)."""
+    from layerstate.pipeline import run_experiment
+
+    run_experiment(experiment, out, jobs=jobs, device=_device(device), say=click.echo)
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
+              help="An experiment TOML (its [[claims]]) or a TOML file of [[claims]] tables.")
+@boundary
+def stats(store_path: str, claims_file: str) -> None:
+    """Evaluate declared claims on STORE's results; writes results/claims (all or nothing)."""
+    import tomllib
+
+    from analysis.claims import evaluate_claims, parse_claims
+    from layerstate.pipeline import _probe_results
+    from store import Store
+
+    with open(claims_file, "rb") as fh:
+        data = tomllib.load(fh)
+    claims = parse_claims(data.get("claims", []), source=claims_file)
+    st = Store.open(store_path, mode="r+")
+    res = evaluate_claims(st, claims, probes=_probe_results(st))
+    st.write_result("claims", res)
+    for i in range(res.sizes["claim"]):
+        r = res.isel(claim=i)
+        click.echo(f"{str(r.claim.values)}: {str(r.verdict.values)}  estimate {float(r.estimate):+.3f} "
+                   f"[{float(r.lower):+.3f}, {float(r.upper):+.3f}]  p={float(r.p):.3g} "
+                   f"(Holm {float(r.p_adjusted):.3g})  power={float(r.power):.2f}  — {str(r.test.values)}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
