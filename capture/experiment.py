@@ -214,10 +214,10 @@ def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Expe
         return Experiment(**data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field; check the spelling against experiments/quick.toml"
-        raise ExperimentError(f"{source}: {where}: {msg}") from None
+        raise ExperimentError(f"{source}: {where + ': ' if where else ''}{msg}") from None
     except (KeyError, ValueError) as exc:
         raise ExperimentError(f"{source}: {exc}") from None

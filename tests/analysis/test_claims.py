@@ -95,3 +95,29 @@ def test_probe_claims_without_probe_results_name_the_command(conv_store):
              "arch": "mamba", "layer": "L0", "threshold": 0.9}
     with pytest.raises(ClaimError, match="layerstate probe"):
         evaluate_claims(conv_store, parse_claims([claim]))
+
+
+
+def test_stats_command_writes_claims_and_prints_verdicts(conv_store, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from layerstate.cli import main
+
+    path = tmp_path / "s.zarr"
+    shutil.copytree(str(conv_store.location), path)
+    claims = tmp_path / "claims.toml"
+    claims.write_text(
+        '[[claims]]\nid = "s3-drop"\nstatement = "Removing Conv1D lowers S3 accuracy"\n'
+        'kind = "difference"\ntask = "s3"\narch = "mamba"\ntreatment = "no_conv"\n'
+        'reference = "default"\ndirection = "less"\nlength = 12\nmargin = 0.05\n'
+    )
+    res = CliRunner().invoke(main, ["stats", str(path), "--claims", str(claims)])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("s3-drop: supported")
+    assert str(Store.open(str(path)).read_result("claims").verdict.values[0]) == "supported"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(claims.read_text().replace("margin = 0.05", "margin = -1"))
+    res = CliRunner().invoke(main, ["stats", str(path), "--claims", str(bad)])
+    assert res.exit_code == 2 and "margin must be positive" in res.output

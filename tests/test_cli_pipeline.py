@@ -1,0 +1,95 @@
+"""The command line over training, capture, claims and the whole run (tiny experiment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from layerstate.cli import main
+
+TINY = """
+[experiment]
+name = "tiny"
+
+[grid]
+tasks = ["parity"]
+archs = ["lstm"]
+seeds = [0, 1]
+
+[train]
+length = 12
+steps = 30
+batch_size = 16
+eval_every = 10
+n_eval = 32
+eval_lengths = [12, 20]
+n_test = 32
+warmup = 2
+
+[capture]
+lengths = [12, 20]
+n_sequences = 40
+
+[models.lstm]
+d_model = 16
+n_layers = 2
+
+"""
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def exp_file(tmp_path) -> Path:
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+@pytest.mark.slow
+def test_train_then_capture_then_inspect(exp_file, tmp_path):
+    store = str(tmp_path / "s.zarr")
+    res = run("train", str(exp_file), "--store", store)
+    assert res.exit_code == 0, res.output
+    assert "parity-lstm-default-s1: 30 steps" in res.output or "parity-lstm-default-s1:" in res.output
+    again = run("train", str(exp_file), "--store", store)
+    assert again.output.count("already trained") == 2
+    res = run("capture", str(exp_file), "--store", store)
+    assert res.exit_code == 0 and "captured 4 groups" in res.output
+    out = run("inspect", store).output
+    assert "len_020: hidden 40x20x3x20" in out and "complete" in out
+    assert run("validate", store).exit_code == 0
+
+
+def test_capture_before_training_is_refused(exp_file, tmp_path):
+    store = tmp_path / "s.zarr"
+    from store import Store
+
+    Store.create(str(store))
+    res = CliRunner().invoke(main, ["capture", str(exp_file), "--store", str(store)])
+    assert res.exit_code == 2 and "never trained" in res.output and "layerstate train" in res.output
+
+
+def test_unknown_task_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace('tasks = ["parity"]', 'tasks = ["sorting"]'))
+    res = CliRunner().invoke(main, ["train", str(bad), "--store", str(tmp_path / "s.zarr")])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f"layerstate: error: {bad}: unknown task 'sorting'; "
+        "valid: assoc_recall, code_depth, dyck, parity, s3, treecall"
+    ]
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_cuda_without_gpu_is_a_clear_error(exp_file, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    res = CliRunner().invoke(main, ["train", str(exp_file), "--store", str(tmp_path / "s"), "--device", "cuda"])
+    assert res.exit_code == 2 and "no CUDA GPU" in res.output
