@@ -483,10 +483,12 @@ class Store:
             ds[var] = ds[var].astype(np.dtypes.StringDType())
         enc = {v: {"compressors": CHECKSUM} for v in ds.variables}
         ds.attrs = _jsonable(ds.attrs)
-        ds.to_zarr(
-            self._zstore, group=f"{S.RESULTS}/{name}", mode="w", zarr_format=3,
-            consolidated=False, encoding=enc,
-        )
+        # Every chunk is written, even all-fill ones: validate treats a missing chunk as damage.
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            ds.to_zarr(
+                self._zstore, group=f"{S.RESULTS}/{name}", mode="w", zarr_format=3,
+                consolidated=False, encoding=enc,
+            )
         self.consolidate()
 
     def results(self) -> list[str]:

@@ -139,7 +139,11 @@ def test_results_round_trip(make_store):
     res = xr.Dataset({"accuracy": (("layer", "fold"), np.random.default_rng(0).random((3, 4)))},
                      coords={"layer": ["embed", "L0", "L1"]}, attrs={"method": "probe"})
     st.write_result("probes/parity", res)
-    assert st.results() == ["probes/parity"]
+    st.write_result("flags", xr.Dataset({"trivial": ("x", np.zeros(3, bool))}))  # all fill value
+    assert st.results() == ["flags", "probes/parity"]
+    from store import validate
+
+    assert validate(st).ok, validate(st).problems
     back = st.read_result("probes/parity")
     xr.testing.assert_identical(back, res)
     with pytest.raises(MissingError, match="no result 'nope'.*probes/parity"):

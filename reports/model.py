@@ -1,0 +1,87 @@
+"""What a report is made of: sections holding notes, tables and figures.
+
+Sections are built from the store by :mod:`reports.sections` and written by
+:mod:`reports.build`; nothing here reads a store or draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+#: How to produce each kind of result, named on the page where it is missing.
+COMMANDS = {
+    "train": "layerstate train EXPERIMENT.toml --store STORE",
+    "capture": "layerstate capture EXPERIMENT.toml --store STORE",
+    "probe": "layerstate probe STORE",
+    "ablate": "layerstate ablate STORE",
+    "patch": "layerstate patch STORE",
+    "interchange": "layerstate patch STORE --interchange",
+    "stats": "layerstate stats STORE --claims EXPERIMENT.toml",
+}
+ALL_STAGES = "layerstate run EXPERIMENT.toml --out DIR"
+
+
+@dataclass
+class Table:
+    """A table: ``data`` (raw numbers, written to ``tables/<name>.csv``) and ``display``
+    (what the page shows: numbers with intervals as text; default ``data``)."""
+
+    name: str
+    caption: str
+    data: pd.DataFrame
+    display: pd.DataFrame | None = None
+
+    def shown(self) -> pd.DataFrame:
+        return self.data if self.display is None else self.display
+
+
+@dataclass
+class Figure:
+    """A matplotlib figure to save as ``figures/<name>.png`` and ``.svg``; ``files`` is set
+    when it is saved (relative paths and the base64 PNG embedded in the page)."""
+
+    name: str
+    caption: str
+    figure: Any
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Section:
+    """One part of the report. ``missing`` replaces the content with a note naming the
+    command that produces it; ``error`` says the section failed to build, and why."""
+
+    key: str
+    title: str
+    intro: str = ""
+    notes: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    parts: list[Section] = field(default_factory=list)
+    blocks: list[tuple[str, str]] = field(default_factory=list)  # (caption, preformatted text)
+    missing: str | None = None
+    command: str | None = None
+    error: str | None = None
+
+    def walk(self):
+        yield self
+        for p in self.parts:
+            yield from p.walk()
+
+    @property
+    def status(self) -> str:
+        if self.error:
+            return "error"
+        if self.missing and not self.tables and not self.figures and all(
+            p.status == "missing" for p in self.parts
+        ):
+            return "missing"
+        return "ok"
+
+
+def missing_section(key: str, title: str, what: str, stage: str, intro: str = "") -> Section:
+    """A section whose results are absent: says what is missing and the command to run."""
+    return Section(key, title, intro=intro, missing=what, command=COMMANDS[stage])

@@ -1,0 +1,261 @@
+"""Section 3: probe profiles -- where, layer by layer, the task state is linearly readable.
+
+Source: every ``results/probes/<target>`` written by :mod:`analysis.probes` (``layerstate
+probe``). Layout used (see :func:`analysis.probes.probe`): metrics ``accuracy``,
+``baseline``, ``control_accuracy``, ``selectivity`` with dims (run, length, layer,
+[position], fold); per-sequence counts ``correct`` (run, length, layer, [position], sequence)
+and ``labelled`` (run, length, [position], sequence); ``n_test`` (run, length, [position],
+fold); the ``evaluation`` coordinate along ``length`` (cross-validation or transfer).
+
+Per seed (one run), a layer's readability is the probe's held-out accuracy pooled over
+positions and sequences (``sum correct / sum labelled``); its interval comes from
+:func:`reports.numbers.group_intervals` (seed-level t; one seed: sequences only). Without
+per-sequence counts, the fold-and-position mean of ``accuracy`` per seed is used with a
+seed-level t interval. Baseline, control accuracy and selectivity are fold-and-position means
+per seed with seed-level t intervals. Best layer, first crossing and AUC come from
+:func:`analysis.stats.profile_statistics` on the per-seed profiles.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from reports import figures as F
+from reports.model import Figure, Section, Table, missing_section
+from reports.numbers import (
+    by_seed,
+    clip_unit,
+    fmt_ci,
+    fmt_layer_ci,
+    group_intervals,
+    read_result,
+    seed_t_interval,
+)
+from reports.snapshot import Snapshot
+
+PROBES_INTRO = (
+    "Held-out accuracy of linear probes on each layer's hidden states (cross-validated by sequence), "
+    "with the training fold's majority-class baseline and a control task (Hewitt & Liang): "
+    "selectivity = accuracy - control accuracy. Tasks are columns and architectures rows, so a "
+    "task-dependent reversal of where the state becomes readable shows at a glance. Bands and "
+    "brackets: 95% intervals across seeds."
+)
+THRESHOLD = 0.9
+METRIC_VARS = {"baseline": "baseline", "control": "control_accuracy", "selectivity": "selectivity"}
+
+
+def probes(snap: Snapshot) -> Section:
+    names = snap.results("probes/")
+    if not names:
+        return missing_section("probes", "Probe profiles", "No probe results in this store.", "probe", PROBES_INTRO)
+    sec = Section("probes", "Probe profiles", intro=PROBES_INTRO)
+    frames, summaries, notes = [], [], []
+    for name in names:
+        ds = read_result(snap.store, name)
+        if "accuracy" not in ds:
+            notes.append(f"results/{name} has no 'accuracy' variable (variables: {', '.join(map(str, ds.data_vars))}); skipped")
+            continue
+        target = str(ds.attrs.get("target", name.split("/", 1)[-1]))
+        frames.append(profile_frame(ds, snap.store, target=target))
+        summaries.append(summary_frame(ds, snap.store, target=target))
+        notes.extend(_describe(name, ds))
+    if not frames:
+        return missing_section("probes", "Probe profiles", "; ".join(notes), "probe", PROBES_INTRO)
+    frame = _panel_names(pd.concat(frames, ignore_index=True))
+    layers = list(dict.fromkeys(frame.sort_values("layer_pos")["layer"]))
+    shown_length = _fit_length(frame)
+    at_fit = frame[frame["length"] == shown_length]
+    sec.figures.append(Figure(
+        "probe_profiles",
+        f"Probe accuracy across layers at length {shown_length} (band: 95% interval across seeds; dashed: "
+        "majority baseline; dotted: control task).",
+        F.profile_grid(at_fit.rename(columns={"estimate": "accuracy", "lower": "accuracy_lower",
+                                              "upper": "accuracy_upper"}), layers),
+    ))
+    sec.tables.append(Table("probe_profiles", f"Probe accuracy [95% interval] per layer at length {shown_length}; "
+                            "every length in the CSV.", frame, _profile_pivot(at_fit, layers)))
+    if "selectivity" in frame:
+        sec.tables.append(Table(
+            "probe_selectivity", f"Selectivity (probe accuracy - control-task accuracy) [95% interval] per layer at "
+            f"length {shown_length}: high selectivity means the probe reads the state, not the token identity.",
+            frame[["task", "arch", "variant", "length", "layer", "selectivity", "selectivity_lower",
+                   "selectivity_upper", "control", "control_lower", "control_upper", "baseline", "n_seeds"]],
+            _profile_pivot(at_fit.assign(estimate=at_fit["selectivity"], lower=at_fit["selectivity_lower"],
+                                         upper=at_fit["selectivity_upper"]), layers, signed=True)))
+    summary = pd.concat(summaries, ignore_index=True)
+    if len(summary):
+        summary = _panel_names(summary)
+        sec.tables.append(Table(
+            "probe_summary",
+            f"Where the state becomes readable: best layer, first layer reaching {THRESHOLD:.0%} accuracy and the "
+            "normalised area under the profile (0 = baseline everywhere, 1 = perfect everywhere), "
+            "with 95% intervals.",
+            summary, _summary_display(summary)))
+    sec.notes = notes + [
+        "Layer intervals (best layer, first crossing) are percentiles of a bootstrap over seeds; with few "
+        "seeds they are optimistic. The AUC interval is a seed-level t interval."
+    ]
+    return sec
+
+
+# ---------------------------------------------------------------------- per-seed profiles
+def profile_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
+    """One row per (task, arch, variant, length, layer) with accuracy and its interval, plus
+    baseline, control accuracy and selectivity (each with an interval) and n_seeds."""
+    over = [d for d in ("fold", "position") if d in ds["accuracy"].dims]
+    if "correct" in ds and "labelled" in ds:
+        num, den = _pooled_counts(ds)
+        acc = group_intervals(num, den, store)
+    else:
+        acc = _seed_level(ds["accuracy"].mean(over), store)
+    acc = acc.rename(columns={"method": "method"})
+    keys = ["task", "arch", "variant", "length", "layer"]
+    for short, var in METRIC_VARS.items():
+        if var not in ds:
+            continue
+        extra = _seed_level(ds[var].mean([d for d in over if d in ds[var].dims]), store)
+        extra = extra[keys + ["estimate", "lower", "upper"]].rename(
+            columns={"estimate": short, "lower": f"{short}_lower", "upper": f"{short}_upper"})
+        acc = acc.merge(extra, on=keys, how="left")
+    layer_order = [str(v) for v in ds["layer"].values]
+    acc["layer"] = acc["layer"].astype(str)
+    acc["layer_pos"] = [layer_order.index(v) for v in acc["layer"]]
+    acc["target"] = target
+    if "evaluation" in ds.coords:
+        ev = dict(zip(ds["length"].values.tolist(), ds["evaluation"].values.astype(str).tolist(), strict=True))
+        acc["evaluation"] = [ev.get(int(L), "") for L in acc["length"]]
+    fit = int(ds.attrs.get("train_length", -1))
+    acc["fit_length"] = fit if fit > 0 else int(acc["length"].min())
+    acc = clip_unit(acc, ("", "baseline", "control"))
+    first = ["target", "task", "arch", "variant", "length", "evaluation", "fit_length", "layer", "layer_pos",
+             "estimate", "lower", "upper", "n_seeds", "method"]
+    acc = acc[[c for c in first if c in acc] + [c for c in acc if c not in first]]
+    return acc.sort_values(["task", "arch", "variant", "length", "layer_pos"]).reset_index(drop=True)
+
+
+def _pooled_counts(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray]:
+    """Correct and labelled per (run, length, layer, sequence), pooled over positions; positions
+    that were never scored (``n_test`` 0) count in neither."""
+    correct, labelled = ds["correct"].astype("float64"), ds["labelled"].astype("float64")
+    if "n_test" in ds:
+        scored = ds["n_test"].sum("fold") > 0 if "fold" in ds["n_test"].dims else ds["n_test"] > 0
+        labelled = labelled.where(scored, 0.0)
+        correct = correct.where(scored, 0.0)
+    if "position" in correct.dims:
+        correct, labelled = correct.sum("position"), labelled.sum("position")
+    labelled = labelled.broadcast_like(correct)
+    # sequences without any labelled row are padding (NaN), not zero-accuracy sequences
+    return correct.where(labelled > 0), labelled.where(labelled > 0)
+
+
+def _seed_level(per_run: xr.DataArray, store) -> pd.DataFrame:
+    """Per-run values (run, ...) -> seed-level t interval per (task, arch, variant, ...)."""
+    res = seed_t_interval(by_seed(per_run, store))
+    frame = res.to_dataframe().reset_index()
+    frame["method"] = res.attrs["method"]
+    return frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
+
+
+def _panel_names(frame: pd.DataFrame) -> pd.DataFrame:
+    """A task probed for several targets gets one column per target: ``dyck (depth)``."""
+    per_task = frame.groupby("task")["target"].nunique()
+    frame = frame.copy()
+    frame["task"] = [t if per_task[t] == 1 else f"{t} ({g})" for t, g in zip(frame["task"], frame["target"], strict=True)]
+    return frame
+
+
+def _fit_length(frame: pd.DataFrame) -> int:
+    fits = frame["fit_length"].dropna().astype(int)
+    common = fits.mode()
+    return int(common.iloc[0]) if len(common) else int(frame["length"].min())
+
+
+def _profile_pivot(frame: pd.DataFrame, layers: list[str], signed: bool = False) -> pd.DataFrame:
+    shown = frame.assign(text=[fmt_ci(e, lo, hi, signed=signed)
+                               for e, lo, hi in zip(frame.estimate, frame.lower, frame.upper, strict=True)])
+    pivot = shown.pivot_table(index=["task", "arch", "variant"], columns="layer", values="text", aggfunc="first")
+    pivot = pivot[[c for c in layers if c in pivot.columns]].reset_index()
+    seeds = frame.groupby(["task", "arch", "variant"])["n_seeds"].max().rename("seeds").reset_index()
+    return pivot.merge(seeds, on=["task", "arch", "variant"]).fillna("–")
+
+
+# ---------------------------------------------------------------------- profile statistics
+def per_seed_profiles(ds: xr.Dataset, store, var: str = "accuracy") -> xr.DataArray:
+    """Per-seed profile, dims (length, layer, task, arch, variant, seed): the same estimator
+    as the intervals (pooled counts where stored, else the fold-and-position mean)."""
+    if var == "accuracy" and "correct" in ds and "labelled" in ds:
+        num, den = _pooled_counts(ds)
+        per_run = num.sum("sequence") / den.sum("sequence")
+    else:
+        per_run = ds[var].mean([d for d in ("fold", "position") if d in ds[var].dims])
+    return by_seed(per_run.drop_vars([c for c in per_run.coords if c not in per_run.dims]), store)
+
+
+def summary_frame(ds: xr.Dataset, store, *, target: str, threshold: float = THRESHOLD) -> pd.DataFrame:
+    """Best layer, first crossing of ``threshold`` and AUC with intervals, one row per
+    (task, arch, variant, length); the AUC's chance level is the cell's mean majority baseline.
+
+    Uses :func:`analysis.stats.profile_statistics` on the per-seed profiles (layers a run
+    does not have are dropped); cells with one seed get the point values and no interval.
+    """
+    from analysis.stats import profile_statistics
+    from analysis.stats.profiles import auc_np, best_layer_np, first_crossing_np
+
+    acc = per_seed_profiles(ds, store)
+    base = per_seed_profiles(ds, store, "baseline") if "baseline" in ds else None
+    rows = []
+    cells = acc.stack(_cell=["task", "arch", "variant", "length"])
+    for k in range(cells.sizes["_cell"]):
+        cell = cells.isel(_cell=k)
+        task, arch, variant, length = (cell["_cell"].values.item())
+        prof = cell.transpose("seed", "layer")
+        prof = prof.isel(seed=np.flatnonzero(prof.notnull().any("layer").values))
+        prof = prof.isel(layer=np.flatnonzero(prof.notnull().all("seed").values))
+        if prof.sizes["seed"] == 0 or prof.sizes["layer"] == 0:
+            continue
+        chance = 0.0
+        if base is not None:
+            b = float(base.sel(task=task, arch=arch, variant=variant, length=length).mean())
+            chance = min(b, 0.99) if np.isfinite(b) else 0.0
+        labels = [str(v) for v in prof["layer"].values]
+        row = {"task": task, "arch": arch, "variant": variant, "length": int(length), "target": target,
+               "n_seeds": int(prof.sizes["seed"]), "chance": chance, "layer_labels": " ".join(labels)}
+        if prof.sizes["seed"] >= 2:
+            st = profile_statistics(prof, rng=0, threshold=threshold, chance=chance, n_boot=1000)
+            for name in ("best_layer", "first_crossing", "auc"):
+                for suffix in ("", "_lower", "_upper"):
+                    row[name + suffix] = float(st[name + suffix])
+        else:
+            mean = prof.mean("seed").values
+            row.update(best_layer=float(best_layer_np(mean)), first_crossing=float(first_crossing_np(mean, threshold)),
+                       auc=float(auc_np(mean, chance)))
+            for name in ("best_layer", "first_crossing", "auc"):
+                row[name + "_lower"] = row[name + "_upper"] = np.nan
+        for name in ("best_layer", "first_crossing"):
+            row[name + "_name"] = fmt_layer_ci(row[name], row[name + "_lower"], row[name + "_upper"], labels)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "task": summary["task"], "arch": summary["arch"], "variant": summary["variant"],
+        "length": summary["length"],
+        "best layer": summary["best_layer_name"],
+        f"first ≥ {THRESHOLD:.0%}": summary["first_crossing_name"],
+        "AUC": [fmt_ci(e, lo, hi) for e, lo, hi in zip(summary.auc, summary.auc_lower, summary.auc_upper, strict=True)],
+        "seeds": summary["n_seeds"],
+    })
+
+
+def _describe(name: str, ds: xr.Dataset) -> list[str]:
+    a = ds.attrs
+    bits = [f"results/{name}: target {a.get('target', '?')}"]
+    for key in ("positions", "split", "control", "solver", "baseline"):
+        if key in a:
+            bits.append(f"{key}: {a[key]}")
+    if int(a.get("train_length", -1)) > 0:
+        bits.append(f"fitted at length {a['train_length']}, other lengths scored by transfer")
+    return ["; ".join(bits)]

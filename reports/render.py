@@ -1,0 +1,106 @@
+"""Render sections with the Jinja2 templates in ``reports/templates`` (HTML autoescaped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports.model import ALL_STAGES, Section
+from reports.snapshot import Snapshot
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _environment():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        # HTML is escaped (store attrs and claim statements are user text); Markdown is not
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default=False),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def _cell(x: object) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float | np.floating):
+        return "–" if not np.isfinite(x) else f"{x:.4g}"
+    return str(x)
+
+
+def _numeric(col: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+
+def table_view(table) -> dict:
+    """Columns, rows of text, and per cell a CSS class: ``num`` (right-aligned numbers) or
+    ``v-<verdict>`` (claims' verdicts, coloured)."""
+    shown = table.shown()
+    columns = [str(c) for c in shown.columns]
+    numeric = [_numeric(shown[c]) or _looks_numeric(shown[c]) for c in shown.columns]
+    rows = [[_cell(v) for v in row] for row in shown.itertuples(index=False)]
+
+    def css(col: int, text: str) -> str:
+        if columns[col] == "verdict":
+            return f"v-{text}"
+        return "num" if numeric[col] else ""
+
+    return {
+        "name": table.name,
+        "caption": table.caption,
+        "csv": f"tables/{table.name}.csv",
+        "columns": columns,
+        "numeric": numeric,
+        "rows": rows,
+        "cells": [[(text, css(i, text)) for i, text in enumerate(row)] for row in rows],
+    }
+
+
+def _looks_numeric(col: pd.Series) -> bool:
+    """Text columns of numbers with intervals ("0.93 [0.90, 0.96]") are right-aligned too."""
+    vals = [str(v) for v in col.head(20)]
+    return bool(vals) and all(v[:1].isdigit() or v[:1] in "+-–" for v in vals if v)
+
+
+def section_view(sec: Section, number: str) -> dict:
+    return {
+        "key": sec.key,
+        "number": number,
+        "title": sec.title,
+        "intro": sec.intro,
+        "notes": sec.notes,
+        "missing": sec.missing,
+        "command": sec.command,
+        "error": sec.error,
+        "status": sec.status,
+        "blocks": [{"caption": c, "text": t} for c, t in sec.blocks],
+        "figures": [{"caption": f.caption, **f.files} for f in sec.figures],
+        "tables": [table_view(t) for t in sec.tables],
+        "parts": [section_view(p, f"{number}.{i}") for i, p in enumerate(sec.parts, 1)],
+    }
+
+
+def _context(snap: Snapshot, built: list[Section], meta: dict) -> dict:
+    return {
+        "title": snap.info.get("title") or "layerstate report",
+        "meta": meta,
+        "info": snap.info,
+        "all_stages": ALL_STAGES,
+        "sections": [section_view(s, str(i)) for i, s in enumerate(built, 1)],
+    }
+
+
+def render_html(snap: Snapshot, built: list[Section], meta: dict) -> str:
+    return _environment().get_template("report.html.j2").render(**_context(snap, built, meta))
+
+
+def render_markdown(snap: Snapshot, built: list[Section], meta: dict) -> str:
+    env = _environment()
+    env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+    return env.get_template("report.md.j2").render(**_context(snap, built, meta))

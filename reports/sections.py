@@ -1,0 +1,259 @@
+"""Sections 1, 2 and 5 of a report: provenance, behaviour and claims.
+
+Each function reads a :class:`~reports.snapshot.Snapshot` and returns a
+:class:`~reports.model.Section`; a section whose results are absent says which command
+produces them instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports import figures as F
+from reports.model import ALL_STAGES, COMMANDS, Figure, Section, Table, missing_section
+from reports.numbers import clip_unit, fmt, fmt_ci, fmt_p, read_result
+from reports.snapshot import Snapshot
+from store import validate
+
+MAX_LISTED = 20
+
+
+# ---------------------------------------------------------------------- 1. provenance
+def provenance(snap: Snapshot, experiment: dict | None = None, *, check_chunks: bool = True) -> Section:
+    """Store attributes, the runs, their configs and the store's checksum check."""
+    st, info = snap.store, snap.info
+    attrs = st.attrs
+    prov = attrs.get("provenance") or {}
+    sec = Section("provenance", "Experiment and provenance")
+    exp_info = (experiment or {}).get("experiment", experiment or {})
+    if isinstance(exp_info, dict) and exp_info.get("description"):
+        sec.intro = str(exp_info["description"])
+    rows = [
+        ("store", info["location"]),
+        ("title", attrs.get("title") or exp_info.get("title", "") if isinstance(exp_info, dict) else ""),
+        ("schema", attrs.get("schema")),
+        ("created", attrs.get("created")),
+        ("layerstate version", attrs.get("tool_version")),
+        ("git commit", prov.get("git_commit") or "not a git checkout"),
+        ("python", prov.get("python")),
+        ("host", prov.get("host")),
+        ("platform", prov.get("platform")),
+        ("store size (bytes)", info.get("size_bytes")),
+    ]
+    if isinstance(exp_info, dict) and exp_info.get("name"):
+        rows.insert(2, ("experiment", exp_info["name"]))
+    packages = sorted((prov.get("packages") or {}).items())
+    data = pd.DataFrame(rows + [(f"package {k}", v) for k, v in packages], columns=["field", "value"]).astype(str)
+    shown = pd.DataFrame(rows + [("packages", ", ".join(f"{k} {v}" for k, v in packages) or "–")],
+                         columns=["field", "value"]).astype(str)
+    sec.tables.append(Table("provenance", "What wrote this store.", data, shown))
+    sec.tables.append(_runs_table(snap))
+    sec.tables.append(_configs_table(snap))
+    sec.tables.append(_validation_table(snap, sec, check_chunks))
+    if experiment:
+        sec.blocks.append(("Experiment configuration as run", json.dumps(experiment, indent=2, sort_keys=True, default=str)))
+    sec.notes.extend(snap.notes)
+    return sec
+
+
+def _runs_table(snap: Snapshot) -> Table:
+    rows = []
+    for rid in snap.runs:
+        a = snap.store.run_attrs(rid)
+        m = a.get("metrics") or {}
+        rows.append({
+            "run": rid, "task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
+            "seed": a.get("seed"), "parameters": a.get("n_parameters"), "steps": m.get("steps"),
+            "train_seconds": m.get("train_seconds"), "status": a.get("status", "not trained"),
+            "weights": snap.store.has_weights(rid),
+            "lengths_complete": " ".join(map(str, snap.complete.get(rid, []))),
+            "lengths_incomplete": " ".join(map(str, snap.incomplete.get(rid, []))),
+            "config_hash": a.get("config_hash"),
+        })
+    data = pd.DataFrame(rows, columns=["run", "task", "arch", "variant", "seed", "parameters", "steps",
+                                       "train_seconds", "status", "weights", "lengths_complete",
+                                       "lengths_incomplete", "config_hash"])
+    shown = data.drop(columns=["config_hash"]).copy()
+    shown["parameters"] = [f"{int(p):,}" if _num(p) else "–" for p in data["parameters"]]
+    shown["steps"] = [str(int(s)) if _num(s) else "–" for s in data["steps"]]
+    shown["train_seconds"] = [f"{float(s):.1f}" if _num(s) else "–" for s in data["train_seconds"]]
+    return Table("runs", "Runs: one trained model each (task x architecture x variant x seed).", data, shown)
+
+
+def _num(x: Any) -> bool:
+    try:
+        return x is not None and np.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _configs_table(snap: Snapshot) -> Table:
+    """Distinct configs (model per arch/variant, task per task, training), with their runs."""
+    seen: dict[tuple[str, str, str], list[str]] = {}
+    for rid in snap.runs:
+        a = snap.store.run_attrs(rid)
+        for kind, key, cfg in (
+            ("model", f"{a.get('arch')}/{a.get('variant')}", a.get("model_config")),
+            ("task", str(a.get("task")), a.get("task_config")),
+            ("train", str(a.get("task")), a.get("train_config")),
+        ):
+            if cfg:
+                text = json.dumps(cfg, sort_keys=True, default=str)
+                seen.setdefault((kind, key, text), []).append(rid)
+    rows = [{"kind": k, "for": key, "config": text, "runs": len(rids)} for (k, key, text), rids in seen.items()]
+    data = pd.DataFrame(rows, columns=["kind", "for", "config", "runs"])
+    return Table("configs", "Configurations (each distinct one once; 'runs' counts the runs using it).", data)
+
+
+def _validation_table(snap: Snapshot, sec: Section, check_chunks: bool) -> Table:
+    rep = validate(snap.store, check_chunks=check_chunks)
+    data = pd.DataFrame([{
+        "ok": rep.ok, "problems": len(rep.problems), "warnings": len(rep.warnings),
+        "arrays_checked": rep.n_arrays, "chunks_verified": rep.n_chunks,
+        "checksums_checked": check_chunks,
+    }])
+    verdict = "passed" if rep.ok else f"FAILED with {len(rep.problems)} problem(s)"
+    sec.notes.append(
+        f"Store check (`layerstate validate`): {verdict}; {rep.n_chunks} chunks of {rep.n_arrays} arrays "
+        f"decoded and their crc32c checksums verified" if check_chunks else
+        f"Store check (`layerstate validate`): {verdict}; chunk checksums were not verified for this report"
+    )
+    for p in rep.problems[:MAX_LISTED]:
+        sec.notes.append(f"problem: {p}")
+    for w in rep.warnings[:MAX_LISTED]:
+        sec.notes.append(f"warning: {w}")
+    if len(rep.problems) + len(rep.warnings) > 2 * MAX_LISTED:
+        sec.notes.append("… more in `layerstate validate STORE`")
+    return Table("validation", "Schema, completion records and checksums of every chunk.", data)
+
+
+# ---------------------------------------------------------------------- 2. behaviour
+BEHAVIOUR_INTRO = (
+    "How often each model's own readout is right on labelled target positions, per task, "
+    "architecture and sequence length (trained at one length; longer ones are out of distribution). "
+    "Accuracy is computed per sequence from the stored logits; intervals are seed-level t intervals "
+    "across seeds (sequences nested in seeds, never positions resampled), clipped to [0, 1]. With one "
+    "seed the interval is a percentile bootstrap over sequences and covers sequence sampling only."
+)
+
+
+def behaviour(snap: Snapshot) -> Section:
+    """Accuracy per task x arch x variant x length with intervals, a figure and a table."""
+    lengths = sorted({L for ls in snap.with_logits.values() for L in ls})
+    if not lengths:
+        return missing_section(
+            "behaviour", "Behaviour", "No run has complete captured activations with logits.",
+            "capture", BEHAVIOUR_INTRO,
+        )
+    frame, notes = accuracy_frame(snap, lengths)
+    sec = Section("behaviour", "Behaviour", intro=BEHAVIOUR_INTRO, notes=notes)
+    shown = frame.copy()
+    shown["accuracy"] = [fmt_ci(e, lo, hi) for e, lo, hi in zip(frame.estimate, frame.lower, frame.upper, strict=True)]
+    pivot = shown.pivot_table(index=["task", "arch", "variant"], columns="length", values="accuracy",
+                              aggfunc="first").reset_index()
+    pivot.columns = [c if isinstance(c, str) else f"L = {c}" for c in pivot.columns]
+    seeds = frame.groupby(["task", "arch", "variant"])["n_seeds"].max().reset_index()
+    pivot = pivot.merge(seeds, on=["task", "arch", "variant"]).rename(columns={"n_seeds": "seeds"})
+    sec.figures.append(Figure("behaviour_accuracy", "Accuracy against sequence length (bands: 95% intervals).",
+                              F.accuracy_vs_length(frame)))
+    sec.tables.append(Table("behaviour_accuracy", "Accuracy [95% interval] per length.", frame, pivot))
+    return sec
+
+
+def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (task, arch, variant, length): estimate, lower, upper, n_seeds, method.
+
+    Lengths are read separately (each from the runs that have it complete) and each
+    (task, arch, variant) gets its own interval, so a run still being captured or a missing
+    seed elsewhere never changes a cell's estimate.
+    """
+    from analysis.behaviour import accuracy_intervals, sequence_correctness
+    from analysis.stats import interval_table
+
+    frames, notes = [], []
+    for L in lengths:
+        runs = [r for r in snap.runs if L in snap.with_logits[r]]
+        corr = sequence_correctness(snap.store, runs, [L])
+        groups = corr[["task", "arch", "variant"]].to_dataframe().reset_index().groupby(["task", "arch", "variant"])
+        for _, grp in groups:
+            sub = corr.sel(run=grp["run"].tolist())
+            acc = accuracy_intervals(sub)
+            t = interval_table(acc)
+            t["n_seeds"] = sub.sizes["run"]
+            t["note"] = acc.attrs.get("note", "")
+            frames.append(t)
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
+    cols = ["task", "arch", "variant", "length", "estimate", "lower", "upper", "n_seeds", "method", "ci_level", "note"]
+    frame = clip_unit(frame[cols].sort_values(["task", "arch", "variant", "length"]).reset_index(drop=True))
+    if (frame["n_seeds"] < 2).any():
+        notes.append("Cells with one seed: the interval covers sequence sampling only, not training "
+                     "variability (train more seeds).")
+    return frame, notes
+
+
+# ---------------------------------------------------------------------- 5. claims
+CLAIMS_INTRO = (
+    "Hypotheses declared before looking, each with its estimate, 95% interval, test, p-value, "
+    "p-value corrected across all claims (Holm), power at the achieved number of seeds, and a "
+    "verdict. A non-significant difference is reported as inconclusive, never as 'no effect': "
+    "only an equivalence test against a declared margin can support a null claim."
+)
+
+
+def claims(snap: Snapshot) -> Section:
+    """The claims table and forest plot from ``results/claims``."""
+    if "claims" not in snap.results():
+        return missing_section("claims", "Claims", "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
+    ds = read_result(snap.store, "claims")
+    frame = claims_frame(ds)
+    sec = Section("claims", "Claims", intro=CLAIMS_INTRO)
+    alpha = ds.attrs.get("alpha", 0.05)
+    sec.notes.append(f"alpha = {alpha}; correction: {ds.attrs.get('correction', 'holm')}. "
+                     "Profile-match estimates are differences of profile-shape distances; their "
+                     "evidence is the permutation p, not an interval.")
+    shown = pd.DataFrame({
+        "claim": frame["claim"],
+        "statement": frame["statement"],
+        "estimate [95% CI]": [
+            fmt_ci(e, lo, hi, signed=k in ("difference", "equivalence"),
+                   why_none="permutation test: no interval" if k == "profile_match" else "no interval")
+            for e, lo, hi, k in zip(frame.estimate, frame.lower, frame.upper, frame.kind, strict=True)
+        ],
+        "test": frame["test"],
+        "p": [fmt_p(p) for p in frame["p"]],
+        "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
+        "power": [fmt(p, 2) if np.isfinite(p) else "– (no margin declared)" for p in frame["power"]],
+        "MDE": [fmt(m, 3) for m in frame["mde"]],
+        "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"]],
+        "verdict": frame["verdict"],
+    })
+    sec.tables.append(Table("claims", "Claims and their verdicts.", frame, shown))
+    sec.figures.append(Figure("claims_forest", "Claim estimates with 95% intervals, coloured by verdict.",
+                              F.forest(frame)))
+    return sec
+
+
+def claims_frame(ds) -> pd.DataFrame:
+    """The claims Dataset (dim ``claim``) as one row per claim, plus the reference value."""
+    frame = ds.to_dataframe().reset_index()
+    for col in ("statement", "kind", "test", "verdict", "claim"):
+        if col in frame:
+            frame[col] = frame[col].astype(str)
+    ref = np.where(frame["kind"].isin(["difference", "equivalence"]), 0.0, np.nan)
+    if "reference_mean" in frame:
+        ref = np.where(frame["kind"] == "readable_by", frame["reference_mean"], ref)
+    frame["reference"] = ref
+    first = ["claim", "statement", "kind", "estimate", "lower", "upper", "test", "p", "p_adjusted",
+             "power", "mde", "n_seeds", "margin", "verdict"]
+    return frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]
+
+
+def commands_note() -> str:
+    return f"Every stage at once: `{ALL_STAGES}`. One stage: " + "; ".join(
+        f"{k}: `{v}`" for k, v in COMMANDS.items()
+    )

@@ -1,0 +1,102 @@
+"""The report as a browser shows it: headless Chromium loads every image, logs no error.
+
+Chromium comes from Debian's ``chromium`` package; the session fixture installs it with
+apt-get when it is missing (as root) and skips, saying why, only if that fails. A
+screenshot is kept under the test's tmp dir and copied to ``$LAYERSTATE_ARTIFACTS`` if set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+#: Injected into a copy of the page only: the report itself carries no script.
+CHECK_SCRIPT = """
+<script>
+window.__errors = [];
+window.addEventListener('error', e => window.__errors.push(String(e.message || e.target.src || e.type)), true);
+window.addEventListener('load', () => {
+  const imgs = Array.from(document.images);
+  document.body.dataset.nImages = imgs.length;
+  document.body.dataset.imagesOk = imgs.every(i => i.complete && i.naturalWidth > 0) ? 'yes' : 'no';
+  document.body.dataset.errors = window.__errors.join(' | ');
+});
+</script>
+"""
+
+
+def _install_chromium() -> str:
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it needs root (apt-get install -y chromium)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            pytest.skip(f"could not install chromium: {' '.join(cmd)}: {exc}")
+        if res.returncode != 0:
+            last = (res.stderr.strip().splitlines() or ["no message"])[-1]
+            pytest.skip(f"could not install chromium: {' '.join(cmd)} exited {res.returncode}: {last}")
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("apt-get installed chromium but no `chromium` executable is on PATH")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of a working chromium, installed once per session if needed."""
+    exe = shutil.which("chromium") or _install_chromium()
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    if version.returncode != 0:
+        pytest.skip(f"chromium does not start: {version.stderr.strip()[-200:]}")
+    return exe
+
+
+def _run(exe: str, profile, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([exe, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def test_report_loads_every_image_without_console_errors(full_report, chromium, tmp_path):
+    folder, index = full_report
+    site = tmp_path / "site"
+    shutil.copytree(folder, site)
+    page = site / "check.html"
+    page.write_text(index.read_text().replace("</body>", CHECK_SCRIPT + "</body>"))
+    res = _run(chromium, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+               "--virtual-time-budget=10000", "--dump-dom", page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", res.stdout).group(0)
+    n_images = int(re.search(r'data-n-images="(\d+)"', body).group(1))
+    assert n_images == index.read_text().count("<img ") and n_images >= 7
+    assert 'data-images-ok="yes"' in body
+    assert 'data-errors=""' in body
+    console = [line for line in res.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == []
+
+
+def test_report_screenshot_is_readable(full_report, chromium, tmp_path):
+    from PIL import Image
+
+    _, index = full_report
+    shot = tmp_path / "report.png"
+    res = _run(chromium, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2000",
+               "--hide-scrollbars", index.as_uri())
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    pixels = np.asarray(Image.open(shot).convert("L"))
+    assert pixels.shape == (2000, 1280)
+    assert 0.03 < (pixels < 200).mean() < 0.6   # text and tables drawn, not a blank or black page
+    artifacts = os.environ.get("LAYERSTATE_ARTIFACTS")
+    if artifacts:
+        os.makedirs(artifacts, exist_ok=True)
+        shutil.copy(shot, os.path.join(artifacts, "report-screenshot.png"))
