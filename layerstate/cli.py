@@ -255,5 +255,20 @@ def stats(store_path: str, claims_file: str) -> None:
                    f"(Holm {float(r.p_adjusted):.3g})  power={float(r.power):.2f}  — {str(r.test.values)}")
 
 
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.option("--out", "out", required=True, help="Folder for index.html, report.md, figures/, tables/.")
+@click.option("--force", is_flag=True, help="Replace an earlier report in --out.")
+@click.option("--no-chunk-check", is_flag=True, help="Skip verifying every chunk's checksum (huge stores).")
+@boundary
+def report(store_path: str, out: str, force: bool, no_chunk_check: bool) -> None:
+    """Write a self-contained HTML report (and Markdown, figures, CSV tables) of STORE."""
+    from reports import build_report
+    from store import Store
+
+    path = build_report(Store.open(store_path), out, force=force, check_chunks=not no_chunk_check)
+    click.echo(f"report: {path}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

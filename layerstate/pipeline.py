@@ -102,5 +102,11 @@ def run_experiment(
     say(f"captured {len(res)} groups ({sum(r.blocks_written for r in res)} blocks written)")
     say("== claims")
     evaluate_experiment_claims(st, exp, say)
+    say("== report")
+    from reports import build_report
+
+    index = build_report(Store.open(store_path), out / "report", force=True,
+                         experiment=exp.model_dump(mode="json"))
     say(f"done in {time.perf_counter() - t0:.0f}s: store {store_path}")
-    return out
+    say(f"report: {index}")
+    return index
