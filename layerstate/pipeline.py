@@ -22,6 +22,9 @@ def _train_one(args: tuple[str, str, int, str]) -> tuple[str, bool, int, float, 
     """Worker: train one run (separate process, one torch thread)."""
     exp_path, store_path, index, device = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
     from capture.train import train_run
     from store import Store
 

@@ -24,8 +24,8 @@ from .errors import (
     UnsafeArchiveError,
     WriterLockedError,
 )
-from .integrity import Report, validate
 from .inspect import format_summary, summary
+from .integrity import Report, validate
 from .pack import pack, unpack
 from .schema import SCHEMA, layer_names, length_group
 from .writer import LengthWriter

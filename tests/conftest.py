@@ -8,8 +8,8 @@ import os
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
-import numpy as np
-import pytest
+import numpy as np  # noqa: E402  (after the thread pins above)
+import pytest  # noqa: E402
 
 
 def synthetic_arrays(rng: np.random.Generator, n: int = 64, length: int = 12, n_layers: int = 2,

@@ -164,6 +164,11 @@ def hf_config(cfg: ModelConfig, vocab_size: int) -> PretrainedConfig:
         "hidden_size": cfg.d_model,
         "num_hidden_layers": cfg.n_layers,
         "tie_word_embeddings": False,  # MambaConfig ties by default; the head is ours anyway
+        # Task vocabularies are tiny and have no BOS/EOS in the LM sense: the defaults
+        # (e.g. eos 2 for a 2-token parity vocabulary) only trigger a warning per build.
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
     }
     if cfg.arch == "transformer":
         return GPTNeoXConfig(
