@@ -58,7 +58,9 @@ def check_length(model: torch.nn.Module, run_id: str, length: int) -> None:
 @torch.no_grad()
 def _forward(model, batch: TaskBatch, sites: Sequence[str], device: str, batch_size: int):
     """Logits, hidden (sequence, position, layer, feature) and site arrays, as numpy."""
-    logits, hidden, extra = [], [], {s: [] for s in sites}
+    logits: list[np.ndarray] = []
+    hidden: list[np.ndarray] = []
+    extra: dict[str, list[np.ndarray]] = {s: [] for s in sites}
     for lo in range(0, batch.n, batch_size):
         tok = torch.as_tensor(batch.tokens[lo : lo + batch_size], device=device)
         lg, hd = model.forward_with_hidden(tok)

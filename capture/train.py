@@ -16,13 +16,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from capture.experiment import RunSpec, TrainConfig
-from capture.tasks import TaskBatch, TaskConfig
+from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import Store
 
 # Independent random streams per purpose, so e.g. changing n_eval never changes training data.
@@ -34,11 +35,32 @@ def rng_for(seed: int, stream: int, *extra: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), stream, *map(int, extra)])
 
 
-def split_config(task: TaskConfig, split: str) -> TaskConfig:
+class RunnableTask(Protocol):
+    """What every concrete :class:`TaskConfig` subclass defines (the base class does not declare it)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def n_classes(self) -> dict[str, int]: ...
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def label_names(self) -> tuple[str, ...]: ...
+
+    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch: ...
+
+    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch: ...
+
+
+def split_config(task: TaskConfig, split: str) -> RunnableTask:
     """Tasks with a file split (code_depth) draw held-out data from their eval files."""
     if "split" in type(task).model_fields:
-        return task.model_copy(update={"split": split})
-    return task
+        task = task.model_copy(update={"split": split})
+    # Every registered config subclass implements the protocol; TaskConfig only documents it.
+    return cast(RunnableTask, task)
 
 
 @dataclass
@@ -108,7 +130,7 @@ def fit(
     valid = valid_task.generate(rng_for(seed, STREAM_VALID), cfg.n_eval, cfg.length)
     data_rng = rng_for(seed, STREAM_TRAIN)
     curve: list[dict] = []
-    best = (-1.0, None)
+    best: tuple[float, dict[str, torch.Tensor] | None] = (-1.0, None)
     stale, step = 0, 0
     for step in range(1, cfg.steps + 1):
         model.train()

@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -198,7 +198,7 @@ class Store:
         return dict(self.root.attrs)
 
     def _runs_group(self) -> zarr.Group:
-        return self.root[S.RUNS]
+        return _group(self.root, S.RUNS)
 
     def run_ids(self) -> list[str]:
         """All run ids, sorted."""
@@ -211,7 +211,7 @@ class Store:
                 f"run {run_id!r} is not in {self.location}; runs there: "
                 f"{', '.join(self.run_ids()) or '(none)'}"
             )
-        return runs[run_id]
+        return _group(runs, run_id)
 
     def run_attrs(self, run_id: str) -> dict:
         """The attributes of one run (task, arch, variant, seed, configs, metrics, …)."""
@@ -341,9 +341,9 @@ class Store:
                 f"run {run_id!r} has no (complete) weights in {self.location}; "
                 "train it first with `layerstate train`"
             )
-        grp = self._run(run_id)[S.WEIGHTS]
-        names = grp.attrs.get("names") or sorted(n for n, _ in grp.arrays())
-        return {n: np.asarray(grp[n][...]) for n in names}
+        grp = _group(self._run(run_id), S.WEIGHTS)
+        names = cast("list[str] | None", grp.attrs.get("names")) or sorted(n for n, _ in grp.arrays())
+        return {n: np.asarray(_array(grp, n)[...]) for n in names}
 
     # ------------------------------------------------------------------ lengths
     def lengths(self, run_id: str, kind: str = "len") -> list[int]:
@@ -407,7 +407,7 @@ class Store:
                 f"run {run_id!r} has no {kind} group for length {length}; stored lengths: "
                 f"{', '.join(map(str, have)) or '(none)'} — capture it with `layerstate capture`"
             )
-        return run[name]
+        return _group(run, name)
 
     def open_length(
         self,
@@ -440,7 +440,7 @@ class Store:
         grp = self._length_group(run_id, length, kind)
         attrs = dict(grp.attrs)
         if not attrs.get(S.ATTR_COMPLETE) and not allow_incomplete:
-            done = len(attrs.get(S.ATTR_COMPLETED, []))
+            done = len(cast("list[int]", attrs.get(S.ATTR_COMPLETED, [])))
             total = attrs.get("n_blocks", "?")
             raise IncompleteError(
                 f"run {run_id!r} length {length} is incomplete ({done} of {total} blocks written); "
@@ -462,7 +462,7 @@ class Store:
         return self.compute(self.open_length(run_id, length, lazy="xarray", **kwargs))
 
     def label_names(self, run_id: str, length: int, kind: str = "len") -> list[str]:
-        return list(self._length_group(run_id, length, kind).attrs.get("labels", []))
+        return list(cast("list[str]", self._length_group(run_id, length, kind).attrs.get("labels", [])))
 
     # ------------------------------------------------------------------ results
     def write_result(self, name: str, ds: xr.Dataset, *, overwrite: bool = True) -> None:
@@ -496,7 +496,7 @@ class Store:
         if S.RESULTS not in self.root:
             return []
         out = []
-        for path, node in self.root[S.RESULTS].members(max_depth=None):
+        for path, node in _group(self.root, S.RESULTS).members(max_depth=None):
             if isinstance(node, zarr.Group) and any(True for _ in node.arrays()):
                 out.append(path)
         return sorted(out)
@@ -554,6 +554,32 @@ def create_store(url: str | Any, **kwargs: Any) -> Store:
 
 
 # ---------------------------------------------------------------------- internals
+def _group(parent: zarr.Group, name: str) -> zarr.Group:
+    """``parent[name]``, which the schema says is a group (KeyError if it is absent)."""
+    node = parent[name]
+    if not isinstance(node, zarr.Group):
+        raise CorruptStoreError(
+            f"{_node_path(parent, name)} is an array where schema {S.SCHEMA!r} expects a group; "
+            "the store was changed by another tool: re-create it or restore it from a copy"
+        )
+    return node
+
+
+def _array(parent: zarr.Group, name: str) -> zarr.Array:
+    """``parent[name]``, which the schema says is an array (KeyError if it is absent)."""
+    node = parent[name]
+    if not isinstance(node, zarr.Array):
+        raise CorruptStoreError(
+            f"{_node_path(parent, name)} is a group where schema {S.SCHEMA!r} expects an array; "
+            "the store was changed by another tool: re-create it or restore it from a copy"
+        )
+    return node
+
+
+def _node_path(parent: zarr.Group, name: str) -> str:
+    return "/".join(p for p in (parent.path, name) if p)
+
+
 def _looks_like_store(loc: Location) -> bool:
     try:
         fs, root = loc.filesystem()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from . import schema as S
@@ -18,9 +20,10 @@ def summary(store: Store) -> dict:
             if not S.parse_length_group(name):
                 continue
             ga = dict(grp.attrs)
+            done = cast("list[int]", ga.get(S.ATTR_COMPLETED, []))
             groups[name] = {
                 "complete": bool(ga.get(S.ATTR_COMPLETE)),
-                "blocks": f"{len(ga.get(S.ATTR_COMPLETED, []))}/{ga.get('n_blocks')}",
+                "blocks": f"{len(done)}/{ga.get('n_blocks')}",
                 "labels": ga.get("labels", []),
                 "target": ga.get("target"),
                 "arrays": {n: {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": list(arr.chunks)}
@@ -77,7 +80,7 @@ def format_summary(info: dict) -> str:
     return "\n".join(lines)
 
 
-def _size(n: int | None) -> str:
+def _size(n: float | None) -> str:
     if n is None:
         return "size unknown"
     for unit in ("B", "KB", "MB", "GB", "TB"):

@@ -7,12 +7,14 @@ the completion records, and every present chunk is decoded, which verifies its c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import zarr
+from zarr.core.metadata import ArrayV3Metadata
 
 from . import schema as S
-from .core import Store, iter_arrays
+from .core import Store, _array, _group, iter_arrays
 
 
 @dataclass
@@ -50,7 +52,7 @@ def validate(store: Store, *, check_chunks: bool = True) -> Report:
     for rid in store.run_ids():
         _check_run(store, rid, rep, check_chunks)
     if check_chunks and S.RESULTS in store.root:
-        for path, arr in iter_arrays(store.root[S.RESULTS], f"{S.RESULTS}/"):
+        for path, arr in iter_arrays(_group(store.root, S.RESULTS), f"{S.RESULTS}/"):
             _check_chunks(arr, path, None, rep)
     return rep
 
@@ -76,7 +78,7 @@ def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
 
 def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool) -> None:
     ga = dict(grp.attrs)
-    spec = ga.get("spec")
+    spec = cast("dict[str, Any] | None", ga.get("spec"))
     if spec is None:
         rep.warnings.append(f"{path}: layout never finished (writer killed while creating it)")
         return
@@ -86,10 +88,10 @@ def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool) -
             return
     for var, dims in {**S.DIMS, **{lab: S.LABEL_DIMS for lab in spec["labels"]}}.items():
         if var in grp:
-            got = tuple(grp[var].metadata.dimension_names or ())
+            got = _dims(_array(grp, var))
             if got != dims:
                 rep.problems.append(f"{path}/{var}: dims {got}, expected {dims}")
-    done = set(ga.get(S.ATTR_COMPLETED, []))
+    done = set(cast("list[int]", ga.get(S.ATTR_COMPLETED, [])))
     if not ga.get(S.ATTR_COMPLETE):
         rep.warnings.append(
             f"{path}: incomplete, {len(done)} of {ga.get('n_blocks')} blocks written (resume the capture)"
@@ -98,8 +100,15 @@ def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool) -
         rep.warnings.append(f"{path}: written with allow_nonfinite=True (may hold NaN/Inf)")
     if check_chunks:
         for name, arr in grp.arrays():
-            seq_axis = 0 if arr.metadata.dimension_names and arr.metadata.dimension_names[0] == "sequence" and name != "sequence" else None
+            names = _dims(arr)
+            seq_axis = 0 if names and names[0] == "sequence" and name != "sequence" else None
             _check_chunks(arr, f"{path}/{name}", (seq_axis, done), rep)
+
+
+def _dims(arr: zarr.Array) -> tuple[str | None, ...]:
+    """An array's dimension names; () if it has none (Zarr v2 arrays never do)."""
+    md = arr.metadata
+    return tuple(md.dimension_names or ()) if isinstance(md, ArrayV3Metadata) else ()
 
 
 def _check_chunks(arr: zarr.Array, path: str, blocks: tuple | None, rep: Report) -> None:

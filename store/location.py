@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import zarr.abc.store
 import zarr.storage
 
 from .errors import UnsafeArchiveError, WriterLockedError

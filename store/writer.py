@@ -14,16 +14,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import zarr
 
 from . import schema as S
-from .core import CHECKSUM, TARGET_CHUNK_BYTES, Store, _jsonable, _ordered
+from .core import CHECKSUM, TARGET_CHUNK_BYTES, Store, _array, _group, _jsonable, _ordered
 from .errors import IncompleteError, InvalidArrayError, RunConflictError
 
 _FLOAT_DTYPES = ("float16", "float32")
+
+
+class _Spec(TypedDict):
+    """A group's layout, stored as its ``spec`` attribute (a resumed writer must match it)."""
+
+    n_sequences: int
+    n_features: int
+    layers: list[str]
+    labels: list[str]
+    target: str
+    n_classes: int | None
+    dtype: str
+    block_size: int
+    #: name -> [dims after 'sequence', their sizes, dtype]: a JSON list, so not a tuple.
+    extra: dict[str, list[Any]]
 
 
 class LengthWriter:
@@ -107,7 +122,7 @@ class LengthWriter:
         self.store, self.run_id, self.length, self.kind = store, run_id, int(length), kind
         itemsize = np.dtype(dtype).itemsize
         auto = max(1, TARGET_CHUNK_BYTES // (self.length * n_features * itemsize))
-        self.spec = {
+        self.spec: _Spec = {
             "n_sequences": int(n_sequences),
             "n_features": int(n_features),
             "layers": list(layers),
@@ -156,7 +171,7 @@ class LengthWriter:
         return start, min(start + self.block_size, self.n_sequences)
 
     def completed_blocks(self) -> set[int]:
-        return set(self.group.attrs.get(S.ATTR_COMPLETED, []))
+        return set(cast("list[int]", self.group.attrs.get(S.ATTR_COMPLETED, [])))
 
     def missing_blocks(self) -> list[int]:
         done = self.completed_blocks()
@@ -179,8 +194,8 @@ class LengthWriter:
         run = self.store._run(self.run_id)
         name = S.length_group(self.length, self.kind)
         if name in run:
-            grp = run[name]
-            old = grp.attrs.get("spec")
+            grp = _group(run, name)
+            old = cast("dict[str, Any] | None", grp.attrs.get("spec"))
             if old is None:  # killed while creating arrays: nothing was written yet
                 del run[name]
             elif old != _jsonable(self.spec):
@@ -268,7 +283,7 @@ class LengthWriter:
         # compares every float16 chunk with the fill value, which made writes ~4x slower.
         with zarr.config.set({"array.write_empty_chunks": True}):
             for var, values in data.items():
-                self.group[var][sl] = values
+                _array(self.group, var)[sl] = values
         done = self.completed_blocks() | {b}
         self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
         if len(done) == self.n_blocks:
