@@ -215,7 +215,7 @@ def _verdict(claim: Claim, row: dict, p_adj: float) -> str:
 
 
 def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
-    acc = _probe_seed_profile(probes, claim, claim.task, claim.arch)
+    acc = _probe_seed_profile(store, probes, claim, claim.task, claim.arch)
     if claim.layer not in [str(v) for v in acc.layer.values]:
         raise ClaimError(
             f"claim {claim.id!r}: layer {claim.layer!r} not probed; layers: "
@@ -237,23 +237,43 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     }
 
 
-def _probe_seed_profile(probes: xr.Dataset, claim: Claim, task: str, arch: str | None) -> xr.DataArray:
-    """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant."""
-    from analysis.probes import seed_profiles
+def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray:
+    """Probe accuracy across layers per trained model, as dims (task, arch, variant, seed, layer).
 
-    prof = seed_profiles(probes, length=claim.length)
-    sel = {"task": task, "variant": claim.variant}
+    Each run's profile is its cross-validated accuracy averaged over folds (and positions),
+    i.e. the ``profile`` variable of a probe result; runs become the grid's factors.
+    """
+    from analysis.behaviour import FACTORS, by_factors
+
+    if "profile" not in probes or length not in probes.length.values:
+        have = [int(v) for v in probes.length.values] if "length" in probes.coords else []
+        raise ClaimError(
+            f"probe results have no profile at length {length} (lengths: {have}); "
+            f"run `layerstate probe STORE --lengths {length}`"
+        )
+    prof = probes["profile"].sel(length=length, drop=True)
+    attrs = [store.run_attrs(str(r)) for r in prof.run.values]
+    prof = prof.assign_coords({f: ("run", [a.get(f) for a in attrs]) for f in FACTORS})
+    return by_factors(prof)
+
+
+def _probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str | None,
+                        arch: str | None) -> xr.DataArray:
+    """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant."""
+    prof = seed_profiles(store, probes, claim.length)
+    sel: dict[str, str] = {"task": str(task), "variant": claim.variant}
     if arch is not None:
         sel["arch"] = arch
     for dim, level in sel.items():
         _levels(prof, dim, [level], claim)
-    return prof.sel(sel)
+    out = prof.sel(sel)
+    return out.isel(seed=np.flatnonzero(np.isfinite(out).any("layer").values))
 
 
 def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str) -> dict:
     from analysis.stats import profile_difference_test
 
-    profiles = {t: _probe_seed_profile(probes, claim, t, arch)
+    profiles = {t: _probe_seed_profile(store, probes, claim, t, arch)
                 for t in (claim.task, claim.matches, claim.differs_from)}
 
     def test(other: str) -> xr.Dataset:

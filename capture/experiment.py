@@ -87,6 +87,28 @@ class CaptureConfig(BaseModel):
     counterfactual_lengths: list[int] = Field(default=[40], description="Lengths at which pairs are captured.")
 
 
+class AnalysisConfig(BaseModel):
+    model_config = _STRICT
+    probe: bool = Field(default=True, description="Fit linear probes on every run, per task.")
+    probe_positions: str = Field(
+        default="pooled", description="all | last | pooled: one probe per position, last position, or pooled."
+    )
+    probe_lengths: list[int] | None = Field(default=None, description="Lengths to probe (default: all captured).")
+    probe_train_length: int | None = Field(
+        default=None, description="Fit probes at this length and score them at the others (OOD)."
+    )
+    probe_folds: int = Field(default=5, ge=2, description="k of the k-fold split by sequence.")
+    probe_method: str = Field(default="exact", description="exact | screen | reference.")
+
+    @model_validator(mode="after")
+    def _choices(self) -> AnalysisConfig:
+        if self.probe_positions not in ("all", "last", "pooled"):
+            raise ValueError(f"probe_positions must be all, last or pooled, got {self.probe_positions!r}")
+        if self.probe_method not in ("exact", "screen", "reference"):
+            raise ValueError(f"probe_method must be exact, screen or reference, got {self.probe_method!r}")
+        return self
+
+
 class Experiment(BaseModel):
     """A whole experiment file, validated."""
 
@@ -104,7 +126,7 @@ class Experiment(BaseModel):
     train_overrides: dict[str, dict[str, Any]] = Field(
         default={}, description="Per-task training settings, e.g. [train_overrides.s3] steps = 2000."
     )
-    analysis: dict[str, Any] = Field(default={}, description="Settings for probes/ablations/patching.")
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig, description="Probes and interventions.")
     claims: list[dict[str, Any]] = Field(default=[], description="Hypotheses evaluated by `layerstate stats`.")
 
     @model_validator(mode="after")

@@ -236,6 +236,51 @@ def run(experiment: str, out: str, jobs: int, device: str) -> None:
 
 @main.command()
 @click.argument("store_path", metavar="STORE")
+@click.option("--runs", "runs", multiple=True, help="Run ids (repeatable); default all runs.")
+@click.option("--task", "tasks", multiple=True, help="Only runs of this task (repeatable).")
+@click.option("--arch", "archs", multiple=True, help="Only runs of this architecture (repeatable).")
+@click.option("--target", default=None, help="Label to decode (default: the runs' training target).")
+@click.option("--layers", default=None, help="Comma-separated layers, e.g. embed,L0,L3 (default all).")
+@click.option("--positions", default="all", show_default=True, help="all | last | pooled | comma-separated indices.")
+@click.option("--lengths", default=None, help="Comma-separated lengths (default all stored).")
+@click.option("--train-length", type=int, default=None, help="Fit at this length, score at the others.")
+@click.option("--folds", default=5, show_default=True, help="k-fold split by sequence.")
+@click.option("--method", type=click.Choice(["exact", "screen", "reference"]), default="exact", show_default=True)
+@click.option("--scheduler", default=None, help="dask.distributed scheduler address (default: local threads).")
+@click.option("--name", default=None, help="Result name (default probes/<target>).")
+@boundary
+def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, train_length, folds,
+          method, scheduler, name) -> None:
+    """Fit linear probes on every (run, length, layer, position) of STORE; store results/probes/…"""
+    from analysis.probes import probe as run_probe
+    from store import Store
+
+    st = Store.open(store_path, mode="r+")
+    if runs:
+        selection = list(runs)
+    elif tasks or archs:
+        selection = st.select(**{k: list(v) for k, v in (("task", tasks), ("arch", archs)) if v})
+        if not selection:
+            raise ValueError(f"no runs match task={list(tasks)} arch={list(archs)}; see `layerstate inspect {store_path}`")
+    else:
+        selection = None
+    pos = positions if positions in ("all", "last", "pooled") else [int(p) for p in positions.split(",")]
+    ds = run_probe(
+        st, target, runs=selection, layers=layers.split(",") if layers else None, positions=pos,
+        lengths=[int(x) for x in lengths.split(",")] if lengths else None, train_length=train_length,
+        folds=folds, method=method, scheduler=scheduler, save=True, name=name,
+    )
+    prof = ds.profile
+    for r in ds.run.values:
+        for L in ds.length.values:
+            p = prof.sel(run=r, length=L)
+            line = " ".join(f"{lay}={v:.3f}" for lay, v in zip(ds.layer.values, p.values, strict=True))
+            click.echo(f"{r} L={L}: {line}  best {ds.best_layer.sel(run=r, length=L).item()}")
+    click.echo(f"stored results/{name or 'probes/' + str(ds.attrs.get('target', target))}")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
 @click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
               help="An experiment TOML (its [[claims]]) or a TOML file of [[claims]] tables.")
 @boundary

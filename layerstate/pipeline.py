@@ -74,8 +74,38 @@ def evaluate_experiment_claims(store, exp: Experiment, say: Say = print):
 
 
 def _probe_results(store):
+    """Every stored probe result's layer profiles, merged along ``run`` (None if none)."""
+    import xarray as xr
+
     names = [n for n in store.results() if n.startswith("probes/")]
-    return store.read_result(names[0]) if names else None
+    if not names:
+        return None
+    profiles = [store.read_result(n)[["profile"]] for n in names]
+    return xr.concat(profiles, dim="run", join="outer", data_vars="all")
+
+
+def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
+    """Probe every task's runs (one result per task: ``probes/<task>``); skips stored ones."""
+    from analysis.probes import probe
+
+    cfg = exp.analysis
+    done = set(store.results())
+    names = []
+    for task in exp.grid.tasks:
+        name = f"probes/{task}"
+        names.append(name)
+        if name in done:
+            say(f"{name}: already stored")
+            continue
+        runs = [r.run_id for r in exp.runs() if r.task == task]
+        t0 = time.perf_counter()
+        ds = probe(store, runs=runs, positions=cfg.probe_positions, lengths=cfg.probe_lengths,
+                   train_length=cfg.probe_train_length, folds=cfg.probe_folds,
+                   method=cfg.probe_method, save=True, name=name)
+        best = ", ".join(f"{r}:{b}" for r, b in zip(ds.run.values, ds.best_layer.isel(length=0).values,
+                                                    strict=True))
+        say(f"{name}: {ds.sizes['run']} runs in {time.perf_counter() - t0:.0f}s; best layer {best}")
+    return names
 
 
 def run_experiment(
@@ -103,6 +133,9 @@ def run_experiment(
     say(f"== capture (lengths {exp.capture.lengths}, {exp.capture.n_sequences} sequences each)")
     res = capture_experiment(st, exp, device=device)
     say(f"captured {len(res)} groups ({sum(r.blocks_written for r in res)} blocks written)")
+    if exp.analysis.probe:
+        say(f"== probes ({exp.analysis.probe_positions} positions, {exp.analysis.probe_folds}-fold by sequence)")
+        probe_experiment(st, exp, say)
     say("== claims")
     evaluate_experiment_claims(st, exp, say)
     say("== report")

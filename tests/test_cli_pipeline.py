@@ -93,3 +93,37 @@ def test_cuda_without_gpu_is_a_clear_error(exp_file, tmp_path):
         pytest.skip("a GPU is present")
     res = CliRunner().invoke(main, ["train", str(exp_file), "--store", str(tmp_path / "s"), "--device", "cuda"])
     assert res.exit_code == 2 and "no CUDA GPU" in res.output
+
+
+@pytest.mark.slow
+def test_run_does_every_stage_and_resumes(exp_file, tmp_path):
+    text = exp_file.read_text() + """
+[analysis]
+probe_positions = "pooled"
+probe_folds = 3
+
+[[claims]]
+id = "parity-readable"
+statement = "Parity is readable at L1"
+kind = "readable_by"
+metric = "probe_accuracy"
+task = "parity"
+arch = "lstm"
+layer = "L1"
+threshold = 0.4
+length = 12
+"""
+    exp_file.write_text(text)
+    out = tmp_path / "out"
+    res = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
+    assert res.exit_code == 0, res.output
+    for stage in ("== train", "== capture", "== probes", "== claims", "== report"):
+        assert stage in res.output
+    assert "claim parity-readable:" in res.output
+    assert (out / "report" / "index.html").is_file() and (out / "report" / "report.md").is_file()
+    from store import Store
+
+    st = Store.open(str(out / "store.zarr"))
+    assert {"probes/parity", "claims"} <= set(st.results())
+    again = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
+    assert again.output.count("already trained") == 2 and "probes/parity: already stored" in again.output

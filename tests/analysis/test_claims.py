@@ -121,3 +121,40 @@ def test_stats_command_writes_claims_and_prints_verdicts(conv_store, tmp_path):
     bad.write_text(claims.read_text().replace("margin = 0.05", "margin = -1"))
     res = CliRunner().invoke(main, ["stats", str(path), "--claims", str(bad)])
     assert res.exit_code == 2 and "margin must be positive" in res.output
+
+
+def _fake_probes(store, rng):
+    """Probe profiles: parity and s3 jump at the last layer, dyck is readable from L0."""
+    import xarray as xr
+
+    layers = ["embed", "L0", "L1", "L2", "L3"]
+    shapes = {"parity": [0.5, 0.52, 0.55, 0.6, 0.98], "s3": [0.2, 0.22, 0.25, 0.3, 0.97],
+              "dyck": [0.6, 0.95, 0.97, 0.98, 0.98]}
+    runs, prof = [], []
+    for task, shape in shapes.items():
+        for seed in range(5):
+            rid = f"{task}-lstm-{seed}"
+            store.add_run(rid, task=task, arch="lstm", seed=seed)
+            runs.append(rid)
+            prof.append(np.clip(np.array(shape) + rng.normal(0, 0.01, 5), 0, 1))
+    return xr.Dataset({"profile": (("run", "length", "layer"), np.array(prof)[:, None, :])},
+                      coords={"run": runs, "length": [40], "layer": layers})
+
+
+def test_probe_claims_profile_match_and_readable_by(tmp_path):
+    st = Store.create(str(tmp_path / "p.zarr"))
+    probes = _fake_probes(st, np.random.default_rng(0))
+    claims = parse_claims([
+        {"id": "s3-like-parity", "statement": "S3 matches Parity, not Dyck", "kind": "profile_match",
+         "metric": "probe_accuracy", "task": "s3", "matches": "parity", "differs_from": "dyck",
+         "archs": ["lstm"]},
+        {"id": "dyck-early", "statement": "Dyck readable by L0", "kind": "readable_by",
+         "metric": "probe_accuracy", "task": "dyck", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+        {"id": "parity-early", "statement": "Parity readable by L0", "kind": "readable_by",
+         "metric": "probe_accuracy", "task": "parity", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+    ])
+    res = evaluate_claims(st, claims, probes=probes)
+    v = dict(zip(res.claim.values, res.verdict.values, strict=True))
+    assert v == {"s3-like-parity[lstm]": "supported", "dyck-early": "supported",
+                 "parity-early": "contradicted"}
+    assert float(res.sel(claim="dyck-early").estimate) == pytest.approx(0.95, abs=0.02)

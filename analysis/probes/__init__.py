@@ -1,0 +1,224 @@
+"""Linear probes over every layer, position and length of a store, with honest evaluation.
+
+For every selected (run, length, layer, position) cell -- or position pool -- an L2-regularised
+logistic-regression probe (binary or multinomial, scikit-learn's model) is fitted on standardised
+hidden states (float16 cast to float32 first) and scored on held-out sequences::
+
+    from analysis.probes import probe
+    ds = probe("acts.zarr", target="state", positions="all")      # an xarray.Dataset
+    ds.accuracy.mean(["fold", "position"]).sel(run="lstm-s3-s0")  # readability across layers
+
+What is measured, per cell and fold (dims ``run, length, layer, position, fold``):
+``accuracy``, ``balanced_accuracy``, ``log_loss``, the training fold's majority-class
+``baseline`` (and ``baseline_log_loss``), the same probe on a control labelling
+(``control_accuracy``) and ``selectivity = accuracy - control_accuracy`` (Hewitt & Liang).
+Folds split *sequences*, never positions of one sequence across sides. Per run: ``profile``
+(mean accuracy per layer) and ``best_layer``. The probe fitted on all sequences is kept as
+``weights``/``intercept`` in raw feature space (for ablations), with its scaler. ``correct`` and
+``labelled`` count, per sequence, the held-out hits and labelled positions: the per-sequence sums
+that :mod:`analysis.stats` resamples.
+
+Three solvers, one signature (STYLE rule 3): ``method="exact"`` (lockstep L-BFGS, the default),
+``"reference"`` (scikit-learn, one fit at a time) and ``"screen"`` (closed-form shrinkage LDA).
+The sweep is a dask graph over the store's chunks, one layer and a block of positions at a time;
+it runs on local threads (BLAS pinned to one thread), a ``dask.distributed`` cluster or a
+scheduler address.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import xarray as xr
+
+from . import plan as _plan
+from .cells import classification_metrics, fit_cell, score_cell
+from .solvers import Params, fit_exact, fit_reference, fit_screen, logits
+from .sweep import ProbePlan, build
+
+__all__ = [
+    "Params",
+    "ProbePlan",
+    "classification_metrics",
+    "fit_cell",
+    "fit_exact",
+    "fit_reference",
+    "fit_screen",
+    "logits",
+    "plan_probes",
+    "probe",
+    "result_name",
+    "save_probes",
+    "score_cell",
+]
+
+
+def plan_probes(
+    store: Any,
+    target: str | None = None,
+    *,
+    runs: Any = None,
+    layers: Any = None,
+    positions: Any = "all",
+    lengths: Any = None,
+    train_length: int | None = None,
+    folds: int = 5,
+    C: float = 1.0,
+    method: str = "exact",
+    control: bool | str = True,
+    seed: int = 0,
+    per_sequence: bool = True,
+) -> ProbePlan:
+    """Check a probe sweep and build its dask graph without computing anything.
+
+    Labels, masks and tokens (small) are read to plan and validate; hidden states stay lazy.
+    Arguments are those of :func:`probe`; call ``.compute(scheduler)`` on the result.
+    """
+    from store import Store
+
+    st = Store.open(store) if isinstance(store, str) else store
+    mode, pos_list, control_kind = _plan.check_options(positions, method, control, folds, C)
+    run_ids = _plan.select_runs(st, runs)
+    target = _plan.choose_target(st, run_ids, target)
+    return build(
+        st,
+        target,
+        run_ids,
+        layers=layers,
+        mode=mode,
+        positions=pos_list,
+        lengths=lengths,
+        train_length=train_length,
+        folds=int(folds),
+        C=float(C),
+        method=method,
+        control=control_kind,
+        seed=int(seed),
+        per_sequence=per_sequence,
+    )
+
+
+def probe(
+    store: Any,
+    target: str | None = None,
+    *,
+    runs: Any = None,
+    layers: Any = None,
+    positions: Any = "all",
+    lengths: Any = None,
+    train_length: int | None = None,
+    folds: int = 5,
+    C: float = 1.0,
+    method: str = "exact",
+    control: bool | str = True,
+    scheduler: Any = None,
+    seed: int = 0,
+    per_sequence: bool = True,
+    save: bool = False,
+    name: str | None = None,
+) -> xr.Dataset:
+    """Fit and score linear probes for every selected (run, length, layer, position) cell.
+
+    Parameters
+    ----------
+    store : Store or str
+        The activation store (a path is opened read-only, or read-write when ``save``).
+    target : str, optional
+        The label to decode; default: the label the runs were trained on.
+    runs : None, str, list of str, or dict
+        Run ids, or attribute filters for :meth:`Store.select` (``{"arch": ["lstm", "gru"]}``).
+    layers : None, str, int or list
+        Layer names (``"embed"``, ``"L0"``, ...) or indices; default all.
+    positions : {"all", "last", "pooled"} or int or list of int
+        ``"all"``: one probe per position (each over the sequences labelled there); a list: those
+        positions; ``"last"``: one probe on each sequence's last labelled position; ``"pooled"``:
+        one probe on all labelled positions of all sequences (folds still split sequences).
+        ``"last"`` and ``"pooled"`` results have no ``position`` dim.
+    lengths : list of int, optional
+        Sequence lengths; default every stored length.
+    train_length : int, optional
+        Fit at this length only (cross-validated there) and score the probes at the other
+        ``lengths``; positions the train length lacks are scored by its pooled probe (see the
+        ``transfer_rule`` attr and ``probe_position``).
+    folds : int
+        k of the k-fold split by sequence (default 5).
+    C : float
+        Inverse L2 strength, scikit-learn's convention (``C * sum(loss) + ||w||^2 / 2``).
+    method : {"exact", "screen", "reference"}
+        Solver: the fast lockstep L-BFGS, closed-form shrinkage LDA, or scikit-learn's
+        ``LogisticRegression`` one fit at a time. Same outputs.
+    control : bool or {"token", "permute"}
+        Control labelling for selectivity: ``True``/``"token"`` is Hewitt & Liang's (a fixed random
+        class per token type), ``"permute"`` shuffles each position's labels across sequences,
+        ``False`` skips it.
+    scheduler : None, "threads", "sync", distributed.Client, cluster, or address str
+        Where to compute (default: local threads, one BLAS thread each).
+    seed : int
+        Seeds the folds and control labels (a run's draws do not depend on which other runs are
+        selected).
+    per_sequence : bool
+        Also return ``correct``/``labelled`` per sequence (for the hierarchical bootstrap).
+    save : bool
+        Store the result under ``results/<name>`` (default ``probes/<target>``).
+    name : str, optional
+        The result name when saving.
+
+    Returns
+    -------
+    xarray.Dataset
+        Metrics (``accuracy``, ``balanced_accuracy``, ``log_loss``, ``baseline``,
+        ``baseline_log_loss``, ``control_accuracy``, ``selectivity``) with dims ``run, length,
+        layer, [position], fold`` and ``n_test``; NaN with ``n_test = 0`` where a length lacks the
+        position or nothing is labelled. Probes fitted on every sequence of a fit length
+        (``weights (run, fit_length, layer, [position], class, feature)``, ``intercept``,
+        ``scaler_mean``, ``scaler_scale``, ``n_iter``, ``converged``): raw-feature logits are
+        ``hidden @ weights.T + intercept``; runs narrower than the widest are NaN-padded
+        (``n_features``). With ``train_length``: ``probe_position`` and ``pooled_weights``.
+        ``correct``/``labelled (..., sequence)`` per-sequence counts; ``profile``,
+        ``control_profile``, ``selectivity_profile (run, length, layer)`` and ``best_layer``.
+        Attributes record the method, C, folds, seed, control and every rule used.
+
+    Raises
+    ------
+    KeyError
+        A target label or run that does not exist (the message lists those that do).
+    ValueError
+        No run matches; a layer/position/length out of range; a cell whose training folds hold
+        a single class (the message names the cells); NaN/Inf hidden states (named by run,
+        length, layer).
+    """
+    from store import Store
+
+    if isinstance(store, str):
+        store = Store.open(store, mode="r+" if save else "r")
+    plan = plan_probes(
+        store,
+        target,
+        runs=runs,
+        layers=layers,
+        positions=positions,
+        lengths=lengths,
+        train_length=train_length,
+        folds=folds,
+        C=C,
+        method=method,
+        control=control,
+        seed=seed,
+        per_sequence=per_sequence,
+    )
+    ds = plan.compute(scheduler)
+    if save:
+        save_probes(store, ds, name)
+    return ds
+
+
+def result_name(ds: xr.Dataset) -> str:
+    """The default result name of a probe Dataset: ``probes/<target>``."""
+    return f"probes/{ds.attrs['target']}"
+
+
+def save_probes(store: Any, ds: xr.Dataset, name: str | None = None) -> str:
+    """Write a probe Dataset to ``results/<name>`` (default ``probes/<target>``); returns the name."""
+    name = name or result_name(ds)
+    store.write_result(name, ds)
+    return name

@@ -1,0 +1,447 @@
+"""The probe sweep as a dask graph: one task per (run, length, layer, block of positions).
+
+Tasks read hidden states straight from the store's chunks -- one layer at a time, a block of
+positions at a time -- so memory holds a few ``(sequence, position-block, feature)`` slabs, never
+a whole length, let alone the store. Each task fits its cells with one solver and returns small
+arrays (metrics, the full-data probe); :meth:`ProbePlan.compute` runs the graph once and
+:func:`analysis.probes.assemble.assemble` turns the outputs into one ``xarray.Dataset``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import dask
+import numpy as np
+
+from . import plan as P
+from .cells import CellModels, fit_cell, score_cell
+from .scheduling import compute, pin_blas_on_worker
+
+#: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
+#: chunks, the float32 rows of a cell); two worker threads then hold a few of these at a time.
+BLOCK_BYTES = 48 * 2**20
+#: At most this many positions per task: enough work to amortise decoding the layer's chunks
+#: (a chunk holds every position), few enough that both threads stay busy.
+MAX_BLOCK_POSITIONS = 8
+
+
+@dataclass
+class Cell:
+    """The rows of one cell: sequences ``seq`` and positions ``pos`` (m,), their target and
+    control class indices and folds. ``kind`` is ``"position"`` (one position; data come as a
+    slab and ``col`` is the slab column), ``"last"`` or ``"pooled"`` (data are the gathered
+    rows). ``source`` is, for cells scored at another length, the key of the fitted cell whose
+    probes score them."""
+
+    run: str
+    length: int
+    layer: str
+    kind: str
+    position: int | None
+    seq: np.ndarray
+    pos: np.ndarray
+    y: np.ndarray
+    control: np.ndarray | None
+    fold: np.ndarray
+    col: int | None = None
+    source: Any = None
+
+    @property
+    def key(self) -> Any:
+        """How transfer finds this cell's probes: the position, or ``"last"``/``"pooled"``."""
+        return self.position if self.kind == "position" else self.kind
+
+    def where(self) -> str:
+        pos = f"position {self.position}" if self.kind == "position" else f"positions {self.kind!r}"
+        return f"run {self.run!r}, length {self.length}, layer {self.layer!r}, {pos}"
+
+
+@dataclass
+class Job:
+    """The cells of one task and how to treat them."""
+
+    cells: list[Cell]
+    method: str
+    C: float
+    folds: int
+    n_classes: int
+    n_sequences: int
+    per_sequence: bool
+    keep_models: bool = False
+
+
+@dataclass
+class CellOut:
+    """What a task returns per cell (all small). ``weights`` (d, K) and ``bias`` (K,) are the
+    probe fitted on all rows, in raw-feature space; ``mean``/``scale`` (d,) its scaler."""
+
+    run: str
+    length: int
+    layer: str
+    kind: str
+    position: int | None
+    metrics: dict[str, np.ndarray]
+    n_test: np.ndarray
+    seq_correct: np.ndarray | None
+    weights: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    n_iter: int = 0
+    converged: bool = True
+    fitted: bool = False
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def _rows(data: np.ndarray, cell: Cell) -> np.ndarray:
+    """A cell's hidden states (m, d) as float32, refusing NaN/Inf (never a silent NaN metric)."""
+    X = data[cell.seq, cell.col] if cell.col is not None else data
+    X = np.asarray(X, dtype=np.float32)  # float16 arithmetic breaks reductions (NOTES.md)
+    if not np.isfinite(X).all():
+        raise ValueError(
+            f"hidden states of {cell.where()} contain NaN or Inf; a probe cannot use them. "
+            "Recapture that run (did the model diverge?) or leave the layer out with layers=[...]"
+        )
+    return X
+
+
+def _out(cell: Cell, scores: Any, job: Job) -> CellOut:
+    seq_correct = None
+    if job.per_sequence:
+        seq_correct = np.bincount(cell.seq[scores.correct], minlength=job.n_sequences).astype(
+            np.int32
+        )
+    return CellOut(
+        run=cell.run,
+        length=cell.length,
+        layer=cell.layer,
+        kind=cell.kind,
+        position=cell.position,
+        metrics=scores.metrics,
+        n_test=scores.n_test,
+        seq_correct=seq_correct,
+    )
+
+
+def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
+    """Fit and cross-validate every cell of ``job`` on its data (a slab or gathered pieces).
+
+    Returns the cells' outputs and, if ``job.keep_models``, their fitted probes by
+    :attr:`Cell.key` (for scoring other lengths). Every cell starts from zero: warm starts from
+    the neighbouring position saved no iterations (measured), and without them a cell's result
+    does not depend on how positions were grouped into tasks.
+    """
+    pin_blas_on_worker()
+    data = np.concatenate(data) if isinstance(data, list) else data
+    outs, models = [], {}
+    for cell in job.cells:
+        X = _rows(data, cell)
+        scores, fitted = fit_cell(
+            X,
+            cell.y,
+            cell.control,
+            cell.fold,
+            folds=job.folds,
+            n_classes=job.n_classes,
+            method=job.method,
+            C=job.C,
+        )
+        out = _out(cell, scores, job)
+        full = fitted.params.take(slice(job.folds, job.folds + 1))  # fitted on every row
+        w, b = full.original_space()
+        out.weights, out.bias = w[0].astype(np.float32), b[0].astype(np.float32)
+        out.mean, out.scale = full.mean[0].astype(np.float32), full.scale[0].astype(np.float32)
+        out.n_iter, out.fitted = int(fitted.params.n_iter.max()), True
+        out.converged = bool(fitted.params.converged.all())
+        outs.append(out)
+        if job.keep_models:
+            models[cell.key] = fitted
+    return outs, (models if job.keep_models else None)
+
+
+def score_task(data: Any, job: Job, *fitted: dict) -> list[CellOut]:
+    """Score every cell of ``job`` with probes fitted at another length (``fitted``: the
+    ``keep_models`` outputs of the fit tasks they come from)."""
+    pin_blas_on_worker()
+    data = np.concatenate(data) if isinstance(data, list) else data
+    models: dict[Any, CellModels] = {}
+    for part in fitted:
+        models.update(part)
+    return [
+        _out(c, score_cell(models[c.source], _rows(data, c), c.y, c.control, folds=job.folds), job)
+        for c in job.cells
+    ]
+
+
+def _take(chunk: np.ndarray, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Rows (seq, pos) of one chunk ``(sequence, position, feature)``, as (m, feature)."""
+    return np.asarray(chunk)[seq, pos]
+
+
+# ----------------------------------------------------------------------------- graph
+
+
+@dataclass
+class ProbePlan:
+    """A checked, built, not yet computed probe sweep; :meth:`compute` returns the Dataset."""
+
+    tasks: list
+    runs: dict[str, P.RunPlan]
+    options: dict[str, Any]
+    fit_lengths: dict[str, list[int]]
+    test_lengths: dict[str, list[int]]
+    sources: dict[tuple, Any]
+
+    def compute(self, scheduler: Any = None, num_workers: int | None = None):
+        """Run the graph on ``scheduler`` (see :func:`analysis.probes.scheduling.compute`) and
+        assemble the result Dataset."""
+        from .assemble import assemble
+
+        results = compute(self.tasks, scheduler, num_workers)
+        return assemble(self, [o for part in results for o in part])
+
+
+def _position_blocks(cells: list[Cell], n: int, d: int) -> list[list[Cell]]:
+    """Consecutive position cells grouped so one block's slab stays under ``BLOCK_BYTES``."""
+    per_position = max(1, n * d * 2 * 3)
+    size = int(np.clip(BLOCK_BYTES // per_position, 1, MAX_BLOCK_POSITIONS))
+    return [cells[i : i + size] for i in range(0, len(cells), size)]
+
+
+def _gather(layer_array: Any, seq: np.ndarray, pos: np.ndarray) -> list:
+    """Delayed pieces, one per stored chunk, of rows (seq, pos) of a ``(sequence, position,
+    feature)`` dask array: each reads one chunk and keeps only its rows; concatenated in order
+    they are the rows (``seq`` must be sorted)."""
+    bounds = np.cumsum((0,) + tuple(layer_array.chunks[0]))
+    parts = []
+    for b, blk in enumerate(layer_array.to_delayed().reshape(-1)):
+        sel = (seq >= bounds[b]) & (seq < bounds[b + 1])
+        if sel.any():
+            parts.append(dask.delayed(_take, pure=True)(blk, seq[sel] - bounds[b], pos[sel]))
+    return parts
+
+
+def _jobs(layer_array: Any, cells: list[Cell]):
+    """(cells, data) of each task over one layer: slabs of position blocks, gathered rows for
+    ``last``/``pooled`` cells."""
+    by_position = [c for c in cells if c.kind == "position"]
+    n, _, d = layer_array.shape
+    for block in _position_blocks(by_position, n, d):
+        wanted = [c.position for c in block]
+        if wanted == list(range(wanted[0], wanted[-1] + 1)):
+            slab = layer_array[:, wanted[0] : wanted[-1] + 1, :]
+        else:  # sparse positions: take only those, not the span between them
+            slab = layer_array[:, wanted, :]
+        yield [replace(c, col=j) for j, c in enumerate(block)], slab
+    for c in cells:
+        if c.kind != "position":
+            yield [c], _gather(layer_array, c.seq, c.pos)
+
+
+def build_graph(
+    runs: dict[str, P.RunPlan],
+    hidden: dict[tuple[str, int], Any],
+    cells: dict[tuple[str, int], list[Cell]],
+    fit_lengths: dict[str, list[int]],
+    test_lengths: dict[str, list[int]],
+    *,
+    method: str,
+    C: float,
+    folds: int,
+    per_sequence: bool,
+) -> list:
+    """Delayed tasks of the whole sweep; each computes to a list of :class:`CellOut`."""
+    tasks = []
+    for run, rp in runs.items():
+        common = {
+            "method": method,
+            "C": C,
+            "folds": folds,
+            "n_classes": rp.classes.size,
+            "per_sequence": per_sequence,
+        }
+        for layer in rp.layers:
+            models: dict[Any, Any] = {}
+            keep = bool(test_lengths[run])
+            for L in fit_lengths[run]:
+                arr = _layer(hidden[run, L], layer)
+                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]]):
+                    job = Job(job_cells, keep_models=keep, **common, n_sequences=arr.shape[0])
+                    summary, fitted = dask.delayed(fit_task, nout=2, pure=True)(data, job)
+                    tasks.append(summary)
+                    models.update({c.key: fitted for c in job_cells})
+            for L in test_lengths[run]:
+                arr = _layer(hidden[run, L], layer)
+                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]]):
+                    deps = list(
+                        {id(models[c.source]): models[c.source] for c in job_cells}.values()
+                    )
+                    job = Job(job_cells, **common, n_sequences=arr.shape[0])
+                    tasks.append(dask.delayed(score_task, pure=True)(data, job, *deps))
+    return tasks
+
+
+def _layer(hidden: Any, layer: str) -> Any:
+    """One layer of a lazy ``hidden`` DataArray as a dask array (sequence, position, feature)."""
+    names = [str(v) for v in hidden["layer"].values]
+    return hidden.data[:, :, names.index(layer), :]
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def plan_cells(
+    runs: dict[str, P.RunPlan],
+    fit_lengths: dict[str, list[int]],
+    test_lengths: dict[str, list[int]],
+    mode: str,
+    positions: list[int] | None,
+    folds: int,
+    train_length: int | None,
+    target: str,
+) -> tuple[dict[tuple[str, int], list[Cell]], dict[tuple, Any]]:
+    """The cells of every (run, length), checked; and which probe scores each transfer cell.
+
+    Raises one ``ValueError`` listing every cell that cannot be cross-validated.
+    """
+    cells: dict[tuple[str, int], list[Cell]] = {}
+    sources: dict[tuple, Any] = {}
+    problems: list[str] = []
+    for run, rp in runs.items():
+        for L in fit_lengths[run]:
+            lab = rp.labels[L]
+            cells[run, L] = _length_cells(lab, mode, positions, must_exist=train_length is None)
+            if test_lengths[run] and mode in ("all", "list"):
+                # the pooled probe scores the positions the train length lacks
+                cells[run, L].append(_cell(lab, "pooled", None))
+            problems += _check(cells[run, L], lab, folds, rp.classes.size)
+        fitted = {c.key for L in fit_lengths[run] for c in cells[run, L]}
+        for L in test_lengths[run]:
+            cells[run, L] = _length_cells(rp.labels[L], mode, positions, must_exist=True)
+            for c in cells[run, L]:
+                c.source = c.key if c.key in fitted else "pooled"
+                sources[run, L, c.key] = c.source
+    if problems:
+        raise ValueError(
+            f"cannot cross-validate probes of target {target!r} at {'; '.join(problems[:6])}"
+            f"{' ...' if len(problems) > 6 else ''}. Each training fold needs at least two classes "
+            "and each fold a labelled sequence: leave those positions out (positions=[...]), "
+            "pool them (positions='pooled'), or use fewer folds"
+        )
+    return cells, sources
+
+
+def _length_cells(
+    lab: P.LengthLabels, mode: str, positions: list[int] | None, must_exist: bool
+) -> list[Cell]:
+    L = lab.y.shape[1]
+    if mode in ("last", "pooled"):
+        return [_cell(lab, mode, None)]
+    wanted = range(L) if mode == "all" else positions
+    if must_exist and mode == "list" and max(wanted) >= L:
+        raise ValueError(
+            f"position {max(wanted)} is out of range for run {lab.run!r} length {L} "
+            f"(positions 0..{L - 1}); pass positions below {L}"
+        )
+    out = [_cell(lab, "position", p) for p in wanted if p < L]
+    return [c for c in out if c.seq.size]  # unlabelled positions have no cell (n_test = 0)
+
+
+def _cell(lab: P.LengthLabels, kind: str, position: int | None) -> Cell:
+    seq, pos = P.cell_rows(lab, "all" if kind == "position" else kind, position)
+    return Cell(
+        run=lab.run,
+        length=lab.length,
+        layer="",
+        kind=kind,
+        position=position,
+        seq=seq.astype(np.int32),  # compact: the graph carries these arrays for every cell
+        pos=pos.astype(np.int32),
+        y=lab.y[seq, pos].astype(np.int32),
+        control=None if lab.control is None else lab.control[seq, pos].astype(np.int32),
+        fold=lab.fold[seq].astype(np.int16),
+    )
+
+
+def _check(cells: list[Cell], lab: P.LengthLabels, folds: int, n_classes: int) -> list[str]:
+    """One line per reason, naming the cells (positions compacted: ``0-2, 7``)."""
+    bad: dict[str, list[Any]] = {}
+    for c in cells:
+        why = P.check_fit_cell(lab, c.seq, c.pos, folds, n_classes)
+        if why is not None:
+            bad.setdefault(why, []).append(c.position if c.kind == "position" else c.kind)
+    out = []
+    for why, where in bad.items():
+        ints = [w for w in where if isinstance(w, int)]
+        names = [repr(w) for w in where if not isinstance(w, int)]
+        listed = ", ".join(
+            ([f"position(s) {P.compact(ints)}"] if ints else []) + [f"positions {n}" for n in names]
+        )
+        out.append(f"run {lab.run!r} length {lab.length} {listed}: {why}")
+    return out
+
+
+def build(
+    store: Any,
+    target: str,
+    run_ids: list[str],
+    *,
+    layers: Any,
+    mode: str,
+    positions: list[int] | None,
+    lengths: Any,
+    train_length: int | None,
+    folds: int,
+    C: float,
+    method: str,
+    control: str | None,
+    seed: int,
+    per_sequence: bool,
+) -> ProbePlan:
+    """Check everything and build the graph; nothing is computed (see :func:`analysis.probes.probe`)."""
+    runs: dict[str, P.RunPlan] = {}
+    fit_L: dict[str, list[int]] = {}
+    test_L: dict[str, list[int]] = {}
+    hidden: dict[tuple[str, int], Any] = {}
+    for run in run_ids:
+        fit_L[run], test_L[run] = P.choose_lengths(store, run, lengths, train_length)
+        for L in fit_L[run] + test_L[run]:
+            hidden[run, L] = store.open_length(run, L)["hidden"]
+        first = hidden[run, fit_L[run][0]]
+        available = [str(v) for v in first["layer"].values]
+        chosen = P.choose_layers(available, layers, run)
+        for L in fit_L[run] + test_L[run]:
+            P.choose_layers([str(v) for v in hidden[run, L]["layer"].values], chosen, run)
+        classes, labels = P.build_labels(
+            store, run, fit_L[run], test_L[run], target, control, folds, seed
+        )
+        runs[run] = P.RunPlan(run, classes, chosen, int(first.sizes["feature"]), labels)
+    cells, sources = plan_cells(runs, fit_L, test_L, mode, positions, folds, train_length, target)
+    tasks = build_graph(
+        runs,
+        hidden,
+        cells,
+        fit_L,
+        test_L,
+        method=method,
+        C=C,
+        folds=folds,
+        per_sequence=per_sequence,
+    )
+    options = {
+        "target": target,
+        "method": method,
+        "C": float(C),
+        "folds": int(folds),
+        "seed": int(seed),
+        "control": control,
+        "mode": mode,
+        "positions": positions,
+        "train_length": train_length,
+        "per_sequence": per_sequence,
+    }
+    return ProbePlan(tasks, runs, options, fit_L, test_L, sources)

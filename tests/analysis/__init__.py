@@ -1,0 +1,1 @@
+"""Tests of analysis/: probes, statistics, interventions."""
