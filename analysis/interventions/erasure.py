@@ -1,0 +1,472 @@
+"""Linear erasure: directions, subspaces, INLP and LEACE, all as one low-rank affine map.
+
+Every eraser here is ``x -> x - ((x - offset) @ left) @ right`` on row vectors ``x
+(feature,)``, with ``left (feature, rank)`` and ``right (rank, feature)``: the removed part has
+rank ``rank`` (a few directions), so applying it costs ``O(feature x rank)`` per row instead of
+the ``O(feature^2)`` of a full matrix (it matters beside a small model's own cost):
+
+* **projection** (zero ablation): ``left = Q``, ``right = Q^T`` for an orthonormal basis ``Q
+  (feature, rank)`` of the directions, ``offset = 0``: the component along the subspace is set
+  to zero;
+* **mean ablation**: the same, ``offset = mean``: the component is set to its mean over the
+  fitting data instead of zero;
+* **LEACE** (Belrose et al. 2023, closed form): with ``W = (Sigma_xx^{1/2})^+`` (whitening) and
+  ``P = Q Q^T`` the orthogonal projection onto the column space of ``W Sigma_xz`` (``z`` the
+  one-hot class), the eraser is ``x - W^+ P W (x - mean)``; in row form ``left = W Q``, ``right
+  = Q^T W^+``. Afterwards every class has the same mean (``Sigma_xz`` becomes zero), which is
+  exactly *linear guardedness*: no linear classifier beats a constant one on the fitting data.
+
+Directions come from:
+
+* a **probe**: ``StandardScaler`` + multinomial ``LogisticRegression``, one direction per class
+  (one for a binary label), mapped back to raw feature space (``coef / scale``);
+* **INLP** (Ravfogel et al. 2020), ``rounds`` times: fit a probe on the states projected so
+  far, add its directions to the removed subspace. The product of the nullspace projections
+  is the projection onto the complement of the span of all removed directions. **Ours**: the
+  per-round classifier is the logistic probe above (the paper used linear SVMs);
+* **PCA** (top-``k`` principal directions of the centred states) or **SVD** (top-``k`` right
+  singular vectors of the uncentred states);
+* **random**: ``k`` orthonormal directions drawn from a `numpy.random.Generator` (the control).
+
+Layers: numpy kernels (``*_np``, arrays ``(row, feature)``), xarray wrappers that take any
+dims plus ``feature`` and drop rows whose label is ``-1`` (undefined).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import xarray as xr
+
+#: Singular values below this fraction of the largest are treated as zero (rank decisions).
+RANK_RTOL = 1e-6
+
+
+
+
+class Eraser(NamedTuple):
+    """``x -> x - ((x - offset) @ left) @ right``.
+
+    Attributes
+    ----------
+    left : ndarray, (feature, rank)
+    right : ndarray, (rank, feature)
+    offset : ndarray, (feature,)
+    """
+
+    left: np.ndarray
+    right: np.ndarray
+    offset: np.ndarray
+
+    @property
+    def rank(self) -> int:
+        """Dimension of the erased subspace."""
+        return int(self.left.shape[1])
+
+
+# ----------------------------------------------------------------------------- numpy kernels
+def orthonormal_basis_np(directions: np.ndarray, rtol: float = RANK_RTOL) -> np.ndarray:
+    """An orthonormal basis of the span of some directions.
+
+    Parameters
+    ----------
+    directions : ndarray, (direction, feature)
+
+    Returns
+    -------
+    ndarray, float64, (feature, rank)
+        Columns span the directions; near-dependent directions count once.
+    """
+    directions = np.atleast_2d(np.asarray(directions, dtype=np.float64))
+    if directions.size == 0:
+        return np.zeros((directions.shape[-1], 0))
+    _, s, vt = np.linalg.svd(directions, full_matrices=False)
+    if s.max() <= 0:
+        return np.zeros((directions.shape[1], 0))
+    return vt[s > rtol * s.max()].T
+
+
+def erase_np(x: np.ndarray, eraser: Eraser) -> np.ndarray:
+    """Apply an eraser: ``x - ((x - offset) @ left) @ right``.
+
+    Parameters
+    ----------
+    x : ndarray, (..., feature)
+    eraser : Eraser
+
+    Returns
+    -------
+    ndarray, same shape as ``x``; float32 in, float32 out (float64 stays float64).
+    """
+    dtype = np.result_type(x.dtype, np.float32)
+    x = x.astype(dtype, copy=False)
+    left, right, offset = (a.astype(dtype) for a in eraser)
+    # (x - offset) @ left without materialising x - offset: one full-size temporary in all
+    removed = (x @ left - offset @ left) @ right  # (..., feature)
+    return np.subtract(x, removed, out=removed)
+
+
+def erase_torch(x: torch.Tensor, eraser: Eraser) -> torch.Tensor:
+    """`erase_np` in torch, float32: the fast path ablation uses (one fused pass over ``x``,
+    ~3x faster than numpy's here). A test holds it equal to `erase_np`.
+
+    Parameters
+    ----------
+    x : Tensor, (..., feature)
+    eraser : Eraser
+
+    Returns
+    -------
+    Tensor, float32, same shape as ``x`` (a new tensor; ``x`` is not modified).
+    """
+    left, right, offset = (torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in eraser)
+    flat = x.float().reshape(-1, x.shape[-1])  # (row, feature)
+    projected = flat @ left - offset @ left  # (row, rank)
+    return torch.addmm(flat, projected, right, alpha=-1).reshape(x.shape)
+
+
+def projection_np(directions: np.ndarray, mean: np.ndarray | None = None) -> Eraser:
+    """The eraser that removes a subspace (zero ablation, or mean ablation with `mean`).
+
+    Parameters
+    ----------
+    directions : ndarray, (direction, feature)
+    mean : ndarray, (feature,), optional
+        Replace the subspace component by that of `mean` instead of zero.
+
+    Returns
+    -------
+    Eraser
+        ``left = Q``, ``right = Q^T`` for an orthonormal basis ``Q`` of the directions.
+    """
+    basis = orthonormal_basis_np(directions)
+    offset = np.zeros(basis.shape[0]) if mean is None else np.asarray(mean, dtype=np.float64)
+    return Eraser(basis, basis.T.copy(), offset)
+
+
+def probe_directions_np(
+    x: np.ndarray, y: np.ndarray, *, C: float = 1.0, max_iter: int = 500
+) -> np.ndarray:
+    """Directions of a logistic-regression probe, in raw feature space.
+
+    Parameters
+    ----------
+    x : ndarray, (row, feature)
+    y : ndarray of int, (row,)
+        At least two classes.
+    C : float
+        Inverse L2 strength (scikit-learn's).
+
+    Returns
+    -------
+    ndarray, float64, (direction, feature)
+        One row per class (one for a binary label): the normal vector of each class's logit
+        as a function of the raw features (``coef / scale`` after standardisation).
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    classes = np.unique(y)
+    if classes.size < 2:
+        raise ValueError(
+            f"a probe needs at least two classes in the labels; found only {classes.tolist()}: "
+            "use more sequences, or a layer/length where the label varies"
+        )
+    x = np.asarray(x, dtype=np.float64)
+    mean, scale = x.mean(0), x.std(0)
+    scale[scale < 1e-6] = 1.0  # constant features contribute nothing (as StandardScaler)
+    probe = LogisticRegression(C=C, max_iter=max_iter)
+    probe.fit((x - mean) / scale, y)
+    return probe.coef_ / scale
+
+
+def inlp_np(
+    x: np.ndarray, y: np.ndarray, rounds: int, *, C: float = 1.0
+) -> np.ndarray:
+    """Iterative nullspace projection: the basis of everything removed in `rounds` rounds.
+
+    Parameters
+    ----------
+    x : ndarray, (row, feature)
+    y : ndarray of int, (row,)
+    rounds : int
+        Probes fitted; stops early once nothing is left to remove.
+
+    Returns
+    -------
+    ndarray, float64, (feature, rank)
+        Orthonormal basis of the removed subspace (rank <= rounds x classes).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    basis = np.zeros((x.shape[1], 0))
+    for _ in range(rounds):
+        projected = x - (x @ basis) @ basis.T
+        w = probe_directions_np(projected, y, C=C)
+        w = w - (w @ basis) @ basis.T  # numerically orthogonal to what is already gone
+        if orthonormal_basis_np(w).shape[1] == 0:
+            break
+        basis = orthonormal_basis_np(np.vstack([basis.T, w]))
+        if basis.shape[1] >= x.shape[1]:
+            break
+    return basis
+
+
+def leace_np(x: np.ndarray, y: np.ndarray, rtol: float = 1e-8) -> Eraser:
+    """Closed-form LEACE for a class label (Belrose et al. 2023, Theorem 4.3).
+
+    Parameters
+    ----------
+    x : ndarray, (row, feature)
+    y : ndarray of int, (row,)
+    rtol : float
+        Covariance eigenvalues below ``rtol`` x the largest are treated as zero (the
+        pseudo-inverse square root ignores those directions).
+
+    Returns
+    -------
+    Eraser
+        ``left = W Q``, ``right = Q^T W^+``, ``offset`` = the mean of ``x``; rank at most
+        classes - 1.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    mean = x.mean(0)
+    xc = x - mean
+    classes = np.unique(y)
+    z = (np.asarray(y)[:, None] == classes[None, :]).astype(np.float64)
+    sigma_xz = xc.T @ (z - z.mean(0)) / n  # (feature, class)
+    lam, vec = np.linalg.eigh(xc.T @ xc / n)
+    keep = lam > rtol * max(lam.max(), 0.0)
+    root = np.sqrt(lam[keep])
+    whiten = (vec[:, keep] / root) @ vec[:, keep].T  # W = (Sigma^{1/2})^+
+    unwhiten = (vec[:, keep] * root) @ vec[:, keep].T  # W^+ = Sigma^{1/2}
+    basis = orthonormal_basis_np((whiten @ sigma_xz).T)  # Q: P = Q Q^T
+    return Eraser(whiten @ basis, basis.T @ unwhiten, mean)
+
+
+def pca_np(x: np.ndarray, k: int, *, center: bool = True) -> np.ndarray:
+    """Top-`k` principal (``center``) or right-singular (not centred) directions.
+
+    Parameters
+    ----------
+    x : ndarray, (row, feature)
+    k : int
+
+    Returns
+    -------
+    ndarray, float64, (k, feature)
+        Orthonormal rows, largest variance (or second moment) first.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if center:
+        x = x - x.mean(0)
+    lam, vec = np.linalg.eigh(x.T @ x)  # (feature, feature): cheap for rows >> features
+    return vec[:, np.argsort(lam)[::-1][:k]].T
+
+
+def random_np(n_features: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """`k` orthonormal directions, uniformly random (Haar), as rows ``(k, feature)``."""
+    q, r = np.linalg.qr(rng.standard_normal((n_features, k)))
+    return (q * np.sign(np.diag(r))).T  # sign fix makes the draw Haar-uniform
+
+
+# ----------------------------------------------------------------------------- xarray layer
+def _rows_x(hidden: xr.DataArray) -> np.ndarray:
+    """Stack every dim but ``feature`` into rows: (row, feature) float64."""
+    if "feature" not in hidden.dims:
+        raise ValueError(f"hidden must have a 'feature' dim; its dims are {hidden.dims}")
+    others = [d for d in hidden.dims if d != "feature"]
+    x = np.asarray(hidden.transpose(*others, "feature").values, dtype=np.float64)
+    return x.reshape(-1, hidden.sizes["feature"])
+
+
+def _rows(hidden: xr.DataArray, labels: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled rows: x (row, feature), y (row,); rows whose label is -1 are dropped."""
+    x = _rows_x(hidden)
+    others = [d for d in hidden.dims if d != "feature"]
+    if set(labels.dims) != set(others):
+        raise ValueError(
+            f"labels have dims {labels.dims}; expected the dims of hidden other than "
+            f"'feature': {tuple(others)}"
+        )
+    y = np.asarray(labels.transpose(*others).values).reshape(-1)
+    keep = y >= 0
+    return x[keep], y[keep].astype(np.int64)
+
+
+def _directions(values: np.ndarray, features: int) -> xr.DataArray:
+    values = np.asarray(values, dtype=np.float64).reshape(-1, features)
+    return xr.DataArray(values, dims=("direction", "feature"))
+
+
+def _eraser(eraser: Eraser, method: str) -> xr.Dataset:
+    return xr.Dataset(
+        {
+            "left": (("feature", "component"), eraser.left),
+            "right": (("component", "feature_out"), eraser.right),
+            "offset": (("feature",), eraser.offset),
+        },
+        attrs={"method": method, "rank": eraser.rank,
+               "formula": "x - ((x - offset) @ left) @ right"},
+    )
+
+
+def probe_directions(hidden: xr.DataArray, labels: xr.DataArray, *, C: float = 1.0) -> xr.DataArray:
+    """Directions of a logistic probe fitted to every labelled row.
+
+    Parameters
+    ----------
+    hidden : xarray.DataArray
+        Dims (..., feature), e.g. (sequence, position, feature).
+    labels : xarray.DataArray
+        Int, the dims of `hidden` other than ``feature``; -1 rows are dropped.
+    C : float
+        Inverse L2 strength.
+
+    Returns
+    -------
+    xarray.DataArray, (direction, feature)
+        One direction per class (one for binary labels), in raw feature space.
+    """
+    x, y = _rows(hidden, labels)
+    return _directions(probe_directions_np(x, y, C=C), hidden.sizes["feature"])
+
+
+def inlp(hidden: xr.DataArray, labels: xr.DataArray, rounds: int, *, C: float = 1.0) -> xr.DataArray:
+    """INLP: the orthonormal directions removed by `rounds` rounds of probe-and-project.
+
+    Parameters
+    ----------
+    hidden : xarray.DataArray, (..., feature)
+    labels : xarray.DataArray, int, dims of `hidden` without ``feature``
+    rounds : int
+
+    Returns
+    -------
+    xarray.DataArray, (direction, feature)
+        Orthonormal rows spanning the removed subspace; erase them with
+        ``projection_eraser``.
+    """
+    if rounds < 1:
+        raise ValueError(f"INLP needs rounds >= 1, got {rounds}")
+    x, y = _rows(hidden, labels)
+    return _directions(inlp_np(x, y, rounds, C=C).T, hidden.sizes["feature"])
+
+
+def pca_directions(hidden: xr.DataArray, k: int, *, center: bool = True) -> xr.DataArray:
+    """Top-`k` principal (or, ``center=False``, singular) directions of some states.
+
+    Parameters
+    ----------
+    hidden : xarray.DataArray, (..., feature)
+    k : int
+        At most the feature dimension.
+
+    Returns
+    -------
+    xarray.DataArray, (direction, feature)
+    """
+    check_k(k, hidden.sizes["feature"], "pca" if center else "svd")
+    x = _rows_x(hidden)
+    return _directions(pca_np(x, k, center=center), hidden.sizes["feature"])
+
+
+def random_directions(n_features: int, k: int, rng: np.random.Generator) -> xr.DataArray:
+    """`k` uniformly random orthonormal directions (the control for a subspace of size k).
+
+    Returns
+    -------
+    xarray.DataArray, (direction, feature)
+    """
+    check_k(k, n_features, "random")
+    return _directions(random_np(n_features, k, rng), n_features)
+
+
+def check_k(k: int, n_features: int, what: str, where: str = "") -> None:
+    """Raise a ValueError if a subspace size is not in ``1..n_features``.
+
+    Parameters
+    ----------
+    k : int
+    n_features : int
+    what : str
+        The setting, named in the message (e.g. "pca:64").
+    where : str
+        Appended after "the feature dimension", e.g. " of run 'r0'".
+    """
+    if not 1 <= int(k) <= n_features:
+        raise ValueError(
+            f"k={k} for {what!r} is not within 1..{n_features}, the feature dimension"
+            f"{where}; choose k <= {n_features}"
+        )
+
+
+def projection_eraser(directions: xr.DataArray, mean: xr.DataArray | None = None) -> xr.Dataset:
+    """The eraser removing the span of some directions (zero, or mean ablation).
+
+    Parameters
+    ----------
+    directions : xarray.DataArray, (direction, feature)
+        Any number of (not necessarily orthonormal) directions.
+    mean : xarray.DataArray, (feature,), optional
+        Given: mean ablation (the component is set to that of `mean`); else zero ablation.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``left (feature, component)``, ``right (component, feature_out)``, ``offset
+        (feature)``; attrs ``method`` ("zero" or "mean"), ``rank``, ``formula``.
+    """
+    dims = set(directions.dims)
+    if dims != {"direction", "feature"}:
+        raise ValueError(
+            f"directions must have dims ('direction', 'feature'), got {directions.dims}; "
+            "select one layer (and run) first, e.g. directions.sel(layer='L1')"
+        )
+    values = directions.transpose("direction", "feature").values
+    m = None if mean is None else np.asarray(mean.values)
+    return _eraser(projection_np(values, m), "mean" if mean is not None else "zero")
+
+
+def leace(hidden: xr.DataArray, labels: xr.DataArray) -> xr.Dataset:
+    """Fit closed-form LEACE on labelled states.
+
+    Parameters
+    ----------
+    hidden : xarray.DataArray, (..., feature)
+    labels : xarray.DataArray, int, dims of `hidden` without ``feature``; -1 rows dropped
+
+    Returns
+    -------
+    xarray.Dataset
+        An eraser (``left``, ``right``, ``offset``; attrs ``rank``) for `erase`; afterwards
+        every class has the same mean on these rows.
+    """
+    x, y = _rows(hidden, labels)
+    return _eraser(leace_np(x, y), "leace")
+
+
+def erase(hidden: xr.DataArray, eraser: xr.Dataset) -> xr.DataArray:
+    """Apply an eraser to states of any shape.
+
+    Parameters
+    ----------
+    hidden : xarray.DataArray, (..., feature)
+    eraser : xarray.Dataset
+        From `projection_eraser` or `leace`.
+
+    Returns
+    -------
+    xarray.DataArray, same dims as `hidden`.
+    """
+    if "feature" not in hidden.dims:
+        raise ValueError(f"hidden must have a 'feature' dim; its dims are {hidden.dims}")
+    factors = Eraser(
+        eraser["left"].transpose("feature", "component").values,
+        eraser["right"].transpose("component", "feature_out").values,
+        eraser["offset"].values,
+    )
+    moved = hidden.transpose(..., "feature")
+    out = moved.copy(data=erase_np(np.asarray(moved.values), factors))
+    return out.transpose(*hidden.dims)

@@ -1,0 +1,618 @@
+"""Activation patching and interchange interventions on counterfactual twins.
+
+A counterfactual pair is a clean sequence and a minimally edited (corrupted) copy, stored as
+``cfclean_<L>`` / ``cfcorrupt_<L>`` with every layer's states and, per sequence,
+``pos_corrupt`` (the edited position), ``pos_label`` (where the target label differs) and the
+task's named positions (``pos_key``, ``pos_value``, ``pos_divider``, ``pos_query`` for
+associative recall and treecall).
+
+To *patch a site* (layer l, position p) is to resume the corrupted run above layer l from its
+stored states with position p replaced by the clean run's (`patched_logits`). The reference
+path (`patched_logits_reference`, same signature) re-runs the whole model on the corrupted
+tokens with a forward hook that overwrites the layer's module output at p; a test holds them
+equal. What is patched is a layer's *output* (the embedding or a block's output): for
+recurrent models (LSTM, GRU, Mamba) that changes what the layers above see at p, not the
+layer's own recurrent state at later positions (SCIENCE.md); every result names its site.
+
+Measures (**ours** where the papers leave it open):
+
+- `patching`: the metric at the label position is ``logit(clean answer) - logit(corrupted
+  answer)``; where the corrupted answer is undefined (-1, e.g. associative recall with
+  ``corrupt="key"``: the query then has no match) it is the clean answer's log-probability.
+  Per sequence, ``recovered = metric(patched) - metric(corrupted)`` and ``gap =
+  metric(clean) - metric(corrupted)``; ``recovery = sum(recovered) / sum(gap)`` over
+  sequences (a ratio of sums: per-sequence ratios explode where the gap is near zero), so 0 =
+  nothing recovered, 1 = the clean value. Clean and corrupted metrics are themselves resumed
+  from the stored (unpatched) states of the same layer, so storage rounding cancels.
+- `interchange`: the same with the clean answer's probability (paper B): ``restoration =
+  sum(p_patched - p_corrupted) / sum(p_clean - p_corrupted)`` per (layer, site).
+- `classify_mechanism`: ``"induction"`` if patching the in-context value restores at least
+  `threshold` (default 0.5) at some layer; else ``"direct retrieval"`` if the key or the query
+  does; else ``"none"``; also ``"none"`` when the corruption barely moves the answer (mean
+  probability gap below `min_gap`, default 0.05). The embedding of the corrupted position
+  itself is left out (patching the edited token back restores any model trivially).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dask
+import dask.array as dsa
+import numpy as np
+import torch
+import xarray as xr
+
+from analysis.interventions._common import (
+    check_lengths,
+    check_weights,
+    compute,
+    layer_list,
+    layer_module,
+    open_group,
+    read_layer,
+    rebuild,
+    resume_logits,
+    site_description,
+    target_of,
+)
+from capture.models import SequenceModel
+from store import MissingError, Store
+
+TASK_SITES = ("key", "value", "divider", "query")
+
+
+# ----------------------------------------------------------------------------- fast + reference
+def _check_pair(clean: xr.Dataset, corrupted: xr.Dataset, patch: xr.DataArray) -> None:
+    for name, ds in (("clean", clean), ("corrupted", corrupted)):
+        if "hidden" not in ds or "tokens" not in ds:
+            raise KeyError(f"{name} must hold 'hidden' and 'tokens'; it has {list(ds.data_vars)}")
+    a, b = clean.sizes["position"], corrupted.sizes["position"]
+    if a != b:
+        raise ValueError(
+            f"clean sequences have {a} positions and corrupted ones {b}: a patch needs twins of "
+            "one length; load cfclean_<L> and cfcorrupt_<L> of the same run at the same L"
+        )
+    if clean.sizes["sequence"] != corrupted.sizes["sequence"]:
+        raise ValueError(
+            f"clean has {clean.sizes['sequence']} sequences and corrupted "
+            f"{corrupted.sizes['sequence']}; patching pairs them one to one"
+        )
+    if set(patch.dims) != {"sequence", "position"} or patch.shape != (
+        clean.sizes[patch.dims[0]], clean.sizes[patch.dims[1]]
+    ):
+        raise ValueError(
+            f"patch must be a bool DataArray (sequence, position) of shape "
+            f"({clean.sizes['sequence']}, {a}); got dims {patch.dims} shape {patch.shape}"
+        )
+
+
+def _logits_da(logits: np.ndarray, like: xr.Dataset) -> xr.DataArray:
+    return xr.DataArray(
+        logits,
+        dims=("sequence", "position", "class"),
+        coords={"sequence": like.sequence.values, "position": like.position.values},
+    )
+
+
+def patched_logits(
+    model: SequenceModel,
+    clean: xr.Dataset,
+    corrupted: xr.Dataset,
+    layer: str,
+    patch: xr.DataArray,
+    *,
+    batch_size: int = 256,
+) -> xr.DataArray:
+    """Logits of the corrupted run with some sites patched from the clean run (resumed).
+
+    Parameters
+    ----------
+    model : SequenceModel
+    clean, corrupted : xarray.Dataset
+        Twins: ``hidden (sequence, position, layer, feature)`` and ``tokens (sequence,
+        position)``, same sizes.
+    layer : str
+        Layer name ("embed", "L0", ...): the output patched.
+    patch : xarray.DataArray, bool, (sequence, position)
+        Where the clean states replace the corrupted ones.
+
+    Returns
+    -------
+    xarray.DataArray, (sequence, position, class)
+    """
+    _check_pair(clean, corrupted, patch)
+    where = patch.transpose("sequence", "position").values.astype(bool)
+    hidden = np.where(where[..., None], read_layer(clean, layer), read_layer(corrupted, layer))
+    return _logits_da(resume_logits(model, layer, hidden, batch_size), corrupted)
+
+
+@torch.no_grad()
+def patched_logits_reference(
+    model: SequenceModel,
+    clean: xr.Dataset,
+    corrupted: xr.Dataset,
+    layer: str,
+    patch: xr.DataArray,
+    *,
+    batch_size: int = 256,
+) -> xr.DataArray:
+    """The reference path of `patched_logits`: a full re-run of the corrupted tokens with a
+    forward hook overwriting the layer's module output at the patched sites.
+
+    Same parameters and return value as `patched_logits`.
+    """
+    _check_pair(clean, corrupted, patch)
+    where = torch.from_numpy(patch.transpose("sequence", "position").values.astype(bool))
+    source = torch.from_numpy(read_layer(clean, layer))
+    tokens = torch.from_numpy(np.asarray(corrupted.tokens.values, dtype=np.int64))
+    current: dict[str, slice] = {}
+
+    def overwrite(module, inputs, output):
+        value = output[0] if isinstance(output, tuple) else output
+        rows = current["rows"]
+        new = torch.where(where[rows, :, None], source[rows].to(value.dtype), value)
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+
+    handle = layer_module(model, model.layer_index(layer)).register_forward_hook(overwrite)
+    try:
+        out = []
+        for lo in range(0, tokens.shape[0], batch_size):
+            current["rows"] = slice(lo, lo + batch_size)
+            out.append(model(tokens[current["rows"]]).float().numpy())
+    finally:
+        handle.remove()
+    return _logits_da(np.concatenate(out), corrupted)
+
+
+# ----------------------------------------------------------------------------- metrics
+def _answers(clean: xr.Dataset, corrupted: xr.Dataset):
+    """Per sequence: label position, clean answer, corrupted answer (-1: undefined)."""
+    target = target_of(clean)
+    rows = np.arange(clean.sizes["sequence"])
+    pos = np.asarray(clean.pos_label.values, dtype=np.int64)
+    good = np.asarray(clean[target].values, dtype=np.int64)[rows, pos]
+    bad = np.asarray(corrupted[target].values, dtype=np.int64)[rows, pos]
+    return pos, good, bad
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def logit_metric(logits: np.ndarray, pos: np.ndarray, good: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """``logit[good] - logit[bad]`` at each sequence's label position; ``log p(good)`` where
+    ``bad`` is -1.
+
+    Parameters
+    ----------
+    logits : ndarray, (sequence, position, class)
+    pos, good, bad : ndarray of int, (sequence,)
+
+    Returns
+    -------
+    ndarray, float64, (sequence,)
+    """
+    rows = np.arange(logits.shape[0])
+    at = logits[rows, pos].astype(np.float64)  # (sequence, class)
+    diff = at[rows, good] - at[rows, np.maximum(bad, 0)]
+    return np.where(bad >= 0, diff, _log_softmax(at)[rows, good])
+
+
+def answer_probability(logits: np.ndarray, pos: np.ndarray, good: np.ndarray) -> np.ndarray:
+    """Probability of the clean answer at each sequence's label position, (sequence,)."""
+    rows = np.arange(logits.shape[0])
+    return np.exp(_log_softmax(logits[rows, pos].astype(np.float64))[rows, good])
+
+
+# ----------------------------------------------------------------------------- tasks
+def _pair(store: Store, run_id: str, length: int):
+    return open_group(store, run_id, length, "cfclean"), open_group(store, run_id, length, "cfcorrupt")
+
+
+def _patch_positions(model, clean, bad, layer, positions, batch_size):
+    """recovered (position, sequence) and gap (sequence,) for one layer."""
+    pos, good, wrong = _answers(clean, bad)
+    hc, hx = read_layer(clean, layer), read_layer(bad, layer)
+
+    def metric(hidden):
+        return logit_metric(resume_logits(model, layer, hidden, batch_size), pos, good, wrong)
+
+    m_clean, m_bad = metric(hc), metric(hx)
+    recovered = np.empty((len(positions), hx.shape[0]))
+    for i, p in enumerate(positions):
+        saved = hx[:, p].copy()
+        hx[:, p] = hc[:, p]
+        recovered[i] = metric(hx) - m_bad
+        hx[:, p] = saved
+    return recovered, m_clean - m_bad, wrong >= 0
+
+
+def _interchange_sites(model, clean, bad, layer, sites, batch_size):
+    """restored (site, sequence), gap, p_clean, p_corrupt (sequence,) for one layer."""
+    pos, good, _ = _answers(clean, bad)
+    hc, hx = read_layer(clean, layer), read_layer(bad, layer)
+    rows = np.arange(hx.shape[0])
+
+    def prob(hidden):
+        return answer_probability(resume_logits(model, layer, hidden, batch_size), pos, good)
+
+    p_clean, p_bad = prob(hc), prob(hx)
+    restored = np.empty((len(sites), hx.shape[0]))
+    for i, site in enumerate(sites):
+        at = np.asarray(clean[f"pos_{site}"].values, dtype=np.int64)
+        saved = hx[rows, at].copy()
+        hx[rows, at] = hc[rows, at]
+        restored[i] = prob(hx) - p_bad
+        hx[rows, at] = saved
+    return restored, p_clean - p_bad, p_clean, p_bad
+
+
+# ----------------------------------------------------------------------------- graphs
+def _setup(store: Store, runs, length: int, layers):
+    runs = list(store.run_ids() if runs is None else runs)
+    if not runs:
+        raise MissingError(f"no runs to patch in {store.location}; train some with `layerstate train`")
+    meta = {}
+    for rid in runs:
+        check_weights(store, rid)
+        for kind in ("cfclean", "cfcorrupt"):
+            check_lengths(store, rid, [length], kind)
+        clean, bad = _pair(store, rid, length)
+        if clean.sizes["position"] != bad.sizes["position"]:
+            raise ValueError(
+                f"run {rid!r}: cfclean_{length} has {clean.sizes['position']} positions and "
+                f"cfcorrupt_{length} {bad.sizes['position']}; re-capture the pairs with "
+                "`layerstate capture`"
+            )
+        meta[rid] = {
+            "layers": layer_list(clean, layers),
+            "n": clean.sizes["sequence"],
+            "arch": str(clean.attrs["run"].get("arch", "")),
+            "clean": clean,
+            "corrupt": bad,
+        }
+    all_layers: list[str] = []
+    for rid in runs:
+        all_layers += [y for y in meta[rid]["layers"] if y not in all_layers]
+    return runs, meta, all_layers
+
+
+def _from_gathered(gathered, specs: dict) -> dict:
+    return {
+        name: (dims, dsa.from_delayed(gathered[name], shape=shape, dtype=dtype))
+        for name, (dims, shape, dtype) in specs.items()
+    }
+
+
+def patching(
+    store: Store,
+    runs: Sequence[str] | None,
+    length: int,
+    *,
+    layers: Sequence[str] | None = None,
+    positions: Sequence[int] | None = None,
+    batch_size: int = 256,
+) -> xr.Dataset:
+    """Build (lazily) the layer x position patching grid of clean -> corrupted twins.
+
+    Parameters
+    ----------
+    store : Store
+    runs : list of str or None
+        None: every run in the store.
+    length : int
+        Length of the stored counterfactual pairs (``cfclean_<L>``, ``cfcorrupt_<L>``).
+    layers : list of str, optional
+        Default: every stored layer.
+    positions : list of int, optional
+        Absolute positions patched one at a time (default all, 0..L-1).
+    batch_size : int
+
+    Returns
+    -------
+    xarray.Dataset, dask-backed
+        ``recovered (run, layer, position, sequence)``: metric(patched) - metric(corrupted);
+        ``gap (run, layer, sequence)``: metric(clean) - metric(corrupted); ``recovery (run,
+        layer, position)`` = sum recovered / sum gap; ``corrupt_defined (run, sequence)``;
+        ``pos_corrupt``, ``pos_label`` (run, sequence). Coordinate ``site (run, layer)``
+        names what was patched. NaN where a run has fewer sequences or lacks a layer.
+    """
+    runs, meta, all_layers = _setup(store, runs, length, layers)
+    positions = list(range(length) if positions is None else positions)
+    bad_pos = [p for p in positions if not 0 <= p < length]
+    if bad_pos:
+        raise ValueError(f"positions {bad_pos} are outside 0..{length - 1}")
+    tasks = {}
+    for rid in runs:
+        model = dask.delayed(rebuild, pure=False)(store, rid)
+        for layer in meta[rid]["layers"]:
+            tasks[rid, layer] = dask.delayed(_patch_positions, pure=False)(
+                model, meta[rid]["clean"], meta[rid]["corrupt"], layer, positions, batch_size
+            )
+    R, Y, P, N = len(runs), len(all_layers), len(positions), max(m["n"] for m in meta.values())
+
+    def gather(keys, values):
+        out = {
+            "recovered": np.full((R, Y, P, N), np.nan),
+            "gap": np.full((R, Y, N), np.nan),
+            "corrupt_defined": np.zeros((R, N), dtype=bool),
+        }
+        for (rid, layer), (recovered, gap, defined) in zip(keys, values, strict=True):
+            r, y, n = runs.index(rid), all_layers.index(layer), gap.shape[0]
+            out["recovered"][r, y, :, :n] = recovered
+            out["gap"][r, y, :n] = gap
+            out["corrupt_defined"][r, :n] = defined
+        return out
+
+    keys = list(tasks)
+    gathered = dask.delayed(gather, pure=False)(keys, [tasks[k] for k in keys])
+    data = _from_gathered(gathered, {
+        "recovered": (("run", "layer", "position", "sequence"), (R, Y, P, N), float),
+        "gap": (("run", "layer", "sequence"), (R, Y, N), float),
+        "corrupt_defined": (("run", "sequence"), (R, N), bool),
+    })
+    data.update(_positions(runs, meta, N, ("corrupt", "label")))
+    site = [[site_description(meta[r]["arch"], y, "one position at a time") for y in all_layers]
+            for r in runs]
+    coords = {**_coords(runs, meta, all_layers, N), "position": positions,
+              "patched_site": (("run", "layer"), site)}
+    ds = xr.Dataset(data, coords=coords)
+    ds["recovery"] = ds.recovered.sum("sequence") / ds.gap.sum("sequence")
+    ds.attrs.update(
+        analysis="patching",
+        length=int(length),
+        metric="logit(clean answer) - logit(corrupted answer) at the label position; "
+        "log p(clean answer) where the corrupted answer is undefined (-1)",
+        recovery="sum(recovered) / sum(gap) over sequences",
+    )
+    return ds
+
+
+def _positions(runs, meta, N, names) -> dict:
+    """Per-sequence stored positions (run, sequence), -1 padded."""
+    out = {}
+    for name in names:
+        arr = np.full((len(runs), N), -1, dtype=np.int64)
+        for r, rid in enumerate(runs):
+            values = np.asarray(meta[rid]["clean"][f"pos_{name}"].values, dtype=np.int64)
+            arr[r, : values.shape[0]] = values
+        out[f"pos_{name}"] = (("run", "sequence"), arr)
+    return out
+
+
+def _coords(runs, meta, all_layers, N) -> dict:
+    """run, layer and sequence coordinates, and each run's architecture."""
+    return {
+        "run": runs,
+        "layer": all_layers,
+        "sequence": np.arange(N),
+        "arch": ("run", [meta[r]["arch"] for r in runs]),
+    }
+
+
+def interchange(
+    store: Store,
+    runs: Sequence[str] | None,
+    length: int,
+    *,
+    layers: Sequence[str] | None = None,
+    sites: Sequence[str] | None = None,
+    batch_size: int = 256,
+) -> xr.Dataset:
+    """Build (lazily) interchange interventions: patch named positions, layer by layer.
+
+    Parameters
+    ----------
+    store : Store
+    runs : list of str or None
+    length : int
+        Length of the stored counterfactual pairs.
+    layers : list of str, optional
+    sites : list of str, optional
+        Names of stored ``pos_<site>`` positions; default ``key, value, divider, query`` when
+        stored (associative recall, treecall), else ``corrupt, label``.
+    batch_size : int
+
+    Returns
+    -------
+    xarray.Dataset, dask-backed
+        ``restored (run, layer, site, sequence)``: p_patched - p_corrupted of the clean answer;
+        ``gap``, ``p_clean``, ``p_corrupt`` (run, layer, sequence); ``restoration (run, layer,
+        site)`` = sum restored / sum gap; ``trivial (run, site)``: the site is the edited
+        position in every pair; ``pos_<site> (run, sequence)``. Coordinate ``patched_site (run,
+        layer, site)`` names what was patched, e.g. "block output of layer L1 at position
+        'value'".
+    """
+    runs, meta, all_layers = _setup(store, runs, length, layers)
+    stored = [v.removeprefix("pos_") for v in meta[runs[0]]["clean"].data_vars if v.startswith("pos_")]
+    if sites is None:
+        sites = list(TASK_SITES) if set(TASK_SITES) <= set(stored) else ["corrupt", "label"]
+    sites = list(sites)
+    for rid in runs:
+        have = [v.removeprefix("pos_") for v in meta[rid]["clean"].data_vars if v.startswith("pos_")]
+        missing = [s for s in sites if s not in have]
+        if missing:
+            raise KeyError(
+                f"run {rid!r} stores no position for site(s) {', '.join(missing)}; its sites: "
+                f"{', '.join(have)}"
+            )
+    tasks = {}
+    for rid in runs:
+        model = dask.delayed(rebuild, pure=False)(store, rid)
+        for layer in meta[rid]["layers"]:
+            tasks[rid, layer] = dask.delayed(_interchange_sites, pure=False)(
+                model, meta[rid]["clean"], meta[rid]["corrupt"], layer, sites, batch_size
+            )
+    R, Y, S, N = len(runs), len(all_layers), len(sites), max(m["n"] for m in meta.values())
+
+    def gather(keys, values):
+        out = {k: np.full((R, Y, N), np.nan) for k in ("gap", "p_clean", "p_corrupt")}
+        out["restored"] = np.full((R, Y, S, N), np.nan)
+        for (rid, layer), (restored, gap, p_clean, p_bad) in zip(keys, values, strict=True):
+            r, y, n = runs.index(rid), all_layers.index(layer), gap.shape[0]
+            out["restored"][r, y, :, :n] = restored
+            for name, v in (("gap", gap), ("p_clean", p_clean), ("p_corrupt", p_bad)):
+                out[name][r, y, :n] = v
+        return out
+
+    keys = list(tasks)
+    gathered = dask.delayed(gather, pure=False)(keys, [tasks[k] for k in keys])
+    data = _from_gathered(gathered, {
+        "restored": (("run", "layer", "site", "sequence"), (R, Y, S, N), float),
+        **{k: (("run", "layer", "sequence"), (R, Y, N), float) for k in ("gap", "p_clean", "p_corrupt")},
+    })
+    data.update(_positions(runs, meta, N, sorted({*sites, "corrupt", "label"})))
+    trivial = np.zeros((R, S), dtype=bool)
+    for r, rid in enumerate(runs):
+        clean = meta[rid]["clean"]
+        for s, site in enumerate(sites):
+            trivial[r, s] = bool(np.array_equal(clean[f"pos_{site}"].values, clean.pos_corrupt.values))
+    data["trivial"] = (("run", "site"), trivial)
+    named = [[[site_description(meta[r]["arch"], y, f"position {c!r}") for c in sites]
+              for y in all_layers] for r in runs]
+    coords = {**_coords(runs, meta, all_layers, N), "site": sites,
+              "patched_site": (("run", "layer", "site"), named)}
+    ds = xr.Dataset(data, coords=coords)
+    ds["restoration"] = ds.restored.sum("sequence") / ds.gap.sum("sequence")
+    ds.attrs.update(
+        analysis="interchange",
+        length=int(length),
+        metric="probability of the clean answer at the label position",
+        restoration="sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
+    )
+    return ds
+
+
+def classify_mechanism(
+    result: xr.Dataset, *, threshold: float = 0.5, min_gap: float = 0.05
+) -> xr.DataArray:
+    """Name each run's retrieval mechanism from its interchange interventions.
+
+    Parameters
+    ----------
+    result : xarray.Dataset
+        Computed `interchange` output with sites ``key``, ``value`` and ``query``:
+        ``restoration (run, layer, site)``, ``p_clean``, ``p_corrupt`` (run, layer, sequence),
+        ``trivial (run, site)``.
+    threshold : float
+        Restoration that counts as "restores" (**ours**: 0.5, half the probability gap).
+    min_gap : float
+        Below this mean p_clean - p_corrupt the corruption does not matter to the model and
+        the mechanism is "none".
+
+    Returns
+    -------
+    xarray.DataArray of str, (run,)
+        ``"induction"``, ``"direct retrieval"`` or ``"none"`` (module docstring).
+    """
+    needed = {"key", "value", "query"}
+    have = {str(s) for s in result.site.values}
+    if not needed <= have:
+        raise ValueError(
+            f"classifying a mechanism needs sites key, value and query (associative recall, "
+            f"treecall); this result has {', '.join(sorted(have))}"
+        )
+    restoration = result.restoration.where(~(result.trivial & (result.layer == "embed")))
+    best = restoration.max("layer")  # (run, site)
+    gap = (result.p_clean - result.p_corrupt).mean(("layer", "sequence"))
+    labels = []
+    for rid in result.run.values:
+        b = best.sel(run=rid)
+        if not float(gap.sel(run=rid)) >= min_gap:
+            labels.append("none")
+        elif float(b.sel(site="value")) >= threshold:
+            labels.append("induction")
+        elif max(float(b.sel(site="key")), float(b.sel(site="query"))) >= threshold:
+            labels.append("direct retrieval")
+        else:
+            labels.append("none")
+    return xr.DataArray(
+        np.array(labels),
+        dims=("run",),
+        coords={"run": result.run.values},
+        attrs={"threshold": threshold, "min_gap": min_gap},
+    )
+
+
+def run_patching(
+    store: Store,
+    length: int,
+    name: str = "default",
+    *,
+    runs: Sequence[str] | None = None,
+    scheduler: str | None = "threads",
+    num_workers: int | None = None,
+    **kwargs,
+) -> xr.Dataset:
+    """Compute `patching` and store it as ``results/patching/<name>``.
+
+    Parameters
+    ----------
+    store : Store
+        Opened with ``mode="r+"``.
+    length : int
+        Length of the stored counterfactual pairs.
+    name : str
+    runs : list of str, optional
+        Default: every run.
+    scheduler, num_workers
+        Passed to `compute`.
+    **kwargs
+        ``layers``, ``positions``, ``batch_size`` of `patching`.
+
+    Returns
+    -------
+    xarray.Dataset
+        The computed `patching` result.
+    """
+    result = compute(patching(store, runs, length, **kwargs), scheduler=scheduler,
+                     num_workers=num_workers)
+    store.write_result(f"patching/{name}", result)
+    return result
+
+
+def run_interchange(
+    store: Store,
+    length: int,
+    name: str = "default",
+    *,
+    runs: Sequence[str] | None = None,
+    threshold: float = 0.5,
+    min_gap: float = 0.05,
+    scheduler: str | None = "threads",
+    num_workers: int | None = None,
+    **kwargs,
+) -> xr.Dataset:
+    """Compute `interchange`, add ``mechanism (run)`` when the sites allow, and store it as
+    ``results/interchange/<name>``.
+
+    Parameters
+    ----------
+    store : Store
+        Opened with ``mode="r+"``.
+    length : int
+        Length of the stored counterfactual pairs.
+    name : str
+    runs : list of str, optional
+        Default: every run.
+    threshold, min_gap : float
+        Passed to `classify_mechanism`.
+    scheduler, num_workers
+        Passed to `compute`.
+    **kwargs
+        ``layers``, ``sites``, ``batch_size`` of `interchange`.
+
+    Returns
+    -------
+    xarray.Dataset
+        The computed `interchange` result, plus ``mechanism`` (attrs: threshold, min_gap).
+    """
+    result = compute(interchange(store, runs, length, **kwargs), scheduler=scheduler,
+                     num_workers=num_workers)
+    if {"key", "value", "query"} <= {str(s) for s in result.site.values}:
+        result["mechanism"] = classify_mechanism(result, threshold=threshold, min_gap=min_gap)
+        result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
+    store.write_result(f"interchange/{name}", result)
+    return result
