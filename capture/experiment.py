@@ -99,11 +99,25 @@ class AnalysisConfig(BaseModel):
     )
     probe_folds: int = Field(default=5, ge=2, description="k of the k-fold split by sequence.")
     probe_method: str = Field(default="exact", description="exact | screen | reference.")
+    ablate: bool = Field(default=False, description="Ablate directions/subspaces per layer and re-run the layers above.")
+    ablate_settings: list[str] = Field(
+        default=["probe", "leace", "pca:1,4", "random:4"],
+        description="probe | stored | leace | inlp:k | pca:k | svd:k | random:k (k may be a list: pca:1,2,4).",
+    )
+    ablate_fit_length: int | None = Field(default=None, description="Fit directions at this length (default: the training length).")
+    ablate_lengths: list[int] | None = Field(default=None, description="Lengths to ablate at (OOD when not the fit length).")
+    ablate_mode: str = Field(default="zero", description="zero (project out) or mean (replace by the mean).")
+    patch: bool = Field(default=False, description="Activation patching on the captured counterfactual twins.")
+    patch_length: int = Field(default=40, description="Length of the counterfactual twins to patch.")
+    patch_positions: list[int] | None = Field(default=None, description="Positions to patch (default all).")
+    interchange: bool = Field(default=False, description="Interchange interventions at named sites (assoc_recall, treecall).")
 
     @model_validator(mode="after")
     def _choices(self) -> AnalysisConfig:
         if self.probe_positions not in ("all", "last", "pooled"):
             raise ValueError(f"probe_positions must be all, last or pooled, got {self.probe_positions!r}")
+        if self.ablate_mode not in ("zero", "mean"):
+            raise ValueError(f"ablate_mode must be zero or mean, got {self.ablate_mode!r}")
         if self.probe_method not in ("exact", "screen", "reference"):
             raise ValueError(f"probe_method must be exact, screen or reference, got {self.probe_method!r}")
         return self

@@ -234,11 +234,37 @@ def run(experiment: str, out: str, jobs: int, device: str) -> None:
     run_experiment(experiment, out, jobs=jobs, device=_device(device), say=click.echo)
 
 
+def _select_runs(st, runs, tasks, archs):
+    if runs:
+        return list(runs)
+    if tasks or archs:
+        sel = st.select(**{k: list(v) for k, v in (("task", tasks), ("arch", archs)) if v})
+        if not sel:
+            raise ValueError(f"no runs match task={list(tasks)} arch={list(archs)}; see `layerstate inspect`")
+        return sel
+    return None
+
+
+def _ints(text: str | None) -> list[int] | None:
+    return [int(x) for x in text.split(",")] if text else None
+
+
+run_filters = [
+    click.option("--runs", "runs", multiple=True, help="Run ids (repeatable); default all runs."),
+    click.option("--task", "tasks", multiple=True, help="Only runs of this task (repeatable)."),
+    click.option("--arch", "archs", multiple=True, help="Only runs of this architecture (repeatable)."),
+]
+
+
+def with_run_filters(fn):
+    for opt in reversed(run_filters):
+        fn = opt(fn)
+    return fn
+
+
 @main.command()
 @click.argument("store_path", metavar="STORE")
-@click.option("--runs", "runs", multiple=True, help="Run ids (repeatable); default all runs.")
-@click.option("--task", "tasks", multiple=True, help="Only runs of this task (repeatable).")
-@click.option("--arch", "archs", multiple=True, help="Only runs of this architecture (repeatable).")
+@with_run_filters
 @click.option("--target", default=None, help="Label to decode (default: the runs' training target).")
 @click.option("--layers", default=None, help="Comma-separated layers, e.g. embed,L0,L3 (default all).")
 @click.option("--positions", default="all", show_default=True, help="all | last | pooled | comma-separated indices.")
@@ -256,14 +282,7 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
     from store import Store
 
     st = Store.open(store_path, mode="r+")
-    if runs:
-        selection = list(runs)
-    elif tasks or archs:
-        selection = st.select(**{k: list(v) for k, v in (("task", tasks), ("arch", archs)) if v})
-        if not selection:
-            raise ValueError(f"no runs match task={list(tasks)} arch={list(archs)}; see `layerstate inspect {store_path}`")
-    else:
-        selection = None
+    selection = _select_runs(st, runs, tasks, archs)
     pos = positions if positions in ("all", "last", "pooled") else [int(p) for p in positions.split(",")]
     ds = run_probe(
         st, target, runs=selection, layers=layers.split(",") if layers else None, positions=pos,
@@ -277,6 +296,72 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
             line = " ".join(f"{lay}={v:.3f}" for lay, v in zip(ds.layer.values, p.values, strict=True))
             click.echo(f"{r} L={L}: {line}  best {ds.best_layer.sel(run=r, length=L).item()}")
     click.echo(f"stored results/{name or 'probes/' + str(ds.attrs.get('target', target))}")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@with_run_filters
+@click.option("--settings", default="probe,leace,pca:1,random:1", show_default=True,
+              help="Semicolon- or comma-separated: probe, stored, leace, inlp:k, pca:k, svd:k, random:k.")
+@click.option("--fit-length", type=int, default=None, help="Fit directions at this length (default: the shortest).")
+@click.option("--lengths", default=None, help="Comma-separated lengths to ablate at (default all stored).")
+@click.option("--mode", type=click.Choice(["zero", "mean"]), default="zero", show_default=True)
+@click.option("--name", default="default", show_default=True, help="Result name: results/ablation/<name>.")
+@click.option("--scheduler", default="threads", show_default=True, help="threads, sync, or a dask.distributed address.")
+@boundary
+def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, name, scheduler) -> None:
+    """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
+    from analysis.interventions import run_ablation
+    from store import Store
+
+    st = Store.open(store_path, mode="r+")
+    parts = [p for p in settings.replace(";", ",").split(",") if p]
+    merged: list[str] = []  # "pca:1,4" arrives as "pca:1", "4": glue bare numbers back on
+    for p in parts:
+        if p.isdigit() and merged and ":" in merged[-1]:
+            merged[-1] += f",{p}"
+        else:
+            merged.append(p)
+    ds = run_ablation(st, name, runs=_select_runs(st, runs, tasks, archs), settings=merged,
+                      fit_length=fit_length, lengths=_ints(lengths), mode=mode, scheduler=scheduler)
+    drop = ds.accuracy_drop
+    for r in ds.run.values:
+        for setting in ds.setting.values:
+            vals = drop.sel(run=r, setting=setting).isel(length=0).values
+            line = " ".join(f"{lay}={v:+.3f}" for lay, v in zip(ds.layer.values, vals, strict=True))
+            click.echo(f"{r} [{setting}] accuracy drop: {line}")
+    click.echo(f"stored results/ablation/{name}")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@with_run_filters
+@click.option("--length", type=int, default=40, show_default=True, help="Length of the captured counterfactual twins.")
+@click.option("--positions", default=None, help="Comma-separated positions (default all).")
+@click.option("--interchange", is_flag=True, help="Interchange interventions at named sites (key, value, divider, query).")
+@click.option("--name", default="default", show_default=True, help="Result name under results/patching or results/interchange.")
+@click.option("--scheduler", default="threads", show_default=True)
+@boundary
+def patch(store_path, runs, tasks, archs, length, positions, interchange, name, scheduler) -> None:
+    """Patch clean activations into corrupted runs (layer x position) and measure recovery."""
+    from analysis.interventions import run_interchange, run_patching
+    from store import Store
+
+    st = Store.open(store_path, mode="r+")
+    sel = _select_runs(st, runs, tasks, archs)
+    if interchange:
+        ds = run_interchange(st, length, name, runs=sel, scheduler=scheduler)
+        for r in ds.run.values:
+            click.echo(f"{r}: mechanism {ds.mechanism.sel(run=r).item()}")
+        click.echo(f"stored results/interchange/{name}")
+        return
+    ds = run_patching(st, length, name, runs=sel, positions=_ints(positions), scheduler=scheduler)
+    for r in ds.run.values:
+        rec = ds.recovery.sel(run=r)
+        best = rec.where(rec == rec.max()).argmax(...)  # the most restoring site
+        lay, pos = ds.layer.values[int(best["layer"])], ds.position.values[int(best["position"])]
+        click.echo(f"{r}: max recovery {float(rec.max()):.3f} at layer {lay}, position {pos}")
+    click.echo(f"stored results/patching/{name}")
 
 
 @main.command()

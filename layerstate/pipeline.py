@@ -108,6 +108,40 @@ def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
     return names
 
 
+def intervene_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
+    """Ablations, patching and interchange per task, as configured; skips stored results."""
+    from analysis.interventions import run_ablation, run_interchange, run_patching
+
+    cfg = exp.analysis
+    done, names = set(store.results()), []
+    for task in exp.grid.tasks:
+        runs = [r.run_id for r in exp.runs() if r.task == task]
+        jobs = []
+        if cfg.ablate:
+            jobs.append((f"ablation/{task}", lambda runs=runs, task=task: run_ablation(
+                store, task, runs=runs, settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
+                fit_length=cfg.ablate_fit_length or exp.train.length, mode=cfg.ablate_mode)))
+        has_pairs = all(cfg.patch_length in store.lengths(r, kind="cfclean") for r in runs)
+        if cfg.patch and has_pairs:
+            jobs.append((f"patching/{task}", lambda runs=runs, task=task: run_patching(
+                store, cfg.patch_length, task, runs=runs, positions=cfg.patch_positions)))
+        if cfg.interchange and has_pairs and task in ("assoc_recall", "treecall"):
+            jobs.append((f"interchange/{task}", lambda runs=runs, task=task: run_interchange(
+                store, cfg.patch_length, task, runs=runs)))
+        if (cfg.patch or cfg.interchange) and not has_pairs:
+            say(f"{task}: no counterfactual pairs at length {cfg.patch_length}; set "
+                "[capture] counterfactual_pairs and counterfactual_lengths to patch")
+        for name, job in jobs:
+            names.append(name)
+            if name in done:
+                say(f"{name}: already stored")
+                continue
+            t0 = time.perf_counter()
+            job()
+            say(f"{name}: stored in {time.perf_counter() - t0:.0f}s")
+    return names
+
+
 def run_experiment(
     exp_path: str | Path,
     out: str | Path,
@@ -136,6 +170,9 @@ def run_experiment(
     if exp.analysis.probe:
         say(f"== probes ({exp.analysis.probe_positions} positions, {exp.analysis.probe_folds}-fold by sequence)")
         probe_experiment(st, exp, say)
+    if exp.analysis.ablate or exp.analysis.patch or exp.analysis.interchange:
+        say("== interventions")
+        intervene_experiment(st, exp, say)
     say("== claims")
     evaluate_experiment_claims(st, exp, say)
     say("== report")

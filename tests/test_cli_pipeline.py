@@ -101,6 +101,10 @@ def test_run_does_every_stage_and_resumes(exp_file, tmp_path):
 [analysis]
 probe_positions = "pooled"
 probe_folds = 3
+ablate = true
+ablate_settings = ["probe", "pca:2"]
+patch = true
+patch_length = 12
 
 [[claims]]
 id = "parity-readable"
@@ -113,17 +117,24 @@ layer = "L1"
 threshold = 0.4
 length = 12
 """
-    exp_file.write_text(text)
+    exp_file.write_text(text.replace("n_sequences = 40", "n_sequences = 40\ncounterfactual_pairs = 16\ncounterfactual_lengths = [12]"))
     out = tmp_path / "out"
     res = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
     assert res.exit_code == 0, res.output
-    for stage in ("== train", "== capture", "== probes", "== claims", "== report"):
+    for stage in ("== train", "== capture", "== probes", "== interventions", "== claims", "== report"):
         assert stage in res.output
     assert "claim parity-readable:" in res.output
     assert (out / "report" / "index.html").is_file() and (out / "report" / "report.md").is_file()
     from store import Store
 
     st = Store.open(str(out / "store.zarr"))
-    assert {"probes/parity", "claims"} <= set(st.results())
+    assert {"probes/parity", "ablation/parity", "patching/parity", "claims"} <= set(st.results())
+    html = (out / "report" / "index.html").read_text()
+    assert "Ablation" in html or "ablation" in html
+    res = run("ablate", str(out / "store.zarr"), "--settings", "random:1", "--lengths", "12",
+              "--name", "cli")
+    assert res.exit_code == 0 and "[random:1] accuracy drop:" in res.output
+    res = run("patch", str(out / "store.zarr"), "--length", "12", "--name", "cli", "--task", "parity")
+    assert res.exit_code == 0 and "max recovery" in res.output
     again = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
     assert again.output.count("already trained") == 2 and "probes/parity: already stored" in again.output
