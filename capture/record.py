@@ -178,7 +178,12 @@ def capture_experiment(
     device: str = "cpu",
     progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> list[CaptureResult]:
-    """Capture every run of an experiment at every configured length."""
+    """Capture every run of an experiment at every configured length (one consolidation)."""
+    with store.deferred_consolidation():
+        return _capture_all(store, exp, device, progress_factory)
+
+
+def _capture_all(store: Store, exp, device: str, progress_factory) -> list[CaptureResult]:
     from store import config_hash, run_identity
 
     cap = exp.capture

@@ -168,6 +168,17 @@ def train_run(
     progress: Callable[[int, dict], None] | None = None,
 ) -> TrainResult:
     """Train one run of an experiment into the store (skipped if already trained)."""
+    with store.deferred_consolidation():  # one metadata snapshot per run, not three
+        return _train_run(store, spec, device=device, progress=progress)
+
+
+def _train_run(
+    store: Store,
+    spec: RunSpec,
+    *,
+    device: str,
+    progress: Callable[[int, dict], None] | None,
+) -> TrainResult:
     from capture.models import build_model, count_parameters
 
     task = spec.task_config()

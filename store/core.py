@@ -16,10 +16,11 @@ records each finished block in the store, so a killed writer resumes where it st
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -100,6 +101,8 @@ class Store:
         self.root = root
         self.read_only = read_only
         self._zstore = root.store
+        self._defer = 0
+        self._stale = False
 
     # ------------------------------------------------------------------ open/create
     @classmethod
@@ -188,9 +191,30 @@ class Store:
         return cls(loc, root, read_only)
 
     def consolidate(self) -> None:
-        """Refresh consolidated metadata, the snapshot that read-only openers see."""
-        if not self.read_only:
-            zarr.consolidate_metadata(self._zstore)
+        """Refresh consolidated metadata, the snapshot that read-only openers see.
+
+        Inside :meth:`deferred_consolidation` this only marks the snapshot stale: one
+        consolidation at the end replaces one per finished write, which re-reads every
+        metadata document of the store and so made a many-run capture quadratic.
+        """
+        if self.read_only:
+            return
+        if self._defer:
+            self._stale = True
+            return
+        zarr.consolidate_metadata(self._zstore)
+
+    @contextlib.contextmanager
+    def deferred_consolidation(self) -> Iterator[Store]:
+        """Consolidate once when the block ends (also on error), not after every write."""
+        self._defer += 1
+        try:
+            yield self
+        finally:
+            self._defer -= 1
+            if not self._defer and self._stale:
+                self._stale = False
+                self.consolidate()
 
     # ------------------------------------------------------------------ runs
     @property

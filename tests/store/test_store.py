@@ -235,3 +235,14 @@ def test_read_only_store_refuses_writes(make_store):
     st = Store.open(str(make_store().location))
     with pytest.raises(PermissionError, match="read-only"):
         st.add_run("r9", task="parity", arch="lstm", seed=0)
+
+
+def test_deferred_consolidation_snapshots_once_at_the_end(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    with st.deferred_consolidation():
+        st.add_run("r0", task="parity", arch="lstm", seed=0)
+        st.add_run("r1", task="parity", arch="lstm", seed=1)
+        # the read-only snapshot has not moved yet ...
+        assert Store.open(str(tmp_path / "s.zarr")).run_ids() == []
+    # ... and holds both runs once the block ends
+    assert Store.open(str(tmp_path / "s.zarr")).run_ids() == ["r0", "r1"]
