@@ -284,7 +284,8 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
     same, diff = test(claim.matches), test(claim.differs_from)
     d_same, d_diff = float(same.statistic), float(diff.statistic)
     return {
-        "estimate": d_diff - d_same, "lower": np.nan, "upper": np.nan,
+        # the tested statistic: shape distance to `differs_from`, with its bootstrap interval
+        "estimate": d_diff, "lower": float(diff.lower), "upper": float(diff.upper),
         # supported needs the profile to differ from `differs_from` (the test) AND to sit
         # closer to `matches` than to it (a descriptive condition, reported beside it)
         "p": float(diff.p) if d_same < d_diff else 1.0,

@@ -99,6 +99,11 @@ class AnalysisConfig(BaseModel):
     )
     probe_folds: int = Field(default=5, ge=2, description="k of the k-fold split by sequence.")
     probe_method: str = Field(default="exact", description="exact | screen | reference.")
+    probe_control: str = Field(
+        default="permute",
+        description="Control labelling for selectivity: permute (labels shuffled across sequences) "
+        "or token (Hewitt & Liang; trivially decodable when a task has 2-6 token types).",
+    )
     ablate: bool = Field(default=False, description="Ablate directions/subspaces per layer and re-run the layers above.")
     ablate_settings: list[str] = Field(
         default=["probe", "leace", "pca:1,4", "random:4"],
@@ -116,6 +121,8 @@ class AnalysisConfig(BaseModel):
     def _choices(self) -> AnalysisConfig:
         if self.probe_positions not in ("all", "last", "pooled"):
             raise ValueError(f"probe_positions must be all, last or pooled, got {self.probe_positions!r}")
+        if self.probe_control not in ("permute", "token"):
+            raise ValueError(f"probe_control must be permute or token, got {self.probe_control!r}")
         if self.ablate_mode not in ("zero", "mean"):
             raise ValueError(f"ablate_mode must be zero or mean, got {self.ablate_mode!r}")
         if self.probe_method not in ("exact", "screen", "reference"):

@@ -101,7 +101,7 @@ def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
         t0 = time.perf_counter()
         ds = probe(store, runs=runs, positions=cfg.probe_positions, lengths=cfg.probe_lengths,
                    train_length=cfg.probe_train_length, folds=cfg.probe_folds,
-                   method=cfg.probe_method, save=True, name=name)
+                   method=cfg.probe_method, control=cfg.probe_control, save=True, name=name)
         best = ", ".join(f"{r}:{b}" for r, b in zip(ds.run.values, ds.best_layer.isel(length=0).values,
                                                     strict=True))
         say(f"{name}: {ds.sizes['run']} runs in {time.perf_counter() - t0:.0f}s; best layer {best}")
