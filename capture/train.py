@@ -235,15 +235,11 @@ def accuracy_by_length(model, task: TaskConfig, cfg: TrainConfig, seed: int, dev
 
 def rebuild_model(store: Store, run_id: str, device: str = "cpu") -> torch.nn.Module:
     """The trained model of a run, rebuilt from its stored config and weights."""
-    from capture.models import ModelConfig, build_model
+    from capture.models import model_for_run
 
-    a = store.run_attrs(run_id)
     if not store.has_weights(run_id):
         raise store_missing(store, run_id)
-    model = build_model(
-        ModelConfig(**a["model_config"]), vocab_size=a["vocab_size"], n_classes=a["n_classes"],
-        seed=a["seed"],
-    )
+    model = model_for_run(store.run_attrs(run_id))
     weights = {k: torch.from_numpy(v) for k, v in store.read_weights(run_id).items()}
     model.load_state_dict(weights)
     return model.to(device).eval()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from capture.models import ModelConfig, SequenceModel, build_model
+from capture.models import SequenceModel, model_for_run
 from store import MissingError, Store
 
 #: Architectures whose blocks carry a state along positions (patching caveat, SCIENCE.md).
@@ -56,12 +56,7 @@ def rebuild(store: Store, run_id: str, device: str = "cpu") -> SequenceModel:
             f"run {run_id!r} lacks {', '.join(missing)} in its attributes, so its model cannot "
             "be rebuilt; train it with `layerstate train`, which records them"
         )
-    model = build_model(
-        ModelConfig(**attrs["model_config"]),
-        vocab_size=int(attrs["vocab_size"]),
-        n_classes=int(attrs["n_classes"]),
-        seed=int(attrs["seed"]),
-    )
+    model = model_for_run(attrs)
     weights = {k: torch.from_numpy(np.asarray(v)) for k, v in store.read_weights(run_id).items()}
     model.load_state_dict(weights)
     return model.to(device).eval()

@@ -36,6 +36,7 @@ __all__ = [
     "build_model",
     "count_parameters",
     "load_pretrained",
+    "model_for_run",
     "make_conv_identity",
     "parameter_table",
 ]
@@ -117,6 +118,20 @@ def build_from_hf_config(hf_config_dict: dict, n_classes: int, seed: int = 0) ->
     with _seeded(seed):
         model = hf.wrap_backbone(hf.backbone_from_hf_config(hf_config_dict), n_classes)
     return model.eval()
+
+
+def model_for_run(attrs: dict) -> SequenceModel:
+    """A freshly initialised model of the shape a stored run was trained with.
+
+    ``attrs`` are a run's attributes in the store: ``model_config`` (a :class:`ModelConfig`
+    dump, or ``{"pretrained": path, "hf_config": {...}}`` for a checkpoint), ``vocab_size``,
+    ``n_classes`` and ``seed``. Load the stored weights into the result.
+    """
+    mc = attrs["model_config"]
+    if "hf_config" in mc:
+        return build_from_hf_config(mc["hf_config"], int(attrs["n_classes"]), int(attrs["seed"]))
+    return build_model(ModelConfig(**mc), vocab_size=int(attrs["vocab_size"]),
+                       n_classes=int(attrs["n_classes"]), seed=int(attrs["seed"]))
 
 
 def make_conv_identity(model: SequenceModel) -> None:
