@@ -160,3 +160,23 @@ def test_peak_memory_does_not_grow_with_the_number_of_sequences(trained, tmp_pat
         peaks[n] = _peak_rss_of(code)
     # 10x the sequences (260 MB more float32 activations) within 1.2x the peak memory
     assert peaks[10000] <= 1.2 * peaks[1000], peaks
+
+
+def test_extra_sites_by_pattern_are_stored_beside_hidden(trained, tmp_path):
+    st = _copy(trained, tmp_path)
+    capture_length(st, trained[1], 12, n_sequences=20, sites=["L*.cell"])  # a glob pattern
+    ds = st.load_length(trained[1], 12)
+    assert ds.site_L0_cell.dims == ("sequence", "position", "site_L0_cell_feature")
+    assert ds.site_L0_cell.shape == (20, 12, 20) and ds.attrs["sites"] == ["L0.cell", "L1.cell"]
+    assert np.isfinite(ds.site_L1_cell.values).all()
+    with pytest.raises(ValueError, match="matches no site.*L0.cell"):
+        capture_length(st, trained[1], 24, n_sequences=4, sites=["L9.nothing"])
+
+
+def test_experiment_that_no_longer_matches_the_store_is_refused(trained, tmp_path):
+    from capture.record import capture_experiment
+
+    st = _copy(trained, tmp_path)
+    changed = tiny_experiment(task="dyck", steps=10, tasks={"dyck": {"k": 3}})
+    with pytest.raises(ValueError, match="no longer matches run .*config hash"):
+        capture_experiment(st, changed)

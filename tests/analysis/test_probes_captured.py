@@ -1,0 +1,49 @@
+"""Probes on a real captured store: fast path equals scikit-learn; the CLI stores results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis.probes import probe
+from capture.record import capture_length
+from capture.train import train_run
+from layerstate.cli import main
+from store import Store
+from tests.capture.test_train import tiny_experiment
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pc") / "s.zarr"
+    st = Store.create(str(path))
+    spec = tiny_experiment(task="s3", steps=40).runs()[0]
+    train_run(st, spec)
+    capture_length(st, spec.run_id, 12, n_sequences=300)
+    return path, spec.run_id
+
+
+def test_exact_probes_equal_sklearn_on_captured_activations(captured):
+    path, rid = captured
+    st = Store.open(str(path))
+    kw = dict(runs=[rid], positions=[2, 6, 11], folds=3, control=False, per_sequence=False)
+    fast = probe(st, method="exact", **kw)
+    ref = probe(st, method="reference", **kw)
+    gap = np.abs(fast.accuracy - ref.accuracy).max().item()
+    assert gap <= 0.005, gap
+    assert np.isfinite(fast.accuracy).all()
+
+
+def test_probe_cli_stores_results_and_prints_profiles(captured, tmp_path):
+    import shutil
+
+    path, rid = captured
+    shutil.copytree(path, tmp_path / "s.zarr")
+    res = CliRunner().invoke(main, ["probe", str(tmp_path / "s.zarr"), "--positions", "pooled",
+                                    "--folds", "3", "--name", "probes/cli"])
+    assert res.exit_code == 0, res.output
+    assert f"{rid} L=12: embed=" in res.output and "best L" in res.output
+    assert "probes/cli" in Store.open(str(tmp_path / "s.zarr")).results()
+    res = CliRunner().invoke(main, ["probe", str(tmp_path / "s.zarr"), "--target", "nope"])
+    assert res.exit_code == 2 and "nope" in res.output
