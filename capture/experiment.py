@@ -112,6 +112,9 @@ class AnalysisConfig(BaseModel):
     ablate_fit_length: int | None = Field(default=None, description="Fit directions at this length (default: the training length).")
     ablate_lengths: list[int] | None = Field(default=None, description="Lengths to ablate at (OOD when not the fit length).")
     ablate_mode: str = Field(default="zero", description="zero (project out) or mean (replace by the mean).")
+    ablate_refit_rows: int = Field(
+        default=10_000, ge=100, description="Rows per fold for the refitted probe on ablated states."
+    )
     patch: bool = Field(default=False, description="Activation patching on the captured counterfactual twins.")
     patch_length: int = Field(default=40, description="Length of the counterfactual twins to patch.")
     patch_positions: list[int] | None = Field(default=None, description="Positions to patch (default all).")

@@ -120,7 +120,8 @@ def intervene_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
         if cfg.ablate:
             jobs.append((f"ablation/{task}", lambda runs=runs, task=task: run_ablation(
                 store, task, runs=runs, settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
-                fit_length=cfg.ablate_fit_length or exp.train.length, mode=cfg.ablate_mode)))
+                fit_length=cfg.ablate_fit_length or exp.train.length, mode=cfg.ablate_mode,
+                refit_rows=cfg.ablate_refit_rows)))
         has_pairs = all(cfg.patch_length in store.lengths(r, kind="cfclean") for r in runs)
         if cfg.patch and has_pairs:
             jobs.append((f"patching/{task}", lambda runs=runs, task=task: run_patching(
