@@ -20,6 +20,7 @@ import numpy as np
 import zarr
 
 from . import schema as S
+from .chunks import ChunkWriter
 from .core import CHECKSUM, TARGET_CHUNK_BYTES, Store, _array, _group, _jsonable, _ordered
 from .errors import IncompleteError, InvalidArrayError, RunConflictError
 
@@ -148,6 +149,8 @@ class LengthWriter:
             raise
         self._buffer: list[dict[str, Any]] = []
         self._buffered = 0
+        self._chunks: ChunkWriter | None = None
+        self._arrays: dict[str, zarr.Array] = {}
         self._cursor = self.n_written
 
     # ------------------------------------------------------------------ layout
@@ -281,9 +284,20 @@ class LengthWriter:
         sl = slice(start, stop)
         # write_empty_chunks is a runtime setting, not stored with the array: without it zarr
         # compares every float16 chunk with the fill value, which made writes ~4x slower.
-        with zarr.config.set({"array.write_empty_chunks": True}):
-            for var, values in data.items():
-                _array(self.group, var)[sl] = values
+        # Whole chunks go through ChunkWriter (same bytes as zarr, ~2x faster, store/chunks.py);
+        # all of them are stored before the block is recorded as done.
+        if self._chunks is None:
+            self._chunks = ChunkWriter()
+        try:
+            with zarr.config.set({"array.write_empty_chunks": True}):
+                for var, values in data.items():
+                    arr = self._arrays.get(var)
+                    if arr is None:  # opening reads its metadata: once per writer, not per block
+                        arr = self._arrays[var] = _array(self.group, var)
+                    if not self._chunks.write_row(arr, b, values):
+                        arr[sl] = values
+        finally:
+            self._chunks.wait()
         done = self.completed_blocks() | {b}
         self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
         if len(done) == self.n_blocks:
@@ -344,7 +358,7 @@ class LengthWriter:
                 )
             self.store.consolidate()
         finally:
-            self._lock.release()
+            self._release()
 
     def __enter__(self) -> LengthWriter:
         return self
@@ -353,6 +367,14 @@ class LengthWriter:
         if exc_type is None:
             self.close()
         else:
+            self._release()
+
+    def _release(self) -> None:
+        try:
+            if self._chunks is not None:
+                self._chunks.close()
+                self._chunks = None
+        finally:
             self._lock.release()
 
     def _finish(self) -> None:

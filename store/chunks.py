@@ -1,0 +1,114 @@
+"""Whole-chunk writes for arrays whose codecs are exactly ``bytes`` + ``crc32c``.
+
+Every array the writer creates uses those two codecs (raw little-endian bytes, then a
+4-byte crc32c appended; no compressor, see ``store.core.CHECKSUM``). When a block of
+sequences covers whole chunks, zarr's generic ``Array.__setitem__`` spends most of its
+time outside the bytes themselves: it fills each chunk with the fill value, copies the
+data in, appends the checksum with a second copy, and hops through its event loop per
+chunk (measured: ~0.3x ``np.save`` for the same bytes). Here each chunk is encoded with
+one copy (the layer slice is not contiguous in the input, so one copy is unavoidable),
+checksummed with the same ``google_crc32c`` function zarr uses, and handed to the array's
+own store (``Store.set``: atomic temp-file + rename on local disks, any fsspec store
+otherwise) from a small thread pool, so encoding chunk ``i + 1`` overlaps writing chunk
+``i``. The chunk keys come from the array's metadata, so the bytes on disk are exactly
+what zarr writes (tested bit for bit in tests/store/test_chunks.py) and zarr, xarray and
+``layerstate validate`` read them as usual.
+
+Anything else — partial chunks at the end of an array, other codecs, other layouts — goes
+through zarr's ``__setitem__``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import google_crc32c
+import numpy as np
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+
+def fast_path_ok(arr: zarr.Array) -> bool:
+    """True if ``arr``'s chunks are raw little-endian bytes + crc32c, on a regular grid."""
+    meta = arr.metadata
+    codecs: tuple[Any, ...] = tuple(getattr(meta, "codecs", ()))
+    if len(codecs) != 2 or not isinstance(codecs[1], Crc32cCodec):
+        return False
+    first = codecs[0]
+    if not isinstance(first, BytesCodec):
+        return False
+    endian = getattr(first.endian, "value", first.endian)
+    if endian not in (None, "little") or arr.dtype.kind not in "biuf":
+        return False
+    return hasattr(meta.chunk_grid, "chunk_shape")
+
+
+def encode_chunk(piece: np.ndarray) -> np.ndarray:
+    """One chunk's stored bytes: the values little-endian, then their crc32c (one copy)."""
+    out = np.empty(piece.nbytes + 4, np.uint8)
+    out[:-4].view(piece.dtype.newbyteorder("<")).reshape(piece.shape)[...] = piece
+    out[-4:] = np.frombuffer(np.asarray(google_crc32c.value(out[:-4]), "<u4").tobytes(), np.uint8)
+    return out
+
+
+class ChunkWriter:
+    """Writes whole chunks of zarr arrays concurrently; :meth:`wait` before recording them."""
+
+    def __init__(self, workers: int = 2) -> None:
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="layerstate-chunks")
+        self._pending: list[Future[None]] = []
+        self._proto = default_buffer_prototype()
+
+    def write_row(self, arr: zarr.Array, row: int, values: np.ndarray) -> bool:
+        """Write chunk row ``row`` along axis 0 (every chunk in it) from ``values``.
+
+        Returns False, writing nothing, when the fast path does not apply (``values`` is not
+        exactly one full chunk row, or the codecs differ): the caller then uses zarr.
+        """
+        if not fast_path_ok(arr):
+            return False
+        chunk: tuple[int, ...] = tuple(arr.metadata.chunk_grid.chunk_shape)  # type: ignore[attr-defined]
+        if values.shape[0] != chunk[0] or values.shape[1:] != arr.shape[1:]:
+            return False
+        if (row + 1) * chunk[0] > arr.shape[0]:
+            return False
+        if any(s % c for s, c in zip(arr.shape[1:], chunk[1:], strict=True)):
+            return False  # edge chunks along other axes would need padding: leave to zarr
+        values = values.astype(arr.dtype, copy=False)
+        store, base = arr.store_path.store, arr.store_path.path
+        grid = [range(s // c) for s, c in zip(arr.shape[1:], chunk[1:], strict=True)]
+        for coord in itertools.product(*grid):
+            sel = (slice(None),) + tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, chunk[1:], strict=True))
+            buf = self._proto.buffer.from_array_like(encode_chunk(values[sel]))
+            key = arr.metadata.encode_chunk_key((row, *coord))
+            key = f"{base}/{key}" if base else key
+            self._pending.append(self._pool.submit(_set, store, key, buf))
+            if len(self._pending) > 8:  # bound the encoded bytes held in memory
+                self._pending.pop(0).result()
+        return True
+
+    def wait(self) -> None:
+        """Block until every submitted chunk is stored (re-raising the first failure)."""
+        pending, self._pending = self._pending, []
+        errors = []
+        for fut in pending:
+            try:
+                fut.result()
+            except BaseException as exc:  # keep waiting: no write may outlive the block
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _set(store, key, buf) -> None:
+    sync(store.set(key, buf))

@@ -1,0 +1,88 @@
+"""The whole-chunk fast path writes exactly the bytes zarr writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import ZstdCodec
+
+from store import Store
+from store.chunks import ChunkWriter, encode_chunk, fast_path_ok
+from store.core import CHECKSUM
+
+
+def _chunk_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("c/**/*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int32", "bool"])
+def test_chunk_bytes_equal_zarr(tmp_path, dtype):
+    rng = np.random.default_rng(0)
+    shape, chunks = (12, 5, 3, 4), (4, 5, 1, 4)
+    values = (rng.standard_normal(shape) * 3).astype(dtype)
+    arrays = {}
+    for name in ("ref", "fast"):
+        arrays[name] = zarr.create_array(
+            tmp_path / name, shape=shape, chunks=chunks, dtype=dtype, compressors=CHECKSUM,
+            fill_value=0, config={"write_empty_chunks": True},
+        )
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        arrays["ref"][:] = values
+    cw = ChunkWriter()
+    for row in range(3):
+        assert cw.write_row(arrays["fast"], row, values[row * 4 : (row + 1) * 4])
+    cw.close()
+    ref, fast = _chunk_files(tmp_path / "ref"), _chunk_files(tmp_path / "fast")
+    assert len(ref) == 3 * 3 and ref == fast
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "fast")[:], values)
+
+
+def test_checksum_is_crc32c_of_the_data():
+    piece = np.arange(6, dtype="<i4").reshape(2, 3)
+    out = encode_chunk(piece)
+    assert out[:-4].tobytes() == piece.tobytes()
+    import google_crc32c
+
+    assert int.from_bytes(out[-4:].tobytes(), "little") == google_crc32c.value(piece.tobytes())
+
+
+def test_declines_what_it_cannot_write(tmp_path):
+    cw = ChunkWriter()
+    zstd = zarr.create_array(tmp_path / "z", shape=(8, 4), chunks=(4, 4), dtype="float32",
+                             compressors=(ZstdCodec(),))
+    assert not fast_path_ok(zstd) and not cw.write_row(zstd, 0, np.zeros((4, 4), "float32"))
+    ragged = zarr.create_array(tmp_path / "r", shape=(6, 4), chunks=(4, 4), dtype="float32",
+                               compressors=CHECKSUM)
+    assert fast_path_ok(ragged)
+    # the last row is a partial chunk: zarr must pad it, so the fast path declines
+    assert not cw.write_row(ragged, 1, np.zeros((2, 4), "float32"))
+    # a wrong-sized block is declined too
+    assert not cw.write_row(ragged, 0, np.zeros((3, 4), "float32"))
+    cw.close()
+    assert not _chunk_files(tmp_path / "r")
+
+
+def test_writer_output_equals_plain_zarr_writes(tmp_path):
+    """A store written by LengthWriter holds the same chunk bytes as zarr's own setitem."""
+    rng = np.random.default_rng(1)
+    n, L, F = 10, 6, 8
+    hidden = rng.standard_normal((n, L, 3, F)).astype("float16")
+    tokens = rng.integers(0, 3, (n, L))
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    st.write_length("r", L, hidden=hidden, tokens=tokens, labels={"y": tokens % 2}, block_size=4)
+    grp = zarr.open_group(tmp_path / "s.zarr" / "runs" / "r" / "len_006", mode="r")
+    for var in ("hidden", "tokens", "y", "mask"):
+        src = grp[var]
+        ref = zarr.create_array(tmp_path / f"ref_{var}", shape=src.shape, chunks=src.chunks,
+                                dtype=src.dtype, compressors=CHECKSUM, fill_value=src.fill_value,
+                                config={"write_empty_chunks": True})
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            ref[:] = src[:]
+        assert _chunk_files(tmp_path / f"ref_{var}") == _chunk_files(
+            tmp_path / "s.zarr" / "runs" / "r" / "len_006" / var
+        ), var
+    np.testing.assert_array_equal(st.load_length("r", L).hidden.values, hidden)
