@@ -148,7 +148,11 @@ class Experiment(BaseModel):
         default={}, description="Per-architecture model settings, e.g. [models.mamba] d_model = 64."
     )
     train_overrides: dict[str, dict[str, Any]] = Field(
-        default={}, description="Per-task training settings, e.g. [train_overrides.s3] steps = 2000."
+        default={},
+        description=(
+            "Per-task training settings, e.g. [train_overrides.s3] steps = 2000; a table named "
+            "after an architecture inside it applies to that pair only: [train_overrides.s3.lstm]."
+        ),
     )
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig, description="Probes and interventions.")
     claims: list[dict[str, Any]] = Field(default=[], description="Hypotheses evaluated by `layerstate stats`.")
@@ -171,7 +175,16 @@ class Experiment(BaseModel):
                     )
         for task in self.grid.tasks:  # fails early on a bad task parameter
             get_task(task, **self.tasks.get(task, {}))
-            TrainConfig(**{**self.train.model_dump(), **self.train_overrides.get(task, {})})
+            for key, value in self.train_overrides.get(task, {}).items():
+                if key in ARCHS and key not in self.grid.archs:
+                    raise ValueError(
+                        f"[train_overrides.{task}.{key}] names an architecture not in the grid; "
+                        f"grid has: {', '.join(self.grid.archs)}"
+                    )
+                if key in ARCHS and not isinstance(value, dict):
+                    raise ValueError(f"[train_overrides.{task}.{key}] must be a table of training settings")
+            for arch in self.grid.archs:
+                self.train_for(task, arch)
         for arch in self.grid.archs:
             for variant in self.grid.variants:
                 if _variant_applies(arch, variant):
@@ -196,8 +209,14 @@ class Experiment(BaseModel):
                         out.append(RunSpec(exp=self, task=task, arch=arch, variant=variant, seed=seed))
         return out
 
-    def train_for(self, task: str) -> TrainConfig:
-        return TrainConfig(**{**self.train.model_dump(), **self.train_overrides.get(task, {})})
+    def train_for(self, task: str, arch: str | None = None) -> TrainConfig:
+        """The training settings of ``task`` (and ``arch``): [train], then
+        [train_overrides.<task>], then [train_overrides.<task>.<arch>]."""
+        from capture.models import ARCHS
+
+        per_task = dict(self.train_overrides.get(task, {}))
+        per_arch = {k: per_task.pop(k) for k in list(per_task) if k in ARCHS}
+        return TrainConfig(**{**self.train.model_dump(), **per_task, **per_arch.get(arch or "", {})})
 
 
 @dataclass(frozen=True)
@@ -224,7 +243,7 @@ class RunSpec:
 
     @property
     def train(self) -> TrainConfig:
-        return self.exp.train_for(self.task)
+        return self.exp.train_for(self.task, self.arch)
 
 
 def _variant_applies(arch: str, variant: str) -> bool:

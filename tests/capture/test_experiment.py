@@ -37,6 +37,22 @@ def test_per_task_training_overrides():
     assert exp.runs()[0].train.steps == 99 and exp.train.steps == 10
 
 
+def test_per_task_and_architecture_training_overrides():
+    exp = parse_experiment(minimal(
+        grid={"tasks": ["parity", "s3"], "archs": ["lstm", "mamba"], "seeds": [0]},
+        train={"steps": 10, "lr": 0.01},
+        train_overrides={"s3": {"steps": 50, "lstm": {"steps": 300, "batch_size": 7}}},
+    ))
+    got = {r.run_id: (r.train.steps, r.train.batch_size, r.train.lr) for r in exp.runs()}
+    default_batch = exp.train.batch_size
+    assert got == {
+        "parity-lstm-default-s0": (10, default_batch, 0.01),
+        "parity-mamba-default-s0": (10, default_batch, 0.01),
+        "s3-lstm-default-s0": (300, 7, 0.01),
+        "s3-mamba-default-s0": (50, default_batch, 0.01),
+    }
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
@@ -47,6 +63,10 @@ def test_per_task_training_overrides():
         (minimal(train={"stepz": 3}), r"train.stepz: unknown field"),
         (minimal(train={"steps": 0}), r"train.steps: Input should be greater than or equal to 1"),
         (minimal(tasks={"dyck": {"k": 2}}), r"\[tasks.dyck\] names something not in the grid"),
+        (minimal(grid={"tasks": ["parity"], "archs": ["lstm"]}, train_overrides={"parity": {"gru": {"steps": 5}}}),
+         r"\[train_overrides.parity.gru\] names an architecture not in the grid"),
+        (minimal(grid={"tasks": ["parity"], "archs": ["lstm"]}, train_overrides={"parity": {"lstm": {"stepz": 5}}}),
+         r"stepz"),
         (minimal(tasks={"parity": {"colour": 1}}), r"colour"),
         (minimal(grid={"tasks": ["parity"], "archs": ["lstm"], "seeds": [1, 1]}), r"seeds repeat"),
     ],
