@@ -31,7 +31,7 @@ Tests (seeds are the unit; see :mod:`analysis.stats`):
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import xarray as xr
@@ -172,7 +172,7 @@ def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
     eq = equivalence_test(t, r, margin=margin, alpha=ALPHA)
     est = float(eq.estimate)
     n = int(t.sizes["seed"])
-    row = {
+    row: dict[str, Any] = {
         "estimate": est, "lower": float(eq.lower), "upper": float(eq.upper),
         "n_seeds": n, "margin": claim.margin if claim.margin else np.nan,
         "mde": float(minimum_detectable_effect(n, float(eq.sd), ALPHA, 0.8)),
@@ -198,7 +198,10 @@ def _verdict(claim: Claim, row: dict, p_adj: float) -> str:
     if claim.kind == "equivalence":
         if significant:
             return "supported"
-        effect = row["lower"] > claim.margin or row["upper"] < -claim.margin
+        margin = claim.margin
+        if margin is None:  # the Claim validator requires a margin for equivalence claims
+            raise ClaimError(f"claim {claim.id!r}: an equivalence claim needs a margin")
+        effect = row["lower"] > margin or row["upper"] < -margin
         return "contradicted" if effect else "inconclusive"
     if claim.kind == "difference":
         if significant:
@@ -215,6 +218,9 @@ def _verdict(claim: Claim, row: dict, p_adj: float) -> str:
 
 
 def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
+    threshold = claim.threshold
+    if threshold is None:  # the Claim validator requires a threshold for readable_by claims
+        raise ClaimError(f"claim {claim.id!r}: a readable_by claim needs a threshold")
     acc = _probe_seed_profile(store, probes, claim, claim.task, claim.arch)
     if claim.layer not in [str(v) for v in acc.layer.values]:
         raise ClaimError(
@@ -228,7 +234,7 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
     se = sd / math.sqrt(n) if sd > 0 else 1e-12
     tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
-    p = float(sps.t.sf((mean - claim.threshold) / se, n - 1))
+    p = float(sps.t.sf((mean - threshold) / se, n - 1))
     return {
         "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "p": p,
         "n_seeds": n, "margin": np.nan, "power": np.nan, "mde": np.nan,
@@ -254,7 +260,8 @@ def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray
     prof = probes["profile"].sel(length=length, drop=True)
     attrs = [store.run_attrs(str(r)) for r in prof.run.values]
     prof = prof.assign_coords({f: ("run", [a.get(f) for a in attrs]) for f in FACTORS})
-    return by_factors(prof)
+    # by_factors returns the type it is given: a DataArray here
+    return cast(xr.DataArray, by_factors(prof))
 
 
 def _probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str | None,
@@ -267,12 +274,15 @@ def _probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: st
     for dim, level in sel.items():
         _levels(prof, dim, [level], claim)
     out = prof.sel(sel)
-    return out.isel(seed=np.flatnonzero(np.isfinite(out).any("layer").values))
+    finite = cast(xr.DataArray, np.isfinite(out))  # numpy ufuncs on a DataArray return one
+    return out.isel(seed=np.flatnonzero(finite.any("layer").values))
 
 
 def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str) -> dict:
     from analysis.stats import profile_difference_test
 
+    if claim.matches is None or claim.differs_from is None:  # required by the Claim validator
+        raise ClaimError(f"claim {claim.id!r}: a profile_match claim needs matches and differs_from")
     profiles = {t: _probe_seed_profile(store, probes, claim, t, arch)
                 for t in (claim.task, claim.matches, claim.differs_from)}
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from capture.experiment import TrainConfig
 from capture.tasks import get_task
-from capture.train import accuracy_by_length, fit
+from capture.train import RunnableTask, accuracy_by_length, fit
 from store import Store
 
 
@@ -56,12 +56,17 @@ def add_pretrained_run(
     from capture.models import count_parameters, load_pretrained
 
     cfg = get_task(task, **(task_params or {}))
-    n_classes = cfg.n_classes[cfg.target]
+    # Every registered TaskConfig subclass defines vocab_size, n_classes and target.
+    spec = cast(RunnableTask, cfg)
+    n_classes = spec.n_classes[spec.target]
     model = load_pretrained(checkpoint, n_classes=n_classes, arch=arch, seed=seed)
-    vocab = int(model.hf_config_dict["vocab_size"])
-    if cfg.vocab_size > vocab:
+    hf_config = model.hf_config_dict
+    if hf_config is None:
+        raise TypeError(f"load_pretrained returned a non-transformers model for {checkpoint!s}")
+    vocab = int(hf_config["vocab_size"])
+    if spec.vocab_size > vocab:
         raise ValueError(
-            f"task {task!r} uses {cfg.vocab_size} token ids but the checkpoint's vocabulary has "
+            f"task {task!r} uses {spec.vocab_size} token ids but the checkpoint's vocabulary has "
             f"{vocab}; pick a checkpoint with a larger vocabulary or a smaller task vocabulary"
         )
     model_config = {"pretrained": str(Path(checkpoint).resolve()), "hf_config": model.hf_config_dict}
@@ -77,8 +82,8 @@ def add_pretrained_run(
         metrics["accuracy"] = {str(k): v for k, v in acc.items()}
         store.write_weights(rid, model.state_dict(), overwrite=True)
         store.update_run_attrs(
-            rid, status="trained", n_classes=n_classes, vocab_size=cfg.vocab_size,
-            target=cfg.target, n_parameters=count_parameters(model),
+            rid, status="trained", n_classes=n_classes, vocab_size=spec.vocab_size,
+            target=spec.target, n_parameters=count_parameters(model),
             implementation=model.implementation, device=device, metrics=metrics,
             train_config=None if fine_tune is None else fine_tune.model_dump(),
         )

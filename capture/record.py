@@ -107,7 +107,8 @@ def capture_length(
     check_length(model, run_id, length)
     a = store.run_attrs(run_id)
     task = split_config(task_of(store, run_id), "eval")
-    sites = model.match_sites(list(sites)) if sites else []  # glob patterns -> site names
+    # nn.Module.__getattr__ is typed Tensor | Module; match_sites is a SequenceModel method.
+    sites = model.match_sites(list(sites)) if sites else []  # type: ignore[operator]  # globs -> names
     shapes = _site_shapes(model, sites, length, device)
     extra = {v: (("position", f"{v}_feature"), (length, *shp[-1:]), dtype) for v, shp in shapes.items()}
     with store.length_writer(

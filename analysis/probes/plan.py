@@ -288,7 +288,8 @@ def last_positions(y: np.ndarray) -> np.ndarray:
 def cell_rows(lab: LengthLabels, mode: str, position: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(sequence, position) of a cell's rows, sorted by sequence then position."""
     if mode == "pooled":
-        return np.nonzero(lab.labelled)
+        seq, pos = np.nonzero(lab.labelled)  # labelled is (sequence, position)
+        return seq, pos
     if mode == "last":
         last = last_positions(lab.y)
         seq = np.flatnonzero(last >= 0)

@@ -31,6 +31,7 @@ have ``intercept = -inf`` (probability 0), as in scikit-learn, which fits only t
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -530,4 +531,9 @@ def _class_sums(
     return sums, counts
 
 
-SOLVERS = {"exact": fit_exact, "screen": fit_screen, "reference": fit_reference}
+#: Solver name -> fit(X, targets, train, n_classes, C); extra options keep their defaults.
+SOLVERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int, float], Params]] = {
+    "exact": fit_exact,
+    "screen": fit_screen,
+    "reference": fit_reference,
+}

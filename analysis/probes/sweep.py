@@ -10,7 +10,7 @@ arrays (metrics, the full-data probe); :meth:`ProbePlan.compute` runs the graph 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import dask
 import numpy as np
@@ -70,6 +70,16 @@ class Job:
     n_sequences: int
     per_sequence: bool
     keep_models: bool = False
+
+
+class _JobSettings(TypedDict):
+    """The :class:`Job` fields shared by every task of one run."""
+
+    method: str
+    C: float
+    folds: int
+    n_classes: int
+    per_sequence: bool
 
 
 @dataclass
@@ -225,13 +235,20 @@ def _gather(layer_array: Any, seq: np.ndarray, pos: np.ndarray) -> list:
     return parts
 
 
+def _position_of(cell: Cell) -> int:
+    """The position of a ``"position"`` cell (always set for that kind)."""
+    if cell.position is None:
+        raise ValueError(f"position cell has no position: {cell.where()}")
+    return cell.position
+
+
 def _jobs(layer_array: Any, cells: list[Cell]):
     """(cells, data) of each task over one layer: slabs of position blocks, gathered rows for
     ``last``/``pooled`` cells."""
     by_position = [c for c in cells if c.kind == "position"]
     n, _, d = layer_array.shape
     for block in _position_blocks(by_position, n, d):
-        wanted = [c.position for c in block]
+        wanted = [_position_of(c) for c in block]
         if wanted == list(range(wanted[0], wanted[-1] + 1)):
             slab = layer_array[:, wanted[0] : wanted[-1] + 1, :]
         else:  # sparse positions: take only those, not the span between them
@@ -257,7 +274,7 @@ def build_graph(
     """Delayed tasks of the whole sweep; each computes to a list of :class:`CellOut`."""
     tasks = []
     for run, rp in runs.items():
-        common = {
+        common: _JobSettings = {
             "method": method,
             "C": C,
             "folds": folds,
@@ -341,7 +358,13 @@ def _length_cells(
     L = lab.y.shape[1]
     if mode in ("last", "pooled"):
         return [_cell(lab, mode, None)]
-    wanted = range(L) if mode == "all" else positions
+    wanted: range | list[int]
+    if mode == "all":
+        wanted = range(L)
+    elif positions is None:
+        raise ValueError(f"probe mode {mode!r} needs a list of positions")
+    else:
+        wanted = positions
     if must_exist and mode == "list" and max(wanted) >= L:
         raise ValueError(
             f"position {max(wanted)} is out of range for run {lab.run!r} length {L} "
