@@ -23,6 +23,11 @@ Tests (seeds are the unit; see :mod:`analysis.stats`):
 - ``difference``/``equivalence``: paired by seed (same seed, same evaluation sequences),
   paired t on per-seed differences and paired TOST (at alpha/2 per side, whose p is doubled
   here so that every claim is judged at one alpha).
+- ``metric = "restoration"`` (difference/equivalence): the interchange restoration of each
+  seed (:func:`analysis.interventions.run_interchange`) at ``layer`` (default: the best
+  non-trivial layer), compared between two ``site``s (``compare = "site"``: e.g. value vs
+  query — the induction / direct-retrieval signature of Arora et al.) or between
+  architectures/variants at one ``site``, paired by seed like accuracy.
 - ``readable_by``: one-sided t test that the mean probe accuracy at ``layer`` exceeds
   ``threshold`` across seeds.
 - ``profile_match``: exact permutation test over seeds of the layer-profile shape distance.
@@ -56,15 +61,22 @@ class Claim(BaseModel):
     kind: Literal["difference", "equivalence", "readable_by", "profile_match"] = Field(
         description="Which test evaluates it."
     )
-    metric: Literal["accuracy", "probe_accuracy"] = Field(
-        default="accuracy", description="accuracy (the model's own readout) or probe_accuracy."
+    metric: Literal["accuracy", "probe_accuracy", "restoration"] = Field(
+        default="accuracy",
+        description="accuracy (the model's own readout), probe_accuracy, or restoration "
+        "(interchange interventions: fraction of the clean answer's probability restored).",
     )
     task: str | None = Field(default=None, description="Task the claim is about.")
     arch: str | None = Field(default=None, description="Architecture the claim is about.")
     archs: list[str] = Field(default=[], description="profile_match: architectures to test (each a claim row).")
     variant: str = Field(default="default", description="Variant for readable_by/profile_match.")
     length: int = Field(default=40, description="Sequence length the metric is taken at.")
-    compare: Literal["variant", "arch", "task"] = Field(default="variant", description="Factor compared.")
+    compare: Literal["variant", "arch", "task", "site"] = Field(
+        default="variant", description="Factor compared (site: interchange sites, metric = restoration)."
+    )
+    site: str | None = Field(
+        default=None, description="restoration: the patched site (key, value, divider, query) when not compared."
+    )
     treatment: str | None = Field(default=None, description="Level of `compare` under test.")
     reference: str | None = Field(default=None, description="Level of `compare` compared against.")
     direction: Literal["less", "greater", "two-sided"] = Field(default="two-sided", description="Expected sign.")
@@ -86,6 +98,13 @@ class Claim(BaseModel):
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
             raise ValueError(f"a {self.kind} claim needs {', '.join(missing)}")
+        if self.compare == "site" and self.metric != "restoration":
+            raise ValueError("compare = 'site' needs metric = 'restoration' (interchange sites)")
+        if self.metric == "restoration":
+            if self.kind not in ("difference", "equivalence"):
+                raise ValueError("metric = 'restoration' works with difference and equivalence claims")
+            if self.compare != "site" and self.site is None:
+                raise ValueError("a restoration claim compares sites (compare = 'site') or names one site = ...")
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
         return self
@@ -111,10 +130,13 @@ def parse_claims(items: list[dict[str, Any]], source: str = "claims") -> list[Cl
 
 # ---------------------------------------------------------------------- per-kind evaluation
 def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
-    """Per-seed accuracy with dims (task, arch, variant, seed) at the claim's length."""
+    """Per-seed accuracy with dims (task, arch, variant, seed) at the claim's length (plus
+    ``site`` for restoration)."""
     from analysis.behaviour import by_factors, sequence_correctness
     from analysis.stats import seed_estimates
 
+    if claim.metric == "restoration":
+        return _seed_restoration(store, claim, cache)
     key = ("accuracy", claim.length)
     if key not in cache:
         runs = [r for r in store.run_ids() if claim.length in store.lengths(r)]
@@ -128,6 +150,57 @@ def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     return cache[key]
 
 
+def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed interchange restoration, dims (task, arch, variant, seed, site), at the
+    claim's layer or, without one, at the best layer that is not trivially restored (the
+    embedding at the corrupted token itself, the last layer at the readout position), as
+    :func:`~analysis.interventions.classify_mechanism` reads it."""
+    from analysis.behaviour import FACTORS, by_factors
+
+    key = ("restoration", claim.task, claim.length, claim.layer)
+    if key in cache:
+        return cast(xr.DataArray, cache[key])
+    parts: list[xr.Dataset] = []
+    seen: set[str] = set()
+    for name in store.results():
+        if not name.startswith("interchange/"):
+            continue
+        ds = store.read_result(name)
+        if int(ds.attrs.get("length", -1)) != claim.length:
+            continue
+        keep = [i for i, r in enumerate(ds.run.values)
+                if str(r) not in seen and store.run_attrs(str(r)).get("task") == claim.task]
+        if keep:
+            seen.update(str(ds.run.values[i]) for i in keep)
+            parts.append(ds.isel(run=keep))
+    if not parts:
+        raise MissingError(
+            f"claim {claim.id!r}: no interchange results for task {claim.task!r} at length "
+            f"{claim.length}; run `layerstate patch STORE --interchange --tasks {claim.task} "
+            f"--length {claim.length}`"
+        )
+    ds = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
+    rest = ds.restoration
+    if claim.layer is not None:
+        layers = [str(v) for v in ds.layer.values]
+        if claim.layer not in layers:
+            raise ClaimError(
+                f"claim {claim.id!r}: layer {claim.layer!r} was not patched; layers: {', '.join(layers)}"
+            )
+        rest = rest.sel(layer=claim.layer, drop=True)
+    else:
+        from analysis.interventions.patching import nontrivial_restoration
+
+        rest = nontrivial_restoration(ds).max("layer")
+    attrs = [store.run_attrs(str(r)) for r in rest.run.values]
+    rest = rest.reset_coords(drop=True).assign_coords(
+        {f: ("run", [a.get(f) for a in attrs]) for f in FACTORS}
+    )
+    out = cast(xr.DataArray, by_factors(rest))
+    cache[key] = out
+    return out
+
+
 def _levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:
     have = [str(v) for v in da[dim].values]
     for w in wanted:
@@ -139,7 +212,9 @@ def _levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) 
 
 def _paired(store: Store, claim: Claim, cache: dict) -> tuple[xr.DataArray, xr.DataArray]:
     per_seed = _seed_metric(store, claim, cache)
-    fixed = {"task": claim.task, "arch": claim.arch, "variant": None}
+    fixed: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": None}
+    if claim.metric == "restoration":
+        fixed["site"] = claim.site
     fixed[claim.compare] = None
     for dim, level in fixed.items():
         if level is not None:
@@ -327,8 +402,11 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
     rows, ids, kept = [], [], []
     for claim in claims:
         if claim.kind in ("difference", "equivalence"):
-            if claim.metric != "accuracy":
-                raise ClaimError(f"claim {claim.id!r}: {claim.kind} claims use metric = 'accuracy' for now")
+            if claim.metric == "probe_accuracy":
+                raise ClaimError(
+                    f"claim {claim.id!r}: {claim.kind} claims use metric = 'accuracy' or 'restoration'; "
+                    "for probe accuracy use readable_by or profile_match"
+                )
             rows.append(_evaluate_comparison(store, claim, cache))
             ids.append(claim.id)
             kept.append(claim)

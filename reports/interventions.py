@@ -215,8 +215,9 @@ def interchange_part(snap: Snapshot, name: str) -> Section:
         part.tables.append(Table(f"{_slug(name)}_mechanism", "Mechanism per run: induction (restored at the "
                                  "in-context value) or direct retrieval (at the key or query).", mech))
     if "trivial" in ds:
-        part.notes.append("Sites that are the edited position itself restore trivially at the embedding; "
-                          "the mechanism label ignores them there.")
+        part.notes.append("Two cells restore any model trivially and the mechanism label ignores them: the "
+                          "embedding at the edited position itself, and the last layer at the readout "
+                          "(query) position, which sets the logits.")
     part.notes.extend(_sites_note(ds, snap.store, "patched_site"))
     return part
 

@@ -29,8 +29,10 @@ Measures (**ours** where the papers leave it open):
 - `classify_mechanism`: ``"induction"`` if patching the in-context value restores at least
   `threshold` (default 0.5) at some layer; else ``"direct retrieval"`` if the key or the query
   does; else ``"none"``; also ``"none"`` when the corruption barely moves the answer (mean
-  probability gap below `min_gap`, default 0.05). The embedding of the corrupted position
-  itself is left out (patching the edited token back restores any model trivially).
+  probability gap below `min_gap`, default 0.05). Two sites restore any model trivially and
+  are left out (`nontrivial_restoration`): the embedding of the corrupted position (patching
+  the edited token back), and the last layer at the position where the answer is read out
+  (patching it sets the logits to the clean ones).
 """
 
 from __future__ import annotations
@@ -485,6 +487,35 @@ def interchange(
     return ds
 
 
+def nontrivial_restoration(result: xr.Dataset) -> xr.DataArray:
+    """``restoration (run, layer, site)`` with the trivially restored cells set to NaN.
+
+    Trivial: the embedding at the edited position (``trivial``), and each run's last layer at
+    a site that is the readout position (``pos_<site>`` equal to ``pos_label`` in every
+    sequence): the logits are a function of that state alone, so restoration there is 1 in
+    every model and says nothing about the mechanism.
+    """
+    rest = result.restoration
+    mask = result.trivial & (result.layer == "embed")
+    if "pos_label" in result:
+        sites = [str(s) for s in result.site.values]
+        readout = xr.DataArray(
+            np.array([[bool(f"pos_{s}" in result and (result[f"pos_{s}"].sel(run=r) == result.pos_label.sel(run=r))
+                            .where(np.isfinite(result.pos_label.sel(run=r))).fillna(True).all())
+                       for s in sites] for r in result.run.values]),
+            dims=("run", "site"), coords={"run": result.run.values, "site": sites},
+        )
+        finite = np.isfinite(rest).any("site")  # (run, layer): the layers each run has
+        last_index = xr.DataArray(
+            [int(np.flatnonzero(finite.sel(run=r).values).max()) if finite.sel(run=r).any() else -1
+             for r in result.run.values],
+            dims="run", coords={"run": result.run.values},
+        )
+        is_last = xr.DataArray(np.arange(result.sizes["layer"]), dims="layer") == last_index
+        mask = mask | (readout & is_last.assign_coords(layer=result.layer))
+    return rest.where(~mask)
+
+
 def classify_mechanism(
     result: xr.Dataset, *, threshold: float = 0.5, min_gap: float = 0.05
 ) -> xr.DataArray:
@@ -514,8 +545,7 @@ def classify_mechanism(
             f"classifying a mechanism needs sites key, value and query (associative recall, "
             f"treecall); this result has {', '.join(sorted(have))}"
         )
-    restoration = result.restoration.where(~(result.trivial & (result.layer == "embed")))
-    best = restoration.max("layer")  # (run, site)
+    best = nontrivial_restoration(result).max("layer")  # (run, site)
     gap = (result.p_clean - result.p_corrupt).mean(("layer", "sequence"))
     labels = []
     for rid in result.run.values:

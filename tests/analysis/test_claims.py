@@ -158,3 +158,80 @@ def test_probe_claims_profile_match_and_readable_by(tmp_path):
     assert v == {"s3-like-parity[lstm]": "supported", "dyck-early": "supported",
                  "parity-early": "contradicted"}
     assert float(res.sel(claim="dyck-early").estimate) == pytest.approx(0.95, abs=0.02)
+
+
+def _interchange_store(tmp_path, n_seeds=4):
+    """Transformer restores at the value (induction), Mamba at the query (direct retrieval)."""
+    st = Store.create(str(tmp_path / "s.zarr"))
+    rng = np.random.default_rng(3)
+    runs, rest = [], []
+    sites = ["key", "value", "divider", "query"]
+    for arch, best in (("transformer", "value"), ("mamba", "query")):
+        for seed in range(n_seeds):
+            rid = f"assoc_recall-{arch}-default-s{seed}"
+            st.add_run(rid, task="assoc_recall", arch=arch, variant="default", seed=seed)
+            r = rng.uniform(0.0, 0.1, size=(3, 4))  # (layer, site)
+            r[1, sites.index(best)] = 0.8 + rng.normal(0, 0.05)
+            r[0, 0] = 1.0  # the embedding at the corrupted key restores trivially
+            runs.append(rid)
+            rest.append(r)
+    import xarray as xr
+
+    trivial = np.zeros((len(runs), 4), bool)
+    trivial[:, 0] = True
+    ds = xr.Dataset(
+        {"restoration": (("run", "layer", "site"), np.array(rest)),
+         "trivial": (("run", "site"), trivial)},
+        coords={"run": runs, "layer": ["embed", "L0", "L1"], "site": sites},
+        attrs={"length": 40, "analysis": "interchange"},
+    )
+    st.write_result("interchange/assoc_recall", ds)
+    return st
+
+
+def test_restoration_claims_tell_induction_from_direct_retrieval(tmp_path):
+    st = _interchange_store(tmp_path)
+    base = {"kind": "difference", "task": "assoc_recall", "metric": "restoration", "length": 40,
+            "margin": 0.2}
+    claims = parse_claims([
+        {**base, "id": "tf-induction", "statement": "Transformer restores at the value, not the query",
+         "arch": "transformer", "compare": "site", "treatment": "value", "reference": "query",
+         "direction": "greater"},
+        {**base, "id": "mamba-induction", "statement": "Mamba restores at the value, not the query",
+         "arch": "mamba", "compare": "site", "treatment": "value", "reference": "query",
+         "direction": "greater"},
+        {**base, "id": "value-arch", "statement": "Value patching restores more in the Transformer",
+         "compare": "arch", "site": "value", "treatment": "transformer", "reference": "mamba",
+         "direction": "greater", "layer": "L0"},
+    ])
+    res = evaluate_claims(st, claims)
+    v = dict(zip(res.claim.values, res.verdict.values, strict=True))
+    assert v == {"tf-induction": "supported", "mamba-induction": "contradicted", "value-arch": "supported"}
+    tf = res.sel(claim="tf-induction")
+    # best non-trivial layer: ~0.8 at the value vs <= 0.1 at the query
+    assert 0.6 < float(tf.estimate) < 0.85 and int(tf.n_seeds) == 4
+    # at L0 the Transformer restores ~0.8 at the value, Mamba <= 0.1
+    assert 0.6 < float(res.sel(claim="value-arch").estimate) < 0.9
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"metric": "accuracy"}, r"compare = 'site' needs metric = 'restoration'"),
+        ({"compare": "arch", "treatment": "transformer", "reference": "mamba"}, r"names one site"),
+        ({"kind": "readable_by", "layer": "L0", "threshold": 0.5}, r"works with difference and equivalence"),
+    ],
+)
+def test_bad_restoration_claims(change, match):
+    claim = {"id": "c", "statement": "s", "kind": "difference", "task": "assoc_recall", "arch": "mamba",
+             "metric": "restoration", "compare": "site", "treatment": "value", "reference": "query", **change}
+    with pytest.raises(ClaimError, match=match):
+        parse_claims([claim])
+
+
+def test_restoration_claims_without_interchange_results_name_the_command(conv_store):
+    claim = parse_claims([{"id": "c", "statement": "s", "kind": "difference", "task": "s3", "arch": "mamba",
+                           "metric": "restoration", "compare": "site", "treatment": "value",
+                           "reference": "query", "length": 12}])
+    with pytest.raises(Exception, match=r"layerstate patch STORE --interchange --tasks s3 --length 12"):
+        evaluate_claims(conv_store, claim)

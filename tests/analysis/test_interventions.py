@@ -25,6 +25,7 @@ from analysis.interventions import (
     inlp,
     interchange,
     leace,
+    nontrivial_restoration,
     parse_settings,
     patched_logits,
     patched_logits_reference,
@@ -363,6 +364,13 @@ def test_interchange_restores_fully_at_the_edited_token_and_not_at_an_unchanged_
     assert bool(res.trivial.sel(run=rid, site="key")) and not bool(res.trivial.sel(run=rid, site="value"))
     site = str(res.patched_site.sel(run=rid, layer="L1", site="value").values)
     assert site == "block output of layer L1 at position 'value'"  # a transformer: no caveat
+    # the last layer at the query (= readout) position sets the logits: restored exactly, in
+    # any model, so the mechanism reading leaves it out
+    last = str(res.layer.values[-1])
+    assert float(res.restoration.sel(run=rid, layer=last, site="query")) == pytest.approx(1.0, abs=1e-3)
+    kept = nontrivial_restoration(res).sel(run=rid)
+    assert np.isnan(float(kept.sel(layer=last, site="query"))) and np.isnan(float(kept.sel(layer="embed", site="key")))
+    assert np.isfinite(kept.sel(layer="L0").values).all()
 
 
 def test_run_interchange_names_the_mechanism_and_stores_it(tmp_path):
@@ -398,6 +406,18 @@ def _interchange_table(value, key, query, gap=0.5):
 def test_mechanism_follows_where_restoration_happens(value, key, query, gap, expected):
     table = _interchange_table(value, key, query, gap)
     assert str(classify_mechanism(table).sel(run="r").values) == expected
+
+
+def test_the_readout_is_not_taken_for_direct_retrieval():
+    """Restoration 1 at the last layer's query position (the readout) is not a mechanism."""
+    table = _interchange_table([0, 0.1, 0.2], [0, 0.1, 0.1], [0, 0.2, 1.0])
+    positions = {"pos_query": [9, 9], "pos_label": [9, 9], "pos_key": [3, 5], "pos_value": [4, 6],
+                 "pos_divider": [8, 8]}
+    with_positions = table.assign({k: (("run", "sequence"), [v]) for k, v in positions.items()})
+    assert str(classify_mechanism(table).sel(run="r").values) == "direct retrieval"  # no positions known
+    assert str(classify_mechanism(with_positions).sel(run="r").values) == "none"
+    with_positions["restoration"].loc[{"layer": "L0", "site": "query"}] = 0.8
+    assert str(classify_mechanism(with_positions).sel(run="r").values) == "direct retrieval"
 
 
 # ----------------------------------------------------------------------------- bad input
