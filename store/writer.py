@@ -13,6 +13,7 @@ bit-identical store.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
@@ -203,10 +204,19 @@ class LengthWriter:
                 del run[name]
             elif old != _jsonable(self.spec):
                 diff = {k: (old.get(k), v) for k, v in _jsonable(self.spec).items() if old.get(k) != v}
-                raise RunConflictError(
-                    f"run {self.run_id!r} {name} exists with a different layout {diff} "
-                    "(stored vs requested); write to a new store or run id"
+                if grp.attrs.get(S.ATTR_COMPLETE):
+                    raise RunConflictError(
+                        f"run {self.run_id!r} {name} exists with a different layout {diff} "
+                        "(stored vs requested); write to a new store or run id"
+                    )
+                # An unfinished group is unreadable (open_length refuses it) and no writer
+                # holds it (we hold the run lock): writing it again with another layout, e.g.
+                # float32 after a float16 overflow, replaces it.
+                warnings.warn(
+                    f"replacing the unfinished {name} of run {self.run_id!r} "
+                    f"(layout changed: {diff})", stacklevel=3,
                 )
+                del run[name]
             else:
                 return grp
         return self._create(run, name)
@@ -279,7 +289,7 @@ class LengthWriter:
         ``(m, length)``, ``logits (m, length, class)``, where ``m`` is the block's size.
         """
         start, stop = self.block_range(b)
-        data = self._check(stop - start, hidden, tokens, labels, mask, logits)
+        data = self._check(start, stop - start, hidden, tokens, labels, mask, logits)
         data.update(self._check_extra(stop - start, extra or {}))
         sl = slice(start, stop)
         # write_empty_chunks is a runtime setting, not stored with the array: without it zarr
@@ -381,7 +391,7 @@ class LengthWriter:
         self.group.attrs[S.ATTR_COMPLETE] = True
 
     # ------------------------------------------------------------------ checks
-    def _check(self, m, hidden, tokens, labels, mask, logits) -> dict[str, np.ndarray]:
+    def _check(self, start, m, hidden, tokens, labels, mask, logits) -> dict[str, np.ndarray]:
         sp, L = self.spec, self.length
         hidden = _ordered(hidden, S.DIMS["hidden"], "hidden")
         want = (m, L, len(sp["layers"]), sp["n_features"])
@@ -391,14 +401,7 @@ class LengthWriter:
                 "(sequence, position, layer, feature) for this block"
             )
         _numeric(hidden, "hidden")
-        if not self.allow_nonfinite and not all_finite(hidden):
-            bad = np.argwhere(~np.isfinite(hidden))[0]
-            raise InvalidArrayError(
-                f"hidden contains NaN or Inf (first at sequence {bad[0] + self.block_range(0)[0]}, "
-                f"position {bad[1]}, layer {sp['layers'][bad[2]]}); fix the model or pass "
-                "allow_nonfinite=True to store it anyway (recorded in the store)"
-            )
-        out = {"hidden": hidden.astype(sp["dtype"], copy=False)}
+        out = {"hidden": self._cast_finite(hidden, "hidden", start)}
         out["tokens"] = self._int2d(tokens, "tokens", m)
         if set(labels) != set(sp["labels"]):
             raise InvalidArrayError(
@@ -422,8 +425,31 @@ class LengthWriter:
             if lg.shape != (m, L, sp["n_classes"]):
                 raise InvalidArrayError(f"logits has shape {lg.shape}; expected {(m, L, sp['n_classes'])}")
             _numeric(lg, "logits")
-            out["logits"] = lg.astype(sp["dtype"], copy=False)
+            out["logits"] = self._cast_finite(lg, "logits", start)
         return out
+
+    def _cast_finite(self, values: np.ndarray, name: str, start: int) -> np.ndarray:
+        """``values`` in the stored dtype, refusing NaN/Inf — including values that only
+        become Inf in the cast (float16 tops out at 65504) — unless ``allow_nonfinite``."""
+        dtype = self.spec["dtype"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            stored = values.astype(dtype, copy=False)
+        if self.allow_nonfinite or all_finite(stored):
+            return stored
+        bad = np.argwhere(~np.isfinite(stored))[0]
+        where = f"sequence {bad[0] + start}, position {bad[1]}"
+        if name == "hidden":
+            where += f", layer {self.spec['layers'][bad[2]]}"
+        if all_finite(values):
+            big = float(np.abs(values.astype("float64")).max())
+            raise InvalidArrayError(
+                f"{name} exceeds the {dtype} range (|x| up to {big:.4g}, first at {where}); "
+                "store it as float32 (dtype='float32'; in an experiment, [capture] dtype = \"float32\")"
+            )
+        raise InvalidArrayError(
+            f"{name} contains NaN or Inf (first at {where}); fix the model or pass "
+            "allow_nonfinite=True to store it anyway (recorded in the store)"
+        )
 
     def _check_extra(self, m: int, extra: Mapping[str, Any]) -> dict[str, np.ndarray]:
         want = self.spec["extra"]

@@ -223,6 +223,30 @@ def test_nan_hidden_refused_unless_allowed_and_recorded(tmp_path):
     assert st.open_length("r1", 12).attrs["nonfinite_allowed"] is True
 
 
+def test_values_beyond_float16_are_refused_not_stored_as_inf(tmp_path):
+    """A finite float32 state above 65504 would become Inf in the float16 cast: refused, with
+    the fix (store float32), naming the first bad cell of the right block."""
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r0", task="parity", arch="lstm", seed=0)
+    arrs = synthetic_arrays(np.random.default_rng(0), n=10)
+    arrs["hidden"] = arrs["hidden"].astype("float32")
+    arrs["hidden"][7, 2, 2, 1] = 1e5
+    with pytest.raises(InvalidArrayError,
+                       match=r"hidden exceeds the float16 range \(\|x\| up to 1e\+05, first at sequence 7, "
+                             r"position 2, layer L1\); store it as float32"):
+        st.write_length("r0", 12, **arrs, block_size=4)
+    # the unfinished float16 group (block 0 was written) is replaced when written as float32
+    with pytest.warns(UserWarning, match=r"replacing the unfinished len_012 of run 'r0'.*dtype"):
+        st.write_length("r0", 12, **arrs, block_size=4, dtype="float32")
+    assert float(st.load_length("r0", 12).hidden.max()) == 1e5
+    # logits overflow the same way
+    st.add_run("r1", task="parity", arch="lstm", seed=1)
+    big = {**arrs, "hidden": np.clip(arrs["hidden"], -10, 10),
+           "logits": np.full(arrs["logits"].shape, 7e4, "float32")}
+    with pytest.raises(InvalidArrayError, match="logits exceeds the float16 range"):
+        st.write_length("r1", 12, **big)
+
+
 def test_rewriting_a_length_with_a_different_layout_is_refused(make_store):
     st = make_store(n=64)
     arrs = synthetic_arrays(np.random.default_rng(9), n=32)
