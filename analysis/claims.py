@@ -86,6 +86,9 @@ class Claim(BaseModel):
     matches: str | None = Field(default=None, description="profile_match: task whose profile `task` should match.")
     differs_from: str | None = Field(default=None, description="profile_match: task it should differ from.")
     target: str | None = Field(default=None, description="probe_accuracy: the probed label (default the run's target).")
+    result: str | None = Field(
+        default=None, description="restoration: which results/interchange/<name> to read when several cover the task."
+    )
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Claim:
@@ -103,6 +106,8 @@ class Claim(BaseModel):
         if self.metric == "restoration":
             if self.kind not in ("difference", "equivalence"):
                 raise ValueError("metric = 'restoration' works with difference and equivalence claims")
+            if self.compare == "task":
+                raise ValueError("restoration claims compare sites, architectures or variants within one task")
             if self.compare != "site" and self.site is None:
                 raise ValueError("a restoration claim compares sites (compare = 'site') or names one site = ...")
         if self.margin is not None and not self.margin > 0:
@@ -157,41 +162,54 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     :func:`~analysis.interventions.classify_mechanism` reads it."""
     from analysis.behaviour import FACTORS, by_factors
 
-    key = ("restoration", claim.task, claim.length, claim.layer)
+    key = ("restoration", claim.task, claim.length, claim.layer, claim.result)
     if key in cache:
         return cast(xr.DataArray, cache[key])
-    parts: list[xr.Dataset] = []
-    seen: set[str] = set()
-    for name in store.results():
-        if not name.startswith("interchange/"):
-            continue
+    from analysis.interventions.patching import nontrivial_restoration
+
+    names = [n for n in store.results() if n.startswith("interchange/")]
+    if claim.result is not None:
+        if f"interchange/{claim.result}" not in names:
+            raise ClaimError(
+                f"claim {claim.id!r}: no result interchange/{claim.result}; stored: "
+                f"{', '.join(names) or 'none'}"
+            )
+        names = [f"interchange/{claim.result}"]
+    parts: list[xr.DataArray] = []
+    source: dict[str, str] = {}
+    for name in names:
         ds = store.read_result(name)
         if int(ds.attrs.get("length", -1)) != claim.length:
             continue
-        keep = [i for i, r in enumerate(ds.run.values)
-                if str(r) not in seen and store.run_attrs(str(r)).get("task") == claim.task]
-        if keep:
-            seen.update(str(ds.run.values[i]) for i in keep)
-            parts.append(ds.isel(run=keep))
+        keep = [i for i, r in enumerate(ds.run.values) if store.run_attrs(str(r)).get("task") == claim.task]
+        for i in keep:
+            rid = str(ds.run.values[i])
+            if rid in source:
+                raise ClaimError(
+                    f"claim {claim.id!r}: run {rid!r} has interchange results in {source[rid]} and "
+                    f"{name}; say which with result = \"{source[rid].split('/', 1)[1]}\""
+                )
+            source[rid] = name
+        if not keep:
+            continue
+        part = ds.isel(run=keep)
+        if claim.layer is not None:
+            layers = [str(v) for v in part.layer.values]
+            if claim.layer not in layers:
+                raise ClaimError(
+                    f"claim {claim.id!r}: layer {claim.layer!r} was not patched in {name}; "
+                    f"layers: {', '.join(layers)}"
+                )
+            parts.append(part.restoration.sel(layer=claim.layer, drop=True))
+        else:  # masked per result, so each keeps its own layer order
+            parts.append(nontrivial_restoration(part).max("layer"))
     if not parts:
         raise MissingError(
             f"claim {claim.id!r}: no interchange results for task {claim.task!r} at length "
             f"{claim.length}; run `layerstate patch STORE --interchange --tasks {claim.task} "
             f"--length {claim.length}`"
         )
-    ds = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
-    rest = ds.restoration
-    if claim.layer is not None:
-        layers = [str(v) for v in ds.layer.values]
-        if claim.layer not in layers:
-            raise ClaimError(
-                f"claim {claim.id!r}: layer {claim.layer!r} was not patched; layers: {', '.join(layers)}"
-            )
-        rest = rest.sel(layer=claim.layer, drop=True)
-    else:
-        from analysis.interventions.patching import nontrivial_restoration
-
-        rest = nontrivial_restoration(ds).max("layer")
+    rest = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
     attrs = [store.run_attrs(str(r)) for r in rest.run.values]
     rest = rest.reset_coords(drop=True).assign_coords(
         {f: ("run", [a.get(f) for a in attrs]) for f in FACTORS}

@@ -204,14 +204,16 @@ class LengthWriter:
                 del run[name]
             elif old != _jsonable(self.spec):
                 diff = {k: (old.get(k), v) for k, v in _jsonable(self.spec).items() if old.get(k) != v}
-                if grp.attrs.get(S.ATTR_COMPLETE):
+                done = cast("list[int]", grp.attrs.get(S.ATTR_COMPLETED, []))
+                if grp.attrs.get(S.ATTR_COMPLETE) or (done and set(diff) != {"dtype"}):
                     raise RunConflictError(
                         f"run {self.run_id!r} {name} exists with a different layout {diff} "
                         "(stored vs requested); write to a new store or run id"
                     )
                 # An unfinished group is unreadable (open_length refuses it) and no writer
-                # holds it (we hold the run lock): writing it again with another layout, e.g.
-                # float32 after a float16 overflow, replaces it.
+                # holds it (we hold the run lock). It is replaced when nothing in it is
+                # finished, or when only the dtype changes (float32 after a float16 overflow
+                # was refused); any other change to a half-written group is refused.
                 warnings.warn(
                     f"replacing the unfinished {name} of run {self.run_id!r} "
                     f"(layout changed: {diff})", stacklevel=3,
@@ -290,7 +292,7 @@ class LengthWriter:
         """
         start, stop = self.block_range(b)
         data = self._check(start, stop - start, hidden, tokens, labels, mask, logits)
-        data.update(self._check_extra(stop - start, extra or {}))
+        data.update(self._check_extra(start, stop - start, extra or {}))
         sl = slice(start, stop)
         # write_empty_chunks is a runtime setting, not stored with the array: without it zarr
         # compares every float16 chunk with the fill value, which made writes ~4x slower.
@@ -428,30 +430,29 @@ class LengthWriter:
             out["logits"] = self._cast_finite(lg, "logits", start)
         return out
 
-    def _cast_finite(self, values: np.ndarray, name: str, start: int) -> np.ndarray:
+    def _cast_finite(self, values: np.ndarray, name: str, start: int, dtype: str | None = None) -> np.ndarray:
         """``values`` in the stored dtype, refusing NaN/Inf — including values that only
         become Inf in the cast (float16 tops out at 65504) — unless ``allow_nonfinite``."""
-        dtype = self.spec["dtype"]
+        dtype = dtype or self.spec["dtype"]
         with np.errstate(over="ignore", invalid="ignore"):
             stored = values.astype(dtype, copy=False)
         if self.allow_nonfinite or all_finite(stored):
             return stored
         bad = np.argwhere(~np.isfinite(stored))[0]
-        where = f"sequence {bad[0] + start}, position {bad[1]}"
+        where = f"sequence {bad[0] + start}" + (f", position {bad[1]}" if bad.size > 1 else "")
         if name == "hidden":
             where += f", layer {self.spec['layers'][bad[2]]}"
         if all_finite(values):
             big = float(np.abs(values.astype("float64")).max())
-            raise InvalidArrayError(
-                f"{name} exceeds the {dtype} range (|x| up to {big:.4g}, first at {where}); "
-                "store it as float32 (dtype='float32'; in an experiment, [capture] dtype = \"float32\")"
-            )
+            fix = ("store it as float32 (dtype='float32'; in an experiment, [capture] dtype = \"float32\")"
+                   if np.dtype(dtype).itemsize < 4 else "rescale the values or fix the model")
+            raise InvalidArrayError(f"{name} exceeds the {dtype} range (|x| up to {big:.4g}, first at {where}); {fix}")
         raise InvalidArrayError(
             f"{name} contains NaN or Inf (first at {where}); fix the model or pass "
             "allow_nonfinite=True to store it anyway (recorded in the store)"
         )
 
-    def _check_extra(self, m: int, extra: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _check_extra(self, start: int, m: int, extra: Mapping[str, Any]) -> dict[str, np.ndarray]:
         want = self.spec["extra"]
         if set(extra) != set(want):
             raise InvalidArrayError(
@@ -465,7 +466,10 @@ class LengthWriter:
                 raise InvalidArrayError(f"extra {name!r} has shape {arr.shape}; expected {(m, *shape)}")
             if dtype != "bool":
                 _numeric(arr, name)
-            out[name] = arr.astype(dtype, copy=False)
+            if np.dtype(dtype).kind == "f":
+                out[name] = self._cast_finite(arr, name, start, dtype)
+            else:
+                out[name] = arr.astype(dtype, copy=False)
         return out
 
     def _int2d(self, value: Any, name: str, m: int) -> np.ndarray:

@@ -493,7 +493,9 @@ def nontrivial_restoration(result: xr.Dataset) -> xr.DataArray:
     Trivial: the embedding at the edited position (``trivial``), and each run's last layer at
     a site that is the readout position (``pos_<site>`` equal to ``pos_label`` in every
     sequence): the logits are a function of that state alone, so restoration there is 1 in
-    every model and says nothing about the mechanism.
+    every model and says nothing about the mechanism. "Last" is the deepest layer patched
+    for the run (by name); results computed on a subset of layers that leaves out the top
+    one mask their deepest patched layer instead, which errs on the safe side.
     """
     rest = result.restoration
     mask = result.trivial & (result.layer == "embed")
@@ -505,15 +507,19 @@ def nontrivial_restoration(result: xr.Dataset) -> xr.DataArray:
                        for s in sites] for r in result.run.values]),
             dims=("run", "site"), coords={"run": result.run.values, "site": sites},
         )
+        # each run's deepest layer *by name* (embed < L0 < L1 < ... < L10): the coordinate
+        # order is not depth order once results of different models are merged
+        depth = xr.DataArray([_depth(str(y)) for y in result.layer.values], dims="layer",
+                             coords={"layer": result.layer.values})
         finite = np.isfinite(rest).any("site")  # (run, layer): the layers each run has
-        last_index = xr.DataArray(
-            [int(np.flatnonzero(finite.sel(run=r).values).max()) if finite.sel(run=r).any() else -1
-             for r in result.run.values],
-            dims="run", coords={"run": result.run.values},
-        )
-        is_last = xr.DataArray(np.arange(result.sizes["layer"]), dims="layer") == last_index
-        mask = mask | (readout & is_last.assign_coords(layer=result.layer))
+        is_last = depth == depth.where(finite).max("layer")
+        mask = mask | (readout & is_last)
     return rest.where(~mask)
+
+
+def _depth(layer: str) -> int:
+    """``embed`` -> -1, ``L3`` -> 3 (the store's layer names)."""
+    return int(layer[1:]) if layer[:1] == "L" and layer[1:].isdigit() else -1
 
 
 def classify_mechanism(

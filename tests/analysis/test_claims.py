@@ -235,3 +235,49 @@ def test_restoration_claims_without_interchange_results_name_the_command(conv_st
                            "reference": "query", "length": 12}])
     with pytest.raises(Exception, match=r"layerstate patch STORE --interchange --tasks s3 --length 12"):
         evaluate_claims(conv_store, claim)
+
+
+def test_restoration_from_results_of_models_of_different_depths(tmp_path):
+    """Merged results sort layers by name (L0, L1, L2, L3, embed); each run's readout cell
+    (its own last layer at the query) must still be masked, never passing as a mechanism."""
+    import xarray as xr
+
+    st = Store.create(str(tmp_path / "s.zarr"))
+    sites = ["key", "value", "divider", "query"]
+    for name, arch, layers in (("a", "lstm", ["embed", "L0", "L1"]), ("b", "gru", ["embed", "L0", "L1", "L2", "L3"])):
+        runs = []
+        for seed in range(3):
+            rid = f"assoc_recall-{arch}-default-s{seed}"
+            st.add_run(rid, task="assoc_recall", arch=arch, variant="default", seed=seed)
+            runs.append(rid)
+        rest = np.full((3, len(layers), 4), 0.05)
+        rest[:, -1, 3] = 1.0  # the readout: trivially restored
+        pos = np.tile([[9, 9]], (3, 1))
+        ds = xr.Dataset(
+            {"restoration": (("run", "layer", "site"), rest),
+             "trivial": (("run", "site"), np.tile([True, False, False, False], (3, 1))),
+             "pos_query": (("run", "sequence"), pos), "pos_label": (("run", "sequence"), pos)},
+            coords={"run": runs, "layer": layers, "site": sites}, attrs={"length": 40},
+        )
+        st.write_result(f"interchange/{name}", ds)
+    claims = parse_claims([{"id": f"{arch}-direct", "statement": "s", "kind": "difference",
+                            "metric": "restoration", "task": "assoc_recall", "arch": arch,
+                            "compare": "site", "treatment": "query", "reference": "value",
+                            "direction": "greater", "length": 40} for arch in ("lstm", "gru")])
+    res = evaluate_claims(st, claims)
+    np.testing.assert_allclose(res.estimate.values, 0.0, atol=1e-12)  # 0.05 - 0.05, not 1 - 0.05
+    assert set(res.verdict.values) == {"inconclusive"}
+
+
+def test_a_run_in_two_interchange_results_must_be_named(tmp_path):
+    st = _interchange_store(tmp_path)
+    st.write_result("interchange/again", st.read_result("interchange/assoc_recall"))
+    claim = {"id": "c", "statement": "s", "kind": "difference", "metric": "restoration",
+             "task": "assoc_recall", "arch": "mamba", "compare": "site", "treatment": "query",
+             "reference": "value", "length": 40}
+    with pytest.raises(ClaimError, match=r"has interchange results in interchange/\w+ and interchange/\w+; say which"):
+        evaluate_claims(st, parse_claims([claim]))
+    res = evaluate_claims(st, parse_claims([{**claim, "result": "again"}]))
+    assert float(res.estimate[0]) > 0.5
+    with pytest.raises(ClaimError, match="restoration claims compare sites, architectures or variants"):
+        parse_claims([{**claim, "compare": "task", "site": "value"}])

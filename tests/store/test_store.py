@@ -247,6 +247,35 @@ def test_values_beyond_float16_are_refused_not_stored_as_inf(tmp_path):
         st.write_length("r1", 12, **big)
 
 
+def test_overflow_checks_cover_sites_and_float32_and_keep_half_written_groups(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r0", task="parity", arch="lstm", seed=0)
+    arrs = synthetic_arrays(np.random.default_rng(0), n=8)
+    site = np.zeros((8, 12, 3), "float32")
+    site[5, 1, 0] = 1e5
+    spec = {"site_L0_cell": (("position", "f"), (12, 3), "float16")}
+    with st.length_writer("r0", 12, n_sequences=8, n_features=8, n_layers=2, labels=["parity", "ones"],
+                          n_classes=2, block_size=4, extra=spec) as w:
+        w.write_block(0, **arrs_block(arrs, 0, 4), extra={"site_L0_cell": site[:4]})
+        with pytest.raises(InvalidArrayError, match=r"site_L0_cell exceeds the float16 range.*sequence 5, position 1"):
+            w.write_block(1, **arrs_block(arrs, 4, 8), extra={"site_L0_cell": site[4:]})
+    # block 0 is finished: a different layout other than the dtype is refused, not replaced
+    with pytest.raises(RunConflictError, match="different layout"):
+        st.length_writer("r0", 12, n_sequences=8, n_features=8, n_layers=2, labels=["parity", "ones"],
+                         n_classes=2, block_size=2, extra=spec)
+    # float32 storage that overflows: the advice is not "store float32"
+    st.add_run("r1", task="parity", arch="lstm", seed=1)
+    huge = {**arrs, "hidden": arrs["hidden"].astype("float64")}
+    huge["hidden"][0, 0, 0, 0] = 1e39
+    with pytest.raises(InvalidArrayError, match=r"hidden exceeds the float32 range.*rescale the values or fix the model"):
+        st.write_length("r1", 12, **huge, dtype="float32")
+
+
+def arrs_block(arrs, a, b):
+    return {"hidden": arrs["hidden"][a:b], "tokens": arrs["tokens"][a:b], "logits": arrs["logits"][a:b],
+            "labels": {k: v[a:b] for k, v in arrs["labels"].items()}}
+
+
 def test_rewriting_a_length_with_a_different_layout_is_refused(make_store):
     st = make_store(n=64)
     arrs = synthetic_arrays(np.random.default_rng(9), n=32)
