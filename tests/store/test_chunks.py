@@ -86,3 +86,34 @@ def test_writer_output_equals_plain_zarr_writes(tmp_path):
             tmp_path / "s.zarr" / "runs" / "r" / "len_006" / var
         ), var
     np.testing.assert_array_equal(st.load_length("r", L).hidden.values, hidden)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int32", "bool"])
+def test_read_whole_equals_zarr_including_edge_and_missing_chunks(tmp_path, dtype):
+    from store.chunks import read_whole
+
+    rng = np.random.default_rng(2)
+    arr = zarr.create_array(tmp_path / "a", shape=(10, 5, 3), chunks=(4, 5, 1), dtype=dtype,
+                            compressors=CHECKSUM, fill_value=1, config={"write_empty_chunks": True})
+    values = (rng.standard_normal((10, 5, 3)) * 3).astype(dtype)
+    arr[:8] = values[:8]  # rows 8-9 (an edge chunk) never written: fill value
+    got = read_whole(zarr.open_array(tmp_path / "a", mode="r"))
+    np.testing.assert_array_equal(got, arr[:])
+    assert got.dtype == arr.dtype
+
+
+def test_read_whole_refuses_a_damaged_chunk(tmp_path):
+    from store.chunks import read_whole
+
+    arr = zarr.create_array(tmp_path / "a", shape=(8, 4), chunks=(4, 4), dtype="float32",
+                            compressors=CHECKSUM, fill_value=0)
+    arr[:] = np.arange(32, dtype="float32").reshape(8, 4)
+    f = tmp_path / "a" / "c" / "1" / "0"
+    raw = bytearray(f.read_bytes())
+    raw[3] ^= 0x40
+    f.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="checksum do not match"):
+        read_whole(zarr.open_array(tmp_path / "a", mode="r"))
+    f.write_bytes(bytes(raw[:10]))
+    with pytest.raises(ValueError, match="buffer size"):
+        read_whole(zarr.open_array(tmp_path / "a", mode="r"))

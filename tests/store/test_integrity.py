@@ -58,3 +58,13 @@ def test_incomplete_length_is_a_warning_not_a_problem(tmp_path):
     rep = validate(Store.open(str(st.location)))
     assert rep.ok, rep.problems
     assert any("incomplete, 1 of 2 blocks" in x for x in rep.warnings)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_load_length_names_a_damaged_chunk(make_store, damage):
+    st = make_store(n=64, block_size=16)
+    f = _chunk_file(st)
+    raw = bytearray(f.read_bytes())
+    f.write_bytes(bytes(raw[: len(raw) // 2]) if damage == "truncate" else bytes(raw[:10]) + bytes([raw[10] ^ 1]) + bytes(raw[11:]))
+    with pytest.raises(CorruptStoreError, match=r"runs/r0/len_012/hidden: chunk \(0, 0, 0, 0\)"):
+        Store.open(str(st.location)).load_length("r0", 12)
