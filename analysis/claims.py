@@ -15,7 +15,8 @@ A claim lives in the experiment TOML (``[[claims]]``) or its own TOML file::
 
 Every claim gets an estimate, an interval, the test used, a p-value corrected (Holm) across
 all claims of the file, the power at the achieved number of seeds, and a verdict:
-``supported``, ``contradicted`` or ``inconclusive``. A non-significant difference is never
+``supported``, ``contradicted`` or ``inconclusive`` — or ``not evaluable`` (with the
+reason) when the results cannot answer it, e.g. fewer than 2 seeds with a defined value. A non-significant difference is never
 reported as "no effect": only an equivalence test against a declared margin can support a
 null claim.
 
@@ -50,6 +51,17 @@ ALPHA = 0.05
 
 class ClaimError(ValueError):
     """A claim that cannot be evaluated as written (one line, with the fix)."""
+
+
+class NotEvaluable(ClaimError):
+    """The stored results cannot answer a well-formed claim (e.g. fewer than 2 seeds with a
+    defined value): the claim is reported with verdict ``not evaluable`` and the reason,
+    while the other claims are still evaluated."""
+
+
+#: Below this mean clean-corrupt probability gap a run's restoration is undefined: the
+#: corruption does not change its answer (as in :func:`classify_mechanism`'s ``min_gap``).
+MIN_GAP = 0.05
 
 
 class Claim(BaseModel):
@@ -193,6 +205,7 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
         if not keep:
             continue
         part = ds.isel(run=keep)
+        gap = (part.p_clean - part.p_corrupt).mean(("layer", "sequence")) if "p_clean" in part else None
         if claim.layer is not None:
             layers = [str(v) for v in part.layer.values]
             if claim.layer not in layers:
@@ -203,6 +216,8 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             parts.append(part.restoration.sel(layer=claim.layer, drop=True))
         else:  # masked per result, so each keeps its own layer order
             parts.append(nontrivial_restoration(part).max("layer"))
+        if gap is not None:  # a ratio over a ~0 gap is noise, not a restoration
+            parts[-1] = parts[-1].where(gap >= MIN_GAP)
     if not parts:
         raise MissingError(
             f"claim {claim.id!r}: no interchange results for task {claim.task!r} at length "
@@ -250,9 +265,11 @@ def _paired(store: Store, claim: Claim, cache: dict) -> tuple[xr.DataArray, xr.D
     t, r = t.squeeze(drop=True), r.squeeze(drop=True)
     ok = np.isfinite(t.values) & np.isfinite(r.values)
     if ok.sum() < 2:
-        raise ClaimError(
+        why = (f"; restoration is undefined for models whose answer the corruption does not move "
+               f"(mean probability gap < {MIN_GAP})" if claim.metric == "restoration" else "")
+        raise NotEvaluable(
             f"claim {claim.id!r} needs at least 2 seeds with results in both conditions "
-            f"(found {int(ok.sum())}); train more seeds — seeds are the unit of replication"
+            f"(found {int(ok.sum())}){why}; train more seeds (or longer) — seeds are the unit of replication"
         )
     return t.isel(seed=np.flatnonzero(ok)), r.isel(seed=np.flatnonzero(ok))
 
@@ -287,6 +304,8 @@ def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
 
 
 def _verdict(claim: Claim, row: dict, p_adj: float) -> str:
+    if row.get("not_evaluable"):
+        return "not evaluable"
     significant = p_adj < ALPHA
     if claim.kind == "equivalence":
         if significant:
@@ -323,7 +342,7 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     x = acc.sel(layer=claim.layer).values
     x = x[np.isfinite(x)]
     if x.size < 2:
-        raise ClaimError(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
+        raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
     n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
     se = sd / math.sqrt(n) if sd > 0 else 1e-12
     tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
@@ -418,6 +437,15 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         raise ClaimError("no claims to evaluate; add [[claims]] tables to the experiment file")
     cache: dict = {}
     rows, ids, kept = [], [], []
+
+    def attempt(fn, *args) -> dict:
+        try:
+            return fn(*args)
+        except NotEvaluable as exc:
+            return {k: np.nan for k in ("estimate", "lower", "upper", "p", "power", "mde", "n_seeds",
+                                        "margin", "treatment_mean", "reference_mean")} | {
+                "test": f"not evaluable: {exc}", "not_evaluable": True}
+
     for claim in claims:
         if claim.kind in ("difference", "equivalence"):
             if claim.metric == "probe_accuracy":
@@ -425,7 +453,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
                     f"claim {claim.id!r}: {claim.kind} claims use metric = 'accuracy' or 'restoration'; "
                     "for probe accuracy use readable_by or profile_match"
                 )
-            rows.append(_evaluate_comparison(store, claim, cache))
+            rows.append(attempt(_evaluate_comparison, store, claim, cache))
             ids.append(claim.id)
             kept.append(claim)
             continue
@@ -434,17 +462,20 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
                 f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first"
             )
         if claim.kind == "readable_by":
-            rows.append(_evaluate_readable(store, claim, probes))
+            rows.append(attempt(_evaluate_readable, store, claim, probes))
             ids.append(claim.id)
             kept.append(claim)
         else:
             for arch in claim.archs or ([claim.arch] if claim.arch else []):
-                rows.append(_evaluate_profile(store, claim, probes, arch))
+                rows.append(attempt(_evaluate_profile, store, claim, probes, arch))
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)
-    p = xr.DataArray([r["p"] for r in rows], dims="claim")
-    adj = adjust_pvalues(p, method="holm", dims=["claim"], alpha=ALPHA)
-    p_adj = np.asarray(adj["p_adjusted"].values, dtype=float)
+    p_raw = np.array([r["p"] for r in rows], dtype=float)
+    p_adj = np.full(p_raw.shape, np.nan)
+    tested = np.isfinite(p_raw)  # Holm over the claims that could be tested
+    if tested.any():
+        adj = adjust_pvalues(xr.DataArray(p_raw[tested], dims="claim"), method="holm", dims=["claim"], alpha=ALPHA)
+        p_adj[tested] = np.asarray(adj["p_adjusted"].values, dtype=float)
     verdicts = [_verdict(c, r, pa) for c, r, pa in zip(kept, rows, p_adj, strict=True)]
     num = ("estimate", "lower", "upper", "p", "power", "mde", "n_seeds", "margin",
            "treatment_mean", "reference_mean")

@@ -385,6 +385,9 @@ def stats(store_path: str, claims_file: str) -> None:
     st.write_result("claims", res)
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
+        if str(r.verdict.values) == "not evaluable":
+            click.echo(f"{str(r.claim.values)}: {str(r.test.values)}")
+            continue
         click.echo(f"{str(r.claim.values)}: {str(r.verdict.values)}  estimate {float(r.estimate):+.3f} "
                    f"[{float(r.lower):+.3f}, {float(r.upper):+.3f}]  p={float(r.p):.3g} "
                    f"(Holm {float(r.p_adjusted):.3g})  power={float(r.power):.2f}  — {str(r.test.values)}")

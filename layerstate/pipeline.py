@@ -66,10 +66,13 @@ def evaluate_experiment_claims(store, exp: Experiment, say: Say = print):
     probes = _probe_results(store)
     res = evaluate_claims(store, claims, probes=probes)
     store.write_result("claims", res)
-    for cid, verdict, est, lo, hi, p in zip(res.claim.values, res.verdict.values, res.estimate.values,
-                                            res.lower.values, res.upper.values, res.p_adjusted.values,
-                                            strict=True):
-        say(f"claim {cid}: {verdict} (estimate {est:+.3f} [{lo:+.3f}, {hi:+.3f}], corrected p={p:.3g})")
+    for cid, verdict, est, lo, hi, p, test in zip(res.claim.values, res.verdict.values, res.estimate.values,
+                                                  res.lower.values, res.upper.values, res.p_adjusted.values,
+                                                  res.test.values, strict=True):
+        if verdict == "not evaluable":
+            say(f"claim {cid}: {test}")
+        else:
+            say(f"claim {cid}: {verdict} (estimate {est:+.3f} [{lo:+.3f}, {hi:+.3f}], corrected p={p:.3g})")
     return res
 
 

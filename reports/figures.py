@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 PANEL_W, PANEL_H = 3.1, 2.25
-VERDICT_COLOURS = {"supported": "#1b7837", "contradicted": "#b2182b", "inconclusive": "#737373"}
+VERDICT_COLOURS = {"supported": "#1b7837", "contradicted": "#b2182b", "inconclusive": "#737373",
+                   "not evaluable": "#c2a5cf"}
 
 
 def _figure(n_rows: int, n_cols: int, *, width: float = PANEL_W, height: float = PANEL_H, **kw):

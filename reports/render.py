@@ -48,7 +48,7 @@ def table_view(table) -> dict:
 
     def css(col: int, text: str) -> str:
         if columns[col] == "verdict":
-            return f"v-{text}"
+            return f"v-{text.replace(' ', '-')}"
         return "num" if numeric[col] else ""
 
     return {
