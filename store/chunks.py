@@ -89,13 +89,16 @@ class ChunkWriter:
         grid = [range(s // c) for s, c in zip(arr.shape[1:], chunk[1:], strict=True)]
         for coord in itertools.product(*grid):
             sel = (slice(None),) + tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, chunk[1:], strict=True))
-            buf = self._proto.buffer.from_array_like(encode_chunk(values[sel]))
             key = arr.metadata.encode_chunk_key((row, *coord))
             key = f"{base}/{key}" if base else key
-            self._pending.append(self._pool.submit(_set, store, key, buf))
+            # encoded in the pool too: the copy releases the GIL, so both cores work
+            self._pending.append(self._pool.submit(self._encode_and_set, store, key, values[sel]))
             if len(self._pending) > 8:  # bound the encoded bytes held in memory
                 self._pending.pop(0).result()
         return True
+
+    def _encode_and_set(self, store: Any, key: str, piece: np.ndarray) -> None:
+        _set(store, key, self._proto.buffer.from_array_like(encode_chunk(piece)))
 
     def wait(self) -> None:
         """Block until every submitted chunk is stored (re-raising the first failure)."""
