@@ -117,3 +117,24 @@ def test_read_whole_refuses_a_damaged_chunk(tmp_path):
     f.write_bytes(bytes(raw[:10]))
     with pytest.raises(ValueError, match="buffer size"):
         read_whole(zarr.open_array(tmp_path / "a", mode="r"))
+
+
+def test_fast_paths_on_a_non_local_store():
+    """memory:// (any fsspec/zarr store) goes through Store.set/get, with the same bytes."""
+    from zarr.storage import MemoryStore
+
+    from store.chunks import read_whole
+
+    values = np.random.default_rng(4).standard_normal((8, 6, 2)).astype("float16")
+    stores = {name: MemoryStore() for name in ("ref", "fast")}
+    arrays = {name: zarr.create_array(st, name="g/a", shape=values.shape, chunks=(4, 6, 1), dtype="float16",
+                                      compressors=CHECKSUM, fill_value=0, config={"write_empty_chunks": True})
+              for name, st in stores.items()}
+    arrays["ref"][:] = values
+    cw = ChunkWriter()
+    assert cw.write_row(arrays["fast"], 0, values[:4]) and cw.write_row(arrays["fast"], 1, values[4:])
+    cw.close()
+    keys = sorted(k for k in stores["ref"]._store_dict if "/c/" in k)
+    assert len(keys) == 4
+    assert all(stores["ref"]._store_dict[k].to_bytes() == stores["fast"]._store_dict[k].to_bytes() for k in keys)
+    np.testing.assert_array_equal(read_whole(arrays["fast"]), values)
