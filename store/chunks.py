@@ -110,7 +110,7 @@ class ChunkWriter:
             tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")  # zarr's atomic write
             try:
                 with open(tmp, "wb") as fh:
-                    fh.write(memoryview(data))
+                    fh.write(data.data)
                 os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
