@@ -7,8 +7,10 @@ time outside the bytes themselves: it fills each chunk with the fill value, copi
 data in, appends the checksum with a second copy, and hops through its event loop per
 chunk (measured: ~0.3x ``np.save`` for the same bytes). Here each chunk is encoded with
 one copy (the layer slice is not contiguous in the input, so one copy is unavoidable),
-checksummed with the same ``google_crc32c`` function zarr uses, and stored from a small
-thread pool, so chunks are encoded and written on both cores. On a local disk the file is
+checksummed (CRC-32C, the same checksum zarr computes with ``google_crc32c``, here from the
+``crc32c`` package: ~5x faster on this machine and it releases the GIL) and stored from a
+small thread pool, so chunks are encoded and written on both cores; each thread reuses one
+buffer (fresh 4 MB buffers cost more in page faults than the copy itself). On a local disk the file is
 written the way zarr's ``LocalStore`` writes it (temp file + atomic rename) but directly
 from the pool thread: a hop through zarr's event loop per chunk cost as much as the write
 itself. Other stores (fsspec: memory://, s3://) get ``Store.set``. The chunk keys come from the array's metadata, so the bytes on disk are exactly
@@ -27,14 +29,18 @@ error text on a mismatch (``Stored and computed checksum do not match``).
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
+import sys
+import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import google_crc32c
+import crc32c
 import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
@@ -58,91 +64,280 @@ def fast_path_ok(arr: zarr.Array) -> bool:
     return hasattr(meta.chunk_grid, "chunk_shape")
 
 
-def encode_chunk(piece: np.ndarray) -> np.ndarray:
-    """One chunk's stored bytes: the values little-endian, then their crc32c (one copy)."""
-    out = np.empty(piece.nbytes + 4, np.uint8)
-    out[:-4].view(piece.dtype.newbyteorder("<")).reshape(piece.shape)[...] = piece
-    out[-4:] = np.frombuffer(np.asarray(google_crc32c.value(out[:-4]), "<u4").tobytes(), np.uint8)
+def encode_chunk(piece: np.ndarray, out: np.ndarray | None = None, dtype: Any = None) -> np.ndarray:
+    """One chunk's stored bytes: the values little-endian, then their crc32c (one copy).
+
+    ``dtype`` (default: ``piece``'s) is the stored type: the cast happens in the same copy.
+    ``out`` (uint8, exactly the encoded size) is filled instead of a new array: a reused
+    buffer skips the page faults of fresh memory, which cost more than the copy itself.
+    """
+    stored = np.dtype(dtype or piece.dtype).newbyteorder("<")
+    nbytes = piece.size * stored.itemsize
+    if out is None:
+        out = np.empty(nbytes + 4, np.uint8)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow shows as Inf: callers check
+        out[:-4].view(stored).reshape(piece.shape)[...] = piece
+    out[-4:] = np.frombuffer(np.asarray(crc32c.crc32c(out[:-4].data), "<u4").tobytes(), np.uint8)
     return out
 
 
+def _scratch(local: threading.local, nbytes: int) -> np.ndarray:
+    """This thread's reusable byte buffer, at least ``nbytes`` long, sliced to ``nbytes``."""
+    buf: np.ndarray | None = getattr(local, "buf", None)
+    if buf is None or buf.size < nbytes:
+        buf = local.buf = np.empty(nbytes, np.uint8)
+    return buf[:nbytes]
+
+
+class NotFinite(ValueError):
+    """A chunk held NaN/Inf after the cast to its stored dtype (it was not written)."""
+
+
+@dataclass
+class Submitted:
+    """The futures of one chunk row: ``checked`` (values finite, when asked) and ``stored``
+    (the local file's path, or None on other stores)."""
+
+    checked: list[Future[None]]
+    stored: list[Future[Path | None]]
+
+
 class ChunkWriter:
-    """Writes whole chunks of zarr arrays concurrently; :meth:`wait` before recording them."""
+    """Writes whole chunks of zarr arrays concurrently.
+
+    :meth:`write_row` returns the futures of the chunks it submitted: a caller records a
+    block as written only once all of them are stored (``LengthWriter`` does, one block
+    behind, so these threads store block ``b`` while the caller prepares block ``b + 1``),
+    and, on a local disk, once :func:`make_durable` has fsynced their files.
+
+    Each local chunk file is handed to the disk as soon as it is written
+    (``sync_file_range(SYNC_FILE_RANGE_WRITE)`` on Linux: start writeback, do not wait; the
+    technique of RocksDB's ``bytes_per_sync``), so the disk works while the threads encode
+    the next chunks and the later fsync finds the data already written. Without it the
+    kernel holds a whole store's pages dirty and writes them only when asked (measured on
+    1 GB: fsync of ~500 chunk files 0.9 s after the writes; 0.06 s with early writeback).
+    """
 
     def __init__(self, workers: int = 2) -> None:
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="layerstate-chunks")
-        self._pending: list[Future[None]] = []
+        self._pending: list[Future[Path | None]] = []
         self._proto = default_buffer_prototype()
+        self._local = threading.local()
 
-    def write_row(self, arr: zarr.Array, row: int, values: np.ndarray) -> bool:
-        """Write chunk row ``row`` along axis 0 (every chunk in it) from ``values``.
+    def write_row(
+        self, arr: zarr.Array, row: int, values: np.ndarray, *, check_finite: bool = False
+    ) -> Submitted | None:
+        """Submit chunk row ``row`` along axis 0 (every chunk in it) from ``values``.
 
-        Returns False, writing nothing, when the fast path does not apply (``values`` is not
-        exactly one full chunk row, or the codecs differ): the caller then uses zarr.
+        Returns the chunks' futures, or None, writing nothing, when the fast path does not
+        apply (``values`` is not exactly one full chunk row, or the codecs differ): the
+        caller then uses zarr. ``values`` is cast to the array's dtype in the encoding copy;
+        with ``check_finite`` a chunk that holds NaN/Inf after the cast is not written and
+        its ``checked`` future fails with :class:`NotFinite`. ``values`` must not change
+        until the futures are done.
         """
         if not fast_path_ok(arr):
-            return False
+            return None
         chunk: tuple[int, ...] = tuple(arr.metadata.chunk_grid.chunk_shape)  # type: ignore[attr-defined]
         if values.shape[0] != chunk[0] or values.shape[1:] != arr.shape[1:]:
-            return False
+            return None
         if (row + 1) * chunk[0] > arr.shape[0]:
-            return False
+            return None
         if any(s % c for s, c in zip(arr.shape[1:], chunk[1:], strict=True)):
-            return False  # edge chunks along other axes would need padding: leave to zarr
-        values = values.astype(arr.dtype, copy=False)
-        store, base = arr.store_path.store, arr.store_path.path
+            return None  # edge chunks along other axes would need padding: leave to zarr
+        store = arr.store_path.store
         grid = [range(s // c) for s, c in zip(arr.shape[1:], chunk[1:], strict=True)]
+        out = Submitted([], [])
         for coord in itertools.product(*grid):
             sel = (slice(None),) + tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, chunk[1:], strict=True))
-            key = arr.metadata.encode_chunk_key((row, *coord))
-            key = f"{base}/{key}" if base else key
-            # encoded in the pool too: the copy releases the GIL, so both cores work
-            self._pending.append(self._pool.submit(self._encode_and_set, store, key, values[sel]))
-            if len(self._pending) > 8:  # bound the encoded bytes held in memory
-                self._pending.pop(0).result()
-        return True
+            checked: Future[None] = Future()
+            # encoded in the pool too: the copy and the checksum release the GIL
+            out.stored.append(self._pool.submit(
+                self._job, store, _chunk_key(arr, (row, *coord)), values[sel], arr.dtype,
+                checked if check_finite else None,
+            ))
+            if check_finite:
+                out.checked.append(checked)
+        if len(self._pending) > 256:  # forget finished, successful writes (failures stay for wait())
+            self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
+        self._pending.extend(out.stored)
+        return out
 
-    def _encode_and_set(self, store: Any, key: str, piece: np.ndarray) -> None:
-        data = encode_chunk(piece)
-        if isinstance(store, LocalStore):  # a plain file: write it as LocalStore does, no event-loop hop
-            path = Path(store.root) / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")  # zarr's atomic write
-            try:
-                with open(tmp, "wb") as fh:
-                    fh.write(data.data)
-                os.replace(tmp, path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            return
-        _set(store, key, self._proto.buffer.from_array_like(data))
+    def _job(self, store: Any, key: str, piece: np.ndarray, dtype: Any, checked: Future[None] | None) -> Path | None:
+        try:
+            return self._encode_and_set(store, key, piece, dtype, checked)
+        except BaseException as exc:  # whoever waits for the check must not wait forever
+            if checked is not None and not checked.done():
+                checked.set_exception(exc)
+            raise
+
+    def _encode_and_set(self, store: Any, key: str, piece: np.ndarray, dtype: Any,
+                        checked: Future[None] | None) -> Path | None:
+        """Encode and store one chunk; the local file's path (for :func:`make_durable`)."""
+        local = isinstance(store, LocalStore)
+        nbytes = piece.size * np.dtype(dtype).itemsize + 4
+        # a local file is written before this thread reuses its buffer; other stores may
+        # keep the buffer they are given (MemoryStore does): a fresh one per chunk
+        data = encode_chunk(piece, _scratch(self._local, nbytes) if local else None, dtype)
+        if checked is not None:
+            if not all_finite(data[:-4].view(np.dtype(dtype).newbyteorder("<"))):
+                exc = NotFinite(key)
+                checked.set_exception(exc)
+                raise exc
+            checked.set_result(None)
+        if not local:
+            _set(store, key, self._proto.buffer.from_array_like(data))
+            return None
+        # a plain file, written as zarr's LocalStore writes it (no event-loop hop)
+        path = Path(store.root) / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")  # zarr's atomic write
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data.data)
+                fh.flush()
+                start_writeback(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path
 
     def wait(self) -> None:
         """Block until every submitted chunk is stored (re-raising the first failure)."""
         pending, self._pending = self._pending, []
-        errors = []
-        for fut in pending:
-            try:
-                fut.result()
-            except BaseException as exc:  # keep waiting: no write may outlive the block
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        wait_all(pending)
 
-    def close(self) -> None:
+    def close(self, raise_errors: bool = True) -> None:
+        """Wait for every write, re-raising the first failure unless ``raise_errors`` is False
+        (for a caller that has seen each future's outcome), and stop the threads."""
         try:
-            self.wait()
+            if raise_errors:
+                self.wait()
         finally:
             self._pool.shutdown(wait=True)
+
+
+def wait_all(futures: list[Future[Any]]) -> list[Any]:
+    """Wait for every future, then re-raise the first failure (no write may outlive its
+    block); their results, in order."""
+    errors, results = [], []
+    for fut in futures:
+        try:
+            results.append(fut.result())
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def make_durable(paths: list[Path]) -> None:
+    """fsync each file: on disk, not only in the page cache, before anything records it.
+
+    Cheap after :func:`start_writeback`: the data is already on its way, and the first
+    fsync commits the journal for the rest.
+    """
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _libc_sync_file_range() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start writeback of dirty pages, do not wait
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing ``fd``'s dirty pages now, without waiting (Linux;
+    elsewhere a no-op: the fsync in :func:`make_durable` then does all the work)."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # advisory: a failure costs only speed
+
+
+def _chunk_key(arr: zarr.Array, coord: tuple[int, ...]) -> str:
+    """The store key of chunk ``coord`` of ``arr`` (its path inside the store)."""
+    key = arr.metadata.encode_chunk_key(coord)
+    base = arr.store_path.path
+    return f"{base}/{key}" if base else key
+
+
+_EXPONENT = {2: (np.uint16, 0x7FFF, 0x7C00), 4: (np.uint32, 0x7FFFFFFF, 0x7F800000),
+             8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+
+
+def all_finite(arr: np.ndarray, step: int = 1 << 18) -> bool:
+    """True if no NaN/Inf: an all-ones exponent, tested on the bits in cache-sized pieces.
+
+    ~6x faster than ``np.isfinite(a).all()`` for float16, which numpy emulates in software.
+    """
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in _EXPONENT:
+        return bool(np.isfinite(arr).all())
+    utype, magnitude, exponent = _EXPONENT[arr.dtype.itemsize]
+    bits = np.ascontiguousarray(arr).reshape(-1).view(utype)
+    for i in range(0, bits.size, step):
+        if np.max(np.bitwise_and(bits[i : i + step], magnitude), initial=0) >= exponent:
+            return False
+    return True
 
 
 def _set(store, key, buf) -> None:
     sync(store.set(key, buf))
 
 
-def read_whole(arr: zarr.Array, workers: int = 2) -> np.ndarray | None:
-    """All of ``arr`` as a numpy array, or None when the fast path does not apply."""
+def _read_file(path: Path, buf: np.ndarray) -> int | None:
+    """Read the file at ``path`` into ``buf``; its size (up to ``len(buf)``), None if absent."""
+    try:
+        fh = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return None
+    with fh:
+        view, n = buf.data, 0
+        while n < len(view):
+            got = fh.readinto(view[n:])
+            if not got:
+                break
+            n += got
+    return n
+
+
+def _prefetch(path: Path) -> None:
+    """Ask the kernel to start reading a whole file into the page cache (no waiting)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+
+
+PREFETCH_CHUNKS = 8  # local reads keep this many chunk files requested ahead of the readers
+
+
+def read_whole(arr: zarr.Array, workers: int = 3) -> np.ndarray | None:
+    """All of ``arr`` as a numpy array, or None when the fast path does not apply.
+
+    On a local disk, each reader thread asks the kernel for the chunk file
+    ``PREFETCH_CHUNKS`` ahead of the one it reads (``POSIX_FADV_WILLNEED``), so the disk
+    always has whole files queued rather than one readahead window per thread; the window
+    is bounded, so arrays larger than memory do not evict themselves.
+    """
     if not fast_path_ok(arr) or arr.size == 0:
         return None
     chunk: tuple[int, ...] = tuple(arr.metadata.chunk_grid.chunk_shape)  # type: ignore[attr-defined]
@@ -154,34 +349,40 @@ def read_whole(arr: zarr.Array, workers: int = 2) -> np.ndarray | None:
     fill = arr.metadata.fill_value
     local = Path(store.root) if isinstance(store, LocalStore) else None
     nbytes = int(np.prod(chunk)) * stored.itemsize
+    scratch = threading.local()
+    coords = list(itertools.product(*(range(-(-s // c)) for s, c in zip(shape, chunk, strict=True))))
+    prefetch = local is not None and hasattr(os, "posix_fadvise") and len(coords) > 1
 
-    def one(coord: tuple[int, ...]) -> None:
+    def one(index: int) -> None:
+        coord = coords[index]
         region = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coord, chunk, shape, strict=True))
-        key = arr.metadata.encode_chunk_key(coord)
-        full = f"{base}/{key}" if base else key
-        if local is not None:  # a plain file: read it straight into memory, no event-loop hop
-            try:
-                with open(local / full, "rb") as fh:
-                    raw = np.frombuffer(fh.read(), np.uint8)
-            except FileNotFoundError:
-                out[region] = fill
-                return
+        key = _chunk_key(arr, coord)
+        if local is not None:  # a plain file: read into this thread's buffer, no event-loop hop
+            if prefetch and index + PREFETCH_CHUNKS < len(coords):
+                _prefetch(local / _chunk_key(arr, coords[index + PREFETCH_CHUNKS]))
+            buf = _scratch(scratch, nbytes + 5)  # one byte more than a chunk, to notice a longer file
+            size = _read_file(local / key, buf)
+            raw = None if size is None else buf[:size]
         else:
-            buf = sync(store.get(full, proto))
-            if buf is None:
-                out[region] = fill
-                return
-            raw = buf.as_numpy_array()
+            got = sync(store.get(key, proto))
+            raw = None if got is None else got.as_numpy_array()
+        if raw is None:  # never written: the fill value, as zarr reads it
+            out[region] = fill
+            return
+        name = f"chunk {key[len(base) + 1:] if base else key} of {base}"
         if raw.size != nbytes + 4:
-            raise ValueError(f"chunk {key} of {base}: buffer size {raw.size} != {nbytes + 4} (truncated?)")
+            raise ValueError(f"{name}: buffer size {raw.size} != {nbytes + 4} (truncated?)")
         data = raw[:-4]
-        if google_crc32c.value(data) != int.from_bytes(raw[-4:].tobytes(), "little"):
-            raise ValueError(f"Stored and computed checksum do not match in chunk {key} of {base}")
+        if crc32c.crc32c(data.data) != int.from_bytes(raw[-4:].tobytes(), "little"):
+            raise ValueError(f"Stored and computed checksum do not match in {name}")
         values = data.view(stored).reshape(chunk)
         out[region] = values[tuple(slice(0, r.stop - r.start) for r in region)]
 
-    coords = list(itertools.product(*(range(-(-s // c)) for s, c in zip(shape, chunk, strict=True))))
+    if prefetch:
+        assert local is not None
+        for i in range(min(PREFETCH_CHUNKS, len(coords))):
+            _prefetch(local / _chunk_key(arr, coords[i]))
     with ThreadPoolExecutor(workers, thread_name_prefix="layerstate-read") as pool:
-        for fut in [pool.submit(one, c) for c in coords]:
+        for fut in [pool.submit(one, i) for i in range(len(coords))]:
             fut.result()
     return out

@@ -12,16 +12,19 @@ bit-identical store.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypedDict, cast
 
 import numpy as np
 import zarr
+from zarr.storage import LocalStore
 
 from . import schema as S
-from .chunks import ChunkWriter
+from .chunks import ChunkWriter, NotFinite, all_finite, make_durable, wait_all
 from .core import CHECKSUM, TARGET_CHUNK_BYTES, Store, _array, _group, _jsonable, _ordered
 from .errors import IncompleteError, InvalidArrayError, RunConflictError
 
@@ -151,6 +154,7 @@ class LengthWriter:
         self._buffer: list[dict[str, Any]] = []
         self._buffered = 0
         self._chunks: ChunkWriter | None = None
+        self._inflight: list[tuple[int, list[Any]]] = []  # blocks submitted, not yet recorded
         self._arrays: dict[str, zarr.Array] = {}
         self._cursor = self.n_written
 
@@ -175,6 +179,11 @@ class LengthWriter:
         return start, min(start + self.block_size, self.n_sequences)
 
     def completed_blocks(self) -> set[int]:
+        """Blocks recorded as written (after waiting for any still being stored)."""
+        self.flush()
+        return self._recorded()
+
+    def _recorded(self) -> set[int]:
         return set(cast("list[int]", self.group.attrs.get(S.ATTR_COMPLETED, [])))
 
     def missing_blocks(self) -> list[int]:
@@ -183,6 +192,7 @@ class LengthWriter:
 
     @property
     def complete(self) -> bool:
+        self.flush()
         return bool(self.group.attrs.get(S.ATTR_COMPLETE))
 
     @property
@@ -220,6 +230,7 @@ class LengthWriter:
                 )
                 del run[name]
             else:
+                _remove_partial_files(grp)
                 return grp
         return self._create(run, name)
 
@@ -294,26 +305,87 @@ class LengthWriter:
         data = self._check(start, stop - start, hidden, tokens, labels, mask, logits)
         data.update(self._check_extra(start, stop - start, extra or {}))
         sl = slice(start, stop)
+        floats = self._float_dtypes()
+        # Rewriting a block already recorded (or about to be): check everything before
+        # touching it, so a refused rewrite cannot leave a recorded block half replaced.
+        eager = b in self._recorded() or any(b == prev for prev, _ in self._inflight)
+        if eager:
+            for var in floats.keys() & data.keys():
+                data[var] = self._cast_finite(data[var], var, start, floats[var])
         # write_empty_chunks is a runtime setting, not stored with the array: without it zarr
         # compares every float16 chunk with the fill value, which made writes ~4x slower.
-        # Whole chunks go through ChunkWriter (same bytes as zarr, ~2x faster, store/chunks.py);
-        # all of them are stored before the block is recorded as done.
+        # Whole chunks go through ChunkWriter (same bytes as zarr, ~2x faster, store/chunks.py):
+        # its threads cast, check (NaN/Inf after the cast) and encode each chunk in one pass,
+        # and this call returns once the checks pass; the chunks are stored while the caller
+        # prepares the next block. A block is recorded as done only after all of its chunks
+        # are stored (see _settle); a refused block is never recorded.
         if self._chunks is None:
             self._chunks = ChunkWriter()
+        stored: list[Any] = []
+        checks: list[tuple[str, list[Any]]] = []
         try:
             with zarr.config.set({"array.write_empty_chunks": True}):
                 for var, values in data.items():
                     arr = self._arrays.get(var)
                     if arr is None:  # opening reads its metadata: once per writer, not per block
                         arr = self._arrays[var] = _array(self.group, var)
-                    if not self._chunks.write_row(arr, b, values):
+                    check = var in floats and not eager and not self.allow_nonfinite
+                    submitted = self._chunks.write_row(arr, b, values, check_finite=check)
+                    if submitted is None:
+                        if var in floats and not eager:
+                            values = self._cast_finite(values, var, start, floats[var])
                         arr[sl] = values
-        finally:
-            self._chunks.wait()
-        done = self.completed_blocks() | {b}
-        self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
-        if len(done) == self.n_blocks:
-            self._finish()
+                    else:
+                        stored.extend(submitted.stored)
+                        checks.append((var, submitted.checked))
+            # the blocks before this one: fsynced and recorded while the threads work on it
+            self._settle(keep=0)
+            for var, futures in checks:
+                for fut in futures:
+                    try:
+                        fut.result()
+                    except NotFinite:  # say where, and what to do (the chunk was not written)
+                        self._cast_finite(data[var], var, start, floats[var])
+                        raise
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                wait_all(stored)  # no write of this block may outlive the error
+            raise
+        self._inflight.append((b, stored))
+
+    def _float_dtypes(self) -> dict[str, str]:
+        """The float variables and their stored dtypes (checked for NaN/Inf on write)."""
+        out = {"hidden": self.spec["dtype"]}
+        if self.spec["n_classes"]:
+            out["logits"] = self.spec["dtype"]
+        out.update({k: dt for k, (_d, _s, dt) in self.spec["extra"].items() if np.dtype(dt).kind == "f"})
+        return out
+
+    def flush(self) -> None:
+        """Wait until every block written so far is stored, and record them."""
+        self._settle(keep=0)
+
+    def _settle(self, keep: int) -> None:
+        """Record the blocks in flight whose chunks are all stored, waiting for all but the
+        newest ``keep``; a failed chunk write is raised and its block stays unrecorded.
+        Local chunk files are fsynced first: a recorded block survives a power cut."""
+        ready, paths, error = [], [], None
+        while len(self._inflight) > keep:
+            b, futures = self._inflight.pop(0)
+            try:
+                paths += [p for p in wait_all(futures) if p is not None]
+            except BaseException as exc:  # the other blocks may still be recorded
+                error = error or exc
+                continue
+            ready.append(b)
+        if ready:
+            make_durable(paths)
+            done = self._recorded() | set(ready)
+            self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
+            if len(done) == self.n_blocks:
+                self._finish()
+        if error is not None:
+            raise error
 
     def append(
         self,
@@ -368,6 +440,7 @@ class LengthWriter:
                     f"{self._buffered} appended sequences do not fill block "
                     f"{self._cursor // self.block_size}; append all {self.n_sequences} sequences"
                 )
+            self.flush()
             self.store.consolidate()
         finally:
             self._release()
@@ -378,14 +451,20 @@ class LengthWriter:
     def __exit__(self, exc_type, *exc: object) -> None:
         if exc_type is None:
             self.close()
-        else:
+            return
+        try:  # blocks whose chunks did get stored are still recorded: a resume skips them
+            with contextlib.suppress(Exception):
+                self.flush()
+        finally:
             self._release()
 
     def _release(self) -> None:
         try:
             if self._chunks is not None:
-                self._chunks.close()
-                self._chunks = None
+                chunks, self._chunks = self._chunks, None
+                # every write is waited for (none outlives the lock); their failures were
+                # raised by write_block or flush already, or an exception is on its way out
+                chunks.close(raise_errors=False)
         finally:
             self._lock.release()
 
@@ -403,7 +482,7 @@ class LengthWriter:
                 "(sequence, position, layer, feature) for this block"
             )
         _numeric(hidden, "hidden")
-        out = {"hidden": self._cast_finite(hidden, "hidden", start)}
+        out = {"hidden": hidden}  # float arrays are cast and checked as they are written
         out["tokens"] = self._int2d(tokens, "tokens", m)
         if set(labels) != set(sp["labels"]):
             raise InvalidArrayError(
@@ -427,7 +506,7 @@ class LengthWriter:
             if lg.shape != (m, L, sp["n_classes"]):
                 raise InvalidArrayError(f"logits has shape {lg.shape}; expected {(m, L, sp['n_classes'])}")
             _numeric(lg, "logits")
-            out["logits"] = self._cast_finite(lg, "logits", start)
+            out["logits"] = lg
         return out
 
     def _cast_finite(self, values: np.ndarray, name: str, start: int, dtype: str | None = None) -> np.ndarray:
@@ -467,7 +546,7 @@ class LengthWriter:
             if dtype != "bool":
                 _numeric(arr, name)
             if np.dtype(dtype).kind == "f":
-                out[name] = self._cast_finite(arr, name, start, dtype)
+                out[name] = arr  # cast and checked as it is written
             else:
                 out[name] = arr.astype(dtype, copy=False)
         return out
@@ -483,23 +562,17 @@ class LengthWriter:
         return arr.astype("int32", copy=False)
 
 
-_EXPONENT = {2: (np.uint16, 0x7FFF, 0x7C00), 4: (np.uint32, 0x7FFFFFFF, 0x7F800000),
-             8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+def _remove_partial_files(grp: zarr.Group) -> None:
+    """Delete the temp files of chunk writes cut short by a kill (``*.partial``, local disks).
 
-
-def all_finite(arr: np.ndarray, step: int = 1 << 18) -> bool:
-    """True if no NaN/Inf: an all-ones exponent, tested on the bits in cache-sized pieces.
-
-    ~6x faster than ``np.isfinite(a).all()`` for float16, which numpy emulates in software.
+    A chunk is written to a temp file and renamed into place, so a killed writer leaves at
+    most stray temp files, never a torn chunk; the resumed writer (which holds the run lock)
+    rewrites the unrecorded blocks and removes these.
     """
-    if arr.dtype.kind != "f" or arr.dtype.itemsize not in _EXPONENT:
-        return bool(np.isfinite(arr).all())
-    utype, magnitude, exponent = _EXPONENT[arr.dtype.itemsize]
-    bits = np.ascontiguousarray(arr).reshape(-1).view(utype)
-    for i in range(0, bits.size, step):
-        if np.max(np.bitwise_and(bits[i : i + step], magnitude), initial=0) >= exponent:
-            return False
-    return True
+    store = grp.store_path.store
+    if isinstance(store, LocalStore):
+        for stray in (Path(store.root) / grp.store_path.path).rglob("*.partial"):
+            stray.unlink(missing_ok=True)
 
 
 def _numeric(arr: np.ndarray, name: str) -> None:

@@ -188,6 +188,7 @@ def writing_store(tmp_path):
     y = rng.integers(0, 2, (4, 14))
     writer.write_block(0, hidden=rng.standard_normal((4, 14, 4, 8)).astype("float32"), tokens=y,
                        labels={"state": y}, logits=np.eye(2, dtype="float32")[y])
+    writer.flush()  # blocks are recorded one behind the writer; flush records block 0 now
     st.consolidate()  # a writer that published its progress: the snapshot shows the group
     st.write_result("probes/broken", __import__("xarray").Dataset({"foo": ("x", [1.0, 2.0])}))
     yield st

@@ -9,7 +9,7 @@ import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
-from store import Store
+from store import InvalidArrayError, Store
 from store.chunks import ChunkWriter, encode_chunk, fast_path_ok
 from store.core import CHECKSUM
 
@@ -138,3 +138,90 @@ def test_fast_paths_on_a_non_local_store():
     assert len(keys) == 4
     assert all(stores["ref"]._store_dict[k].to_bytes() == stores["fast"]._store_dict[k].to_bytes() for k in keys)
     np.testing.assert_array_equal(read_whole(arrays["fast"]), values)
+
+
+def _writer(st, **kw):
+    return st.length_writer("r", 6, n_sequences=12, n_layers=1, n_features=8, labels=["y"], block_size=4, **kw)
+
+
+def _block(b):
+    rng = np.random.default_rng(b)
+    tok = rng.integers(0, 2, (4, 6))
+    return dict(hidden=rng.standard_normal((4, 6, 2, 8)), tokens=tok, labels={"y": tok})
+
+
+def test_a_block_is_recorded_only_after_its_chunks_are_stored(tmp_path, monkeypatch):
+    """Blocks are stored one behind the caller; a chunk that fails keeps its block unrecorded."""
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    real = ChunkWriter._encode_and_set
+    failing_key = "/tokens/c/1/"
+
+    def failing(self, store, key, *args):
+        if failing_key in key:
+            raise OSError("disk full (simulated)")
+        return real(self, store, key, *args)
+
+    monkeypatch.setattr(ChunkWriter, "_encode_and_set", failing)
+    with pytest.raises(OSError, match="disk full"), _writer(st) as w:
+        w.write_block(0, **_block(0))
+        w.write_block(1, **_block(1))  # returns: tokens are stored in the background
+        w.write_block(2, **_block(2))  # settles block 1, whose failure surfaces here
+    with _writer(st) as w:
+        assert w.completed_blocks() == {0}  # a write_block that raised records nothing
+        w.write_block(2, **_block(2))
+    # a float chunk is checked before write_block returns, so its failure surfaces at once
+    failing_key = "/hidden/c/1/"
+    with pytest.raises(OSError, match="disk full"), _writer(st) as w:
+        w.write_block(1, **_block(1))
+    monkeypatch.setattr(ChunkWriter, "_encode_and_set", real)
+    with _writer(st) as w:
+        assert w.missing_blocks() == [1]
+        w.write_block(1, **_block(1))
+        assert w.complete
+    got = st.load_length("r", 6).hidden.values
+    np.testing.assert_array_equal(got, np.concatenate([_block(b)["hidden"] for b in range(3)]).astype("float16"))
+
+
+def test_an_error_after_write_block_still_records_the_stored_block(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    with pytest.raises(RuntimeError), _writer(st) as w:
+        w.write_block(0, **_block(0))
+        raise RuntimeError("the model crashed on block 1")
+    with _writer(st) as w:
+        assert w.missing_blocks() == [1, 2]
+
+
+def test_a_resumed_writer_removes_temp_files_of_killed_chunk_writes(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    with pytest.raises(RuntimeError), _writer(st) as w:
+        w.write_block(0, **_block(0))
+        raise RuntimeError("killed")
+    stray = tmp_path / "s.zarr" / "runs" / "r" / "len_006" / "hidden" / "c" / "1" / "0" / "0" / "0.abc.partial"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"half a chunk")
+    with _writer(st) as w:
+        assert not stray.exists()
+        for b in w.missing_blocks():
+            w.write_block(b, **_block(b))
+    assert not list((tmp_path / "s.zarr").rglob("*.partial"))
+
+
+def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    bad = _block(0)
+    bad["hidden"] = bad["hidden"].copy()
+    bad["hidden"][2, 3, 1, 4] = np.nan
+    bad["tokens"] = bad["tokens"] + 1  # a valid array that must not replace the stored one
+    with _writer(st) as w:
+        w.write_block(0, **_block(0))
+        with pytest.raises(InvalidArrayError, match="NaN or Inf"):
+            w.write_block(0, **bad)  # block 0 is still being stored: checked before anything
+        for b in (1, 2):
+            w.write_block(b, **_block(b))
+    ds = st.load_length("r", 6)
+    np.testing.assert_array_equal(ds.hidden.values[:4], _block(0)["hidden"].astype("float16"))
+    np.testing.assert_array_equal(ds.tokens.values[:4], _block(0)["tokens"])
