@@ -5,6 +5,10 @@ Prints one JSON line. Ratios > 1 mean the store is faster. Sizes: ``LAYERSTATE_B
 with ``posix_fadvise(DONTNEED)`` first (after fsync), so they measure the disk, which is
 what matters for stores larger than RAM.
 
+Both writes are timed until the data is on disk: ``np.save`` then fsync; the store's own
+write (which fsyncs each block before recording it) then an fsync of every file it left, so
+neither side is credited for bytes still in the page cache.
+
 Each side is timed ``LAYERSTATE_BENCH_REPEATS`` times (default 3), interleaved, and the
 best time is kept (as ``timeit`` does): on a shared machine the minimum is the least
 disturbed measurement, and interleaving exposes both sides to the same load.
