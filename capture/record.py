@@ -22,7 +22,14 @@ import numpy as np
 import torch
 
 from capture.tasks import TaskBatch, get_task
-from capture.train import STREAM_CAPTURE, STREAM_CF, rebuild_model, rng_for, split_config
+from capture.train import (
+    STREAM_CAPTURE,
+    STREAM_CF,
+    check_trained_with,
+    rebuild_model,
+    rng_for,
+    split_config,
+)
 from store import MissingError, Store
 
 
@@ -206,6 +213,7 @@ def _capture_all(store: Store, exp, device: str, progress_factory) -> list[Captu
                 f"the experiment no longer matches run {rid!r} in the store (config hash {stored} "
                 f"stored, {expected} now); capture into a new store or restore the experiment file"
             )
+        check_trained_with(store, rid, spec.train)
         model = rebuild_model(store, rid, device)
         for L in cap.lengths:
             prog = progress_factory(f"{rid} L={L}", cap.n_sequences) if progress_factory else None

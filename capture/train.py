@@ -24,7 +24,8 @@ from torch.nn import functional as F
 
 from capture.experiment import RunSpec, TrainConfig
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
-from store import Store
+from store import RunConflictError, Store
+from store.core import _jsonable
 
 # Independent random streams per purpose, so e.g. changing n_eval never changes training data.
 STREAM_TRAIN, STREAM_VALID, STREAM_TEST, STREAM_CAPTURE, STREAM_CF = 1, 2, 3, 4, 5
@@ -190,6 +191,7 @@ def _train_run(
         experiment=spec.exp.experiment.name,
     )
     if store.has_weights(rid) and store.run_attrs(rid).get("status") == "trained":
+        check_trained_with(store, rid, cfg)
         acc = {int(k): v for k, v in store.run_attrs(rid)["metrics"]["accuracy"].items()}
         return TrainResult(rid, True, 0, 0.0, acc)
     with store.lock(rid):
@@ -221,6 +223,32 @@ def _train_run(
         )
         store.consolidate()
     return TrainResult(rid, False, steps, seconds, acc)
+
+
+#: [train] fields that do not change what is trained or measured (only how fast).
+_TRAIN_FIELDS_IGNORED = frozenset({"threads"})
+
+
+def check_trained_with(store: Store, run_id: str, cfg: TrainConfig) -> None:
+    """Refuse to reuse a trained run whose stored ``[train]`` config differs from ``cfg``.
+
+    The run's ``config_hash`` covers task, architecture, variant, seed, model and task
+    configs; the training budget is checked here, so changing ``steps`` (say) and running
+    the experiment again into the same store is an error, not a silent reuse of the old
+    models.
+    """
+    stored = store.run_attrs(run_id).get("train_config")
+    if stored is None:  # trained by hand through the API: nothing recorded to compare
+        return
+    now = _jsonable(cfg.model_dump())
+    diff = {k: (stored.get(k), v) for k, v in now.items()
+            if k not in _TRAIN_FIELDS_IGNORED and stored.get(k) != v}
+    if diff:
+        shown = ", ".join(f"{k}: {a!r} stored, {b!r} now" for k, (a, b) in sorted(diff.items()))
+        raise RunConflictError(
+            f"run {run_id!r} in {store.location} was trained with a different [train] config "
+            f"({shown}); use a new store (run --out, train --store) or restore the experiment file"
+        )
 
 
 def accuracy_by_length(model, task: TaskConfig, cfg: TrainConfig, seed: int, device: str) -> dict[int, float]:

@@ -53,6 +53,24 @@ def test_changed_config_is_refused_not_overwritten(tmp_path):
         train_run(st, changed)
 
 
+def test_a_changed_training_budget_is_refused_not_silently_reused(tmp_path):
+    """The config hash leaves [train] out; rerunning with more steps must not return the
+    old models as if they were trained with the new budget (train or capture)."""
+    from capture.record import capture_experiment
+
+    st = Store.create(str(tmp_path / "a.zarr"))
+    train_run(st, tiny_experiment().runs()[0])
+    longer = tiny_experiment(steps=40)
+    with pytest.raises(RunConflictError, match=r"different \[train\] config \(steps: 20 stored, 40 now\).*new store"):
+        train_run(st, longer.runs()[0])
+    with pytest.raises(RunConflictError, match=r"steps: 20 stored, 40 now"):
+        capture_experiment(st, longer)
+    # torch threads change only the speed: still the same run
+    base = tiny_experiment()
+    more_threads = tiny_experiment(train={**base.train.model_dump(), "threads": 2})
+    assert train_run(st, more_threads.runs()[0]).skipped
+
+
 def test_rebuilt_model_reproduces_the_trained_one(tmp_path):
     spec = tiny_experiment(arch="transformer", steps=5).runs()[0]
     st = Store.create(str(tmp_path / "a.zarr"))
