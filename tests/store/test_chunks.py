@@ -225,3 +225,27 @@ def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
     ds = st.load_length("r", 6)
     np.testing.assert_array_equal(ds.hidden.values[:4], _block(0)["hidden"].astype("float16"))
     np.testing.assert_array_equal(ds.tokens.values[:4], _block(0)["tokens"])
+
+
+def test_every_chunk_file_is_fsynced_before_its_block_is_recorded(tmp_path, monkeypatch):
+    import store.writer as writer_mod
+
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    synced: set[str] = set()
+    real = writer_mod.make_durable
+    with _writer(st) as w:
+
+        def spy(paths):
+            for p in paths:  # a block's files are fsynced while it is not yet recorded
+                row = int(Path(p).relative_to(tmp_path / "s.zarr" / "runs" / "r" / "len_006").parts[2])
+                assert row not in w._recorded()
+            synced.update(str(p) for p in paths)
+            real(paths)
+
+        monkeypatch.setattr(writer_mod, "make_durable", spy)
+        for b in range(3):
+            w.write_block(b, **_block(b))
+    group = tmp_path / "s.zarr" / "runs" / "r" / "len_006"
+    written = {str(p) for var in ("hidden", "tokens", "y", "mask") for p in (group / var / "c").rglob("*") if p.is_file()}
+    assert len(written) == 3 * 2 + 3 * 3 and written <= synced
