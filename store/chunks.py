@@ -5,26 +5,30 @@ Every array the writer creates uses those two codecs (raw little-endian bytes, t
 sequences covers whole chunks, zarr's generic ``Array.__setitem__`` spends most of its
 time outside the bytes themselves: it fills each chunk with the fill value, copies the
 data in, appends the checksum with a second copy, and hops through its event loop per
-chunk (measured: ~0.3x ``np.save`` for the same bytes). Here each chunk is encoded with
-one copy (the layer slice is not contiguous in the input, so one copy is unavoidable),
-checksummed (CRC-32C, the same checksum zarr computes with ``google_crc32c``, here from the
-``crc32c`` package: ~5x faster on this machine and it releases the GIL) and stored from a
-small thread pool, so chunks are encoded and written on both cores; each thread reuses one
-buffer (fresh 4 MB buffers cost more in page faults than the copy itself). On a local disk the file is
-written the way zarr's ``LocalStore`` writes it (temp file + atomic rename) but directly
-from the pool thread: a hop through zarr's event loop per chunk cost as much as the write
-itself. Other stores (fsspec: memory://, s3://) get ``Store.set``. The chunk keys come from the array's metadata, so the bytes on disk are exactly
-what zarr writes (tested bit for bit in tests/store/test_chunks.py) and zarr, xarray and
-``layerstate validate`` read them as usual.
+chunk (measured: ~0.3x ``np.save`` for the same bytes). Here, in a small thread pool, each
+chunk is cast to its stored dtype, checked for NaN/Inf and laid out in one copy (the layer
+slice is not contiguous in the input, so one copy is unavoidable) into the thread's reused
+buffer (fresh 4 MB buffers cost more in page faults than the copy), then checksummed:
+CRC-32C, the checksum zarr computes with ``google_crc32c``, here from the ``crc32c``
+package, ~5x faster on this machine and it releases the GIL.
+
+On a local disk the file is written the way zarr's ``LocalStore`` writes it (temp file +
+atomic rename) but directly from the pool thread (a hop through zarr's event loop per chunk
+cost as much as the write itself), and handed to the disk at once (:func:`start_writeback`);
+the writer fsyncs a block's files (:func:`make_durable`) before recording the block. Other
+stores (fsspec: memory://, s3://) get ``Store.set``. The chunk keys come from the array's
+metadata, so the bytes are exactly what zarr writes (tested bit for bit in
+tests/store/test_chunks.py) and zarr, xarray and ``layerstate validate`` read them as usual.
 
 Anything else — partial chunks at the end of an array, other codecs, other layouts — goes
 through zarr's ``__setitem__``.
 
 :func:`read_whole` is the mirror image for loading whole arrays: zarr 3.1 decodes (checks
 the crc32c, copies into the output) on its single event-loop thread, so a 2-core machine
-reads at one core's speed; here each chunk is fetched (a plain file read on local disks),
-checked and copied into place by a pool thread, with the same checksum check and the same
-error text on a mismatch (``Stored and computed checksum do not match``).
+reads at one core's speed; here each chunk is fetched (a plain file read on local disks,
+requested from the kernel a bounded window ahead), checked and copied into place by a pool
+thread, with the same checksum check and the same error text on a mismatch (``Stored and
+computed checksum do not match``).
 """
 
 from __future__ import annotations
