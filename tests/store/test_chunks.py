@@ -140,6 +140,12 @@ def test_fast_paths_on_a_non_local_store():
     np.testing.assert_array_equal(read_whole(arrays["fast"]), values)
 
 
+def _new_store(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    return st
+
+
 def _writer(st, **kw):
     return st.length_writer("r", 6, n_sequences=12, n_layers=1, n_features=8, labels=["y"], block_size=4, **kw)
 
@@ -152,8 +158,7 @@ def _block(b):
 
 def test_a_block_is_recorded_only_after_its_chunks_are_stored(tmp_path, monkeypatch):
     """Blocks are stored one behind the caller; a chunk that fails keeps its block unrecorded."""
-    st = Store.create(str(tmp_path / "s.zarr"))
-    st.add_run("r", task="t", arch="a", seed=0)
+    st = _new_store(tmp_path)
     real = ChunkWriter._encode_and_set
     failing_key = "/tokens/c/1/"
 
@@ -184,8 +189,7 @@ def test_a_block_is_recorded_only_after_its_chunks_are_stored(tmp_path, monkeypa
 
 
 def test_an_error_after_write_block_still_records_the_stored_block(tmp_path):
-    st = Store.create(str(tmp_path / "s.zarr"))
-    st.add_run("r", task="t", arch="a", seed=0)
+    st = _new_store(tmp_path)
     with pytest.raises(RuntimeError), _writer(st) as w:
         w.write_block(0, **_block(0))
         raise RuntimeError("the model crashed on block 1")
@@ -194,8 +198,7 @@ def test_an_error_after_write_block_still_records_the_stored_block(tmp_path):
 
 
 def test_a_resumed_writer_removes_temp_files_of_killed_chunk_writes(tmp_path):
-    st = Store.create(str(tmp_path / "s.zarr"))
-    st.add_run("r", task="t", arch="a", seed=0)
+    st = _new_store(tmp_path)
     with pytest.raises(RuntimeError), _writer(st) as w:
         w.write_block(0, **_block(0))
         raise RuntimeError("killed")
@@ -210,8 +213,7 @@ def test_a_resumed_writer_removes_temp_files_of_killed_chunk_writes(tmp_path):
 
 
 def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
-    st = Store.create(str(tmp_path / "s.zarr"))
-    st.add_run("r", task="t", arch="a", seed=0)
+    st = _new_store(tmp_path)
     bad = _block(0)
     bad["hidden"] = bad["hidden"].copy()
     bad["hidden"][2, 3, 1, 4] = np.nan
@@ -230,8 +232,7 @@ def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
 def test_every_chunk_file_is_fsynced_before_its_block_is_recorded(tmp_path, monkeypatch):
     import store.writer as writer_mod
 
-    st = Store.create(str(tmp_path / "s.zarr"))
-    st.add_run("r", task="t", arch="a", seed=0)
+    st = _new_store(tmp_path)
     synced: set[str] = set()
     real = writer_mod.make_durable
     with _writer(st) as w:
