@@ -230,7 +230,8 @@ class LengthWriter:
                 )
                 del run[name]
             else:
-                _remove_partial_files(grp)
+                if not grp.attrs.get(S.ATTR_COMPLETE):  # a resume: clear what a kill left
+                    _remove_partial_files(grp)
                 return grp
         return self._create(run, name)
 
