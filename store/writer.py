@@ -354,14 +354,6 @@ class LengthWriter:
             raise
         self._inflight.append((b, stored))
 
-    def _float_dtypes(self) -> dict[str, str]:
-        """The float variables and their stored dtypes (checked for NaN/Inf on write)."""
-        out = {"hidden": self.spec["dtype"]}
-        if self.spec["n_classes"]:
-            out["logits"] = self.spec["dtype"]
-        out.update({k: dt for k, (_d, _s, dt) in self.spec["extra"].items() if np.dtype(dt).kind == "f"})
-        return out
-
     def flush(self) -> None:
         """Wait until every block written so far is stored, and record them."""
         self._settle(keep=0)
@@ -508,6 +500,14 @@ class LengthWriter:
                 raise InvalidArrayError(f"logits has shape {lg.shape}; expected {(m, L, sp['n_classes'])}")
             _numeric(lg, "logits")
             out["logits"] = lg
+        return out
+
+    def _float_dtypes(self) -> dict[str, str]:
+        """The float variables and their stored dtypes (checked for NaN/Inf on write)."""
+        out = {"hidden": self.spec["dtype"]}
+        if self.spec["n_classes"]:
+            out["logits"] = self.spec["dtype"]
+        out.update({k: dt for k, (_d, _s, dt) in self.spec["extra"].items() if np.dtype(dt).kind == "f"})
         return out
 
     def _cast_finite(self, values: np.ndarray, name: str, start: int, dtype: str | None = None) -> np.ndarray:
