@@ -1,4 +1,4 @@
-"""The five architectures behind one interface.
+"""The ten architectures (five core, five from the retrieval zoo) behind one interface.
 
 Example (``tokens``: a (batch, position) LongTensor)::
 
@@ -23,13 +23,15 @@ from pathlib import Path
 
 import torch
 
-from capture.models import hf, rnn
+from capture.models import baseconv, based, deltanet, h3, hf, hyena, rnn, zoo
 from capture.models.base import SequenceModel, count_parameters
-from capture.models.config import ARCHS, VARIANTS, ModelConfig
+from capture.models.config import ARCHS, CORE_ARCHS, VARIANTS, ZOO_ARCHS, ModelConfig
 
 __all__ = [
     "ARCHS",
+    "CORE_ARCHS",
     "VARIANTS",
+    "ZOO_ARCHS",
     "ModelConfig",
     "SequenceModel",
     "build_from_hf_config",
@@ -77,9 +79,21 @@ def build_model(cfg: ModelConfig, vocab_size: int, n_classes: int, seed: int) ->
     with _seeded(seed):
         if cfg.arch in ("lstm", "gru"):
             model = rnn.RecurrentModel(cfg, vocab_size, n_classes)
+        elif cfg.arch in ZOO_ARCHS:
+            model = zoo.ZooModel(cfg, vocab_size, n_classes, _ZOO_MIXERS[cfg.arch])
         else:
             model = hf.build_hf(cfg, vocab_size, n_classes)
     return model.eval()
+
+
+# The retrieval zoo's mixers, one file each (capture/models/zoo.py)
+_ZOO_MIXERS = {
+    "based": based.BasedMixer,
+    "baseconv": baseconv.BaseConvMixer,
+    "h3": h3.H3Mixer,
+    "hyena": hyena.HyenaMixer,
+    "deltanet": deltanet.DeltaNetMixer,
+}
 
 
 def load_pretrained(
@@ -135,13 +149,14 @@ def model_for_run(attrs: dict) -> SequenceModel:
 
 
 def make_conv_identity(model: SequenceModel) -> None:
-    """Apply variant ``no_conv`` to an existing Mamba / Mamba-2 model (e.g. a pretrained one).
+    """Apply variant ``no_conv`` to an existing Mamba / Mamba-2 (e.g. pretrained) or zoo model.
 
     Every mixer's Conv1D becomes a frozen identity (`capture.models.mamba.make_conv_identity`).
     """
-    if not isinstance(model, hf.MambaFamilyModel):
+    if not isinstance(model, hf.MambaFamilyModel | zoo.ZooModel):
         raise TypeError(
-            f"make_conv_identity applies to mamba and mamba2 models, not {model.arch!r}"
+            f"make_conv_identity applies to mamba and mamba2 models, not {model.arch!r}, and to "
+            f"the zoo archs with a short convolution ({', '.join(ZOO_ARCHS)})"
         )
     model.make_conv_identity()
 
@@ -153,12 +168,22 @@ def _sizes(cfg: ModelConfig) -> str:
         "mamba2": ("d_model", "expand", "head_dim", "state_size", "n_groups", "conv_kernel"),
         "lstm": ("hidden_size",),
         "gru": ("hidden_size",),
-    }[cfg.arch]
+    }.get(cfg.arch, ("d_model", *cfg.sizes()))
     return ", ".join(f"{name} {getattr(cfg, name)}" for name in fields)
 
 
-def parameter_table(vocab_size: int = 16, n_classes: int = 16) -> list[dict]:
-    """Parameter counts of the default configs (4 layers, d_model 128), measured by building.
+def parameter_table(
+    vocab_size: int = 16,
+    n_classes: int = 16,
+    archs: tuple[str, ...] = CORE_ARCHS,
+    d_model: int = 128,
+    n_layers: int = 4,
+) -> list[dict]:
+    """Parameter counts of the default configs, measured by building.
+
+    By default the five core archs at 4 layers, d_model 128; the zoo is matched at Arora et
+    al.'s widths, e.g. ``parameter_table(archs=("transformer", *ZOO_ARCHS), d_model=64,
+    n_layers=2)``.
 
     Returns
     -------
@@ -166,8 +191,8 @@ def parameter_table(vocab_size: int = 16, n_classes: int = 16) -> list[dict]:
         One row per arch: ``arch``, ``parameters`` (all, head included), ``sizes``.
     """
     rows = []
-    for arch in ARCHS:
-        cfg = ModelConfig(arch=arch)
+    for arch in archs:
+        cfg = ModelConfig(arch=arch, d_model=d_model, n_layers=n_layers)
         model = build_model(cfg, vocab_size, n_classes, seed=0)
         rows.append({"arch": arch, "parameters": count_parameters(model), "sizes": _sizes(cfg)})
     return rows

@@ -30,9 +30,14 @@ from typing import Any
 import pydantic
 from pydantic import Field
 
-ARCHS = ("transformer", "mamba", "mamba2", "lstm", "gru")
+CORE_ARCHS = ("transformer", "mamba", "mamba2", "lstm", "gru")
+# Arora et al. 2025's other retrieval architectures (capture/models/zoo.py)
+ZOO_ARCHS = ("based", "baseconv", "h3", "hyena", "deltanet")
+ARCHS = CORE_ARCHS + ZOO_ARCHS
 VARIANTS = ("default", "no_conv")
 SSM_ARCHS = ("mamba", "mamba2")
+# Archs with a short causal convolution: variant no_conv makes it a frozen identity
+CONV_ARCHS = SSM_ARCHS + ZOO_ARCHS
 
 # Which size fields each architecture uses; every other size field must stay None.
 ARCH_FIELDS: dict[str, tuple[str, ...]] = {
@@ -41,12 +46,22 @@ ARCH_FIELDS: dict[str, tuple[str, ...]] = {
     "mamba2": ("expand", "state_size", "head_dim", "n_groups", "chunk_size", "conv_kernel"),
     "lstm": ("hidden_size",),
     "gru": ("hidden_size",),
+    "based": ("intermediate_size", "n_heads", "feature_dim", "window", "conv_kernel"),
+    "baseconv": ("intermediate_size", "filter_order", "l_max", "conv_kernel"),
+    "h3": ("intermediate_size", "head_dim", "state_size", "conv_kernel"),
+    "hyena": ("intermediate_size", "filter_order", "l_max", "conv_kernel"),
+    "deltanet": ("intermediate_size", "n_heads", "conv_kernel"),
 }
 _ALL_SIZE_FIELDS = sorted({f for fields in ARCH_FIELDS.values() for f in fields})
 
 
-def default_sizes(arch: str, d_model: int) -> dict[str, int]:
-    """The parameter-matched default sizes of `arch` at width `d_model` (see module doc)."""
+def default_sizes(arch: str, d_model: int, given: dict | None = None) -> dict[str, int]:
+    """The parameter-matched default sizes of `arch` at width `d_model` (see module doc).
+
+    For the zoo archs, sizes in `given` (not None) are used when matching the MLP width.
+    """
+    if arch in ZOO_ARCHS:
+        return _zoo_sizes(arch, d_model, given or {})
     defaults = {
         "transformer": {"intermediate_size": round(4.25 * d_model), "n_heads": 4},
         "mamba": {"expand": 2, "state_size": 16, "conv_kernel": 4},
@@ -64,6 +79,23 @@ def default_sizes(arch: str, d_model: int) -> dict[str, int]:
     return defaults[arch]
 
 
+def _zoo_sizes(arch: str, d_model: int, given: dict) -> dict[str, int]:
+    """Zoology's sizes (capture/models/<arch>.py says which are ours), then the MLP width
+    that matches a GPT-NeoX layer of the same width (`capture.models.zoo.matched_mlp_width`)."""
+    from capture.models.zoo import matched_mlp_width
+
+    state = 2 * max(1, d_model // 8)  # H3: d_model / 4, even (N/2 complex modes)
+    sizes = {
+        "based": {"n_heads": 1, "feature_dim": 16, "window": 8, "conv_kernel": 3},
+        "baseconv": {"filter_order": 16, "l_max": 256, "conv_kernel": 3},
+        "h3": {"head_dim": 2, "state_size": state, "conv_kernel": state},
+        "hyena": {"filter_order": max(8, min(64, d_model // 2)), "l_max": 256, "conv_kernel": 3},
+        "deltanet": {"n_heads": 4, "conv_kernel": 4},
+    }[arch]
+    sizes.update({k: v for k, v in given.items() if k in sizes and isinstance(v, int)})
+    return {"intermediate_size": matched_mlp_width(arch, d_model, sizes), **sizes}
+
+
 class ModelConfig(pydantic.BaseModel):
     """Architecture and sizes of one model; build it with `capture.models.build_model`.
 
@@ -77,7 +109,10 @@ class ModelConfig(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-    arch: str = Field(description="Architecture: one of transformer, mamba, mamba2, lstm, gru.")
+    arch: str = Field(
+        description="Architecture: one of transformer, mamba, mamba2, lstm, gru, based, "
+        "baseconv, h3, hyena, deltanet."
+    )
     n_layers: int = Field(default=4, ge=1, description="Number of blocks above the embedding.")
     d_model: int = Field(
         default=128,
@@ -87,21 +122,26 @@ class ModelConfig(pydantic.BaseModel):
     )
     variant: str = Field(
         default="default",
-        description="'default', or 'no_conv' (mamba/mamba2 only): the Conv1D becomes a frozen "
-        "identity.",
+        description="'default', or 'no_conv' (mamba, mamba2 and the zoo archs): the short "
+        "convolution(s) become a frozen identity.",
     )
     conv_kernel: int | None = Field(
         default=None,
         ge=1,
-        description="mamba/mamba2: causal Conv1D width (default 4; 1 = current step only).",
+        description="mamba/mamba2/deltanet: causal Conv1D width (default 4; 1 = current step "
+        "only); based/baseconv/hyena: 3; h3: the shift SSM's length (default state_size).",
     )
     intermediate_size: int | None = Field(
-        default=None, ge=1, description="transformer: MLP width (default 4.25 x d_model = 544)."
+        default=None,
+        ge=1,
+        description="transformer: MLP width (default 4.25 x d_model = 544); zoo archs: MLP "
+        "width matching a GPT-NeoX layer's parameters.",
     )
     n_heads: int | None = Field(
         default=None,
         ge=1,
-        description="transformer: attention heads (default 4; must divide d_model).",
+        description="transformer/deltanet: attention heads (default 4), based: 1; must "
+        "divide d_model.",
     )
     hidden_size: int | None = Field(
         default=None,
@@ -115,12 +155,16 @@ class ModelConfig(pydantic.BaseModel):
         description="mamba/mamba2: inner width / d_model (default 2 mamba, 4 mamba2).",
     )
     state_size: int | None = Field(
-        default=None, ge=1, description="mamba/mamba2: SSM state size per channel (default 16)."
+        default=None,
+        ge=1,
+        description="mamba/mamba2: SSM state size per channel (default 16); h3: diagonal SSM "
+        "state size (default d_model / 4, even).",
     )
     head_dim: int | None = Field(
         default=None,
         ge=1,
-        description="mamba2: head width (default 32; must divide expand x d_model).",
+        description="mamba2: head width (default 32; must divide expand x d_model); h3: "
+        "width of the k v^T blocks (default 2; must divide d_model).",
     )
     n_groups: int | None = Field(
         default=None,
@@ -131,6 +175,26 @@ class ModelConfig(pydantic.BaseModel):
         default=None,
         ge=1,
         description="mamba2: chunk length of the torch chunked scan (default 16; speed only).",
+    )
+    feature_dim: int | None = Field(
+        default=None, ge=1, description="based: q/k width of the Taylor linear attention (16)."
+    )
+    window: int | None = Field(
+        default=None,
+        ge=0,
+        description="based: sliding-window attention span, itself included (8; 0 = none).",
+    )
+    filter_order: int | None = Field(
+        default=None,
+        ge=1,
+        description="hyena/baseconv: implicit filter MLP width (hyena: min(64, d_model / 2), "
+        "at least 8; baseconv: 16).",
+    )
+    l_max: int | None = Field(
+        default=None,
+        ge=2,
+        description="hyena/baseconv: time scale of the implicit filters (256); longer sequences "
+        "still work.",
     )
 
     def sizes(self) -> dict[str, int]:
@@ -147,7 +211,7 @@ class ModelConfig(pydantic.BaseModel):
         d_model = filled.get("d_model", 128)
         if not isinstance(d_model, int):
             return data
-        for name, value in default_sizes(filled["arch"], d_model).items():
+        for name, value in default_sizes(filled["arch"], d_model, filled).items():
             if filled.get(name) is None:
                 filled[name] = value
         return filled
@@ -160,10 +224,10 @@ class ModelConfig(pydantic.BaseModel):
             raise ValueError(
                 f"unknown variant {self.variant!r}; expected one of {', '.join(VARIANTS)}"
             )
-        if self.variant == "no_conv" and self.arch not in SSM_ARCHS:
+        if self.variant == "no_conv" and self.arch not in CONV_ARCHS:
             raise ValueError(
-                f"variant 'no_conv' removes Mamba's Conv1D and applies to {' and '.join(SSM_ARCHS)} "
-                f"only, not {self.arch!r}; use variant='default'"
+                f"variant 'no_conv' freezes a short convolution as the identity and applies to "
+                f"{', '.join(CONV_ARCHS)} only, not {self.arch!r}; use variant='default'"
             )
         used = ARCH_FIELDS[self.arch]
         stray = [f for f in _ALL_SIZE_FIELDS if f not in used and getattr(self, f) is not None]
@@ -183,6 +247,13 @@ class ModelConfig(pydantic.BaseModel):
                 raise ValueError(
                     f"n_heads={heads} must divide d_model={self.d_model}; pick a divisor"
                 )
+        if self.arch in ("based", "deltanet") and self.d_model % sizes["n_heads"]:
+            raise ValueError(f"n_heads={sizes['n_heads']} must divide d_model={self.d_model}")
+        if self.arch == "h3":
+            if self.d_model % sizes["head_dim"]:
+                raise ValueError(f"head_dim={sizes['head_dim']} must divide d_model={self.d_model}")
+            if sizes["state_size"] % 2:
+                raise ValueError(f"h3 state_size={sizes['state_size']} must be even (complex modes)")
         if self.arch == "mamba2":
             inner, head_dim = sizes["expand"] * self.d_model, sizes["head_dim"]
             if inner % head_dim:
