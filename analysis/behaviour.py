@@ -8,6 +8,7 @@ sequences within seeds, never positions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import xarray as xr
@@ -66,12 +67,11 @@ def sequence_correctness(
         i, j = runs.index(rid), list(lengths).index(L)
         correct[i, j, : c.size] = c
         labelled[i, j, : n.size] = n
-    attrs = [store.run_attrs(r) for r in runs]
     coords = {
         "run": runs,
         "length": list(lengths),
         "sequence": np.arange(n_seq),
-        **{f: ("run", [a.get(f) for a in attrs]) for f in FACTORS},
+        **factor_coords(store, runs),
     }
     dims = ("run", "length", "sequence")
     return xr.Dataset(
@@ -81,8 +81,31 @@ def sequence_correctness(
     )
 
 
-def by_factors(obj: xr.Dataset | xr.DataArray) -> xr.Dataset | xr.DataArray:
-    """Turn the ``run`` dim into ``task, arch, variant, seed`` dims (missing combos NaN)."""
+def factor_coords(store: Store, runs: Sequence[str]) -> dict[str, tuple[str, list]]:
+    """``task``, ``arch``, ``variant``, ``seed`` of each run (from its attributes), as
+    coordinates along ``run``."""
+    attrs = [store.run_attrs(str(r)) for r in runs]
+    return {f: ("run", [a.get(f) for a in attrs]) for f in FACTORS}
+
+
+XrObj = TypeVar("XrObj", xr.Dataset, xr.DataArray)
+
+
+def by_factors(obj: XrObj, store: Store | None = None) -> XrObj:
+    """Turn the ``run`` dim into ``task, arch, variant, seed`` dims (missing combinations NaN).
+
+    The one place a run becomes its factors: factor coordinates already along ``run`` are
+    used, the others come from ``store``'s run attributes. Seeds become ints.
+    """
+    if "run" not in obj.dims:
+        return obj
+    missing = [f for f in FACTORS if f not in obj.coords or obj[f].dims != ("run",)]
+    if missing:
+        if store is None:
+            raise ValueError(f"by_factors needs the store for the runs' {', '.join(missing)}")
+        coords = factor_coords(store, [str(r) for r in obj["run"].values])
+        obj = obj.assign_coords({f: coords[f] for f in missing})
+    obj = obj.assign_coords(seed=("run", [int(s) for s in obj["seed"].values]))
     return obj.set_index(run=list(FACTORS)).unstack("run")
 
 

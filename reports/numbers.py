@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-FACTORS = ("task", "arch", "variant", "seed")
+from analysis.behaviour import FACTORS, by_factors
+
 Xr = TypeVar("Xr", xr.DataArray, xr.Dataset)
 CI_LEVEL = 0.95
 
@@ -125,20 +126,9 @@ def run_factors(store, runs: Iterable[str]) -> pd.DataFrame:
 
 
 def by_seed(obj: Xr, store) -> Xr:
-    """Replace a ``run`` dim by ``task, arch, variant, seed`` dims (missing combinations NaN).
-
-    Factor coordinates already on ``run`` are used; otherwise they come from the store's run
-    attributes.
-    """
-    if "run" not in obj.dims:
-        return obj
-    runs = [str(r) for r in obj["run"].values]
-    missing = [f for f in FACTORS if f not in obj.coords or obj[f].dims != ("run",)]
-    if missing:
-        table = run_factors(store, runs)
-        obj = obj.assign_coords({f: ("run", table[f].tolist()) for f in missing})
-    obj = obj.assign_coords(seed=("run", [int(s) for s in obj["seed"].values]))
-    return obj.set_index(run=list(FACTORS)).unstack("run")
+    """Replace a ``run`` dim by ``task, arch, variant, seed`` dims (missing combinations NaN):
+    :func:`analysis.behaviour.by_factors`."""
+    return by_factors(obj, store)
 
 
 def finite_rows(frame: pd.DataFrame, column: str = "estimate") -> pd.DataFrame:
