@@ -1,6 +1,8 @@
 """Claims: hypotheses declared before looking, evaluated on stored results with honest tests.
 
-A claim lives in the experiment TOML (``[[claims]]``) or its own TOML file::
+A claim lives in the experiment TOML (``[[claims]]``) or its own TOML file; an experiment's
+claims are validated, and checked against its grid (:meth:`Claim.check_levels`), as the file
+loads (:mod:`layerstate.experiment`), so a malformed claim never waits for training::
 
     [[claims]]
     id = "conv1d-s3"
@@ -36,7 +38,9 @@ Tests (seeds are the unit; see :mod:`analysis.stats`):
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Collection, Mapping
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -44,13 +48,13 @@ import xarray as xr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from scipy import stats as sps
 
-from store import MissingError, Store
+from store import LayerstateError, MissingError, Store
 
 ALPHA = 0.05
 
 
-class ClaimError(ValueError):
-    """A claim that cannot be evaluated as written (one line, with the fix)."""
+class ClaimError(LayerstateError, ValueError):
+    """A claim that is malformed or cannot be evaluated as written (one line, with the fix)."""
 
 
 class NotEvaluable(ClaimError):
@@ -112,7 +116,8 @@ class Claim(BaseModel):
         }[self.kind]
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
-            raise ValueError(f"a {self.kind} claim needs {', '.join(missing)}")
+            article = "an" if self.kind[0] in "aeiou" else "a"
+            raise ValueError(f"{article} {self.kind} claim needs {', '.join(missing)}")
         if self.compare == "site" and self.metric != "restoration":
             raise ValueError("compare = 'site' needs metric = 'restoration' (interchange sites)")
         if self.metric == "restoration":
@@ -122,27 +127,92 @@ class Claim(BaseModel):
                 raise ValueError("restoration claims compare sites, architectures or variants within one task")
             if self.compare != "site" and self.site is None:
                 raise ValueError("a restoration claim compares sites (compare = 'site') or names one site = ...")
+        if self.kind in ("difference", "equivalence") and self.metric == "probe_accuracy":
+            raise ValueError(
+                f"{self.kind} claims use metric = 'accuracy' or 'restoration'; "
+                "for probe accuracy use readable_by or profile_match"
+            )
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
         return self
 
+    def levels(self) -> list[tuple[str, str, str | int]]:
+        """Every level of the experiment the claim names, as ``(field, factor, level)``:
+        factors are ``task``, ``arch``, ``variant``, ``site``, ``layer`` and ``length``, in the
+        order they are checked (tasks first: sites and layers depend on them)."""
+        named: list[tuple[str, str, str | int | None]] = [
+            ("task", "task", self.task),
+            ("arch", "arch", self.arch),
+            *(("archs", "arch", a) for a in self.archs),
+        ]
+        if self.kind in ("readable_by", "profile_match"):  # the others compare or span variants
+            named.append(("variant", "variant", self.variant))
+        named += [
+            ("treatment", self.compare, self.treatment),
+            ("reference", self.compare, self.reference),
+            ("matches", "task", self.matches),
+            ("differs_from", "task", self.differs_from),
+            ("length", "length", self.length),
+            ("site", "site", self.site),
+            ("layer", "layer", self.layer),
+        ]
+        return [(f, factor, level) for f, factor, level in named if level is not None]
 
-def parse_claims(items: list[dict[str, Any]], source: str = "claims") -> list[Claim]:
-    """Validate a list of claim tables; one-line errors name the claim and the field."""
+    def check_levels(self, valid: Mapping[str, Collection[str | int] | None]) -> None:
+        """Refuse a claim naming a level not in ``valid`` (factor -> its levels; a factor
+        missing or ``None`` is not checked).
+
+        Raises
+        ------
+        ClaimError
+            One line naming the claim, the field, and the levels there are.
+        """
+        for field, factor, level in self.levels():
+            levels = valid.get(factor)
+            if levels is not None and level not in levels:
+                shown = ", ".join(str(v) for v in levels) or "none"
+                raise ClaimError(
+                    f"claim {self.id!r}: {field} {level!r} is not one of this experiment's "
+                    f"{factor}s ({shown})"
+                )
+
+
+def parse_claims(items: list[dict[str, Any]], source: str | None = None) -> list[Claim]:
+    """Validate a list of claim tables; one-line errors name the claim and the field.
+
+    Raises
+    ------
+    ClaimError
+        ``"<source>: claim '<id>': <field>: <problem>"`` (no source prefix when not given).
+    """
+    prefix = f"{source}: " if source else ""
+    if not isinstance(items, list):
+        raise ClaimError(f"{prefix}claims must be a list of [[claims]] tables")
     out, seen = [], set()
     for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ClaimError(f"{prefix}claim #{i + 1} is not a table; write it as a [[claims]] table")
         try:
             claim = Claim(**item)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "claim"
             name = item.get("id", f"#{i + 1}")
-            raise ClaimError(f"{source}: claim {name!r}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
+            raise ClaimError(f"{prefix}claim {name!r}: {_one_line(exc)}") from None
         if claim.id in seen:
-            raise ClaimError(f"{source}: claim id {claim.id!r} is used twice; ids must be unique")
+            raise ClaimError(f"{prefix}claim id {claim.id!r} is used twice; ids must be unique")
         seen.add(claim.id)
         out.append(claim)
     return out
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(where, list(Claim.model_fields), n=1)
+        msg = f"unknown field; did you mean {near[0]!r}?" if near else (
+            f"unknown field; a claim's fields are {', '.join(Claim.model_fields)}")
+    return f"{where}: {msg}" if where else msg
 
 
 # ---------------------------------------------------------------------- per-kind evaluation
@@ -172,7 +242,7 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     claim's layer or, without one, at the best layer that is not trivially restored (the
     embedding at the corrupted token itself, the last layer at the readout position), as
     :func:`~analysis.interventions.classify_mechanism` reads it."""
-    from analysis.behaviour import FACTORS, by_factors
+    from analysis.behaviour import by_factors
 
     key = ("restoration", claim.task, claim.length, claim.layer, claim.result)
     if key in cache:
@@ -225,11 +295,7 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             f"--length {claim.length}`"
         )
     rest = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
-    attrs = [store.run_attrs(str(r)) for r in rest.run.values]
-    rest = rest.reset_coords(drop=True).assign_coords(
-        {f: ("run", [a.get(f) for a in attrs]) for f in FACTORS}
-    )
-    out = cast(xr.DataArray, by_factors(rest))
+    out = by_factors(rest.reset_coords(drop=True), store)
     cache[key] = out
     return out
 
@@ -370,10 +436,8 @@ def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray
             f"run `layerstate probe STORE --lengths {length}`"
         )
     prof = probes["profile"].sel(length=length, drop=True)
-    attrs = [store.run_attrs(str(r)) for r in prof.run.values]
-    prof = prof.assign_coords({f: ("run", [a.get(f) for a in attrs]) for f in FACTORS})
-    # by_factors returns the type it is given: a DataArray here
-    return cast(xr.DataArray, by_factors(prof))
+    # the factors always come from the runs' attributes
+    return by_factors(prof.drop_vars([f for f in FACTORS if f in prof.coords]), store)
 
 
 def _probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str | None,
@@ -448,11 +512,6 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
 
     for claim in claims:
         if claim.kind in ("difference", "equivalence"):
-            if claim.metric == "probe_accuracy":
-                raise ClaimError(
-                    f"claim {claim.id!r}: {claim.kind} claims use metric = 'accuracy' or 'restoration'; "
-                    "for probe accuracy use readable_by or profile_match"
-                )
             rows.append(attempt(_evaluate_comparison, store, claim, cache))
             ids.append(claim.id)
             kept.append(claim)
@@ -489,3 +548,20 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         data, coords={"claim": np.array(ids, dtype=str)},
         attrs={"alpha": ALPHA, "correction": "holm across the claims", "ci_level": 1 - ALPHA},
     )
+
+
+def stored_probe_profiles(store: Store) -> xr.Dataset | None:
+    """Every stored ``probes/*`` result's layer profiles, merged along ``run`` (None if none)."""
+    names = [n for n in store.results() if n.startswith("probes/")]
+    if not names:
+        return None
+    profiles = [store.read_result(n)[["profile"]] for n in names]
+    return xr.concat(profiles, dim="run", join="outer", data_vars="all")
+
+
+def evaluate_stored_claims(store: Store, claims: list[Claim]) -> xr.Dataset:
+    """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
+    store the verdicts as ``results/claims``; returns them (see :func:`evaluate_claims`)."""
+    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store))
+    store.write_result("claims", res)
+    return res
