@@ -1,10 +1,16 @@
-"""Experiments: a TOML file naming a grid of tasks x architectures x variants x seeds.
+"""What capture trains and records: the capture sections of an experiment file.
+
+An experiment file (:mod:`layerstate.experiment`) describes the whole pipeline; capture
+sees only the sections it acts on — ``[experiment]``, ``[grid]``, ``[train]``,
+``[train_overrides]``, ``[tasks]``, ``[models]`` and ``[capture]`` — as a
+:class:`CapturePlan`, so it never depends on analysis settings or claims (data flows
+capture -> store -> analysis; docs/design.md).
 
 Every field is typed and documented (the docs become ``--help`` text and README tables);
 rules spanning fields raise in one validator with the valid options listed. A run's
 resolved config, and a hash of it, go into the store beside what it produced.
 
-Example (``experiments/quick.toml``)::
+Example (the capture sections of ``experiments/quick.toml``)::
 
     [experiment]
     name = "quick"
@@ -23,19 +29,19 @@ Example (``experiments/quick.toml``)::
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from capture.tasks import TASKS, get_task
+from store import LayerstateError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+M = TypeVar("M", bound=BaseModel)
 
 
-class ExperimentError(ValueError):
+class ExperimentError(LayerstateError, ValueError):
     """A malformed or inconsistent experiment file (one line, with the fix)."""
 
 
@@ -87,54 +93,9 @@ class CaptureConfig(BaseModel):
     counterfactual_lengths: list[int] = Field(default=[40], description="Lengths at which pairs are captured.")
 
 
-class AnalysisConfig(BaseModel):
-    model_config = _STRICT
-    probe: bool = Field(default=True, description="Fit linear probes on every run, per task.")
-    probe_positions: str = Field(
-        default="pooled", description="all | last | pooled: one probe per position, last position, or pooled."
-    )
-    probe_lengths: list[int] | None = Field(default=None, description="Lengths to probe (default: all captured).")
-    probe_train_length: int | None = Field(
-        default=None, description="Fit probes at this length and score them at the others (OOD)."
-    )
-    probe_folds: int = Field(default=5, ge=2, description="k of the k-fold split by sequence.")
-    probe_method: str = Field(default="exact", description="exact | screen | reference.")
-    probe_control: str = Field(
-        default="permute",
-        description="Control labelling for selectivity: permute (labels shuffled across sequences) "
-        "or token (Hewitt & Liang; trivially decodable when a task has 2-6 token types).",
-    )
-    ablate: bool = Field(default=False, description="Ablate directions/subspaces per layer and re-run the layers above.")
-    ablate_settings: list[str] = Field(
-        default=["probe", "leace", "pca:1,4", "random:4"],
-        description="probe | stored | leace | inlp:k | pca:k | svd:k | random:k (k may be a list: pca:1,2,4).",
-    )
-    ablate_fit_length: int | None = Field(default=None, description="Fit directions at this length (default: the training length).")
-    ablate_lengths: list[int] | None = Field(default=None, description="Lengths to ablate at (OOD when not the fit length).")
-    ablate_mode: str = Field(default="zero", description="zero (project out) or mean (replace by the mean).")
-    ablate_refit_rows: int = Field(
-        default=10_000, ge=100, description="Rows per fold for the refitted probe on ablated states."
-    )
-    patch: bool = Field(default=False, description="Activation patching on the captured counterfactual twins.")
-    patch_length: int = Field(default=40, description="Length of the counterfactual twins to patch.")
-    patch_positions: list[int] | None = Field(default=None, description="Positions to patch (default all).")
-    interchange: bool = Field(default=False, description="Interchange interventions at named sites (assoc_recall, treecall).")
-
-    @model_validator(mode="after")
-    def _choices(self) -> AnalysisConfig:
-        if self.probe_positions not in ("all", "last", "pooled"):
-            raise ValueError(f"probe_positions must be all, last or pooled, got {self.probe_positions!r}")
-        if self.probe_control not in ("permute", "token"):
-            raise ValueError(f"probe_control must be permute or token, got {self.probe_control!r}")
-        if self.ablate_mode not in ("zero", "mean"):
-            raise ValueError(f"ablate_mode must be zero or mean, got {self.ablate_mode!r}")
-        if self.probe_method not in ("exact", "screen", "reference"):
-            raise ValueError(f"probe_method must be exact, screen or reference, got {self.probe_method!r}")
-        return self
-
-
-class Experiment(BaseModel):
-    """A whole experiment file, validated."""
+class CapturePlan(BaseModel):
+    """The sections of an experiment that capture reads, validated: the grid of runs, how
+    each is trained, and what is recorded."""
 
     model_config = _STRICT
     experiment: ExperimentInfo
@@ -154,11 +115,9 @@ class Experiment(BaseModel):
             "after an architecture inside it applies to that pair only: [train_overrides.s3.lstm]."
         ),
     )
-    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig, description="Probes and interventions.")
-    claims: list[dict[str, Any]] = Field(default=[], description="Hypotheses evaluated by `layerstate stats`.")
 
     @model_validator(mode="after")
-    def _names_are_known(self) -> Experiment:
+    def _names_are_known(self) -> CapturePlan:
         from capture.models import ARCHS, ModelConfig
 
         _known("task", self.grid.tasks, sorted(TASKS))
@@ -223,7 +182,7 @@ class Experiment(BaseModel):
 class RunSpec:
     """One cell of the grid: what to train and how."""
 
-    exp: Experiment
+    exp: CapturePlan
     task: str
     arch: str
     variant: str
@@ -256,29 +215,16 @@ def _known(what: str, names: list[str], valid: list[str]) -> None:
             raise ValueError(f"unknown {what} {n!r}; valid: {', '.join(valid)}")
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment TOML file.
-
-    Raises
-    ------
-    ExperimentError
-        One line naming the file, the field and the problem.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ExperimentError(f"experiment file {path} not found; see experiments/quick.toml for an example")
+def validate_model(model: type[M], data: dict[str, Any], source: str) -> M:
+    """``model(**data)``, or one :class:`ExperimentError` line naming ``source``, the field
+    and the problem. A project error raised by a validator (e.g. a claim's) keeps its text."""
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ExperimentError(f"{path}: not valid TOML ({exc})") from None
-    return parse_experiment(data, source=str(path))
-
-
-def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Experiment:
-    try:
-        return Experiment(**data)
+        return model(**data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, LayerstateError):
+            raise ExperimentError(f"{source}: {cause}") from None
         where = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
@@ -286,3 +232,14 @@ def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Expe
         raise ExperimentError(f"{source}: {where + ': ' if where else ''}{msg}") from None
     except (KeyError, ValueError) as exc:
         raise ExperimentError(f"{source}: {exc}") from None
+
+
+def parse_plan(data: dict[str, Any], source: str = "<experiment>") -> CapturePlan:
+    """Validate the capture sections of an experiment (a dict as read from TOML).
+
+    Raises
+    ------
+    ExperimentError
+        One line naming ``source``, the field and the problem.
+    """
+    return validate_model(CapturePlan, data, source)

@@ -1,90 +1,84 @@
 """``layerstate run``: train -> capture -> analyse -> claims -> report, resumable per stage.
 
 Every stage skips what is already done (trained runs, captured blocks, stored results), so
-re-running after an interruption does only what is missing.
+re-running after an interruption does only what is missing. The experiment, claims
+included, is validated before anything is created (:func:`layerstate.experiment.load_experiment`).
+Result lines come from :mod:`layerstate.present`.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from capture.experiment import Experiment, load_experiment
+from layerstate import present
+from layerstate.runtime import one_thread, quiet_zarr_warnings, torch_threads
+
+if TYPE_CHECKING:
+    from capture.experiment import RunSpec
+    from capture.train import TrainResult
+    from layerstate.experiment import Experiment
 
 Say = Callable[[str], None]
+#: ``progress(description, total_steps)`` -> a ``callback(step, point)`` for one run's training.
+TrainProgress = Callable[[str, int], Callable[[int, dict], None]]
 
 
-def _train_one(args: tuple[str, str, int, str]) -> tuple[str, bool, int, float, dict]:
-    """Worker: train one run (separate process, one torch thread)."""
-    exp_path, store_path, index, device = args
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import warnings
-
-    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+def _train_one(spec: RunSpec, store_path: str, device: str,
+               progress: Callable[[int, dict], None] | None = None) -> TrainResult:
+    """Train one run; torch's thread count (which training sets) is restored afterwards."""
     from capture.train import train_run
     from store import Store
 
-    exp = load_experiment(exp_path)
-    spec = exp.runs()[index]
-    res = train_run(Store.open(store_path, mode="r+"), spec, device=device)
-    return res.run_id, res.skipped, res.steps, res.seconds, res.accuracy
+    with torch_threads(), quiet_zarr_warnings():
+        return train_run(Store.open(store_path, mode="r+"), spec, device=device, progress=progress)
 
 
-def train_all(exp_path: str, store_path: str, *, jobs: int = 1, device: str = "cpu", say: Say = print) -> None:
-    """Train every run of the experiment, ``jobs`` at a time (processes, one thread each:
-    two 1-thread jobs beat one 2-thread job for these small models, NOTES.md)."""
-    exp = load_experiment(exp_path)
-    n = len(exp.runs())
-    tasks = [(exp_path, store_path, i, device) for i in range(n)]
+def _train_in_worker(args: tuple[RunSpec, str, str]) -> TrainResult:
+    """Worker process: one run, one BLAS and torch thread unless [train] threads says more."""
+    with one_thread():
+        return _train_one(*args)
+
+
+def train_experiment(
+    exp: Experiment,
+    store_path: str,
+    *,
+    jobs: int = 1,
+    device: str = "cpu",
+    progress: TrainProgress | None = None,
+) -> Iterator[TrainResult]:
+    """Train every run of the experiment into ``store_path`` (skipping trained ones).
+
+    ``jobs`` > 1 trains that many runs at a time in processes, one thread each (two 1-thread
+    jobs beat one 2-thread job for these small models, docs/measured.md, "Threads");
+    ``progress`` is used only in-process. Yields each run's result, in grid order.
+    """
+    specs = exp.plan.runs()
     if jobs <= 1 or device != "cpu":
-        results = map(_train_one, tasks)
-        _report_training(results, n, say)
+        for i, spec in enumerate(specs, 1):
+            step = progress(f"[{i}/{len(specs)}] {spec.run_id}", spec.train.steps) if progress else None
+            yield _train_one(spec, store_path, device, step)
         return
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        _report_training(pool.map(_train_one, tasks), n, say)
-
-
-def _report_training(results, n: int, say: Say) -> None:
-    for i, (rid, skipped, steps, seconds, acc) in enumerate(results, 1):
-        accs = " ".join(f"L{k}={v:.3f}" for k, v in sorted(acc.items()))
-        state = "already trained" if skipped else f"{steps} steps, {seconds:.0f}s"
-        say(f"[{i}/{n}] {rid}: {state}; accuracy {accs}")
+        yield from pool.map(_train_in_worker, [(spec, store_path, device) for spec in specs])
 
 
 def evaluate_experiment_claims(store, exp: Experiment, say: Say = print):
     """Evaluate the experiment's claims (if any) and store them under ``results/claims``."""
-    from analysis.claims import evaluate_claims, parse_claims
+    from analysis.claims import evaluate_stored_claims
 
     if not exp.claims:
         say("no claims declared; skipping statistics of claims")
         return None
-    claims = parse_claims(exp.claims, source=exp.experiment.name)
-    probes = _probe_results(store)
-    res = evaluate_claims(store, claims, probes=probes)
-    store.write_result("claims", res)
-    for cid, verdict, est, lo, hi, p, test in zip(res.claim.values, res.verdict.values, res.estimate.values,
-                                                  res.lower.values, res.upper.values, res.p_adjusted.values,
-                                                  res.test.values, strict=True):
-        if verdict == "not evaluable":
-            say(f"claim {cid}: {test}")
-        else:
-            say(f"claim {cid}: {verdict} (estimate {est:+.3f} [{lo:+.3f}, {hi:+.3f}], corrected p={p:.3g})")
+    res = evaluate_stored_claims(store, exp.claims)
+    for line in present.claim_summaries(res):
+        say(line)
     return res
-
-
-def _probe_results(store):
-    """Every stored probe result's layer profiles, merged along ``run`` (None if none)."""
-    import xarray as xr
-
-    names = [n for n in store.results() if n.startswith("probes/")]
-    if not names:
-        return None
-    profiles = [store.read_result(n)[["profile"]] for n in names]
-    return xr.concat(profiles, dim="run", join="outer", data_vars="all")
 
 
 def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
@@ -100,14 +94,12 @@ def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
         if name in done:
             say(f"{name}: already stored")
             continue
-        runs = [r.run_id for r in exp.runs() if r.task == task]
+        runs = [r.run_id for r in exp.plan.runs() if r.task == task]
         t0 = time.perf_counter()
         ds = probe(store, runs=runs, positions=cfg.probe_positions, lengths=cfg.probe_lengths,
                    train_length=cfg.probe_train_length, folds=cfg.probe_folds,
                    method=cfg.probe_method, control=cfg.probe_control, save=True, name=name)
-        best = ", ".join(f"{r}:{b}" for r, b in zip(ds.run.values, ds.best_layer.isel(length=0).values,
-                                                    strict=True))
-        say(f"{name}: {ds.sizes['run']} runs in {time.perf_counter() - t0:.0f}s; best layer {best}")
+        say(present.probe_summary(name, ds, time.perf_counter() - t0))
     return names
 
 
@@ -118,7 +110,7 @@ def intervene_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
     cfg = exp.analysis
     done, names = set(store.results()), []
     for task in exp.grid.tasks:
-        runs = [r.run_id for r in exp.runs() if r.task == task]
+        runs = [r.run_id for r in exp.plan.runs() if r.task == task]
         jobs = []
         if cfg.ablate:
             jobs.append((f"ablation/{task}", lambda runs=runs, task=task: run_ablation(
@@ -154,23 +146,28 @@ def run_experiment(
     device: str = "cpu",
     say: Say = print,
 ) -> Path:
-    """The main job: every stage of an experiment into ``out/store.zarr`` and ``out/report``."""
+    """The main job: every stage of an experiment into ``out/store.zarr`` and ``out/report``.
+
+    A malformed experiment or claim is refused before anything is created or trained.
+    """
     from capture.record import capture_experiment
+    from layerstate.experiment import load_experiment
     from store import Store
 
-    exp_path, out = str(exp_path), Path(out)
     exp = load_experiment(exp_path)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store_path = str(out / "store.zarr")
-    st = Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True)
+    Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True)
     t0 = time.perf_counter()
-    say(f"== train ({len(exp.runs())} runs, {jobs} at a time)")
-    train_all(exp_path, store_path, jobs=jobs, device=device, say=say)
+    n = len(exp.plan.runs())
+    say(f"== train ({n} runs, {jobs} at a time)")
+    for i, res in enumerate(train_experiment(exp, store_path, jobs=jobs, device=device), 1):
+        say(present.training_line(res, i, n))
     st = Store.open(store_path, mode="r+")
     st.consolidate()
     say(f"== capture (lengths {exp.capture.lengths}, {exp.capture.n_sequences} sequences each)")
-    res = capture_experiment(st, exp, device=device)
-    say(f"captured {len(res)} groups ({sum(r.blocks_written for r in res)} blocks written)")
+    say(present.capture_line(capture_experiment(st, exp.plan, device=device)))
     if exp.analysis.probe:
         say(f"== probes ({exp.analysis.probe_positions} positions, {exp.analysis.probe_folds}-fold by sequence)")
         probe_experiment(st, exp, say)
@@ -185,5 +182,5 @@ def run_experiment(
     index = build_report(Store.open(store_path), out / "report", force=True,
                          experiment=exp.model_dump(mode="json"))
     say(f"done in {time.perf_counter() - t0:.0f}s: store {store_path}")
-    say(f"report: {index}")
+    say(present.report_line(index))
     return index

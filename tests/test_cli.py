@@ -53,3 +53,89 @@ def test_not_a_store_is_one_line_exit_2_without_traceback(tmp_path):
 def test_debug_flag_shows_the_exception(tmp_path):
     res = run("--debug", "inspect", str(tmp_path / "nope"))
     assert res.exit_code != 0 and res.exception is not None
+
+
+def test_a_bug_shows_its_traceback(make_store, monkeypatch):
+    """Only bad input is one line and exit 2; a TypeError is a bug."""
+    import store
+
+    st = make_store(n=40)
+
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(store, "summary", broken)
+    res = run("inspect", str(st.location))
+    assert res.exit_code == 1 and isinstance(res.exception, TypeError)
+
+
+def test_scheduler_is_one_shared_option():
+    from layerstate.cli import ablate, patch, probe
+
+    opts = [next(p for p in cmd.params if p.name == "scheduler") for cmd in (probe, ablate, patch)]
+    assert {o.default for o in opts} == {"threads"}
+    assert len({o.help for o in opts}) == 1 and "local:N" in opts[0].help and "tcp://" in opts[0].help
+
+
+def _fake_ablation(calls):
+    import numpy as np
+    import xarray as xr
+
+    def run_ablation(store, name, **kwargs):
+        calls.append(kwargs)
+        settings = [s for s in kwargs["settings"]]
+        drop = np.zeros((1, len(settings), 1, 2))
+        return xr.Dataset({"accuracy_drop": (("run", "setting", "length", "layer"), drop)},
+                          coords={"run": ["r0"], "setting": settings, "length": [12], "layer": ["embed", "L0"]})
+
+    return run_ablation
+
+
+def test_ablate_passes_settings_and_scheduler_through(make_store, monkeypatch):
+    import analysis.interventions
+
+    calls: list[dict] = []
+    monkeypatch.setattr(analysis.interventions, "run_ablation", _fake_ablation(calls))
+    st = make_store(n=40)
+    res = run("ablate", str(st.location), "--settings", "probe,pca:1,4;random:2", "--scheduler", "sync",
+              "--lengths", "12")
+    assert res.exit_code == 0, res.output
+    assert calls[0]["settings"] == ["probe", "pca:1,4", "random:2"]
+    assert calls[0]["scheduler"] == "sync" and calls[0]["lengths"] == [12]
+    assert "r0 [pca:1,4] accuracy drop: embed=+0.000 L0=+0.000" in res.output
+    assert res.output.strip().endswith("stored results/ablation/default")
+
+
+def test_bad_option_values_are_one_line(make_store):
+    st = make_store(n=40)
+    res = run("ablate", str(st.location), "--settings", "probe,pcb:2")
+    assert res.exit_code == 2 and res.output.startswith("layerstate: error: --settings: unknown ablation setting 'pcb:2'")
+    res = run("probe", str(st.location), "--lengths", "12,x")
+    assert res.exit_code == 2 and "--lengths: expected comma-separated integers" in res.output
+    res = run("probe", str(st.location), "--task", "sorting")
+    assert res.exit_code == 2 and "no runs match task=['sorting']" in res.output
+    res = run("inspect", str(st.location), "-S", "anon")
+    assert res.exit_code == 2 and "not KEY=VALUE" in res.output
+
+
+def test_commands_leave_no_global_state(make_store):
+    import warnings
+
+    st = make_store(n=40)
+    before = list(warnings.filters)
+    assert run("inspect", str(st.location)).exit_code == 0
+    assert list(warnings.filters) == before
+
+
+def test_importing_sets_nothing_process_wide():
+    import subprocess
+    import sys
+
+    # numpy, scipy and zarr add filters of their own when imported; ours would name zarr's
+    # consolidated-metadata warning
+    code = ("import os, warnings\n"
+            "env = dict(os.environ)\n"
+            "import layerstate.cli, layerstate.pipeline, layerstate.experiment, layerstate.present\n"
+            "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
+            "assert not [f for f in warnings.filters if f[1] and 'Consolidated' in f[1].pattern]\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -138,3 +138,52 @@ length = 12
     assert res.exit_code == 0 and "max recovery" in res.output
     again = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
     assert again.output.count("already trained") == 2 and "probes/parity: already stored" in again.output
+
+
+BAD_CLAIM = """
+[[claims]]
+id = "lstm-parity"
+statement = "The LSTM holds parity by L1"
+kind = "readable_by"
+task = "parity"
+arch = "lstm"
+layer = "L1"
+treshold = 0.9
+"""
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        (BAD_CLAIM, "claim 'lstm-parity': treshold: unknown field; did you mean 'threshold'?"),
+        (BAD_CLAIM.replace('arch = "lstm"', 'arch = "gru"').replace("treshold", "threshold"),
+         "claim 'lstm-parity': arch 'gru' is not one of this experiment's archs (lstm)"),
+        (BAD_CLAIM.replace("treshold = 0.9", ""), "claim 'lstm-parity': a readable_by claim needs threshold"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "train", "capture"])
+def test_a_malformed_claim_is_refused_before_anything_is_created(exp_file, tmp_path, command, claim, message):
+    exp_file.write_text(TINY + claim)
+    where = tmp_path / "out"
+    args = ["--out", str(where)] if command == "run" else ["--store", str(where)]
+    res = CliRunner().invoke(main, [command, str(exp_file), *args])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [f"layerstate: error: {exp_file}: {message}"]
+    assert not where.exists()  # no store, no output folder: nothing was trained
+
+
+def test_training_restores_the_thread_count(exp_file, tmp_path):
+    import torch
+
+    from layerstate.experiment import load_experiment
+    from layerstate.pipeline import train_experiment
+    from store import Store
+
+    exp_file.write_text(TINY.replace("seeds = [0, 1]", "seeds = [0]").replace("steps = 30", "steps = 2")
+                        + "\n[train_overrides.parity]\nthreads = 2\n")
+    store = str(tmp_path / "s.zarr")
+    Store.create(store)
+    before = torch.get_num_threads()
+    res = list(train_experiment(load_experiment(exp_file), store))
+    assert [r.run_id for r in res] == ["parity-lstm-default-s0"] and not res[0].skipped
+    assert torch.get_num_threads() == before

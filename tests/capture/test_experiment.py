@@ -1,14 +1,11 @@
-"""Experiment files: typed, validated, with one-line errors that list valid options."""
+"""Capture's sections of an experiment: typed, validated, with one-line errors that list
+valid options (the whole file, claims included, is tested in tests/test_experiment.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from capture.experiment import ExperimentError, load_experiment, parse_experiment
-
-ROOT = Path(__file__).resolve().parents[2]
+from capture.experiment import ExperimentError, parse_plan
 
 
 def minimal(**over):
@@ -18,14 +15,8 @@ def minimal(**over):
     return data
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "experiments").glob("*.toml")))
-def test_shipped_experiments_validate(name):
-    exp = load_experiment(ROOT / "experiments" / name)
-    assert exp.runs()
-
-
 def test_grid_expands_and_skips_variants_that_do_not_apply():
-    exp = parse_experiment(minimal(grid={"tasks": ["parity", "s3"], "archs": ["lstm", "mamba"],
+    exp = parse_plan(minimal(grid={"tasks": ["parity", "s3"], "archs": ["lstm", "mamba"],
                                          "variants": ["default", "no_conv"], "seeds": [0, 1]}))
     ids = [r.run_id for r in exp.runs()]
     assert len(ids) == 2 * (1 + 2) * 2  # lstm: default only; mamba: default + no_conv
@@ -33,12 +24,12 @@ def test_grid_expands_and_skips_variants_that_do_not_apply():
 
 
 def test_per_task_training_overrides():
-    exp = parse_experiment(minimal(train={"steps": 10}, train_overrides={"parity": {"steps": 99}}))
+    exp = parse_plan(minimal(train={"steps": 10}, train_overrides={"parity": {"steps": 99}}))
     assert exp.runs()[0].train.steps == 99 and exp.train.steps == 10
 
 
 def test_per_task_and_architecture_training_overrides():
-    exp = parse_experiment(minimal(
+    exp = parse_plan(minimal(
         grid={"tasks": ["parity", "s3"], "archs": ["lstm", "mamba"], "seeds": [0]},
         train={"steps": 10, "lr": 0.01},
         train_overrides={"s3": {"steps": 50, "lstm": {"steps": 300, "batch_size": 7}}},
@@ -73,14 +64,10 @@ def test_per_task_and_architecture_training_overrides():
 )
 def test_bad_experiments_get_one_line_errors(data, match):
     with pytest.raises(ExperimentError, match=match) as info:
-        parse_experiment(data)
+        parse_plan(data)
     assert "\n" not in str(info.value)
 
 
-def test_missing_and_malformed_files(tmp_path):
-    with pytest.raises(ExperimentError, match="not found"):
-        load_experiment(tmp_path / "nope.toml")
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[experiment\nname=")
-    with pytest.raises(ExperimentError, match="not valid TOML"):
-        load_experiment(bad)
+def test_the_plan_holds_no_analysis_or_claims():
+    with pytest.raises(ExperimentError, match=r"analysis: unknown field"):
+        parse_plan(minimal(analysis={"probe": False}))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from capture.experiment import parse_experiment
+from capture.experiment import parse_plan as parse_experiment
 from capture.train import rebuild_model, train_run
 from store import MissingError, RunConflictError, Store
 

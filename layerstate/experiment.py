@@ -1,0 +1,265 @@
+"""Experiments: one TOML file describes the whole pipeline, validated when it loads.
+
+The file names a grid of tasks x architectures x variants x seeds, how each run is trained
+and recorded, which analyses run, and the claims to test::
+
+    [experiment]
+    name = "quick"
+
+    [grid]
+    tasks = ["parity", "s3", "dyck"]
+    archs = ["transformer", "lstm"]
+    seeds = [0, 1]
+
+    [train]
+    steps = 400
+
+    [capture]
+    lengths = [40, 80, 120]
+
+    [analysis]
+    ablate = true
+
+    [[claims]]
+    id = "lstm-parity"
+    statement = "The LSTM beats the Transformer on Parity at length 80"
+    kind = "difference"
+    task = "parity"
+    compare = "arch"
+    treatment = "lstm"
+    reference = "transformer"
+    length = 80
+
+The model lives here, above the packages (docs/design.md): ``capture`` is handed only its
+sections (:attr:`Experiment.plan`, a :class:`~capture.experiment.CapturePlan`), and the
+claims are :class:`analysis.claims.Claim` objects checked against the grid as the file
+loads, so a typo in a claim fails in a second rather than after training and capture.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from analysis.claims import Claim, ClaimError, parse_claims
+from capture.experiment import (
+    CaptureConfig,
+    CapturePlan,
+    ExperimentError,
+    ExperimentInfo,
+    GridConfig,
+    RunSpec,
+    TrainConfig,
+    validate_model,
+)
+
+__all__ = [
+    "AnalysisConfig",
+    "CaptureConfig",
+    "CapturePlan",
+    "Experiment",
+    "ExperimentError",
+    "ExperimentInfo",
+    "GridConfig",
+    "RunSpec",
+    "TrainConfig",
+    "load_claims",
+    "load_experiment",
+    "parse_experiment",
+]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class AnalysisConfig(BaseModel):
+    model_config = _STRICT
+    probe: bool = Field(default=True, description="Fit linear probes on every run, per task.")
+    probe_positions: str = Field(
+        default="pooled", description="all | last | pooled: one probe per position, last position, or pooled."
+    )
+    probe_lengths: list[int] | None = Field(default=None, description="Lengths to probe (default: all captured).")
+    probe_train_length: int | None = Field(
+        default=None, description="Fit probes at this length and score them at the others (OOD)."
+    )
+    probe_folds: int = Field(default=5, ge=2, description="k of the k-fold split by sequence.")
+    probe_method: str = Field(default="exact", description="exact | screen | reference.")
+    probe_control: str = Field(
+        default="permute",
+        description="Control labelling for selectivity: permute (labels shuffled across sequences) "
+        "or token (Hewitt & Liang; trivially decodable when a task has 2-6 token types).",
+    )
+    ablate: bool = Field(default=False, description="Ablate directions/subspaces per layer and re-run the layers above.")
+    ablate_settings: list[str] = Field(
+        default=["probe", "leace", "pca:1,4", "random:4"],
+        description="probe | stored | leace | inlp:k | pca:k | svd:k | random:k (k may be a list: pca:1,2,4).",
+    )
+    ablate_fit_length: int | None = Field(default=None, description="Fit directions at this length (default: the training length).")
+    ablate_lengths: list[int] | None = Field(default=None, description="Lengths to ablate at (OOD when not the fit length).")
+    ablate_mode: str = Field(default="zero", description="zero (project out) or mean (replace by the mean).")
+    ablate_refit_rows: int = Field(
+        default=10_000, ge=100, description="Rows per fold for the refitted probe on ablated states."
+    )
+    patch: bool = Field(default=False, description="Activation patching on the captured counterfactual twins.")
+    patch_length: int = Field(default=40, description="Length of the counterfactual twins to patch.")
+    patch_positions: list[int] | None = Field(default=None, description="Positions to patch (default all).")
+    interchange: bool = Field(default=False, description="Interchange interventions at named sites (assoc_recall, treecall).")
+
+    @model_validator(mode="after")
+    def _choices(self) -> AnalysisConfig:
+        if self.probe_positions not in ("all", "last", "pooled"):
+            raise ValueError(f"probe_positions must be all, last or pooled, got {self.probe_positions!r}")
+        if self.probe_control not in ("permute", "token"):
+            raise ValueError(f"probe_control must be permute or token, got {self.probe_control!r}")
+        if self.ablate_mode not in ("zero", "mean"):
+            raise ValueError(f"ablate_mode must be zero or mean, got {self.ablate_mode!r}")
+        if self.probe_method not in ("exact", "screen", "reference"):
+            raise ValueError(f"probe_method must be exact, screen or reference, got {self.probe_method!r}")
+        return self
+
+
+class Experiment(CapturePlan):
+    """A whole experiment file, validated: capture's sections, analysis settings, claims."""
+
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig, description="Probes and interventions.")
+    claims: list[Claim] = Field(
+        default=[],
+        description="Hypotheses declared before looking, checked against the grid when the file "
+        "loads; evaluated by `layerstate run` and `layerstate stats`.",
+    )
+
+    @field_validator("claims", mode="before")
+    @classmethod
+    def _parse_claims(cls, value: Any) -> list[Claim]:
+        if isinstance(value, list):  # Claim objects go through the same checks as tables
+            value = [c.model_dump(exclude_unset=True) if isinstance(c, Claim) else c for c in value]
+        return parse_claims(value)
+
+    @model_validator(mode="after")
+    def _claims_fit_the_grid(self) -> Experiment:
+        for claim in self.claims:
+            if claim.metric == "restoration" and not self.capture.counterfactual_pairs:
+                raise ClaimError(
+                    f"claim {claim.id!r}: restoration needs counterfactual pairs; set [capture] "
+                    "counterfactual_pairs and counterfactual_lengths"
+                )
+            claim.check_levels(self.levels_for(claim))
+        return self
+
+    @field_serializer("claims")
+    def _claims_as_written(self, claims: list[Claim]) -> list[dict[str, Any]]:
+        # the tables as declared (defaults left out), as the report shows them
+        return [c.model_dump(mode="json", exclude_unset=True) for c in claims]
+
+    @property
+    def plan(self) -> CapturePlan:
+        """Only the sections capture reads (already validated)."""
+        return CapturePlan.model_construct(**{k: getattr(self, k) for k in CapturePlan.model_fields})
+
+    def levels_for(self, claim: Claim) -> dict[str, Collection[str | int] | None]:
+        """What ``claim`` may name in this experiment: factor -> levels (``None``: not checked).
+
+        Lengths are those captured (counterfactual lengths for restoration, probed lengths for
+        probe claims); sites are the interchange sites of the claim's task (its named
+        counterfactual positions, else ``corrupt`` and ``label``, as
+        :func:`analysis.interventions.interchange` picks them); layers are those of every
+        architecture the claim reads.
+        """
+        from capture.models import ModelConfig
+        from store import layer_names
+
+        grid, cap = self.grid, self.capture
+        if claim.metric == "restoration":
+            lengths: list[int] = list(cap.counterfactual_lengths)
+        elif claim.kind in ("readable_by", "profile_match"):
+            lengths = list(self.analysis.probe_lengths or cap.lengths)
+        else:
+            lengths = list(cap.lengths)
+        sites = None
+        if claim.metric == "restoration" and claim.task in grid.tasks and claim.length in lengths:
+            sites = _interchange_sites(self.tasks.get(claim.task, {}), claim.task, claim.length)
+        if claim.arch:
+            archs = [claim.arch]
+        elif claim.compare == "arch":
+            archs = [a for a in (claim.treatment, claim.reference) if a]
+        else:
+            archs = list(claim.archs) or list(grid.archs)
+        layers = None
+        if archs and all(a in grid.archs for a in archs):
+            per_arch = [layer_names(ModelConfig(arch=a, **self.models.get(a, {})).n_layers) for a in archs]
+            layers = [lay for lay in per_arch[0] if all(lay in other for other in per_arch[1:])]
+        return {"task": grid.tasks, "arch": grid.archs, "variant": grid.variants, "length": lengths,
+                "site": sites, "layer": layers}
+
+
+def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[str]:
+    """The sites an interchange result of ``task`` holds: the named positions of its
+    counterfactual pairs (two drawn to read their names), else ``corrupt`` and ``label``."""
+    import numpy as np
+
+    from capture.tasks import get_task
+
+    pair = get_task(task, **params).counterfactual(  # type: ignore[attr-defined]
+        np.random.default_rng(0), 2, length)
+    return list(pair.sites) or ["corrupt", "label"]
+
+
+def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Experiment:
+    """Validate an experiment (a dict as read from TOML), claims included.
+
+    Raises
+    ------
+    ExperimentError
+        One line naming ``source``, the field (or claim) and the problem.
+    """
+    return validate_model(Experiment, data, source)
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment TOML file, claims included.
+
+    Raises
+    ------
+    ExperimentError
+        One line naming the file, the field (or claim) and the problem.
+    """
+    path = Path(path)
+    return parse_experiment(_read_toml(path, "experiment file"), source=str(path))
+
+
+def load_claims(path: str | Path) -> list[Claim]:
+    """The claims of a TOML file: an experiment (validated whole, so its claims are checked
+    against its grid) or a file of ``[[claims]]`` tables only.
+
+    Raises
+    ------
+    ExperimentError, ClaimError
+        One line naming the file and the problem.
+    """
+    path = Path(path)
+    data = _read_toml(path, "claims file")
+    if "experiment" in data or "grid" in data:
+        return parse_experiment(data, source=str(path)).claims
+    claims = parse_claims(data.get("claims", []), source=str(path))
+    if not claims:
+        raise ClaimError(f"{path}: no [[claims]] tables; see experiments/quick.toml for examples")
+    return claims
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ExperimentError(f"{what} {path} not found; see experiments/quick.toml for an example")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(f"{path}: not valid TOML ({exc})") from None

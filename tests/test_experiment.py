@@ -1,0 +1,113 @@
+"""Experiment files, whole: capture's sections, analysis settings and claims, all checked
+when the file loads (a typo in a claim fails before anything is trained)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.claims import Claim
+from capture.experiment import CapturePlan
+from layerstate.experiment import ExperimentError, load_claims, load_experiment, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CLAIM = {"id": "c", "statement": "s", "kind": "difference", "task": "parity", "compare": "arch",
+         "treatment": "lstm", "reference": "gru", "length": 40}
+
+
+def minimal(claims=(), **over):
+    data = {"experiment": {"name": "t"},
+            "grid": {"tasks": ["parity", "assoc_recall"], "archs": ["lstm", "gru", "mamba"],
+                     "variants": ["default", "no_conv"]},
+            "capture": {"lengths": [40, 80], "counterfactual_pairs": 8, "counterfactual_lengths": [40]},
+            "claims": list(claims)}
+    data.update(over)
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "experiments").glob("*.toml")))
+def test_shipped_experiments_validate(name):
+    exp = load_experiment(ROOT / "experiments" / name)
+    assert exp.runs() and all(isinstance(c, Claim) for c in exp.claims)
+    plan = exp.plan
+    assert type(plan) is CapturePlan and [r.run_id for r in plan.runs()] == [r.run_id for r in exp.runs()]
+
+
+def test_claims_are_dumped_as_written(tmp_path):
+    exp = parse_experiment(minimal([CLAIM]))
+    dumped = exp.model_dump(mode="json")
+    assert dumped["claims"] == [CLAIM]  # the report shows the tables as declared
+    assert json.dumps(dumped)  # and it is plain JSON
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"treatmnet": "lstm"}, r"claim 'c': treatmnet: unknown field; did you mean 'treatment'\?"),
+        ({"task": "sorting"}, r"claim 'c': task 'sorting' is not one of this experiment's tasks \(parity, assoc_recall\)"),
+        ({"reference": "transformer"}, r"claim 'c': reference 'transformer' is not one of this experiment's archs"),
+        ({"compare": "variant", "arch": "mamba", "treatment": "no_mixer", "reference": "default"},
+         r"treatment 'no_mixer' is not one of this experiment's variants \(default, no_conv\)"),
+        ({"reference": None}, r"claim 'c': a difference claim needs reference"),
+        ({"statement": None}, r"claim 'c': statement: Field required"),
+        ({"length": 120}, r"length 120 is not one of this experiment's lengths \(40, 80\)"),
+        ({"kind": "readable_by", "arch": "lstm", "layer": "L7", "threshold": 0.9},
+         r"layer 'L7' is not one of this experiment's layers \(embed, L0, L1, L2, L3\)"),
+        ({"task": "assoc_recall", "metric": "restoration", "arch": "lstm", "compare": "site",
+          "treatment": "value", "reference": "answer"},
+         r"reference 'answer' is not one of this experiment's sites \(key, value, divider, query\)"),
+        ({"metric": "restoration", "site": "value", "length": 80},
+         r"length 80 is not one of this experiment's lengths \(40\)"),
+        ({"kind": "equivalence"}, r"an equivalence claim needs margin"),
+        ({"metric": "probe_accuracy"}, r"difference claims use metric = 'accuracy' or 'restoration'"),
+    ],
+)
+def test_malformed_claims_are_refused_at_load(change, match):
+    claim = {k: v for k, v in {**CLAIM, **change}.items() if v is not None}
+    with pytest.raises(ExperimentError, match=match) as info:
+        parse_experiment(minimal([claim]), source="exp.toml")
+    assert str(info.value).startswith("exp.toml: claim") and "\n" not in str(info.value)
+
+
+def test_duplicate_ids_and_restoration_without_pairs():
+    with pytest.raises(ExperimentError, match="claim id 'c' is used twice"):
+        parse_experiment(minimal([CLAIM, CLAIM]))
+    restoration = {**CLAIM, "task": "assoc_recall", "metric": "restoration", "compare": "site",
+                   "arch": "lstm", "treatment": "value", "reference": "query"}
+    parse_experiment(minimal([restoration]))
+    with pytest.raises(ExperimentError, match="set \\[capture\\] counterfactual_pairs"):
+        parse_experiment(minimal([restoration], capture={"lengths": [40]}))
+
+
+def test_grid_errors_come_before_claim_errors():
+    with pytest.raises(ExperimentError, match="unknown task 'sorting'; valid:"):
+        parse_experiment(minimal([{**CLAIM, "task": "sorting"}],
+                                 grid={"tasks": ["sorting"], "archs": ["lstm"]}))
+
+
+def test_bad_analysis_settings():
+    with pytest.raises(ExperimentError, match="probe_positions must be all, last or pooled"):
+        parse_experiment(minimal(analysis={"probe_positions": "first"}))
+    with pytest.raises(ExperimentError, match=r"analysis.probez: unknown field"):
+        parse_experiment(minimal(analysis={"probez": True}))
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ExperimentError, match="not found"):
+        load_experiment(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[experiment\nname=")
+    with pytest.raises(ExperimentError, match="not valid TOML"):
+        load_experiment(bad)
+
+
+def test_claims_files_alone_or_in_an_experiment(tmp_path):
+    only = tmp_path / "claims.toml"
+    only.write_text('[[claims]]\nid = "c"\nstatement = "s"\nkind = "difference"\ntask = "sorting"\n'
+                    'treatment = "no_conv"\nreference = "default"\n')
+    assert [c.task for c in load_claims(only)] == ["sorting"]  # no grid to check against
+    exp = ROOT / "experiments" / "quick.toml"
+    assert [c.id for c in load_claims(exp)] == [c.id for c in load_experiment(exp).claims]
