@@ -1,7 +1,7 @@
 """Whole-chunk writes for arrays whose codecs are exactly ``bytes`` + ``crc32c``.
 
 Every array the writer creates uses those two codecs (raw little-endian bytes, then a
-4-byte crc32c appended; no compressor, see ``store.core.CHECKSUM``). When a block of
+4-byte crc32c appended; no compressor, see ``store.zarrutil.CHECKSUM``). When a block of
 sequences covers whole chunks, zarr's generic ``Array.__setitem__`` spends most of its
 time outside the bytes themselves: it fills each chunk with the fill value, copies the
 data in, appends the checksum with a second copy, and hops through its event loop per
@@ -47,25 +47,16 @@ from typing import Any
 import crc32c
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
+from .zarrutil import check_chunk, chunk_key, raw_crc32c_chunk_bytes
+
 
 def fast_path_ok(arr: zarr.Array) -> bool:
     """True if ``arr``'s chunks are raw little-endian bytes + crc32c, on a regular grid."""
-    meta = arr.metadata
-    codecs: tuple[Any, ...] = tuple(getattr(meta, "codecs", ()))
-    if len(codecs) != 2 or not isinstance(codecs[1], Crc32cCodec):
-        return False
-    first = codecs[0]
-    if not isinstance(first, BytesCodec):
-        return False
-    endian = getattr(first.endian, "value", first.endian)
-    if endian not in (None, "little") or arr.dtype.kind not in "biuf":
-        return False
-    return hasattr(meta.chunk_grid, "chunk_shape")
+    return raw_crc32c_chunk_bytes(arr) is not None
 
 
 def encode_chunk(piece: np.ndarray, out: np.ndarray | None = None, dtype: Any = None) -> np.ndarray:
@@ -157,7 +148,7 @@ class ChunkWriter:
             checked: Future[None] = Future()
             # encoded in the pool too: the copy and the checksum release the GIL
             out.stored.append(self._pool.submit(
-                self._job, store, _chunk_key(arr, (row, *coord)), values[sel], arr.dtype,
+                self._job, store, chunk_key(arr, (row, *coord)), values[sel], arr.dtype,
                 checked if check_finite else None,
             ))
             if check_finite:
@@ -273,13 +264,6 @@ def start_writeback(fd: int) -> None:
         _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # advisory: a failure costs only speed
 
 
-def _chunk_key(arr: zarr.Array, coord: tuple[int, ...]) -> str:
-    """The store key of chunk ``coord`` of ``arr`` (its path inside the store)."""
-    key = arr.metadata.encode_chunk_key(coord)
-    base = arr.store_path.path
-    return f"{base}/{key}" if base else key
-
-
 _EXPONENT = {2: (np.uint16, 0x7FFF, 0x7C00), 4: (np.uint32, 0x7FFFFFFF, 0x7F800000),
              8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
 
@@ -360,10 +344,10 @@ def read_whole(arr: zarr.Array, workers: int = 3) -> np.ndarray | None:
     def one(index: int) -> None:
         coord = coords[index]
         region = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coord, chunk, shape, strict=True))
-        key = _chunk_key(arr, coord)
+        key = chunk_key(arr, coord)
         if local is not None:  # a plain file: read into this thread's buffer, no event-loop hop
             if prefetch and index + PREFETCH_CHUNKS < len(coords):
-                _prefetch(local / _chunk_key(arr, coords[index + PREFETCH_CHUNKS]))
+                _prefetch(local / chunk_key(arr, coords[index + PREFETCH_CHUNKS]))
             buf = _scratch(scratch, nbytes + 5)  # one byte more than a chunk, to notice a longer file
             size = _read_file(local / key, buf)
             raw = None if size is None else buf[:size]
@@ -373,19 +357,14 @@ def read_whole(arr: zarr.Array, workers: int = 3) -> np.ndarray | None:
         if raw is None:  # never written: the fill value, as zarr reads it
             out[region] = fill
             return
-        name = f"chunk {key[len(base) + 1:] if base else key} of {base}"
-        if raw.size != nbytes + 4:
-            raise ValueError(f"{name}: buffer size {raw.size} != {nbytes + 4} (truncated?)")
-        data = raw[:-4]
-        if crc32c.crc32c(data.data) != int.from_bytes(raw[-4:].tobytes(), "little"):
-            raise ValueError(f"Stored and computed checksum do not match in {name}")
+        data = check_chunk(raw, nbytes + 4, base, coord, key)  # a ChunkError names the chunk
         values = data.view(stored).reshape(chunk)
         out[region] = values[tuple(slice(0, r.stop - r.start) for r in region)]
 
     if prefetch:
         assert local is not None
         for i in range(min(PREFETCH_CHUNKS, len(coords))):
-            _prefetch(local / _chunk_key(arr, coords[i]))
+            _prefetch(local / chunk_key(arr, coords[i]))
     with ThreadPoolExecutor(workers, thread_name_prefix="layerstate-read") as pool:
         for fut in [pool.submit(one, i) for i in range(len(coords))]:
             fut.result()

@@ -1,0 +1,279 @@
+"""Helpers every store module shares: the leaf of the package.
+
+It imports no other module of ``store`` except :mod:`store.errors` (the exception classes,
+which import nothing), so any module may import it without forming a cycle. Here:
+
+* the codecs and chunk size of every array the store writes (:data:`CHECKSUM`,
+  :data:`TARGET_CHUNK_BYTES`);
+* :func:`jsonable` (attributes stay plain JSON), :func:`to_numpy` (the one torch/xarray/
+  anything-to-numpy conversion) and :func:`ordered` (arrays in storage dim order);
+* :func:`group` / :func:`array`, schema-checked ``parent[name]``, and :func:`iter_arrays`;
+* :func:`quiet`, which silences zarr's notices about its own format choices where the store
+  opens, reads or writes zarr, and nowhere else;
+* :class:`ChunkError` and :class:`CheckedStore`, so that a checksum failure on read names its
+  chunk itself, and :func:`naming_corruption`, which turns such failures into one
+  :class:`~store.errors.CorruptStoreError` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import crc32c
+import numpy as np
+import xarray as xr
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec
+from zarr.errors import UnstableSpecificationWarning
+from zarr.storage import WrapperStore
+
+from .errors import CorruptStoreError, InvalidArrayError
+
+#: Codecs of every array we write: raw bytes plus a crc32c checksum per chunk. Float16
+#: activations barely compress (1.06-1.09x) and compression costs 2-3x write speed
+#: (docs/measured.md, "Zarr settings").
+CHECKSUM = (Crc32cCodec(),)
+#: Bytes of one chunk of ``hidden`` (one block of sequences x one layer), about 4 MB
+#: (docs/measured.md, "Zarr settings").
+TARGET_CHUNK_BYTES = 4 * 2**20
+
+
+# ---------------------------------------------------------------------- plain values
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy scalars/arrays as Python values and tuples as lists, so attributes
+    stay plain JSON; non-finite floats become strings (``"nan"``, ``"inf"``)."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    return obj
+
+
+def torch_dtype(value: Any) -> str | None:
+    """The dtype name of a torch tensor (``"bfloat16"``), None for anything else."""
+    return str(value.dtype).removeprefix("torch.") if hasattr(value, "detach") else None
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """Any array as numpy: a torch tensor detached and moved to the CPU (bfloat16, which numpy
+    lacks, widened to float32), an ``xarray.DataArray``'s values as they are, anything else
+    through ``np.asarray``. The store never imports torch: tensors are recognised by
+    ``.detach``."""
+    if hasattr(value, "detach"):
+        t = value.detach().cpu()
+        if torch_dtype(t) == "bfloat16":
+            t = t.float()
+        return t.numpy()
+    return np.asarray(value)
+
+
+def ordered(value: Any, dims: tuple[str, ...], name: str) -> np.ndarray:
+    """A DataArray (any dim order) or array (storage order) as numpy in storage order."""
+    if isinstance(value, xr.DataArray):
+        if set(value.dims) != set(dims):
+            raise InvalidArrayError(
+                f"{name} has dims {value.dims}; expected {dims} (rename or transpose the DataArray)"
+            )
+        return np.asarray(value.transpose(*dims).values)
+    arr = to_numpy(value)
+    if arr.ndim != len(dims):
+        raise InvalidArrayError(
+            f"{name} has {arr.ndim} dims {arr.shape}; expected {len(dims)} dims {dims}"
+        )
+    return arr
+
+
+def row_chunks(shape: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
+    """Chunk only along the first axis, keeping each chunk at most ``target`` bytes."""
+    if not shape:
+        return ()
+    row = max(1, math.prod(shape[1:]) * itemsize)
+    return (max(1, min(shape[0], target // row)),) + tuple(shape[1:])
+
+
+# ---------------------------------------------------------------------- nodes
+def group(parent: zarr.Group, name: str) -> zarr.Group:
+    """``parent[name]``, which the schema says is a group (KeyError if it is absent)."""
+    node = parent[name]
+    if not isinstance(node, zarr.Group):
+        raise CorruptStoreError(
+            f"{node_path(parent, name)} is an array where the layerstate schema expects a group; "
+            "the store was changed by another tool: re-create it or restore it from a copy"
+        )
+    return node
+
+
+def array(parent: zarr.Group, name: str) -> zarr.Array:
+    """``parent[name]``, which the schema says is an array (KeyError if it is absent)."""
+    node = parent[name]
+    if not isinstance(node, zarr.Array):
+        raise CorruptStoreError(
+            f"{node_path(parent, name)} is a group where the layerstate schema expects an array; "
+            "the store was changed by another tool: re-create it or restore it from a copy"
+        )
+    return node
+
+
+def node_path(parent: zarr.Group, name: str) -> str:
+    return "/".join(p for p in (parent.path, name) if p)
+
+
+def iter_arrays(grp: zarr.Group, prefix: str = "") -> Iterable[tuple[str, zarr.Array]]:
+    """Every array below a group, with its path."""
+    for path, node in grp.members(max_depth=None):
+        if isinstance(node, zarr.Array):
+            yield (f"{prefix}{path}", node)
+
+
+def chunk_key(arr: zarr.Array, coord: tuple[int, ...]) -> str:
+    """The store key of chunk ``coord`` of ``arr`` (its path inside the store)."""
+    key = arr.metadata.encode_chunk_key(coord)
+    base = arr.store_path.path
+    return f"{base}/{key}" if base else key
+
+
+def raw_crc32c_chunk_bytes(arr: zarr.Array) -> int | None:
+    """The stored size of each chunk if ``arr``'s codecs are exactly raw little-endian bytes +
+    crc32c on a regular grid (every array the writer creates), else None."""
+    meta = arr.metadata
+    codecs: tuple[Any, ...] = tuple(getattr(meta, "codecs", ()))
+    if len(codecs) != 2 or not isinstance(codecs[1], Crc32cCodec):
+        return None
+    first = codecs[0]
+    if not isinstance(first, BytesCodec):
+        return None
+    endian = getattr(first.endian, "value", first.endian)
+    if endian not in (None, "little") or arr.dtype.kind not in "biuf":
+        return None
+    shape = getattr(meta.chunk_grid, "chunk_shape", None)
+    if shape is None:
+        return None
+    return math.prod(shape) * arr.dtype.itemsize + 4
+
+
+# ---------------------------------------------------------------------- zarr's notices
+#: zarr's notices about its own format choices, which a user can do nothing about: the
+#: consolidated-metadata snapshot the store keeps for readers, and data types (strings)
+#: whose Zarr v3 spec is not final.
+_ZARR_NOTICES = ("Consolidated metadata is currently not part",)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence zarr's format notices inside the block only (no filter outlives it).
+
+    Every place the store opens, reads or writes zarr metadata uses it, so ordinary commands
+    print nothing, while a user's own zarr calls elsewhere still warn as zarr decides.
+    """
+    with warnings.catch_warnings():
+        for message in _ZARR_NOTICES:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        warnings.filterwarnings("ignore", category=UnstableSpecificationWarning)
+        yield
+
+
+# ---------------------------------------------------------------------- damaged chunks
+class ChunkError(ValueError):
+    """A chunk that failed its checksum or has the wrong size, named by array and chunk.
+
+    The message starts with ``reason`` (``Stored and computed checksum do not match``, zarr's
+    wording, or ``buffer size ... (truncated?)``).
+    """
+
+    def __init__(self, array_path: str, coord: tuple[int, ...], key: str, reason: str) -> None:
+        super().__init__(f"{reason} in chunk {coord} of {array_path} ({key})")
+        self.array_path, self.coord, self.key, self.reason = array_path, coord, key, reason
+
+    def describe(self) -> str:
+        """``validate``'s wording: ``<array>: chunk (i, j, …) (<key>) is corrupt: <reason>``."""
+        return f"{self.array_path}: chunk {self.coord} ({self.key}) is corrupt: {self.reason}"
+
+
+def check_chunk(raw: np.ndarray, nbytes: int | None, array_path: str, coord: tuple[int, ...],
+                key: str) -> np.ndarray:
+    """The data bytes of one stored raw+crc32c chunk, or :class:`ChunkError` naming it.
+
+    ``nbytes`` is the chunk's expected stored size (None: not checked).
+    """
+    if (nbytes is not None and raw.size != nbytes) or raw.size < 4:
+        raise ChunkError(array_path, coord, key,
+                         f"buffer size {raw.size} != {nbytes if nbytes is not None else '>= 4'} (truncated?)")
+    data = raw[:-4]
+    if crc32c.crc32c(data.data) != int.from_bytes(raw[-4:].tobytes(), "little"):
+        raise ChunkError(array_path, coord, key, "Stored and computed checksum do not match")
+    return data
+
+
+class CheckedStore(WrapperStore[Any]):
+    """A read view of a zarr store that checks the crc32c of the arrays it is told about as
+    their chunks are fetched, so a damaged chunk fails with a :class:`ChunkError` naming it.
+
+    zarr's own checksum error says only that *a* chunk failed; finding which one used to mean
+    decoding every chunk of the store again. The extra CRC costs ~0.5 ms per 4 MB chunk
+    (the ``crc32c`` package, GIL-free), next to milliseconds for zarr to decode the chunk.
+    """
+
+    def __init__(self, store: Any, arrays: Mapping[str, int | None] | None = None) -> None:
+        super().__init__(store)
+        #: array path -> stored chunk size (None: size unknown, the crc32c is still checked)
+        self.arrays: dict[str, int | None] = dict(arrays or {})
+
+    @classmethod
+    def of_group(cls, store: Any, grp: zarr.Group) -> CheckedStore:
+        """Checks every raw+crc32c array directly in ``grp``."""
+        sizes = {}
+        for _name, arr in grp.arrays():
+            nbytes = raw_crc32c_chunk_bytes(arr)
+            if nbytes is not None:
+                sizes[arr.store_path.path] = nbytes
+        return cls(store, sizes)
+
+    def _with_store(self, store: Any) -> CheckedStore:
+        return type(self)(store, self.arrays)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        buf = await self._store.get(key, prototype, byte_range)
+        if buf is None or byte_range is not None:
+            return buf
+        path, sep, coord = key.rpartition("/c/")
+        if sep and path in self.arrays:
+            parts = tuple(int(c) for c in coord.split("/") if c.isdigit())
+            check_chunk(buf.as_numpy_array(), self.arrays[path], path, parts, key)
+        return buf
+
+
+_CORRUPTION_WORDS = ("checksum", "crc32c", "buffer size", "cannot reshape", "decod")
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """True if ``exc`` is how zarr (or :mod:`store.chunks`) reports damaged chunk bytes."""
+    if isinstance(exc, ChunkError):
+        return True
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(s in text for s in _CORRUPTION_WORDS)
+
+
+@contextlib.contextmanager
+def naming_corruption(where: object) -> Iterator[None]:
+    """Turn a checksum/decoding failure inside the block into one :class:`CorruptStoreError`
+    line that names the array and chunk, taken from the error itself."""
+    try:
+        yield
+    except Exception as exc:  # zarr raises plain ValueErrors on a checksum mismatch
+        if not is_corruption(exc):
+            raise
+        detail = exc.describe() if isinstance(exc, ChunkError) else f"{type(exc).__name__}: {exc}"
+        raise CorruptStoreError(
+            f"corrupted data in {where}: {detail}; re-run the capture for that run "
+            "(it rewrites the block) or restore the store from a copy"
+        ) from None
