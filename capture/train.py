@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from capture.experiment import RunSpec, TrainConfig
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import RunConflictError, Store
-from store.core import _jsonable
+from store.zarrutil import jsonable as _jsonable
 
 # Independent random streams per purpose, so e.g. changing n_eval never changes training data.
 STREAM_TRAIN, STREAM_VALID, STREAM_TEST, STREAM_CAPTURE, STREAM_CF = 1, 2, 3, 4, 5
