@@ -8,6 +8,27 @@ Public API::
     st.write_length("lstm-parity-s0", hidden=h, tokens=t, labels={"parity": y})
     ds = Store.open("acts.zarr").open_length("lstm-parity-s0", 40)   # lazy, dask-backed
 
+Modules (each imports only those listed above it, never one that imports it back)::
+
+    errors     the one-line exceptions (imports nothing)
+    schema     names of groups, variables, dims and attributes; schema version
+    zarrutil   the leaf every module shares: codecs, jsonable, to_numpy, node access, quiet(), checked reads
+    provenance tool version, git commit, package versions, host
+    location   where a store lives (directory, zip, fsspec URL); the per-run writer lock
+    chunks     whole-chunk encode/write and read_whole thread pools for raw+crc32c arrays
+    runs       the run registry: identity, config hash, attributes, select
+    weights    model parameters, one array per tensor
+    results    analysis result Datasets under results/
+    layout     a length group's spec, creation, and the checks that let a writer resume it
+    inputs     checks and casts of the arrays handed to a writer
+    pipeline   blocks stored one behind the caller, fsynced, then recorded
+    writer     LengthWriter: resumable, chunk-aligned writes of one (run, length)
+    lengths    length groups: list, open lazily, load whole, write whole
+    core       Store: open/create and consolidated metadata; a thin facade over the above
+    integrity  validate: schema, completion records and every chunk's checksum
+    inspect    summary of what a store holds
+    pack       pack a store into one zip, unpack it safely
+
 This package imports nothing else of layerstate's.
 """
 

@@ -1,6 +1,6 @@
 """The activation store: a Zarr v3 hierarchy that plain xarray opens.
 
-Layout (schema ``layerstate/1``, DESIGN.md)::
+Layout (schema ``layerstate/1``; docs/store-format.md, "Overview")::
 
     <store>/                  attrs: schema, title, created, tool_version, provenance
       runs/<run_id>/          attrs: task, arch, variant, seed, model/task config, config_hash, …
@@ -9,76 +9,37 @@ Layout (schema ``layerstate/1``, DESIGN.md)::
                               logits (sequence, position, class), one int array per label
       results/<name>/         analysis outputs (xarray Datasets)
 
-Reading is lazy (dask arrays aligned with stored chunks). Writing goes through
-:class:`~store.writer.LengthWriter`, which writes chunk-aligned blocks of sequences and
-records each finished block in the store, so a killed writer resumes where it stopped.
+:class:`Store` opens or creates a store and keeps its consolidated-metadata snapshot; each
+of its other methods hands over to the module that owns that part of the layout:
+:mod:`store.runs`, :mod:`store.weights`, :mod:`store.lengths` (reads lazily or whole, and
+whole writes), :class:`store.writer.LengthWriter` (streaming, resumable writes) and
+:mod:`store.results`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import math
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
-from zarr.codecs import Crc32cCodec
 
+from . import lengths as _lengths
+from . import results as _results
+from . import runs as _runs
 from . import schema as S
-from .errors import (
-    CorruptStoreError,
-    IncompleteError,
-    InvalidArrayError,
-    LayerstateError,
-    MissingError,
-    NotAStoreError,
-    RunConflictError,
-    SchemaVersionError,
-)
+from . import weights as _weights
+from .errors import LayerstateError, NotAStoreError, RunConflictError, SchemaVersionError
 from .location import Location, RunLock
 from .provenance import now, provenance, tool_version
+from .runs import config_hash, run_identity
+from .writer import LengthWriter
+from .zarrutil import naming_corruption, quiet
 
-#: Codecs of every array we write: raw bytes plus a crc32c checksum per chunk. Float16
-#: activations barely compress (1.06-1.09x) and compression costs 2-3x write speed (NOTES.md).
-CHECKSUM = (Crc32cCodec(),)
-TARGET_CHUNK_BYTES = 4 * 2**20
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """A stable short hash of a JSON-able config (key order does not matter)."""
-    blob = json.dumps(_jsonable(config), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def run_identity(
-    task: str, arch: str, variant: str, seed: int,
-    model_config: Mapping | None = None, task_config: Mapping | None = None,
-) -> dict[str, Any]:
-    """What defines a run; its :func:`config_hash` is the run's ``config_hash`` attribute."""
-    return {
-        "task": task, "arch": arch, "variant": variant, "seed": int(seed),
-        "model_config": dict(model_config or {}), "task_config": dict(task_config or {}),
-    }
-
-
-def _jsonable(obj: Any) -> Any:
-    """Convert numpy scalars/arrays and tuples so attrs stay plain JSON."""
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    return obj
+__all__ = ["Store", "config_hash", "create_store", "open_store", "run_identity"]
 
 
 class Store:
@@ -100,7 +61,6 @@ class Store:
         self.location = location
         self.root = root
         self.read_only = read_only
-        self._zstore = root.store
         self._defer = 0
         self._stale = False
 
@@ -135,18 +95,19 @@ class Store:
                 f"{loc} already exists and is {what}; choose a new path, or open it with "
                 "Store.open(..., mode='r+') to add to it"
             )
-        root = zarr.open_group(store=loc.zarr_store(read_only=False), mode="w-", zarr_format=3)
-        root.attrs.update(
-            {
-                "schema": S.SCHEMA,
-                "title": title,
-                "created": now(),
-                "tool_version": tool_version(),
-                "provenance": provenance(),
-            }
-        )
-        root.require_group(S.RUNS)
-        root.require_group(S.RESULTS)
+        with quiet():
+            root = zarr.open_group(store=loc.zarr_store(read_only=False), mode="w-", zarr_format=3)
+            root.attrs.update(
+                {
+                    "schema": S.SCHEMA,
+                    "title": title,
+                    "created": now(),
+                    "tool_version": tool_version(),
+                    "provenance": provenance(),
+                }
+            )
+            root.require_group(S.RUNS)
+            root.require_group(S.RESULTS)
         st = cls(loc, root, read_only=False)
         st.consolidate()
         return st
@@ -176,10 +137,11 @@ class Store:
             zstore = loc.zarr_store(read_only=read_only)
             # Writers never trust consolidated metadata: it is a snapshot taken at the
             # last finished write, and stale membership would hide their own groups.
-            root = zarr.open_group(
-                store=zstore, mode="r" if read_only else "r+", zarr_format=3,
-                use_consolidated=None if read_only else False,
-            )
+            with quiet():
+                root = zarr.open_group(
+                    store=zstore, mode="r" if read_only else "r+", zarr_format=3,
+                    use_consolidated=None if read_only else False,
+                )
         except LayerstateError:
             raise
         except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
@@ -202,7 +164,8 @@ class Store:
         if self._defer:
             self._stale = True
             return
-        zarr.consolidate_metadata(self._zstore)
+        with quiet():
+            zarr.consolidate_metadata(self.root.store)
 
     @contextlib.contextmanager
     def deferred_consolidation(self) -> Iterator[Store]:
@@ -221,44 +184,26 @@ class Store:
     def attrs(self) -> dict:
         return dict(self.root.attrs)
 
-    def _runs_group(self) -> zarr.Group:
-        return _group(self.root, S.RUNS)
-
     def run_ids(self) -> list[str]:
         """All run ids, sorted."""
-        return sorted(name for name, _ in self._runs_group().groups())
+        return _runs.run_ids(self.root)
 
-    def _run(self, run_id: str) -> zarr.Group:
-        runs = self._runs_group()
-        if run_id not in runs:
-            raise MissingError(
-                f"run {run_id!r} is not in {self.location}; runs there: "
-                f"{', '.join(self.run_ids()) or '(none)'}"
-            )
-        return _group(runs, run_id)
+    def run_group(self, run_id: str) -> zarr.Group:
+        """The zarr group of one run (:class:`MissingError` naming the runs there if absent)."""
+        return _runs.run_group(self.root, run_id, self.location)
 
     def run_attrs(self, run_id: str) -> dict:
         """The attributes of one run (task, arch, variant, seed, configs, metrics, …)."""
-        return dict(self._run(run_id).attrs)
+        return dict(self.run_group(run_id).attrs)
 
     def runs(self) -> pd.DataFrame:
         """One row per run: task, arch, variant, seed, stored lengths, weights present."""
         rows = []
         for rid in self.run_ids():
             a = self.run_attrs(rid)
-            rows.append(
-                {
-                    "run": rid,
-                    "task": a.get("task"),
-                    "arch": a.get("arch"),
-                    "variant": a.get("variant"),
-                    "seed": a.get("seed"),
-                    "lengths": self.lengths(rid),
-                    "weights": self.has_weights(rid),
-                }
-            )
-        cols = ["run", "task", "arch", "variant", "seed", "lengths", "weights"]
-        return pd.DataFrame(rows, columns=cols).set_index("run")
+            rows.append({"run": rid, **{k: a.get(k) for k in ("task", "arch", "variant", "seed")},
+                         "lengths": self.lengths(rid), "weights": self.has_weights(rid)})
+        return _runs.runs_table(rows)
 
     def select(self, **filters: Any) -> list[str]:
         """Run ids whose attributes match every filter.
@@ -266,17 +211,7 @@ class Store:
         A filter value may be a single value or a list of accepted values, e.g.
         ``select(task="s3", arch=["lstm", "mamba"])``. Unknown attribute names raise.
         """
-        out = []
-        for rid in self.run_ids():
-            a = self.run_attrs(rid)
-            for key in filters:
-                if key not in a:
-                    raise KeyError(
-                        f"runs have no attribute {key!r}; filter on one of: {', '.join(sorted(a))}"
-                    )
-            if all(_matches(a[k], v) for k, v in filters.items()):
-                out.append(rid)
-        return out
+        return _runs.select({rid: self.run_attrs(rid) for rid in self.run_ids()}, filters)
 
     def add_run(
         self,
@@ -296,32 +231,15 @@ class Store:
         that exists with a different hash raises :class:`RunConflictError` and changes nothing.
         """
         self._writable()
-        S.check_run_id(run_id)
         identity = run_identity(task, arch, variant, seed, model_config, task_config)
-        h = config_hash(identity)
-        runs = self._runs_group()
-        if run_id in runs:
-            old = runs[run_id].attrs.get("config_hash")
-            if old != h:
-                raise RunConflictError(
-                    f"run {run_id!r} already exists in {self.location} with a different config "
-                    f"(hash {old} vs {h}); use a new run id, or a new store for the new config"
-                )
-            return run_id
-        grp = runs.create_group(run_id)
-        grp.attrs.update(_jsonable({**identity, **attrs, "config_hash": h, "created": now()}))
-        self.consolidate()
+        if _runs.add_run(self.root, run_id, identity, attrs, self.location):
+            self.consolidate()
         return run_id
 
     def update_run_attrs(self, run_id: str, **attrs: Any) -> None:
         """Add or replace run attributes (training metrics, evaluation, …); identity is fixed."""
         self._writable()
-        frozen = set(attrs) & {"task", "arch", "variant", "seed", "model_config", "task_config", "config_hash"}
-        if frozen:
-            raise RunConflictError(
-                f"cannot change {sorted(frozen)} of run {run_id!r}: they define it; add a new run instead"
-            )
-        self._run(run_id).attrs.update(_jsonable(attrs))
+        _runs.update_run_attrs(self.run_group(run_id), run_id, attrs)
 
     # ------------------------------------------------------------------ weights
     def write_weights(self, run_id: str, state_dict: Mapping[str, Any], *, overwrite: bool = False) -> None:
@@ -331,60 +249,25 @@ class Store:
         array is written, so a killed writer never leaves weights that look usable.
         """
         self._writable()
-        run = self._run(run_id)
-        if S.WEIGHTS in run:
-            if run[S.WEIGHTS].attrs.get("complete") and not overwrite:
-                raise RunConflictError(
-                    f"run {run_id!r} already has weights; pass overwrite=True to replace them"
-                )
-            del run[S.WEIGHTS]
-        grp = run.create_group(S.WEIGHTS)
-        dtypes = {}
-        for name, value in state_dict.items():
-            arr, orig = _to_numpy(value)
-            dtypes[name] = orig
-            chunks = _row_chunks(arr.shape, arr.dtype.itemsize, 8 * 2**20)
-            a = grp.create_array(
-                name, shape=arr.shape, dtype=arr.dtype, chunks=chunks, fill_value=0,
-                compressors=CHECKSUM, config={"write_empty_chunks": True},
-                # Plain xarray needs dim names on every array: one private dim per axis.
-                dimension_names=[f"{name}:{i}" for i in range(arr.ndim)],
-            )
-            a[...] = arr
-        grp.attrs.update({"complete": True, "dtypes": dtypes, "names": list(state_dict)})
+        _weights.write_weights(self.run_group(run_id), run_id, state_dict, overwrite=overwrite)
         self.consolidate()
 
     def has_weights(self, run_id: str) -> bool:
-        run = self._run(run_id)
-        return S.WEIGHTS in run and bool(run[S.WEIGHTS].attrs.get("complete"))
+        return _weights.has_weights(self.run_group(run_id))
 
     def read_weights(self, run_id: str) -> dict[str, np.ndarray]:
         """The stored parameters as numpy arrays, in the order they were written."""
-        if not self.has_weights(run_id):
-            raise MissingError(
-                f"run {run_id!r} has no (complete) weights in {self.location}; "
-                "train it first with `layerstate train`"
-            )
-        grp = _group(self._run(run_id), S.WEIGHTS)
-        names = cast("list[str] | None", grp.attrs.get("names")) or sorted(n for n, _ in grp.arrays())
-        return {n: np.asarray(_array(grp, n)[...]) for n in names}
+        return _weights.read_weights(self.run_group(run_id), run_id, self.location)
 
     # ------------------------------------------------------------------ lengths
     def lengths(self, run_id: str, kind: str = "len") -> list[int]:
         """Sequence lengths stored for a run (``kind="cf"`` for counterfactual groups)."""
-        out = []
-        for name, _ in self._run(run_id).groups():
-            parsed = S.parse_length_group(name)
-            if parsed and parsed[0] == kind:
-                out.append(parsed[1])
-        return sorted(out)
+        return _lengths.lengths(self.run_group(run_id), kind)
 
-    def length_writer(self, run_id: str, length: int, **kwargs: Any):
+    def length_writer(self, run_id: str, length: int, **kwargs: Any) -> LengthWriter:
         """A :class:`~store.writer.LengthWriter` for one run and length (see its docs)."""
-        from .writer import LengthWriter
-
         self._writable()
-        self._run(run_id)
+        self.run_group(run_id)
         return LengthWriter(self, run_id, length, **kwargs)
 
     def write_length(
@@ -406,32 +289,13 @@ class Store:
         order or an ``xarray.DataArray`` with those dims in any order. ``mask`` defaults to
         "every position labelled"; ``logits`` may be omitted.
         """
-        hidden = _ordered(hidden, S.DIMS["hidden"], "hidden")
-        n, L, n_layer, n_feat = hidden.shape
-        if length is not None and length != L:
-            raise InvalidArrayError(
-                f"length={length} but hidden has {L} positions; pass length={L} or fix the array"
-            )
-        logits_arr = None if logits is None else _ordered(logits, S.DIMS["logits"], "logits")
-        with self.length_writer(
-            run_id, L, n_sequences=n, layers=layers or S.layer_names(n_layer - 1),
-            n_features=n_feat, labels=list(labels),
-            n_classes=None if logits_arr is None else logits_arr.shape[-1], **kwargs,
-        ) as w:
-            if w.complete:
-                return
-            w.append(hidden=hidden, tokens=tokens, labels=labels, mask=mask, logits=logits_arr)
+        _lengths.write_length(
+            lambda L, **kw: self.length_writer(run_id, L, **kw), length, hidden=hidden,
+            tokens=tokens, labels=labels, mask=mask, logits=logits, layers=layers, **kwargs,
+        )
 
     def _length_group(self, run_id: str, length: int, kind: str = "len") -> zarr.Group:
-        run = self._run(run_id)
-        name = S.length_group(length, kind)
-        if name not in run:
-            have = self.lengths(run_id, kind)
-            raise MissingError(
-                f"run {run_id!r} has no {kind} group for length {length}; stored lengths: "
-                f"{', '.join(map(str, have)) or '(none)'} — capture it with `layerstate capture`"
-            )
-        return _group(run, name)
+        return _lengths.length_group(self.run_group(run_id), run_id, length, kind)
 
     def open_length(
         self,
@@ -453,7 +317,8 @@ class Store:
 
         ``lazy="dask"`` (default) backs variables with dask arrays whose chunks are the
         stored chunks; ``lazy="xarray"`` uses xarray's own lazy indexing without dask, which
-        loads whole arrays 2-3x faster (see :meth:`load_length`).
+        loads whole arrays 2-3x faster (see :meth:`load_length`). A chunk that fails its
+        checksum when read names itself (compute through :meth:`compute` for a one-line error).
 
         Raises
         ------
@@ -461,117 +326,41 @@ class Store:
             If the length is still being written (or a writer was killed) and
             ``allow_incomplete`` is False: unwritten chunks would read as NaN/fill values.
         """
-        grp = self._length_group(run_id, length, kind)
-        attrs = dict(grp.attrs)
-        if not attrs.get(S.ATTR_COMPLETE) and not allow_incomplete:
-            done = len(cast("list[int]", attrs.get(S.ATTR_COMPLETED, [])))
-            total = attrs.get("n_blocks", "?")
-            raise IncompleteError(
-                f"run {run_id!r} length {length} is incomplete ({done} of {total} blocks written); "
-                "finish it by re-running the capture (it resumes), or pass allow_incomplete=True"
-            )
-        path = f"{S.RUNS}/{run_id}/{S.length_group(length, kind)}"
-        if lazy not in ("dask", "xarray"):
-            raise ValueError(f"lazy must be 'dask' or 'xarray', got {lazy!r}")
-        ds = xr.open_zarr(
-            self._zstore, group=path, consolidated=False, zarr_format=3,
-            chunks={} if lazy == "dask" else None,
+        return _lengths.open_length(
+            self._length_group(run_id, length, kind), run_id, length, self.run_attrs(run_id),
+            allow_incomplete=allow_incomplete, lazy=lazy,
         )
-        ds.attrs["run_id"] = run_id
-        ds.attrs["run"] = self.run_attrs(run_id)
-        return ds
 
     def load_length(self, run_id: str, length: int, **kwargs: Any) -> xr.Dataset:
         """One run and length read fully into memory (the fast path for whole arrays:
         chunks fetched, checked and placed by a thread pool, ``store.chunks.read_whole``)."""
-        from .chunks import read_whole
-
         ds = self.open_length(run_id, length, lazy="xarray", **kwargs)
         grp = self._length_group(run_id, length, kwargs.get("kind", "len"))
-
-        def load() -> xr.Dataset:
-            fast = {}
-            for name, var in ds.data_vars.items():
-                values = read_whole(_array(grp, str(name)))
-                if values is not None:
-                    fast[name] = var.copy(data=values)
-            return ds.assign(fast).compute()
-
-        return self._guarded(load)
+        return _lengths.load_length(ds, grp, self.location)
 
     def label_names(self, run_id: str, length: int, kind: str = "len") -> list[str]:
-        return list(cast("list[str]", self._length_group(run_id, length, kind).attrs.get("labels", [])))
+        return _lengths.label_names(self._length_group(run_id, length, kind))
 
     # ------------------------------------------------------------------ results
     def write_result(self, name: str, ds: xr.Dataset, *, overwrite: bool = True) -> None:
         """Store an analysis result Dataset under ``results/<name>`` (checksummed, no pickle)."""
         self._writable()
-        if not isinstance(ds, xr.Dataset):
-            raise TypeError(f"results must be an xarray.Dataset, got {type(ds).__name__}")
-        for v in ds.variables.values():
-            if v.dtype == object:
-                raise InvalidArrayError(
-                    f"result {name!r} variable has object dtype; convert it to numbers or fixed strings"
-                )
-        if not overwrite and name in self.results():
-            raise RunConflictError(f"result {name!r} exists; pass overwrite=True to replace it")
-        # Fixed-width numpy strings have no Zarr v3 spec; variable-length strings do.
-        ds = ds.copy()
-        for var in [k for k, v in ds.variables.items() if v.dtype.kind == "U"]:
-            ds[var] = ds[var].astype(np.dtypes.StringDType())
-        enc = {v: {"compressors": CHECKSUM} for v in ds.variables}
-        ds.attrs = _jsonable(ds.attrs)
-        # Every chunk is written, even all-fill ones: validate treats a missing chunk as damage.
-        with zarr.config.set({"array.write_empty_chunks": True}):
-            ds.to_zarr(
-                self._zstore, group=f"{S.RESULTS}/{name}", mode="w", zarr_format=3,
-                consolidated=False, encoding=enc,
-            )
+        _results.write_result(self.root, name, ds, overwrite=overwrite)
         self.consolidate()
 
     def results(self) -> list[str]:
         """Names of stored results (nested names use ``/``)."""
-        if S.RESULTS not in self.root:
-            return []
-        out = []
-        for path, node in _group(self.root, S.RESULTS).members(max_depth=None):
-            if isinstance(node, zarr.Group) and any(True for _ in node.arrays()):
-                out.append(path)
-        return sorted(out)
+        return _results.result_names(self.root)
 
     def read_result(self, name: str) -> xr.Dataset:
         """A stored result, loaded into memory."""
-        if name not in self.results():
-            raise MissingError(
-                f"no result {name!r} in {self.location}; stored results: "
-                f"{', '.join(self.results()) or '(none)'}"
-            )
-        with xr.open_zarr(
-            self._zstore, group=f"{S.RESULTS}/{name}", consolidated=False, zarr_format=3
-        ) as ds:
-            return ds.load()
+        return _results.read_result(self.root, name, self.location)
 
     # ------------------------------------------------------------------ helpers
     def compute(self, obj: Any) -> Any:
         """Compute a lazy xarray object, naming the array and chunk if a checksum fails."""
-        return self._guarded(obj.compute)
-
-    def _guarded(self, fn: Any) -> Any:
-        """``fn()``, turning a checksum/decoding failure into a CorruptStoreError that names
-        the array and chunk (found by re-checking the store)."""
-        try:
-            return fn()
-        except Exception as exc:  # zarr raises plain ValueErrors on checksum mismatch
-            if not _is_corruption(exc):
-                raise
-            from .integrity import find_corruption
-
-            problems = find_corruption(self)
-            detail = problems[0] if problems else str(exc)
-            raise CorruptStoreError(
-                f"corrupted data in {self.location}: {detail}; re-run the capture for that run "
-                "(it rewrites the block) or restore the store from a copy"
-            ) from None
+        with naming_corruption(self.location):
+            return obj.compute()
 
     def lock(self, run_id: str) -> RunLock:
         return RunLock(self.location, run_id)
@@ -594,33 +383,6 @@ def open_store(url: str | Any, mode: str = "r", **kwargs: Any) -> Store:
 def create_store(url: str | Any, **kwargs: Any) -> Store:
     """Shorthand for :meth:`Store.create`."""
     return Store.create(url, **kwargs)
-
-
-# ---------------------------------------------------------------------- internals
-def _group(parent: zarr.Group, name: str) -> zarr.Group:
-    """``parent[name]``, which the schema says is a group (KeyError if it is absent)."""
-    node = parent[name]
-    if not isinstance(node, zarr.Group):
-        raise CorruptStoreError(
-            f"{_node_path(parent, name)} is an array where schema {S.SCHEMA!r} expects a group; "
-            "the store was changed by another tool: re-create it or restore it from a copy"
-        )
-    return node
-
-
-def _array(parent: zarr.Group, name: str) -> zarr.Array:
-    """``parent[name]``, which the schema says is an array (KeyError if it is absent)."""
-    node = parent[name]
-    if not isinstance(node, zarr.Array):
-        raise CorruptStoreError(
-            f"{_node_path(parent, name)} is a group where schema {S.SCHEMA!r} expects an array; "
-            "the store was changed by another tool: re-create it or restore it from a copy"
-        )
-    return node
-
-
-def _node_path(parent: zarr.Group, name: str) -> str:
-    return "/".join(p for p in (parent.path, name) if p)
 
 
 def _looks_like_store(loc: Location) -> bool:
@@ -646,60 +408,3 @@ def _check_schema(loc: Location, attrs: dict) -> None:
             f"{loc} uses schema {schema!r}, newer than this layerstate understands ({S.SCHEMA}); "
             "upgrade layerstate (pip install -U layerstate)"
         )
-
-
-def _matches(value: Any, wanted: Any) -> bool:
-    if isinstance(wanted, list | tuple | set):
-        return value in wanted
-    return value == wanted
-
-
-def _to_numpy(value: Any) -> tuple[np.ndarray, str]:
-    if hasattr(value, "detach"):  # a torch tensor; store never imports torch
-        orig = str(value.dtype).removeprefix("torch.")
-        t = value.detach().cpu()
-        if orig == "bfloat16":
-            t = t.float()
-        return t.numpy(), orig
-    arr = np.asarray(value)
-    if arr.dtype == object or arr.dtype.kind in "USV":
-        raise InvalidArrayError(f"weights must be numeric arrays, got dtype {arr.dtype}")
-    return arr, str(arr.dtype)
-
-
-def _row_chunks(shape: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
-    """Chunk only along the first axis, keeping each chunk at most ``target`` bytes."""
-    if not shape:
-        return ()
-    row = max(1, math.prod(shape[1:]) * itemsize)
-    return (max(1, min(shape[0], target // row)),) + tuple(shape[1:])
-
-
-def _ordered(value: Any, dims: tuple[str, ...], name: str) -> np.ndarray:
-    """A DataArray (any dim order) or array (storage order) as a numpy array in storage order."""
-    if isinstance(value, xr.DataArray):
-        if set(value.dims) != set(dims):
-            raise InvalidArrayError(
-                f"{name} has dims {value.dims}; expected {dims} (rename or transpose the DataArray)"
-            )
-        return np.asarray(value.transpose(*dims).values)
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    arr = np.asarray(value)
-    if arr.ndim != len(dims):
-        raise InvalidArrayError(
-            f"{name} has {arr.ndim} dims {arr.shape}; expected {len(dims)} dims {dims}"
-        )
-    return arr
-
-
-def _is_corruption(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}".lower()
-    return any(s in text for s in ("checksum", "crc32c", "buffer size", "cannot reshape", "decod"))
-
-
-def iter_arrays(group: zarr.Group, prefix: str = "") -> Iterable[tuple[str, zarr.Array]]:
-    """Every array below a group, with its path."""
-    for path, node in group.members(max_depth=None):
-        if isinstance(node, zarr.Array):
-            yield (f"{prefix}{path}", node)

@@ -7,7 +7,8 @@ from typing import cast
 import numpy as np
 
 from . import schema as S
-from .core import Store, iter_arrays
+from .core import Store
+from .zarrutil import iter_arrays
 
 
 def summary(store: Store) -> dict:
@@ -16,7 +17,7 @@ def summary(store: Store) -> dict:
     for rid in store.run_ids():
         a = store.run_attrs(rid)
         groups = {}
-        for name, grp in store._run(rid).groups():
+        for name, grp in store.run_group(rid).groups():
             if not S.parse_length_group(name):
                 continue
             ga = dict(grp.attrs)

@@ -12,9 +12,11 @@ from typing import Any, cast
 import numpy as np
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
+from zarr.core.sync import sync
 
 from . import schema as S
-from .core import Store, _array, _group, iter_arrays
+from .core import Store
+from .zarrutil import array, chunk_key, group, iter_arrays, quiet
 
 
 @dataclass
@@ -42,23 +44,28 @@ def validate(store: Store, *, check_chunks: bool = True) -> Report:
         that are legal but worth knowing (incomplete lengths, non-finite data allowed).
     """
     rep = Report(str(store.location))
+    with quiet():
+        _check_store(store, rep, check_chunks)
+    return rep
+
+
+def _check_store(store: Store, rep: Report, check_chunks: bool) -> None:
     attrs = store.attrs
     for key in S.ROOT_REQUIRED_ATTRS:
         if key not in attrs:
             rep.problems.append(f"root: missing attribute {key!r}")
     if S.RUNS not in store.root:
         rep.problems.append("root: missing group 'runs'")
-        return rep
+        return
     for rid in store.run_ids():
         _check_run(store, rid, rep, check_chunks)
     if check_chunks and S.RESULTS in store.root:
-        for path, arr in iter_arrays(_group(store.root, S.RESULTS), f"{S.RESULTS}/"):
+        for path, arr in iter_arrays(group(store.root, S.RESULTS), f"{S.RESULTS}/"):
             _check_chunks(arr, path, None, rep)
-    return rep
 
 
 def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
-    run = store._run(rid)
+    run = store.run_group(rid)
     a = dict(run.attrs)
     for key in S.RUN_REQUIRED_ATTRS:
         if key not in a:
@@ -88,7 +95,7 @@ def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool) -
             return
     for var, dims in {**S.DIMS, **{lab: S.LABEL_DIMS for lab in spec["labels"]}}.items():
         if var in grp:
-            got = _dims(_array(grp, var))
+            got = _dims(array(grp, var))
             if got != dims:
                 rep.problems.append(f"{path}/{var}: dims {got}, expected {dims}")
     done = set(cast("list[int]", ga.get(S.ATTR_COMPLETED, [])))
@@ -120,7 +127,7 @@ def _check_chunks(arr: zarr.Array, path: str, blocks: tuple | None, rep: Report)
         expected = True
         if blocks is not None and blocks[0] is not None:
             expected = idx[blocks[0]] in blocks[1]
-        key = f"{arr.store_path.path}/{arr.metadata.encode_chunk_key(idx)}"
+        key = chunk_key(arr, idx)
         present = _exists(store, key)
         if not present:
             if expected:
@@ -134,11 +141,5 @@ def _check_chunks(arr: zarr.Array, path: str, blocks: tuple | None, rep: Report)
 
 
 def _exists(store, key: str) -> bool:
-    from zarr.core.sync import sync
-
     return bool(sync(store.exists(key)))
 
-
-def find_corruption(store: Store) -> list[str]:
-    """The problems ``validate`` finds (used to name the chunk behind a failed read)."""
-    return validate(store).problems

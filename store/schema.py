@@ -1,4 +1,4 @@
-"""The store contract, schema version 1 (see DESIGN.md "The store").
+"""The store contract, schema version 1 (docs/store-format.md, "Overview").
 
 Names of groups, variables, dims and attributes live here and nowhere else, so the
 writer, the reader, ``validate`` and ``inspect`` cannot drift apart.

@@ -11,7 +11,7 @@ from zarr.codecs import ZstdCodec
 
 from store import InvalidArrayError, Store
 from store.chunks import ChunkWriter, encode_chunk, fast_path_ok
-from store.core import CHECKSUM
+from store.zarrutil import CHECKSUM
 
 
 def _chunk_files(root: Path) -> dict[str, bytes]:
@@ -230,11 +230,11 @@ def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
 
 
 def test_every_chunk_file_is_fsynced_before_its_block_is_recorded(tmp_path, monkeypatch):
-    import store.writer as writer_mod
+    import store.pipeline as pipeline_mod
 
     st = _new_store(tmp_path)
     synced: set[str] = set()
-    real = writer_mod.make_durable
+    real = pipeline_mod.make_durable
     with _writer(st) as w:
 
         def spy(paths):
@@ -244,7 +244,7 @@ def test_every_chunk_file_is_fsynced_before_its_block_is_recorded(tmp_path, monk
             synced.update(str(p) for p in paths)
             real(paths)
 
-        monkeypatch.setattr(writer_mod, "make_durable", spy)
+        monkeypatch.setattr(pipeline_mod, "make_durable", spy)
         for b in range(3):
             w.write_block(b, **_block(b))
     group = tmp_path / "s.zarr" / "runs" / "r" / "len_006"

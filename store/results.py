@@ -1,0 +1,60 @@
+"""Analysis results: ``results/<name>``, each an xarray Dataset (checksummed, no pickle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+import zarr
+
+from . import schema as S
+from .errors import InvalidArrayError, MissingError, RunConflictError
+from .zarrutil import CHECKSUM, group, jsonable, quiet
+
+
+def result_names(root: zarr.Group) -> list[str]:
+    """Names of stored results (nested names use ``/``)."""
+    if S.RESULTS not in root:
+        return []
+    out = []
+    for path, node in group(root, S.RESULTS).members(max_depth=None):
+        if isinstance(node, zarr.Group) and any(True for _ in node.arrays()):
+            out.append(path)
+    return sorted(out)
+
+
+def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool = True) -> None:
+    """Store ``ds`` under ``results/<name>``; object dtypes are refused."""
+    if not isinstance(ds, xr.Dataset):
+        raise TypeError(f"results must be an xarray.Dataset, got {type(ds).__name__}")
+    for v in ds.variables.values():
+        if v.dtype == object:
+            raise InvalidArrayError(
+                f"result {name!r} variable has object dtype; convert it to numbers or fixed strings"
+            )
+    if not overwrite and name in result_names(root):
+        raise RunConflictError(f"result {name!r} exists; pass overwrite=True to replace it")
+    # Fixed-width numpy strings have no Zarr v3 spec; variable-length strings do.
+    ds = ds.copy()
+    for var in [k for k, v in ds.variables.items() if v.dtype.kind == "U"]:
+        ds[var] = ds[var].astype(np.dtypes.StringDType())
+    enc = {v: {"compressors": CHECKSUM} for v in ds.variables}
+    ds.attrs = jsonable(ds.attrs)
+    # Every chunk is written, even all-fill ones: validate treats a missing chunk as damage.
+    with quiet(), zarr.config.set({"array.write_empty_chunks": True}):
+        ds.to_zarr(
+            root.store, group=f"{S.RESULTS}/{name}", mode="w", zarr_format=3,
+            consolidated=False, encoding=enc,
+        )
+
+
+def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
+    """A stored result, loaded into memory."""
+    names = result_names(root)
+    if name not in names:
+        raise MissingError(
+            f"no result {name!r} in {where}; stored results: {', '.join(names) or '(none)'}"
+        )
+    with quiet(), xr.open_zarr(
+        root.store, group=f"{S.RESULTS}/{name}", consolidated=False, zarr_format=3
+    ) as ds:
+        return ds.load()
