@@ -68,3 +68,17 @@ def test_load_length_names_a_damaged_chunk(make_store, damage):
     f.write_bytes(bytes(raw[: len(raw) // 2]) if damage == "truncate" else bytes(raw[:10]) + bytes([raw[10] ^ 1]) + bytes(raw[11:]))
     with pytest.raises(CorruptStoreError, match=r"runs/r0/len_012/hidden: chunk \(0, 0, 0, 0\)"):
         Store.open(str(st.location)).load_length("r0", 12)
+
+
+def test_a_failed_read_names_the_chunk_it_read_not_the_first_damage_in_the_store(make_store):
+    """The chunk comes from the error itself: no scan of the store, which would name r0's."""
+    st = make_store(runs=("r0", "r1"), n=64, block_size=16)
+    for run in ("r0", "r1"):
+        f = _chunk_file(st, run=run)
+        raw = bytearray(f.read_bytes())
+        raw[10] ^= 0xFF
+        f.write_bytes(bytes(raw))
+    st = Store.open(str(st.location))
+    for read in (lambda: st.compute(st.open_length("r1", 12).hidden), lambda: st.load_length("r1", 12)):
+        with pytest.raises(CorruptStoreError, match=r"runs/r1/len_012/hidden: chunk \(0, 0, 0, 0\)"):
+            read()

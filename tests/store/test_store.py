@@ -299,3 +299,16 @@ def test_deferred_consolidation_snapshots_once_at_the_end(tmp_path):
         assert Store.open(str(tmp_path / "s.zarr")).run_ids() == []
     # ... and holds both runs once the block ends
     assert Store.open(str(tmp_path / "s.zarr")).run_ids() == ["r0", "r1"]
+
+
+def test_torch_tensors_are_accepted_wherever_arrays_are(tmp_path):
+    torch = pytest.importorskip("torch")
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r0", task="parity", arch="lstm", seed=0)
+    arrs = synthetic_arrays(np.random.default_rng(3), n=8)
+    hidden = torch.from_numpy(arrs["hidden"]).to(torch.bfloat16)  # numpy has no bfloat16
+    st.write_length("r0", hidden=hidden, tokens=torch.from_numpy(arrs["tokens"]),
+                    labels={k: torch.from_numpy(v) for k, v in arrs["labels"].items()},
+                    logits=torch.from_numpy(arrs["logits"]))
+    np.testing.assert_array_equal(st.open_length("r0", 12).hidden.values,
+                                  hidden.float().numpy().astype("float16"))
