@@ -21,10 +21,10 @@ over the L / C chunks then carries S::
 **Reference** (`set_reference_path`): the recurrence above, one position at a time. The
 flash-linear-attention kernels compute in bfloat16 on a GPU; here everything is float32.
 
-**Sites**: ``q_conv1d``, ``k_conv1d``, ``v_conv1d`` (before the SiLU), ``b_proj`` (beta's
-logits), ``o_norm``, ``o_proj``, and the recurrent state ``state``: the fast-weight matrix
-S_t per position flattened as (head, key, value), d_model^2 / heads values (4,096 at d 128,
-4 heads).
+**Sites**: ``q_proj``, ``k_proj``, ``v_proj``, ``q_conv1d``, ``k_conv1d``, ``v_conv1d``
+(before the SiLU), ``b_proj`` (beta's logits), ``o_proj``, and the recurrent state
+``state``: the fast-weight matrix S_t per position flattened as (head, key, value),
+d_model^2 / heads values (4,096 at d 128, 4 heads).
 """
 
 from __future__ import annotations
@@ -150,9 +150,10 @@ class DeltaNetMixer(nn.Module):
         return [self.q_conv1d, self.k_conv1d, self.v_conv1d]
 
     def sites(self) -> dict[str, tuple[str, Extractor]]:
-        sites: dict[str, tuple[str, Extractor]] = {
-            name: (name, conv_extractor) for name in ("q_conv1d", "k_conv1d", "v_conv1d")
-        }
+        sites: dict[str, tuple[str, Extractor]] = {}
+        for name in ("q", "k", "v"):
+            sites[f"{name}_proj"] = (f"{name}_proj", output_extractor)
+            sites[f"{name}_conv1d"] = (f"{name}_conv1d", conv_extractor)
         sites["b_proj"] = ("b_proj", output_extractor)
         sites["o_proj"] = ("o_proj", output_extractor)
         sites["state"] = ("", state_extractor("states"))
