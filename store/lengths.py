@@ -60,7 +60,7 @@ def open_length(grp: zarr.Group, run_id: str, length: int, run_attrs: dict, *,
         raise ValueError(f"lazy must be 'dask' or 'xarray', got {lazy!r}")
     with quiet():
         ds = xr.open_zarr(
-            CheckedStore.of_group(grp.store, grp), group=grp.path, consolidated=False,
+            CheckedStore(grp.store), group=grp.path, consolidated=False,
             zarr_format=3, chunks={} if lazy == "dask" else None,
         )
     ds.attrs["run_id"] = run_id

@@ -8,7 +8,7 @@ import zarr
 
 from . import schema as S
 from .errors import InvalidArrayError, MissingError, RunConflictError
-from .zarrutil import CHECKSUM, group, jsonable, quiet
+from .zarrutil import CHECKSUM, CheckedStore, group, jsonable, naming_corruption, quiet
 
 
 def result_names(root: zarr.Group) -> list[str]:
@@ -54,7 +54,7 @@ def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
         raise MissingError(
             f"no result {name!r} in {where}; stored results: {', '.join(names) or '(none)'}"
         )
-    with quiet(), xr.open_zarr(
-        root.store, group=f"{S.RESULTS}/{name}", consolidated=False, zarr_format=3
+    with quiet(), naming_corruption(where), xr.open_zarr(
+        CheckedStore(root.store), group=f"{S.RESULTS}/{name}", consolidated=False, zarr_format=3
     ) as ds:
         return ds.load()

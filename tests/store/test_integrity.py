@@ -82,3 +82,16 @@ def test_a_failed_read_names_the_chunk_it_read_not_the_first_damage_in_the_store
     for read in (lambda: st.compute(st.open_length("r1", 12).hidden), lambda: st.load_length("r1", 12)):
         with pytest.raises(CorruptStoreError, match=r"runs/r1/len_012/hidden: chunk \(0, 0, 0, 0\)"):
             read()
+
+
+def test_a_damaged_result_chunk_is_named_on_read(make_store):
+    import xarray as xr
+
+    st = make_store()
+    st.write_result("probes/acc", xr.Dataset({"accuracy": ("layer", np.linspace(0.5, 1.0, 3))}))
+    f = Path(str(st.location)) / "results" / "probes" / "acc" / "accuracy" / "c" / "0"
+    raw = bytearray(f.read_bytes())
+    raw[0] ^= 0xFF
+    f.write_bytes(bytes(raw))
+    with pytest.raises(CorruptStoreError, match=r"results/probes/acc/accuracy: chunk \(0,\)"):
+        Store.open(str(st.location)).read_result("probes/acc")
