@@ -195,6 +195,9 @@ class ChunkError(ValueError):
         super().__init__(f"{reason} in chunk {coord} of {array_path} ({key})")
         self.array_path, self.coord, self.key, self.reason = array_path, coord, key, reason
 
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its fields (dask ships errors)
+        return (type(self), (self.array_path, self.coord, self.key, self.reason))
+
     def describe(self) -> str:
         """``validate``'s wording: ``<array>: chunk (i, j, …) (<key>) is corrupt: <reason>``."""
         return f"{self.array_path}: chunk {self.coord} ({self.key}) is corrupt: {self.reason}"
