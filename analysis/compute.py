@@ -1,0 +1,314 @@
+"""One compute policy for every analysis: where a dask graph runs, and how many threads a task uses.
+
+Every analysis (probes, ablation, patching, interchange) builds a lazy graph and hands it to
+:func:`compute`, the one place that picks the scheduler:
+
+=========================  ========================================================================
+``scheduler``              where the tasks run
+=========================  ========================================================================
+``None``, ``"threads"``    local threads (``num_workers`` of them; default one per core)
+``"sync"``                 this thread, one task after another (debugging, sequential timings)
+``"local:N"``              a ``distributed.LocalCluster`` of N one-thread worker processes, started
+                           for this call and closed after it (its dashboard link is printed when
+                           bokeh is installed); ``"local"``: N = ``num_workers`` or the core count
+``"tcp://host:port"``      a running ``dask.distributed`` scheduler (any ``proto://`` address);
+                           unreachable within :data:`CONNECT_TIMEOUT_S` -> :class:`SchedulerError`
+a ``distributed.Client``   that client's cluster (left open)
+a cluster object           anything with ``scheduler_address`` (``LocalCluster``, ...; left open)
+=========================  ========================================================================
+
+Threads: one BLAS, OpenMP and torch thread per task; parallelism comes from running tasks side
+by side. Two BLAS threads per fit on a loaded 2-core machine turned a 50 ms fit into 10 s
+(docs/measured.md, "Threads"). Locally, :func:`one_thread` holds the process-wide limits (BLAS,
+torch) around the call and restores them afterwards, and each thread of the pool made for the
+call sets its own OpenMP limit (OpenMP's is per thread). On ``dask.distributed`` workers the
+:class:`OneThreadPerTask` worker plugin pins each worker process for the call: it is registered
+when the call starts and unregistered when it ends, which restores the workers' limits (one
+analysis at a time per cluster keeps that exact: a second one replaces the plugin). Workers
+started by a nanny (``local:N``, ``dask worker``) also inherit ``OMP_NUM_THREADS=1`` from
+distributed's defaults. No module-level state is kept.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import dask
+
+from store.errors import LayerstateError
+
+#: Names of dask's local schedulers accepted as ``scheduler``, and what dask calls them.
+LOCAL = {
+    "threads": "threads",
+    "threading": "threads",
+    "sync": "sync",
+    "synchronous": "sync",
+    "single-threaded": "sync",
+}
+#: Seconds to wait for a scheduler address to answer before giving up.
+CONNECT_TIMEOUT_S = 5.0
+#: The worker plugin's name (one per cluster: a second registration replaces the first).
+PLUGIN_NAME = "layerstate-one-thread-per-task"
+
+
+class SchedulerError(LayerstateError, ValueError):
+    """A ``scheduler`` that is not one of the accepted forms, or an address nobody answers at."""
+
+
+# ----------------------------------------------------------------------------- threads
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """BLAS/OpenMP pools (threadpoolctl) and torch's intra-op pool limited to one thread.
+
+    Process-wide limits, restored on exit. torch is pinned only if already imported (every
+    analysis that runs torch imports it before building its graph); no import is forced.
+    """
+    from threadpoolctl import threadpool_limits
+
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    with threadpool_limits(limits=1):
+        if torch is not None:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if torch is not None and before is not None:
+                torch.set_num_threads(before)
+
+
+class OneThreadPerTask:
+    """Worker plugin: limit BLAS/OpenMP and torch to one thread in each worker process.
+
+    ``setup`` pins BLAS/OpenMP (threadpoolctl) for the lifetime of the registration; torch's
+    pool is pinned as soon as torch is imported in the worker (at setup, or before the first
+    task that runs after the import: torch is never imported just to pin it, which costs
+    seconds per worker). ``teardown`` restores what was there before. Workers inside the
+    caller's own process (``processes=False``) are left alone: :func:`compute` holds
+    :func:`one_thread` around the call there. Registered through :func:`worker_plugin`, which
+    adds ``distributed``'s ``WorkerPlugin`` as a base at call time (importing ``distributed``
+    costs about a second, so this module does not do it at import).
+    """
+
+    idempotent = False
+
+    def __init__(self, client_pid: int) -> None:
+        self.client_pid = client_pid
+        self._limits: Any = None
+        self._torch_before: int | None = None
+
+    def setup(self, worker: Any) -> None:
+        if os.getpid() == self.client_pid:
+            return
+        from threadpoolctl import threadpool_limits
+
+        self._limits = threadpool_limits(limits=1)
+        self._pin_torch()
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        if finish == "executing" and self._limits is not None and self._torch_before is None:
+            self._pin_torch()
+
+    def _pin_torch(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            self._torch_before = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def teardown(self, worker: Any) -> None:
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+            self._limits = None
+        torch = sys.modules.get("torch")
+        if torch is not None and self._torch_before is not None:
+            torch.set_num_threads(self._torch_before)
+        self._torch_before = None
+
+
+def worker_plugin() -> Any:
+    """A :class:`OneThreadPerTask` plugin that ``distributed`` accepts as a ``WorkerPlugin``."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class Plugin(OneThreadPerTask, WorkerPlugin):
+        pass
+
+    return Plugin(os.getpid())
+
+
+# ----------------------------------------------------------------------------- compute
+def compute(tasks: Sequence[Any], scheduler: Any = None, num_workers: int | None = None) -> list:
+    """Compute dask collections (``Delayed``, dask arrays, lazy xarray objects) on one scheduler.
+
+    Parameters
+    ----------
+    tasks : sequence
+        The collections; they are computed together (shared parts once).
+    scheduler : None, str, distributed.Client or cluster
+        See the module docstring: ``None``/``"threads"``, ``"sync"``, ``"local:N"``, an address
+        ``"tcp://host:port"``, a ``Client`` or a cluster object.
+    num_workers : int, optional
+        Threads of the local threaded scheduler, or workers of ``"local"``; ignored otherwise.
+
+    Returns
+    -------
+    list
+        The computed values, in the order of ``tasks``.
+
+    Raises
+    ------
+    SchedulerError
+        ``scheduler`` is none of the accepted forms, or no scheduler answers at its address
+        within :data:`CONNECT_TIMEOUT_S` seconds (the message names the address).
+    """
+    flat: list = []
+    spans = []
+    for task in tasks:
+        parts, rebuild = _parts(task)
+        spans.append((len(flat), len(flat) + len(parts), rebuild))
+        flat += parts
+    values = _dispatch(flat, scheduler, num_workers)
+    return [rebuild(values[start:stop]) for start, stop, rebuild in spans]
+
+
+def _dispatch(tasks: list, scheduler: Any, num_workers: int | None) -> list:
+    if scheduler is None or (isinstance(scheduler, str) and scheduler in LOCAL):
+        return _on_local(tasks, LOCAL[scheduler or "threads"], num_workers)
+    if isinstance(scheduler, str):
+        if scheduler == "local" or scheduler.startswith("local:"):
+            return _on_local_cluster(tasks, _n_workers(scheduler, num_workers))
+        if "://" in scheduler:
+            return _on_address(tasks, scheduler)
+        raise SchedulerError(_unknown(scheduler))
+    if _is_client(scheduler):
+        return _on_client(scheduler, tasks)
+    if hasattr(scheduler, "scheduler_address"):
+        return _on_address(tasks, scheduler)
+    raise SchedulerError(_unknown(scheduler))
+
+
+def _parts(task: Any) -> tuple[list, Callable[[list], Any]]:
+    """The collections to hand dask for one task, and how to make the task's value of theirs.
+
+    A lazy xarray object goes as the list of its dask arrays, computed together, then put back
+    (what ``Dataset.compute`` does): dask 2026.8 computing a Dataset as one collection drops
+    the key of a variable that another variable is computed from ("Missing dependency").
+    """
+    xr = sys.modules.get("xarray")
+    if xr is None or not isinstance(task, (xr.Dataset, xr.DataArray)):
+        return [task], _only
+    name = "__layerstate_value__"
+    ds = task.to_dataset(name=name) if isinstance(task, xr.DataArray) else task
+    lazy = [k for k, v in ds.variables.items() if dask.is_dask_collection(v.data)]
+
+    def rebuild(values: list) -> Any:
+        out = ds.copy(deep=False)
+        for key, value in zip(lazy, values, strict=True):
+            out.variables[key].data = value
+        return out[name].rename(task.name) if isinstance(task, xr.DataArray) else out
+
+    return [ds.variables[k].data for k in lazy], rebuild
+
+
+def _only(values: list) -> Any:
+    return values[0]
+
+
+def _on_local(tasks: list, name: str, num_workers: int | None) -> list:
+    """Local threads (a pool made for this call) or this thread, one thread each for BLAS,
+    OpenMP and torch."""
+    if name == "sync":
+        with one_thread():
+            return list(dask.compute(*tasks, scheduler="sync"))
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = int(num_workers or dask.system.CPU_COUNT)
+    with one_thread(), ThreadPoolExecutor(n, initializer=_one_openmp_thread) as pool:
+        return list(dask.compute(*tasks, scheduler="threads", pool=pool))
+
+
+def _one_openmp_thread() -> None:
+    """OpenMP's thread count is per calling thread: set it in each pool thread (scikit-learn
+    sizes its OpenMP loops by it). The pool's threads end with the call."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="openmp")
+
+
+def _unknown(scheduler: Any) -> str:
+    what = repr(scheduler) if isinstance(scheduler, str) else f"a {type(scheduler).__name__}"
+    return (
+        f"scheduler {what} is not one of: None or 'threads' (local threads), 'sync', 'local:N' "
+        "(a local cluster of N worker processes), an address like 'tcp://127.0.0.1:8786', a "
+        "distributed.Client or a cluster object"
+    )
+
+
+def _n_workers(scheduler: str, num_workers: int | None) -> int:
+    text = scheduler.partition(":")[2]
+    if not text:
+        return int(num_workers or os.cpu_count() or 1)
+    if not text.isdigit() or int(text) < 1:
+        raise SchedulerError(
+            f"scheduler {scheduler!r}: 'local:N' needs a positive number of workers, e.g. 'local:2'"
+        )
+    return int(text)
+
+
+def _is_client(obj: Any) -> bool:
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return False
+    return isinstance(obj, Client)
+
+
+def _on_local_cluster(tasks: list, n_workers: int) -> list:
+    from distributed import LocalCluster
+
+    dashboard = ":0" if importlib.util.find_spec("bokeh") is not None else None
+    with LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, dashboard_address=dashboard
+    ) as cluster:
+        where = f"dashboard {cluster.dashboard_link}" if dashboard else "no dashboard: install bokeh"
+        print(
+            f"dask: local cluster of {n_workers} worker(s) at {cluster.scheduler_address} ({where})",
+            file=sys.stderr,
+        )
+        return _on_address(tasks, cluster)
+
+
+def _on_address(tasks: list, target: Any) -> list:
+    """Connect a client to an address string or a cluster object for this call only."""
+    from distributed import Client
+
+    address = target if isinstance(target, str) else target.scheduler_address
+    try:
+        client = Client(target, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, or not a dask scheduler
+        raise SchedulerError(
+            f"could not connect to a dask scheduler at {address!r} within "
+            f"{CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}: {exc}); start one (`dask scheduler`, "
+            "then `dask worker ADDRESS`), check the address, or compute locally with scheduler "
+            "'threads' or 'local:N'"
+        ) from None
+    with client:
+        return _on_client(client, tasks)
+
+
+def _on_client(client: Any, tasks: list) -> list:
+    """Compute on a client's cluster with every worker pinned for the call, and this process
+    too (in-process workers)."""
+    client.register_plugin(worker_plugin(), name=PLUGIN_NAME)
+    try:
+        with one_thread():
+            return list(client.gather(client.compute(tasks)))
+    finally:
+        try:
+            client.unregister_worker_plugin(PLUGIN_NAME)
+        except Exception:  # noqa: BLE001 - a cluster shutting down keeps no pins to undo
+            pass
