@@ -21,8 +21,8 @@ that :mod:`analysis.stats` resamples.
 Three solvers, one signature (STYLE rule 3): ``method="exact"`` (lockstep L-BFGS, the default),
 ``"reference"`` (scikit-learn, one fit at a time) and ``"screen"`` (closed-form shrinkage LDA).
 The sweep is a dask graph over the store's chunks, one layer and a block of positions at a time;
-it runs on local threads (BLAS pinned to one thread), a ``dask.distributed`` cluster or a
-scheduler address.
+:func:`analysis.compute.compute` runs it (local threads, a local cluster, a ``dask.distributed``
+cluster or scheduler address; one BLAS thread per task).
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ def probe(
         Control labelling for selectivity: ``True``/``"token"`` is Hewitt & Liang's (a fixed random
         class per token type), ``"permute"`` shuffles each position's labels across sequences,
         ``False`` skips it.
-    scheduler : None, "threads", "sync", distributed.Client, cluster, or address str
-        Where to compute (default: local threads, one BLAS thread each).
+    scheduler : None, "threads", "sync", "local:N", address str, distributed.Client or cluster
+        Where to compute (default: local threads, one BLAS thread each); see
+        :func:`analysis.compute.compute`.
     seed : int
         Seeds the folds and control labels (a run's draws do not depend on which other runs are
         selected).

@@ -15,9 +15,10 @@ from typing import Any, TypedDict
 import dask
 import numpy as np
 
+from analysis.compute import compute
+
 from . import plan as P
 from .cells import CellModels, fit_cell, score_cell
-from .scheduling import compute, pin_blas_on_worker
 
 #: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
 #: chunks, the float32 rows of a cell); two worker threads then hold a few of these at a time.
@@ -110,7 +111,7 @@ class CellOut:
 def _rows(data: np.ndarray, cell: Cell) -> np.ndarray:
     """A cell's hidden states (m, d) as float32, refusing NaN/Inf (never a silent NaN metric)."""
     X = data[cell.seq, cell.col] if cell.col is not None else data
-    X = np.asarray(X, dtype=np.float32)  # float16 arithmetic breaks reductions (NOTES.md)
+    X = np.asarray(X, dtype=np.float32)  # float16 arithmetic breaks reductions (docs/measured.md)
     if not np.isfinite(X).all():
         raise ValueError(
             f"hidden states of {cell.where()} contain NaN or Inf; a probe cannot use them. "
@@ -145,7 +146,6 @@ def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
     the neighbouring position saved no iterations (measured), and without them a cell's result
     does not depend on how positions were grouped into tasks.
     """
-    pin_blas_on_worker()
     data = np.concatenate(data) if isinstance(data, list) else data
     outs, models = [], {}
     for cell in job.cells:
@@ -176,7 +176,6 @@ def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
 def score_task(data: Any, job: Job, *fitted: dict) -> list[CellOut]:
     """Score every cell of ``job`` with probes fitted at another length (``fitted``: the
     ``keep_models`` outputs of the fit tasks they come from)."""
-    pin_blas_on_worker()
     data = np.concatenate(data) if isinstance(data, list) else data
     models: dict[Any, CellModels] = {}
     for part in fitted:
@@ -207,7 +206,7 @@ class ProbePlan:
     sources: dict[tuple, Any]
 
     def compute(self, scheduler: Any = None, num_workers: int | None = None):
-        """Run the graph on ``scheduler`` (see :func:`analysis.probes.scheduling.compute`) and
+        """Run the graph on ``scheduler`` (any of :func:`analysis.compute.compute`'s) and
         assemble the result Dataset."""
         from .assemble import assemble
 
