@@ -18,7 +18,6 @@ from typing import Any
 import click
 
 from layerstate import present
-from layerstate.runtime import quiet_zarr_warnings
 
 EXIT_BAD_INPUT = 2
 
@@ -54,17 +53,15 @@ def _one_line(exc: BaseException) -> str:
 
 
 class _Commands(click.Group):
-    """Runs every command with zarr's consolidated-metadata warning silenced (in a context,
-    nothing global) and bad input turned into one line and exit 2, unless --debug."""
+    """Every command's bad input becomes one line and exit 2, unless --debug."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        with quiet_zarr_warnings():
-            try:
-                return super().invoke(ctx)
-            except _bad_input_types() as exc:
-                if ctx.params.get("debug"):
-                    raise
-                raise BadInput(_one_line(exc)) from None
+        try:
+            return super().invoke(ctx)
+        except _bad_input_types() as exc:
+            if ctx.params.get("debug"):
+                raise
+            raise BadInput(_one_line(exc)) from None
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

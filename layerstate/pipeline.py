@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from layerstate import present
-from layerstate.runtime import one_thread, quiet_zarr_warnings, torch_threads
+from layerstate.runtime import one_thread, torch_threads
 
 if TYPE_CHECKING:
     from capture.experiment import RunSpec
@@ -34,7 +34,7 @@ def _train_one(spec: RunSpec, store_path: str, device: str,
     from capture.train import train_run
     from store import Store
 
-    with torch_threads(), quiet_zarr_warnings():
+    with torch_threads():
         return train_run(Store.open(store_path, mode="r+"), spec, device=device, progress=progress)
 
 

@@ -1,24 +1,14 @@
 """Process-wide settings, each only inside a context that restores it.
 
 Nothing here runs at import time: no warning filter, environment variable or thread count
-is changed by importing layerstate (docs/design.md).
+is changed by importing layerstate (docs/design.md). zarr's format notices are the store's
+to silence, where it touches zarr (``store.zarrutil.quiet``).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-
-@contextmanager
-def quiet_zarr_warnings() -> Iterator[None]:
-    """Silence zarr's warning, on every consolidated-metadata read and write, that v3 has no
-    spec for it yet: the store uses it deliberately and the docs say so
-    (docs/measured.md, "Consolidated metadata")."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
-        yield
 
 
 @contextmanager
