@@ -11,6 +11,15 @@ Output folder::
 
 The folder is written beside its final place and moved there at the end, so an interrupted
 build never leaves half a report under the final name.
+
+The page opens with the findings and ends with what was run::
+
+    1. Summary              claims' verdicts, paper comparison, behaviour table, probe-profile grid
+    2. Claims: tests and power
+    3. Behaviour            accuracy against length
+    4. Probe profiles       per-layer tables, selectivity, where the state becomes readable
+    5. Interventions        ablation, patching, interchange; which site each architecture edits
+    A. Appendix             experiment configuration, provenance, runs, store check
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports import interventions, readout, sections
+from reports import summary as summary_section
 from reports.figures import save
 from reports.model import Section
 from reports.snapshot import Snapshot, take_snapshot
@@ -55,7 +65,11 @@ def build_report(
         Replace ``out_dir`` if it holds an earlier report (or is empty). A folder that is not
         a layerstate report is never replaced.
     experiment : dict, optional
-        The experiment configuration as run (e.g. the parsed TOML); shown in section 1.
+        The experiment configuration as run (``Experiment.model_dump(mode="json")`` or the
+        parsed TOML): shown in the appendix; its ``claims`` say which metric each claim reads
+        and its ``reference`` tables are compared with our numbers
+        (:mod:`reports.references`). Without it, the store's ``experiment`` attribute is used
+        where there is one.
     check_chunks : bool
         Verify every chunk's checksum for the store check (``layerstate validate``); turn off
         for very large stores.
@@ -73,6 +87,8 @@ def build_report(
     out_dir = Path(out_dir)
     _check_target(out_dir, force)
     snap = take_snapshot(store)
+    if experiment is None and isinstance(snap.store.attrs.get("experiment"), dict):
+        experiment = snap.store.attrs["experiment"]
     built = collect_sections(snap, experiment, check_chunks=check_chunks)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -102,24 +118,34 @@ def _check_target(out_dir: Path, force: bool) -> None:
         )
 
 
+#: Order of the page: findings first, provenance last (the appendix).
+ORDER = ["summary", "claims", "behaviour", "probes", "interventions", "provenance"]
+
+
 def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_chunks: bool = True) -> list[Section]:
-    """Build the five sections; one that fails shows its error instead of stopping the report."""
+    """Build every section (in :data:`ORDER`); one that fails shows its error instead of
+    stopping the report. The summary is built last, from the others."""
     builders: list[tuple[str, str, Callable[[], Section]]] = [
-        ("provenance", "Experiment and provenance",
-         lambda: sections.provenance(snap, experiment, check_chunks=check_chunks)),
+        ("claims", sections.CLAIMS_TITLE, lambda: sections.claims(snap, experiment)),
         ("behaviour", "Behaviour", lambda: sections.behaviour(snap)),
         ("probes", "Probe profiles", lambda: readout.probes(snap)),
         ("interventions", "Interventions", lambda: interventions.interventions(snap)),
-        ("claims", "Claims", lambda: sections.claims(snap)),
+        ("provenance", sections.PROVENANCE_TITLE,
+         lambda: sections.provenance(snap, experiment, check_chunks=check_chunks)),
     ]
-    out = []
-    for key, title, build in builders:
-        try:
-            out.append(build())
-        except Exception as exc:  # one broken result must not hide the others
-            warnings.warn(f"report section {title!r} failed: {type(exc).__name__}: {exc}", stacklevel=2)
-            out.append(Section(key, title, error=f"{type(exc).__name__}: {exc}".splitlines()[0]))
-    return out
+    built = {key: _guarded(key, title, build) for key, title, build in builders}
+    built["provenance"].appendix = True
+    built["summary"] = _guarded("summary", summary_section.TITLE,
+                                lambda: summary_section.summary(snap, built, experiment))
+    return [built[key] for key in ORDER]
+
+
+def _guarded(key: str, title: str, build: Callable[[], Section]) -> Section:
+    try:
+        return build()
+    except Exception as exc:  # one broken result must not hide the others
+        warnings.warn(f"report section {title!r} failed: {type(exc).__name__}: {exc}", stacklevel=3)
+        return Section(key, title, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
 
 
 # ---------------------------------------------------------------------- writing
@@ -150,7 +176,7 @@ def _save(sec: Section, figdir: Path, tabdir: Path) -> dict:
     for tab in sec.tables:
         _csv(tab.data, tabdir / f"{tab.name}.csv")
     return {
-        "key": sec.key, "title": sec.title, "status": sec.status, "missing": sec.missing,
+        "key": sec.key, "title": sec.title, "appendix": sec.appendix, "status": sec.status, "missing": sec.missing,
         "command": sec.command, "error": sec.error, "notes": sec.notes,
         "tables": [f"tables/{t.name}.csv" for t in sec.tables],
         "figures": [f.files["png"] for f in sec.figures],

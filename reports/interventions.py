@@ -16,18 +16,25 @@ Sources (written by :mod:`analysis.interventions`):
     ``sum(restored) / sum(gap)``; the mechanism of each run from
     :func:`analysis.interventions.classify_mechanism`.
 
-Every interval comes from :func:`reports.numbers.group_intervals` (seeds, then sequences).
+Every interval comes from :func:`reports.numbers.group_intervals` (seeds, then sequences) and
+goes through :func:`reports.intervals.apply_rules`: accuracy drops lie in [-1, 1], accuracies
+and refitted-probe accuracies in [0, 1]; recovery and restoration may overshoot and are not
+bounded; no interval from 2 seeds. Which site each architecture's intervention edits is one
+table for the whole section (:func:`sites_table`), not a note per result.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from reports import figures as F
+from reports import intervals as I
 from reports.model import COMMANDS, Figure, Section, Table
-from reports.numbers import clip_unit, fmt_ci, group_intervals, read_result, run_factors
+from reports.numbers import group_intervals, read_result, run_factors
 from reports.snapshot import Snapshot
 
 INTRO = (
@@ -48,6 +55,7 @@ KINDS = {
 def interventions(snap: Snapshot) -> Section:
     sec = Section("interventions", "Interventions", intro=INTRO)
     builders = {"ablation": ablation_part, "patching": patching_part, "interchange": interchange_part}
+    sites: dict[str, dict[str, list[str]]] = {}
     for kind, (title, stage) in KINDS.items():
         names = snap.results(f"{kind}/")
         if not names:
@@ -55,9 +63,12 @@ def interventions(snap: Snapshot) -> Section:
                                      command=COMMANDS[stage]))
             continue
         for name in names:
-            sec.parts.append(builders[kind](snap, name))
+            sec.parts.append(builders[kind](snap, name, sites))
     if all(p.missing for p in sec.parts):
         sec.missing = "No intervention results in this store."
+    table = sites_table(sites)
+    if table is not None:
+        sec.tables.append(table)
     return sec
 
 
@@ -73,7 +84,17 @@ def _layer_positions(frame: pd.DataFrame, order: list[str]) -> pd.DataFrame:
 
 
 def _ci_text(frame: pd.DataFrame, signed: bool = False) -> list[str]:
-    return [fmt_ci(e, lo, hi, signed=signed) for e, lo, hi in zip(frame.estimate, frame.lower, frame.upper, strict=True)]
+    return I.texts(frame, signed=signed)
+
+
+def _rules(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The interval rules of :mod:`reports.intervals` for ``metric``'s range."""
+    return I.apply_rules(frame, *I.RANGES[metric], t_based=(frame["method"] == "seed-level t").to_numpy())
+
+
+def _seeds_caption(frame: pd.DataFrame) -> str:
+    two = "seed_a" in frame and bool(np.isfinite(frame["seed_a"].astype(float)).any())
+    return "; vertical line: the two seeds' values where 2 seeds are too few for an interval" if two else ""
 
 
 def _pivot(frame: pd.DataFrame, index: list[str], column: str, order: list, signed: bool = False) -> pd.DataFrame:
@@ -84,16 +105,55 @@ def _pivot(frame: pd.DataFrame, index: list[str], column: str, order: list, sign
     return pivot.fillna("–")
 
 
-def _sites_note(ds: xr.Dataset, store, coord: str) -> list[str]:
-    """Which site was patched, per architecture (recurrent models: output, not state)."""
+def collect_sites(ds: xr.Dataset, store, coord: str, result: str, into: dict[str, dict[str, list[str]]]) -> None:
+    """Record which site ``result`` edits, per architecture, into ``into[arch][result]``.
+
+    Sites are described per (run, layer[, site]) by :func:`analysis.interventions._common.site_description`
+    ("block output of layer L1 at every position; changes what the layers above L1 see …"):
+    the layer's name is replaced by ``<layer>`` so one architecture's sites read as one line.
+    """
     if coord not in ds.coords:
-        return []
+        return
     table = run_factors(store, [str(r) for r in ds["run"].values])
-    notes = {}
+    layers = sorted({str(v) for v in ds["layer"].values}, key=len, reverse=True) if "layer" in ds.coords else []
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, layers)) + r")\b") if layers else None
     for arch, grp in table.groupby("arch"):
-        sites = list(dict.fromkeys(str(v) for v in np.ravel(ds[coord].sel(run=list(grp.index)).values)))
-        notes[arch] = f"{arch}: patched sites are {'; '.join(sites[:6])}{' …' if len(sites) > 6 else ''}"
-    return list(notes.values())
+        texts = into.setdefault(str(arch), {}).setdefault(result, [])
+        for v in np.ravel(ds[coord].sel(run=list(grp.index)).values):
+            text = str(v)
+            if text.startswith("embedding output"):
+                continue  # the embedding (layer embed) is the same for every architecture
+            if pattern is not None:
+                text = pattern.sub("<layer>", text)
+            if text not in texts:
+                texts.append(text)
+
+
+def sites_table(sites: dict[str, dict[str, list[str]]]) -> Table | None:
+    """One row per architecture: what each intervention result edited (said once for the
+    whole section), and the caveat of recurrent models (their own state is not edited)."""
+    if not sites:
+        return None
+    results = list(dict.fromkeys(r for per in sites.values() for r in per))
+    rows = []
+    for arch in F.arch_order(sites):
+        row: dict[str, str] = {"arch": arch}
+        caveats: list[str] = []
+        for res in results:
+            heads = []
+            for text in sites[arch].get(res, []):
+                head, _, tail = text.partition("; ")
+                heads.append(head)
+                for c in tail.split("; ") if tail else []:
+                    if c not in caveats:
+                        caveats.append(c)
+            row[res] = "; ".join(dict.fromkeys(heads)) or "–"
+        row["not edited"] = "; ".join(caveats) or "nothing else (the block output is the whole state passed on)"
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=["arch", *results, "not edited"])
+    return Table("intervention_sites", "What each intervention edits, per architecture (<layer>: the layer "
+                 "intervened on; the embedding layer edits the embedding output). Recurrent models pass "
+                 "their own state along positions inside a layer, which these edits leave as it was.", frame)
 
 
 # ---------------------------------------------------------------------- ablation
@@ -102,16 +162,16 @@ def ablation_frames(ds: xr.Dataset, store) -> dict[str, pd.DataFrame]:
     ``residual_clean`` (refitted probe accuracy), one row per cell and task/arch/variant."""
     den = ds["n_labelled"].astype(float)
     out = {
-        "drop": group_intervals(ds["correct_clean"] - ds["correct"], den, store),
-        "accuracy": clip_unit(group_intervals(ds["correct"], den, store)),
+        "drop": _rules(group_intervals(ds["correct_clean"] - ds["correct"], den, store), "drop"),
+        "accuracy": _rules(group_intervals(ds["correct"], den, store), "accuracy"),
     }
     if "probe_correct" in ds:
-        out["residual"] = clip_unit(group_intervals(ds["probe_correct"], den, store))
-        out["residual_clean"] = clip_unit(group_intervals(ds["probe_correct_clean"], den, store))
+        out["residual"] = _rules(group_intervals(ds["probe_correct"], den, store), "accuracy")
+        out["residual_clean"] = _rules(group_intervals(ds["probe_correct_clean"], den, store), "accuracy")
     return out
 
 
-def ablation_part(snap: Snapshot, name: str) -> Section:
+def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
     part = Section(_slug(name), f"Ablation: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
@@ -121,7 +181,7 @@ def ablation_part(snap: Snapshot, name: str) -> Section:
     at_fit = drop[drop["length"] == fit]
     part.figures.append(Figure(
         f"{_slug(name)}_drop", f"Accuracy drop when the state is erased at each layer (length {fit}; "
-        "rows: erasure setting; band: 95% interval).",
+        f"rows: erasure setting; band: 95% interval{_seeds_caption(at_fit)}).",
         F.layer_lines(at_fit.rename(columns={"estimate": "drop", "lower": "drop_lower", "upper": "drop_upper"}),
                       order, value="drop", ylabel="accuracy drop", row="setting", zero_line=True)))
     keys = ["task", "arch", "variant", "setting"]
@@ -136,7 +196,8 @@ def ablation_part(snap: Snapshot, name: str) -> Section:
         res_fit = res[res["length"] == fit]
         part.figures.append(Figure(
             f"{_slug(name)}_residual", "Residual decodability: a probe refitted on the erased states "
-            f"(length {fit}; dashed: the same probe on the unedited states; band: 95% interval).",
+            f"(length {fit}; thin dashed: the same probe on the unedited states; band: 95% interval"
+            f"{_seeds_caption(res_fit)}).",
             F.layer_lines(res_fit.rename(columns={"estimate": "residual", "lower": "residual_lower",
                                                   "upper": "residual_upper"}),
                           order, value="residual", ylabel="probe accuracy after erasure", row="setting",
@@ -154,7 +215,8 @@ def ablation_part(snap: Snapshot, name: str) -> Section:
     part.notes.append(f"Erasure mode {attrs.get('mode', '?')}; directions fitted at length {fit} on "
                       f"{attrs.get('fit_fraction', '?')} of the sequences, measured on the rest; "
                       f"{attrs.get('folds', '?')}-fold refitted probes.")
-    part.notes.extend(_sites_note(ds, snap.store, "site"))
+    if sites is not None:
+        collect_sites(ds, snap.store, "site", f"ablation: {name.split('/', 1)[-1]}", sites)
     return part
 
 
@@ -167,11 +229,11 @@ def _ood_pivot(drop: pd.DataFrame, at_fit: pd.DataFrame, lengths: list[int]) -> 
 
 
 # ---------------------------------------------------------------------- patching
-def patching_part(snap: Snapshot, name: str) -> Section:
+def patching_part(snap: Snapshot, name: str, sites: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
     part = Section(_slug(name), f"Patching: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
-    frame = group_intervals(ds["recovered"], ds["gap"], snap.store)
+    frame = _rules(group_intervals(ds["recovered"], ds["gap"], snap.store), "recovery")
     frame = _layer_positions(frame, order)
     length = ds.attrs.get("length", "?")
     part.figures.append(Figure(
@@ -187,24 +249,26 @@ def patching_part(snap: Snapshot, name: str) -> Section:
     part.tables.append(Table(f"{_slug(name)}_recovery", "Per layer, the position whose patching recovers the "
                              "most of the gap, with its interval; every (layer, position) in the CSV.",
                              frame, shown))
-    part.notes.append("recovery = sum(recovered) / sum(gap) over sequences: 0 = nothing recovered, 1 = the clean value.")
-    part.notes.extend(_sites_note(ds, snap.store, "patched_site"))
+    part.notes.append("recovery = sum(recovered) / sum(gap) over sequences: 0 = nothing recovered, 1 = the clean "
+                      "value; a patch can overshoot either end, so recovery is not bounded.")
+    if sites is not None:
+        collect_sites(ds, snap.store, "patched_site", f"patching: {name.split('/', 1)[-1]}", sites)
     return part
 
 
 # ---------------------------------------------------------------------- interchange
-def interchange_part(snap: Snapshot, name: str) -> Section:
+def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
     part = Section(_slug(name), f"Interchange: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     sites = [str(v) for v in ds["site"].values]
-    frame = _layer_positions(group_intervals(ds["restored"], ds["gap"], snap.store), order)
+    frame = _layer_positions(_rules(group_intervals(ds["restored"], ds["gap"], snap.store), "restoration"), order)
     frame["site"] = frame["site"].astype(str)
     frame = frame.sort_values(["task", "arch", "variant", "layer_pos"])
     plot = frame.assign(site=pd.Categorical(frame["site"], sites, ordered=True)).sort_values(["layer_pos", "site"])
     part.figures.append(Figure(
         f"{_slug(name)}_restoration", f"Share of the clean answer's probability restored by patching each "
-        f"site, per layer (length {ds.attrs.get('length', '?')}; band: 95% interval).",
+        f"site, per layer (length {ds.attrs.get('length', '?')}; band: 95% interval{_seeds_caption(frame)}).",
         F.position_lines(plot.rename(columns={"estimate": "restoration", "lower": "restoration_lower",
                                               "upper": "restoration_upper"}),
                          value="restoration", ylabel="restoration", x="site", series="layer")))
@@ -218,7 +282,8 @@ def interchange_part(snap: Snapshot, name: str) -> Section:
         part.notes.append("Two cells restore any model trivially and the mechanism label ignores them: the "
                           "embedding at the edited position itself, and the last layer at the readout "
                           "(query) position, which sets the logits.")
-    part.notes.extend(_sites_note(ds, snap.store, "patched_site"))
+    if patched is not None:
+        collect_sites(ds, snap.store, "patched_site", f"interchange: {name.split('/', 1)[-1]}", patched)
     return part
 
 

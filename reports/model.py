@@ -52,7 +52,8 @@ class Figure:
 @dataclass
 class Section:
     """One part of the report. ``missing`` replaces the content with a note naming the
-    command that produces it; ``error`` says the section failed to build, and why."""
+    command that produces it; ``error`` says the section failed to build, and why;
+    ``appendix`` sections come after the numbered ones, lettered A, B, …"""
 
     key: str
     title: str
@@ -65,6 +66,7 @@ class Section:
     missing: str | None = None
     command: str | None = None
     error: str | None = None
+    appendix: bool = False
 
     def walk(self):
         yield self
@@ -80,6 +82,33 @@ class Section:
         ):
             return "missing"
         return "ok"
+
+
+def take_table(sec: Section, name: str) -> Table | None:
+    """Remove the table called ``name`` from ``sec`` and return it (None if it has none)."""
+    for i, t in enumerate(sec.tables):
+        if t.name == name:
+            return sec.tables.pop(i)
+    return None
+
+
+def take_figure(sec: Section, name: str) -> Figure | None:
+    """Remove the figure called ``name`` from ``sec`` and return it (None if it has none)."""
+    for i, f in enumerate(sec.figures):
+        if f.name == name:
+            return sec.figures.pop(i)
+    return None
+
+
+def find_table(sec: Section | None, name: str) -> Table | None:
+    """The table called ``name`` in ``sec`` or its parts (None if there is none)."""
+    if sec is None:
+        return None
+    for s in sec.walk():
+        for t in s.tables:
+            if t.name == name:
+                return t
+    return None
 
 
 def missing_section(key: str, title: str, what: str, stage: str, intro: str = "") -> Section:

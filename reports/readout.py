@@ -13,7 +13,9 @@ positions and sequences (``sum correct / sum labelled``); its interval comes fro
 per-sequence counts, the fold-and-position mean of ``accuracy`` per seed is used with a
 seed-level t interval. Baseline, control accuracy and selectivity are fold-and-position means
 per seed with seed-level t intervals. Best layer, first crossing and AUC come from
-:func:`analysis.stats.profile_statistics` on the per-seed profiles.
+:func:`analysis.stats.profile_statistics` on the per-seed profiles. Every interval then goes
+through :func:`reports.intervals.apply_rules` (ranges: accuracies [0, 1], selectivity [-1, 1],
+AUC [-c/(1-c), 1]; none from 2 seeds).
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ import pandas as pd
 import xarray as xr
 
 from reports import figures as F
+from reports import intervals as I
 from reports.model import Figure, Section, Table, missing_section
 from reports.numbers import (
     by_seed,
-    clip_unit,
-    fmt_ci,
     fmt_layer_ci,
     group_intervals,
     read_result,
@@ -39,8 +40,8 @@ PROBES_INTRO = (
     "Held-out accuracy of linear probes on each layer's hidden states (cross-validated by sequence), "
     "with the training fold's majority-class baseline and a control task (Hewitt & Liang): "
     "selectivity = accuracy - control accuracy. Tasks are columns and architectures rows, so a "
-    "task-dependent reversal of where the state becomes readable shows at a glance. Bands and "
-    "brackets: 95% intervals across seeds."
+    "task-dependent reversal of where the state becomes readable shows at a glance (the grid of "
+    "profiles is in the Summary). Bands and brackets: 95% intervals across seeds."
 )
 THRESHOLD = 0.9
 METRIC_VARS = {"baseline": "baseline", "control": "control_accuracy", "selectivity": "selectivity"}
@@ -67,10 +68,12 @@ def probes(snap: Snapshot) -> Section:
     layers = list(dict.fromkeys(frame.sort_values("layer_pos")["layer"]))
     shown_length = _fit_length(frame)
     at_fit = frame[frame["length"] == shown_length]
+    two = bool(np.isfinite(at_fit["seed_a"]).any())
     sec.figures.append(Figure(
         "probe_profiles",
-        f"Probe accuracy across layers at length {shown_length} (band: 95% interval across seeds; dashed: "
-        "majority baseline; dotted: control task).",
+        f"Probe accuracy across layers at length {shown_length}: tasks as columns, architectures as rows "
+        "(band: 95% interval across seeds; dashed: majority baseline; dotted: control task"
+        + ("; vertical line: the two seeds' values where 2 seeds are too few for an interval)." if two else ")."),
         F.profile_grid(at_fit.rename(columns={"estimate": "accuracy", "lower": "accuracy_lower",
                                               "upper": "accuracy_upper"}), layers),
     ))
@@ -81,9 +84,9 @@ def probes(snap: Snapshot) -> Section:
             "probe_selectivity", f"Selectivity (probe accuracy - control-task accuracy) [95% interval] per layer at "
             f"length {shown_length}: high selectivity means the probe reads the state, not the token identity.",
             frame[["task", "arch", "variant", "length", "layer", "selectivity", "selectivity_lower",
-                   "selectivity_upper", "control", "control_lower", "control_upper", "baseline", "n_seeds"]],
-            _profile_pivot(at_fit.assign(estimate=at_fit["selectivity"], lower=at_fit["selectivity_lower"],
-                                         upper=at_fit["selectivity_upper"]), layers, signed=True)))
+                   "selectivity_upper", "selectivity_interval_note", "selectivity_seed_a", "selectivity_seed_b",
+                   "control", "control_lower", "control_upper", "baseline", "n_seeds"]],
+            _profile_pivot(at_fit, layers, signed=True, value="selectivity")))
     summary = pd.concat(summaries, ignore_index=True)
     if len(summary):
         summary = _panel_names(summary)
@@ -95,7 +98,8 @@ def probes(snap: Snapshot) -> Section:
             summary, _summary_display(summary)))
     sec.notes = notes + [
         "Layer intervals (best layer, first crossing) are percentiles of a bootstrap over seeds; with few "
-        "seeds they are optimistic. The AUC interval is a seed-level t interval."
+        "seeds they are optimistic, and with 2 they are not shown (the cell gives each seed's layer). "
+        "The AUC interval is a seed-level t interval."
     ]
     return sec
 
@@ -128,7 +132,12 @@ def profile_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
         acc["evaluation"] = [ev.get(int(L), "") for L in acc["length"]]
     fit = int(ds.attrs.get("train_length", -1))
     acc["fit_length"] = fit if fit > 0 else int(acc["length"].min())
-    acc = clip_unit(acc, ("", "baseline", "control"))
+    acc = I.apply_rules(acc, *I.RANGES["probe_accuracy"], t_based=(acc["method"] == "seed-level t").to_numpy())
+    for short in METRIC_VARS:
+        if short in acc:
+            acc = I.apply_rules(acc, *I.RANGES[short], value=short, lower=f"{short}_lower",
+                                upper=f"{short}_upper", note=f"{short}_interval_note",
+                                seed_values=(f"{short}_seed_a", f"{short}_seed_b"))
     first = ["target", "task", "arch", "variant", "length", "evaluation", "fit_length", "layer", "layer_pos",
              "estimate", "lower", "upper", "n_seeds", "method"]
     acc = acc[[c for c in first if c in acc] + [c for c in acc if c not in first]]
@@ -172,9 +181,17 @@ def _fit_length(frame: pd.DataFrame) -> int:
     return int(common.iloc[0]) if len(common) else int(frame["length"].min())
 
 
-def _profile_pivot(frame: pd.DataFrame, layers: list[str], signed: bool = False) -> pd.DataFrame:
-    shown = frame.assign(text=[fmt_ci(e, lo, hi, signed=signed)
-                               for e, lo, hi in zip(frame.estimate, frame.lower, frame.upper, strict=True)])
+def _profile_pivot(frame: pd.DataFrame, layers: list[str], signed: bool = False,
+                   value: str | None = None) -> pd.DataFrame:
+    """Cells ``estimate [lower, upper]`` per layer; ``value`` names another metric of the frame
+    (its ``_lower``, ``_upper`` and ``_interval_note`` columns)."""
+    if value is None:
+        text = I.texts(frame, signed=signed)
+    else:
+        text = I.texts(frame, value=value, lower=f"{value}_lower", upper=f"{value}_upper",
+                       note=f"{value}_interval_note", seed_values=(f"{value}_seed_a", f"{value}_seed_b"),
+                       signed=signed)
+    shown = frame.assign(text=text)
     pivot = shown.pivot_table(index=["task", "arch", "variant"], columns="layer", values="text", aggfunc="first")
     pivot = pivot[[c for c in layers if c in pivot.columns]].reset_index()
     seeds = frame.groupby(["task", "arch", "variant"])["n_seeds"].max().rename("seeds").reset_index()
@@ -233,10 +250,30 @@ def summary_frame(ds: xr.Dataset, store, *, target: str, threshold: float = THRE
                        auc=float(auc_np(mean, chance)))
             for name in ("best_layer", "first_crossing", "auc"):
                 row[name + "_lower"] = row[name + "_upper"] = np.nan
-        for name in ("best_layer", "first_crossing"):
-            row[name + "_name"] = fmt_layer_ci(row[name], row[name + "_lower"], row[name + "_upper"], labels)
+        per_seed = prof.values
+        few = 2 <= prof.sizes["seed"] < I.MIN_SEEDS
+        for name, stat in (("best_layer", best_layer_np(per_seed)),
+                           ("first_crossing", first_crossing_np(per_seed, threshold))):
+            if few:  # too few seeds for an interval: each seed's own layer instead
+                row[name + "_lower"] = row[name + "_upper"] = np.nan
+                each = ", ".join(_layer_name(float(v), labels) for v in stat)
+                row[name + "_name"] = f"{_layer_name(row[name], labels)} [{I.TOO_FEW}: {each}]"
+            else:
+                row[name + "_name"] = fmt_layer_ci(row[name], row[name + "_lower"], row[name + "_upper"], labels)
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame = I.apply_rules(frame, *I.auc_range(frame["chance"].to_numpy()), value="auc", lower="auc_lower",
+                              upper="auc_upper", note="auc_interval_note", seed_values=("auc_seed_a", "auc_seed_b"))
+    return frame
+
+
+def _layer_name(pos: float, labels: list[str]) -> str:
+    """A layer position as its label; NaN (never crossed) as ``never``."""
+    if not np.isfinite(pos):
+        return "never"
+    i = int(round(pos))
+    return labels[i] if 0 <= i < len(labels) else str(i)
 
 
 def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
@@ -245,7 +282,8 @@ def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
         "length": summary["length"],
         "best layer": summary["best_layer_name"],
         f"first ≥ {THRESHOLD:.0%}": summary["first_crossing_name"],
-        "AUC": [fmt_ci(e, lo, hi) for e, lo, hi in zip(summary.auc, summary.auc_lower, summary.auc_upper, strict=True)],
+        "AUC": I.texts(summary, value="auc", lower="auc_lower", upper="auc_upper", note="auc_interval_note",
+                       seed_values=("auc_seed_a", "auc_seed_b")),
         "seeds": summary["n_seeds"],
     })
 

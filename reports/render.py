@@ -11,6 +11,8 @@ from reports.model import ALL_STAGES, Section
 from reports.snapshot import Snapshot
 
 TEMPLATES = Path(__file__).parent / "templates"
+#: The paper-comparison column whose cells are coloured (yes / no / cannot tell).
+COMPARISON_COLUMN = "paper's value in our interval?"
 
 
 def _environment():
@@ -49,6 +51,8 @@ def table_view(table) -> dict:
     def css(col: int, text: str) -> str:
         if columns[col] == "verdict":
             return f"v-{text.replace(' ', '-')}"
+        if columns[col] == COMPARISON_COLUMN:
+            return "cmp-" + ("yes" if text.startswith("yes") else "no" if text.startswith("no:") else "unknown")
         return "num" if numeric[col] else ""
 
     return {
@@ -64,8 +68,8 @@ def table_view(table) -> dict:
 
 def _looks_numeric(col: pd.Series) -> bool:
     """Text columns of numbers with intervals ("0.93 [0.90, 0.96]") are right-aligned too."""
-    vals = [str(v) for v in col.head(20)]
-    return bool(vals) and all(v[:1].isdigit() or v[:1] in "+-–" for v in vals if v)
+    vals = [str(v) for v in col.head(20) if str(v)]
+    return bool(vals) and all(v[:1].isdigit() or v[:1] in "+-–" for v in vals)
 
 
 def section_view(sec: Section, number: str) -> dict:
@@ -79,6 +83,7 @@ def section_view(sec: Section, number: str) -> dict:
         "command": sec.command,
         "error": sec.error,
         "status": sec.status,
+        "appendix": sec.appendix,
         "blocks": [{"caption": c, "text": t} for c, t in sec.blocks],
         "figures": [{"caption": f.caption, **f.files} for f in sec.figures],
         "tables": [table_view(t) for t in sec.tables],
@@ -92,8 +97,21 @@ def _context(snap: Snapshot, built: list[Section], meta: dict) -> dict:
         "meta": meta,
         "info": snap.info,
         "all_stages": ALL_STAGES,
-        "sections": [section_view(s, str(i)) for i, s in enumerate(built, 1)],
+        "sections": [section_view(s, n) for s, n in zip(built, numbers(built), strict=True)],
     }
+
+
+def numbers(built: list[Section]) -> list[str]:
+    """Section numbers: 1, 2, … for the report, A, B, … for the appendices."""
+    out, n, a = [], 0, 0
+    for s in built:
+        if s.appendix:
+            out.append(chr(ord("A") + a))
+            a += 1
+        else:
+            n += 1
+            out.append(str(n))
+    return out
 
 
 def render_html(snap: Snapshot, built: list[Section], meta: dict) -> str:

@@ -1,8 +1,8 @@
-"""Sections 1, 2 and 5 of a report: provenance, behaviour and claims.
+"""The behaviour and claims sections, and the appendix (experiment and provenance).
 
 Each function reads a :class:`~reports.snapshot.Snapshot` and returns a
 :class:`~reports.model.Section`; a section whose results are absent says which command
-produces them instead of failing.
+produces them instead of failing. Intervals go through :func:`reports.intervals.apply_rules`.
 """
 
 from __future__ import annotations
@@ -14,21 +14,25 @@ import numpy as np
 import pandas as pd
 
 from reports import figures as F
+from reports import intervals as I
 from reports.model import ALL_STAGES, COMMANDS, Figure, Section, Table, missing_section
-from reports.numbers import clip_unit, fmt, fmt_ci, fmt_p, read_result
+from reports.numbers import fmt, fmt_p, read_result
 from reports.snapshot import Snapshot
 from store import validate
 
 MAX_LISTED = 20
 
 
-# ---------------------------------------------------------------------- 1. provenance
+# ---------------------------------------------------------------------- appendix: provenance
+PROVENANCE_TITLE = "Appendix: experiment and provenance"
+
+
 def provenance(snap: Snapshot, experiment: dict | None = None, *, check_chunks: bool = True) -> Section:
-    """Store attributes, the runs, their configs and the store's checksum check."""
+    """Store attributes, the runs, their configs and the store's checksum check (the appendix)."""
     st, info = snap.store, snap.info
     attrs = st.attrs
     prov = attrs.get("provenance") or {}
-    sec = Section("provenance", "Experiment and provenance")
+    sec = Section("provenance", PROVENANCE_TITLE, appendix=True)
     exp_info = (experiment or {}).get("experiment", experiment or {})
     if isinstance(exp_info, dict) and exp_info.get("description"):
         sec.intro = str(exp_info["description"])
@@ -131,13 +135,12 @@ def _validation_table(snap: Snapshot, sec: Section, check_chunks: bool) -> Table
     return Table("validation", "Schema, completion records and checksums of every chunk.", data)
 
 
-# ---------------------------------------------------------------------- 2. behaviour
+# ---------------------------------------------------------------------- behaviour
 BEHAVIOUR_INTRO = (
     "How often each model's own readout is right on labelled target positions, per task, "
     "architecture and sequence length (trained at one length; longer ones are out of distribution). "
     "Accuracy is computed per sequence from the stored logits; intervals are seed-level t intervals "
-    "across seeds (sequences nested in seeds, never positions resampled), clipped to [0, 1]. With one "
-    "seed the interval is a percentile bootstrap over sequences and covers sequence sampling only."
+    "across seeds (sequences nested in seeds, never positions resampled)."
 )
 
 
@@ -152,7 +155,7 @@ def behaviour(snap: Snapshot) -> Section:
     frame, notes = accuracy_frame(snap, lengths)
     sec = Section("behaviour", "Behaviour", intro=BEHAVIOUR_INTRO, notes=notes)
     shown = frame.copy()
-    shown["accuracy"] = [fmt_ci(e, lo, hi) for e, lo, hi in zip(frame.estimate, frame.lower, frame.upper, strict=True)]
+    shown["accuracy"] = I.texts(frame)
     pivot = shown.pivot_table(index=["task", "arch", "variant"], columns="length", values="accuracy",
                               aggfunc="first").reset_index()
     pivot.columns = [c if isinstance(c, str) else f"L = {c}" for c in pivot.columns]
@@ -189,14 +192,16 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
     frame = pd.concat(frames, ignore_index=True)
     frame = frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
     cols = ["task", "arch", "variant", "length", "estimate", "lower", "upper", "n_seeds", "method", "ci_level", "note"]
-    frame = clip_unit(frame[cols].sort_values(["task", "arch", "variant", "length"]).reset_index(drop=True))
+    frame = frame[cols].sort_values(["task", "arch", "variant", "length"]).reset_index(drop=True)
+    frame = I.apply_rules(frame, *I.RANGES["accuracy"], t_based=frame["method"] == "seed-level t")
     if (frame["n_seeds"] < 2).any():
         notes.append("Cells with one seed: the interval covers sequence sampling only, not training "
                      "variability (train more seeds).")
     return frame, notes
 
 
-# ---------------------------------------------------------------------- 5. claims
+# ---------------------------------------------------------------------- claims
+CLAIMS_TITLE = "Claims: tests and power"
 CLAIMS_INTRO = (
     "Hypotheses declared before looking, each with its estimate, 95% interval, test, p-value, "
     "p-value corrected across all claims (Holm), power at the achieved number of seeds, and a "
@@ -205,13 +210,14 @@ CLAIMS_INTRO = (
 )
 
 
-def claims(snap: Snapshot) -> Section:
-    """The claims table and forest plot from ``results/claims``."""
+def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
+    """The claims table and forest plot from ``results/claims``; ``experiment`` (its
+    ``claims`` tables) says which metric each claim reads, hence its interval's range."""
     if "claims" not in snap.results():
-        return missing_section("claims", "Claims", "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
+        return missing_section("claims", CLAIMS_TITLE, "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
     ds = read_result(snap.store, "claims")
-    frame = claims_frame(ds)
-    sec = Section("claims", "Claims", intro=CLAIMS_INTRO)
+    frame = claims_frame(ds, claim_metrics(experiment))
+    sec = Section("claims", CLAIMS_TITLE, intro=CLAIMS_INTRO)
     alpha = ds.attrs.get("alpha", 0.05)
     sec.notes.append(f"alpha = {alpha}; correction: {ds.attrs.get('correction', 'holm')}. "
                      "Profile-match estimates are differences of profile-shape distances; their "
@@ -219,11 +225,7 @@ def claims(snap: Snapshot) -> Section:
     shown = pd.DataFrame({
         "claim": frame["claim"],
         "statement": frame["statement"],
-        "estimate [95% CI]": [
-            fmt_ci(e, lo, hi, signed=k in ("difference", "equivalence"),
-                   why_none="permutation test: no interval" if k == "profile_match" else "no interval")
-            for e, lo, hi, k in zip(frame.estimate, frame.lower, frame.upper, frame.kind, strict=True)
-        ],
+        "estimate [95% CI]": claim_texts(frame),
         "test": frame["test"],
         "p": [fmt_p(p) for p in frame["p"]],
         "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
@@ -238,8 +240,36 @@ def claims(snap: Snapshot) -> Section:
     return sec
 
 
-def claims_frame(ds) -> pd.DataFrame:
-    """The claims Dataset (dim ``claim``) as one row per claim, plus the reference value."""
+def claim_metrics(experiment: dict | None) -> dict[str, str]:
+    """Claim id -> the metric it reads, from the experiment's ``claims`` tables (the default,
+    ``accuracy``, where a table does not say)."""
+    out = {}
+    for c in (experiment or {}).get("claims") or []:
+        if isinstance(c, dict) and c.get("id"):
+            out[str(c["id"])] = str(c.get("metric") or "accuracy")
+    return out
+
+
+def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
+    """What a claim's estimate can take: differences of accuracies [-1, 1], probe accuracy
+    [0, 1], profile-shape distance [0, 1]; restoration differences, and comparisons whose
+    metric is not known (no experiment given), are not bounded."""
+    if kind == "readable_by":
+        return I.RANGES["probe_accuracy"]
+    if kind == "profile_match":
+        return I.RANGES["shape_distance"]
+    if metric == "accuracy":
+        return I.RANGES["accuracy_difference"]
+    return I.RANGES["restoration_difference"]
+
+
+def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
+    """The claims Dataset (dim ``claim``) as one row per claim, plus the reference value,
+    with the interval rules applied (:mod:`reports.intervals`).
+
+    ``metrics`` maps claim ids to the metric each reads (:func:`claim_metrics`); a
+    ``metric`` variable in the Dataset is used where present.
+    """
     frame = ds.to_dataframe().reset_index()
     for col in ("statement", "kind", "test", "verdict", "claim"):
         if col in frame:
@@ -248,9 +278,28 @@ def claims_frame(ds) -> pd.DataFrame:
     if "reference_mean" in frame:
         ref = np.where(frame["kind"] == "readable_by", frame["reference_mean"], ref)
     frame["reference"] = ref
-    first = ["claim", "statement", "kind", "estimate", "lower", "upper", "test", "p", "p_adjusted",
-             "power", "mde", "n_seeds", "margin", "verdict"]
+    metrics = metrics or {}
+    if "metric" in frame:
+        known = frame["metric"].astype(str)
+    else:
+        known = pd.Series([metrics.get(c.split("[", 1)[0]) for c in frame["claim"]], index=frame.index)
+    ranges = [claim_range(k, m) for k, m in zip(frame["kind"], known, strict=True)]
+    frame = I.apply_rules(frame, [r[0] for r in ranges], [r[1] for r in ranges],
+                          t_based=(frame["kind"] != "profile_match").to_numpy())
+    first = ["claim", "statement", "kind", "estimate", "lower", "upper", "interval_note", "test", "p",
+             "p_adjusted", "power", "mde", "n_seeds", "margin", "verdict"]
     return frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]
+
+
+def claim_texts(frame: pd.DataFrame) -> list[str]:
+    """Estimate and interval of each claim (signed for differences)."""
+    out = []
+    for _, r in frame.iterrows():
+        out.append(I.interval_text(
+            float(r.estimate), float(r.lower), float(r.upper), str(r.interval_note),
+            (r.seed_a, r.seed_b), signed=r.kind in ("difference", "equivalence"),
+            why_none="permutation test: no interval" if r.kind == "profile_match" else "no interval"))
+    return out
 
 
 def commands_note() -> str:

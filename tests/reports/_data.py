@@ -1,6 +1,8 @@
 """A small store with every kind of result a report shows, built with the real writers.
 
-Two tasks x two architectures x three seeds (s3 can be added with ``tasks=``); hidden states
+Two tasks x two architectures, three seeds on parity and two on dyck (``seeds_for``), as a
+``make demo`` store has two: both kinds of cell, with an interval and with too few seeds for
+one, are in one report (s3 can be added with ``tasks=``); hidden states
 carry the label with a per-layer strength that reverses between tasks (LSTM readable only at
 the last layer on parity/s3, the transformer early on dyck), so the probe figure has
 something to show.
@@ -18,6 +20,8 @@ from store import Store
 
 TASKS = {"parity": 2, "s3": 6, "dyck": 3}
 FULL_TASKS = ("parity", "dyck")
+#: Seeds per task in the full store: dyck has too few for intervals.
+SEEDS_FOR = {"dyck": (0, 1)}
 ARCHS = ("lstm", "transformer")
 SEEDS = (0, 1, 2)
 LAYERS = ["embed", "L0", "L1", "L2"]
@@ -60,6 +64,13 @@ def _write_run(st: Store, task: str, arch: str, seed: int, rng: np.random.Genera
     return rid
 
 
+def _sites(runs: list[str], where: str) -> list[list[str]]:
+    """Site descriptions per (run, layer), as the analyses write them."""
+    from analysis.interventions._common import site_description
+
+    return [[site_description(r.split("-")[0], y, where) for y in LAYERS] for r in runs]
+
+
 def synthetic_ablation(runs: list[str], rng: np.random.Generator) -> xr.Dataset:
     """`results/ablation/<name>` layout: per-sequence hits before and after erasure."""
     settings = ["probe", "pca:2"]
@@ -78,7 +89,7 @@ def synthetic_ablation(runs: list[str], rng: np.random.Generator) -> xr.Dataset:
             "chance": (("run", "length"), np.full((R, T), 0.5)),
         },
         coords={"run": runs, "length": [LENGTH, OOD_LENGTH], "layer": LAYERS, "setting": settings,
-                "sequence": np.arange(N), "site": (("run", "layer"), [[f"block output of {y}" for y in LAYERS] for _ in runs])},
+                "sequence": np.arange(N), "site": (("run", "layer"), _sites(runs, "every position"))},
         attrs={"analysis": "ablation", "mode": "zero", "fit_length": LENGTH, "fit_fraction": 0.5, "folds": 2},
     )
     total = ds.n_labelled.sum("sequence")
@@ -97,7 +108,7 @@ def synthetic_patching(runs: list[str], rng: np.random.Generator) -> xr.Dataset:
         {"recovered": (("run", "layer", "position", "sequence"), recovered),
          "gap": (("run", "layer", "sequence"), gap)},
         coords={"run": runs, "layer": LAYERS, "position": np.arange(P), "sequence": np.arange(N),
-                "patched_site": (("run", "layer"), [[f"block output of {y}, one position at a time" for y in LAYERS] for _ in runs])},
+                "patched_site": (("run", "layer"), _sites(runs, "one position at a time"))},
         attrs={"analysis": "patching", "length": LENGTH},
     )
     ds["recovery"] = ds.recovered.sum("sequence") / ds.gap.sum("sequence")
@@ -133,12 +144,32 @@ CLAIMS = [
 ]
 
 
+#: Values "a paper reported", for the paper comparison (the experiment's [[reference]] tables).
+REFERENCES = [
+    {"source": "Paper A (2026), Table 1", "metric": "claim", "claim": "parity-lstm-beats-transformer",
+     "value": 17.0, "unit": "pp"},
+    {"source": "Paper A (2026), Table 1", "metric": "claim", "claim": "parity-lstm-beats-transformer",
+     "value": -50.0, "unit": "pp", "note": "a value far below ours"},
+    {"source": "Paper B", "metric": "accuracy", "task": "parity", "arch": "lstm", "length": LENGTH, "value": 0.97},
+    {"source": "Paper B", "metric": "probe_accuracy", "task": "parity", "arch": "lstm", "layer": "L2", "value": 0.99},
+    {"source": "Paper B", "metric": "claim", "claim": "dyck-equal", "value": 0.0},
+    {"source": "Paper C", "metric": "claim", "claim": "no-such-claim", "value": 0.1},
+]
+
+
+def experiment(**extra) -> dict:
+    """The experiment dict the pipeline hands the report (``Experiment.model_dump(mode="json")``)."""
+    return {"experiment": {"name": "unit", "title": "t"}, "claims": CLAIMS, "reference": REFERENCES, **extra}
+
+
 def build_store(path, *, probes: bool = True, interventions: bool = True, claims: bool = True,
-                tasks=FULL_TASKS, seeds=SEEDS) -> Store:
-    """The full demo store at ``path`` (real probes and claims; synthetic interventions)."""
+                tasks=FULL_TASKS, seeds=SEEDS, seeds_for: dict | None = None) -> Store:
+    """The full demo store at ``path`` (real probes and claims; synthetic interventions);
+    ``seeds_for`` gives some tasks other seeds than ``seeds``."""
     rng = np.random.default_rng(7)
     st = Store.create(str(path), title="Report test <store> & friends")
-    runs = [_write_run(st, task, arch, seed, rng) for task in tasks for arch in ARCHS for seed in seeds]
+    runs = [_write_run(st, task, arch, seed, rng) for task in tasks for arch in ARCHS
+            for seed in (seeds_for or {}).get(task, seeds)]
     if probes:
         from analysis.probes import probe
 

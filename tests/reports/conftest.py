@@ -6,12 +6,13 @@ import pytest
 
 from store import Store
 
-from ._data import build_store
+from ._data import SEEDS_FOR, build_store, experiment
 
 
 @pytest.fixture(scope="session")
 def full_store(tmp_path_factory) -> Store:
-    return build_store(tmp_path_factory.mktemp("reports") / "full.zarr")
+    """Every kind of result; parity with 3 seeds, dyck with 2 (too few for intervals)."""
+    return build_store(tmp_path_factory.mktemp("reports") / "full.zarr", seeds_for=SEEDS_FOR)
 
 
 @pytest.fixture(scope="session")
@@ -27,4 +28,4 @@ def full_report(full_store, tmp_path_factory):
     from reports import build_report
 
     out = tmp_path_factory.mktemp("built") / "report"
-    return out, build_report(full_store, out, experiment={"experiment": {"name": "unit", "title": "t"}})
+    return out, build_report(full_store, out, experiment=experiment())

@@ -1,4 +1,5 @@
-"""build_report: files, numbers with intervals, missing sections, snapshots and refusals."""
+"""build_report: files, section order, numbers with intervals (never outside their metric's
+range, none from too few seeds), the paper comparison, missing sections, snapshots, refusals."""
 
 from __future__ import annotations
 
@@ -12,12 +13,24 @@ import pytest
 from scipy import stats as sps
 
 from reports import build_report
+from reports import intervals as I
 from reports.numbers import fmt_ci, seed_t_interval
 from store import Store
 
-from ._data import LENGTH, _write_run
+from ._data import LENGTH, REFERENCES, _write_run
 
-SECTIONS = ["provenance", "behaviour", "probes", "interventions", "claims"]
+SECTIONS = ["summary", "claims", "behaviour", "probes", "interventions", "provenance"]
+TITLES = ["1. Summary", "2. Claims: tests and power", "3. Behaviour", "4. Probe profiles", "5. Interventions",
+          "A. Appendix: experiment and provenance"]
+#: Each CSV's interval columns and the range its metric can take (claims: per kind, below).
+RANGES = {
+    "behaviour_accuracy": [("", 0, 1)],
+    "probe_profiles": [("", 0, 1), ("baseline_", 0, 1), ("control_", 0, 1), ("selectivity_", -1, 1)],
+    "probe_selectivity": [("selectivity_", -1, 1), ("control_", 0, 1)],
+    "ablation_default_drop": [("", -1, 1)],
+    "ablation_default_residual": [("", 0, 1)],
+    "ablation_default_ood": [("", -1, 1)],
+}
 
 
 def _csv(folder, name) -> pd.DataFrame:
@@ -40,8 +53,9 @@ def test_report_writes_page_markdown_figures_and_tables(full_report):
     assert index == folder / "index.html"
     meta = json.loads((folder / "report.json").read_text())
     assert [s["key"] for s in meta["sections"]] == SECTIONS
+    assert [s["appendix"] for s in meta["sections"]] == [False] * 5 + [True]
     every = meta["sections"] + [p for s in meta["sections"] for p in s["parts"]]
-    assert {s["status"] for s in every} == {"ok"} and len(every) == 8
+    assert {s["status"] for s in every} == {"ok"} and len(every) == 13
     figures = [f for s in every for f in s["figures"]]
     tables = [t for s in every for t in s["tables"]]
     assert len(figures) >= 7 and len(tables) >= 12
@@ -64,6 +78,8 @@ def test_page_is_self_contained_and_has_every_section(full_report):
         assert base64.b64decode(src.split(",", 1)[1])[:4] == b"\x89PNG"
     positions = [html.index(f'id="{key}"') for key in SECTIONS]
     assert positions == sorted(positions)
+    for title in TITLES:
+        assert f"{title}</h2>" in html
     assert "@media print" in html
     # user text is escaped, never injected
     assert "Report test &lt;store&gt; &amp; friends" in html and "<store>" not in html
@@ -72,8 +88,8 @@ def test_page_is_self_contained_and_has_every_section(full_report):
 def test_markdown_summary_has_sections_tables_and_linked_figures(full_report):
     folder, _ = full_report
     md = (folder / "report.md").read_text()
-    for n, title in enumerate(["Experiment and provenance", "Behaviour", "Probe profiles", "Interventions", "Claims"], 1):
-        assert f"## {n}. {title}" in md
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings == [f"## {t}" for t in TITLES]
     for link in re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", md):
         assert (folder / link).is_file()
     header = next(line for line in md.splitlines() if line.startswith("| task | arch | variant | L = 10"))
@@ -81,18 +97,70 @@ def test_markdown_summary_has_sections_tables_and_linked_figures(full_report):
 
 
 # ---------------------------------------------------------------------- numbers
+def _accuracy_per_seed(store, task, arch, length=LENGTH) -> list[float]:
+    out = []
+    for rid in _runs(store, task, arch):
+        ds = store.load_length(rid, length)
+        out.append(float((ds.logits.argmax("class") == ds.state).mean()))
+    return out
+
+
 def test_behaviour_accuracy_and_interval_match_the_stored_logits(full_store, full_report):
     folder, index = full_report
-    per_seed = []
-    for rid in _runs(full_store, "dyck", "lstm"):
-        ds = full_store.load_length(rid, LENGTH)
-        per_seed.append(float((ds.logits.argmax("class") == ds.state).mean()))
-    est, lo, hi = _t_interval(per_seed)
-    row = _csv(folder, "behaviour_accuracy").query("task == 'dyck' and arch == 'lstm' and length == @LENGTH").iloc[0]
+    est, lo, hi = _t_interval(_accuracy_per_seed(full_store, "parity", "lstm"))
+    row = _csv(folder, "behaviour_accuracy").query("task == 'parity' and arch == 'lstm' and length == @LENGTH").iloc[0]
     lo, hi = max(lo, 0.0), min(hi, 1.0)  # a proportion's interval is clipped to [0, 1]
     assert (row.estimate, row.lower, row.upper) == pytest.approx((est, lo, hi), abs=1e-9)
     assert row.n_seeds == 3 and row.method == "seed-level t"
     assert fmt_ci(est, lo, hi) in index.read_text()
+
+
+def test_two_seeds_show_their_own_values_instead_of_an_interval(full_store, full_report):
+    folder, index = full_report
+    seeds = _accuracy_per_seed(full_store, "dyck", "lstm")
+    assert len(seeds) == 2
+    row = _csv(folder, "behaviour_accuracy").query("task == 'dyck' and arch == 'lstm' and length == @LENGTH").iloc[0]
+    assert row.estimate == pytest.approx(np.mean(seeds)) and row.n_seeds == 2
+    assert np.isnan(row.lower) and np.isnan(row.upper) and row.interval_note == I.TOO_FEW
+    assert (row.seed_a, row.seed_b) == pytest.approx(sorted(seeds), abs=1e-9)
+    a, b = sorted(seeds)
+    assert f"{np.mean(seeds):.3f} [too few seeds: {a:.3f}, {b:.3f}]" in index.read_text()
+    # a claim from 2 seeds: its two per-seed differences, not a t interval
+    diffs = sorted(np.subtract(_accuracy_per_seed(full_store, "dyck", "lstm"),
+                               _accuracy_per_seed(full_store, "dyck", "transformer")))
+    claim = _csv(folder, "claims").set_index("claim").loc["dyck-equal"]
+    assert claim.interval_note == I.TOO_FEW and np.isnan(claim.lower)
+    assert (claim.seed_a, claim.seed_b) == pytest.approx(diffs, abs=1e-9)
+    summary = _csv(folder, "probe_summary").query("task == 'dyck' and n_seeds == 2")
+    assert len(summary) and summary["auc_lower"].isna().all()
+    assert summary["best_layer_name"].str.contains(r"^L\d \[too few seeds: L\d, L\d\]").all()
+
+
+def test_no_interval_lies_outside_its_metric_range(full_report):
+    folder, _ = full_report
+    checked = 0
+    for name, cols in RANGES.items():
+        frame = _csv(folder, name)
+        for prefix, low, high in cols:
+            lower, upper = (f"{prefix}lower", f"{prefix}upper")
+            assert lower in frame and upper in frame, (name, prefix)
+            assert I.outside_range(frame, low, high, lower, upper).empty, (name, prefix)
+            checked += int(frame[lower].notna().sum())
+    auc = _csv(folder, "probe_summary")
+    low, high = I.auc_range(auc["chance"].to_numpy())
+    assert ((auc["auc_lower"].isna()) | (auc["auc_lower"] >= low - 1e-12)).all()
+    assert ((auc["auc_upper"].isna()) | (auc["auc_upper"] <= high + 1e-12)).all()
+    claims = _csv(folder, "claims")
+    for kind, (low, high) in {"difference": (-1, 1), "equivalence": (-1, 1), "readable_by": (0, 1)}.items():
+        assert I.outside_range(claims[claims["kind"] == kind], low, high).empty, kind
+    assert checked > 50
+    # too few seeds: no interval at all, in any table
+    for name, cols in RANGES.items():
+        frame = _csv(folder, name)
+        prefix = cols[0][0]
+        if "n_seeds" in frame:
+            few = frame[frame["n_seeds"] == 2]
+            assert len(few) and few[f"{prefix}lower"].isna().all() and few[f"{prefix}upper"].isna().all(), name
 
 
 def test_probe_profiles_show_the_planted_reversal_with_seed_intervals(full_store, full_report):
@@ -114,7 +182,8 @@ def test_probe_profiles_show_the_planted_reversal_with_seed_intervals(full_store
     summary = _csv(folder, "probe_summary").set_index(["task", "arch", "length"])
     assert summary.loc[("parity", "lstm", LENGTH), "best_layer_name"].startswith("L2")
     assert summary.loc[("dyck", "transformer", LENGTH), "first_crossing_name"].startswith("L0")
-    assert (summary["auc_lower"] <= summary["auc"]).all() and (summary["auc"] <= summary["auc_upper"]).all()
+    shown = summary.dropna(subset=["auc_lower"])
+    assert len(shown) and (shown["auc_lower"] <= shown["auc"]).all() and (shown["auc"] <= shown["auc_upper"]).all()
 
 
 def test_ablation_and_patching_intervals_come_from_per_sequence_counts(full_store, full_report):
@@ -134,7 +203,20 @@ def test_ablation_and_patching_intervals_come_from_per_sequence_counts(full_stor
         "task == 'parity' and arch == 'lstm' and layer == 'L0' and position == 9").iloc[0]
     assert (row.estimate, row.lower, row.upper) == pytest.approx(_t_interval(rec), abs=1e-9)
     mech = _csv(folder, "interchange_default_mechanism")
-    assert len(mech) == 12 and set(mech.mechanism) == {"induction"}
+    assert len(mech) == 10 and set(mech.mechanism) == {"induction"}
+
+
+def test_which_site_was_edited_is_one_table_not_a_note_per_result(full_report):
+    folder, index = full_report
+    html = index.read_text()
+    sites = _csv(folder, "intervention_sites").set_index("arch")
+    assert list(sites.index) == ["transformer", "lstm"]  # the figures' architecture order
+    assert sites.loc["lstm", "ablation: default"] == "block output of layer <layer> at every position"
+    assert "cell state is not edited" in sites.loc["lstm", "not edited"]
+    assert html.count("recurrent state at later positions") == 1  # said once, in the table
+    meta = json.loads((folder / "report.json").read_text())
+    parts = [p for s in meta["sections"] for p in s["parts"]]
+    assert not any("patched sites" in n or "block output" in n for p in parts for n in p["notes"])
 
 
 def test_claims_table_holds_every_claim_with_interval_test_and_verdict(full_store, full_report):
@@ -145,10 +227,66 @@ def test_claims_table_holds_every_claim_with_interval_test_and_verdict(full_stor
         r = res.sel(claim=cid)
         row = table.loc[str(cid)]
         assert row.verdict == str(r.verdict.values)
-        assert (row.estimate, row.lower, row.upper, row.p_adjusted) == pytest.approx(
-            (float(r.estimate), float(r.lower), float(r.upper), float(r.p_adjusted)))
-        assert str(r.statement.values).replace("±", "±") in index.read_text()
+        assert (row.estimate, row.p_adjusted) == pytest.approx((float(r.estimate), float(r.p_adjusted)))
+        if row.n_seeds >= I.MIN_SEEDS:  # an accuracy difference's interval fits in [-1, 1] unchanged here
+            assert (row.lower, row.upper) == pytest.approx((float(r.lower), float(r.upper)))
+        assert str(r.statement.values) in index.read_text()
     assert table.loc["parity-lstm-beats-transformer", "verdict"] == "supported"
+
+
+# ---------------------------------------------------------------------- summary and paper comparison
+def test_the_report_opens_with_the_findings(full_report):
+    folder, index = full_report
+    html = index.read_text()
+    main = html[html.index("<main>"):]
+    assert main.index('<section class="summary">') < main.index('id="claims"')
+    summary = main[: main.index('<section class="claims">')]
+    for table in ("summary_claims", "paper_comparison", "behaviour_accuracy"):
+        assert f'id="table-{table}"' in summary and html.count(f'id="table-{table}"') == 1, table
+    assert summary.count("<img ") == 1 and "Probe accuracy across layers" in summary  # the probe grid
+    assert "too few seeds" in summary and "Seeds per model (task x architecture x variant): 2 to 3" in summary
+    assert html.index('<section class="provenance appendix">') > html.index('id="interventions"')
+    assert "<details><summary>Experiment configuration as run" in html  # collapsed, in the appendix
+    claims = _csv(folder, "summary_claims")
+    assert list(claims.columns[:4]) == ["claim", "statement", "kind", "verdict"]
+    assert set(claims.claim) == {"parity-lstm-beats-transformer", "dyck-equal"}
+
+
+def test_paper_values_sit_beside_ours_with_whether_they_fall_inside(full_report):
+    folder, index = full_report
+    cmp = _csv(folder, "paper_comparison")
+    assert len(cmp) == len(REFERENCES)
+    claims = _csv(folder, "claims").set_index("claim")
+    acc = _csv(folder, "behaviour_accuracy").query("task == 'parity' and arch == 'lstm' and length == @LENGTH").iloc[0]
+    probe = _csv(folder, "probe_profiles").query(
+        "task == 'parity' and arch == 'lstm' and layer == 'L2' and length == @LENGTH").iloc[0]
+    ours = [claims.loc["parity-lstm-beats-transformer"]] * 2 + [acc, probe]
+    for i, row in enumerate(ours):
+        ref = cmp.iloc[i]
+        assert (ref.estimate, ref.lower, ref.upper) == pytest.approx((row.estimate, row.lower, row.upper))
+        inside = row.lower <= ref.paper <= row.upper
+        assert ref.inside == float(inside)
+        assert ref.verdict.startswith("yes" if inside else "no:")
+    assert cmp.loc[0, "paper"] == pytest.approx(0.17) and cmp.loc[1, "verdict"] == "no: below our interval"
+    assert cmp.loc[4, "verdict"] == "cannot tell: too few seeds for an interval"  # dyck: 2 seeds
+    assert cmp.loc[5, "verdict"].startswith("not compared: no claim 'no-such-claim'")
+    html = index.read_text()
+    assert "+17.00 pp" in html and "-50.00 pp" in html and "Paper A (2026), Table 1" in html
+
+
+def test_references_come_from_the_store_when_no_experiment_is_given(tmp_path):
+    st = Store.create(str(tmp_path / "s.zarr"), title="refs")
+    rng = np.random.default_rng(5)
+    for seed in (0, 1, 2):
+        _write_run(st, "parity", "lstm", seed, rng, lengths=(LENGTH,))
+    ref = {"source": "Paper B", "metric": "accuracy", "task": "parity", "arch": "lstm", "value": 0.5}
+    st.root.attrs["experiment"] = {"experiment": {"name": "x"}, "reference": [ref]}
+    st.consolidate()
+    build_report(st, tmp_path / "r", check_chunks=False)
+    cmp = _csv(tmp_path / "r", "paper_comparison")
+    assert cmp.loc[0, "verdict"] == "no: below our interval" and cmp.loc[0, "n_seeds"] == 3
+    build_report(st, tmp_path / "r2", check_chunks=False, experiment={"experiment": {"name": "x"}})
+    assert not (tmp_path / "r2" / "tables" / "paper_comparison.csv").exists()  # the one given wins
 
 
 # ---------------------------------------------------------------------- missing results
@@ -157,7 +295,7 @@ def test_missing_sections_name_the_command_that_produces_them(bare_store, tmp_pa
     html = index.read_text()
     meta = json.loads((tmp_path / "r" / "report.json").read_text())
     status = {s["key"]: s["status"] for s in meta["sections"]}
-    assert status["behaviour"] == "ok" and status["provenance"] == "ok"
+    assert status["behaviour"] == "ok" and status["provenance"] == "ok" and status["summary"] == "ok"
     assert status["probes"] == status["claims"] == status["interventions"] == "missing"
     for command in ("layerstate probe STORE", "layerstate ablate STORE", "layerstate patch STORE",
                     "layerstate stats STORE --claims EXPERIMENT.toml"):
@@ -171,7 +309,7 @@ def test_an_empty_store_gets_a_report_that_says_what_to_run(tmp_path):
     html = index.read_text()
     assert "layerstate capture EXPERIMENT.toml --store STORE" in html
     meta = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert [s["status"] for s in meta["sections"]] == ["ok", "missing", "missing", "missing", "missing"]
+    assert [s["status"] for s in meta["sections"]] == ["ok", "missing", "missing", "missing", "missing", "ok"]
     assert _csv(tmp_path / "r", "validation").loc[0, "ok"]
 
 

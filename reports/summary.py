@@ -1,0 +1,121 @@
+"""Section 1, the findings: claims' verdicts, the paper comparison, behaviour and probe profiles.
+
+Built last, from the other sections: it takes the behaviour table and the probe-profile grid
+out of their sections (each is shown once, here, and its section points to it) and condenses
+the claims table to verdict, estimate and interval. How intervals are shown is said here once
+(:data:`reports.intervals.RULES_NOTE`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from reports import intervals as I
+from reports import references as R
+from reports.model import COMMANDS, Section, Table, find_table, take_figure, take_table
+from reports.snapshot import Snapshot
+
+TITLE = "Summary"
+INTRO = (
+    "The findings first: each declared claim's verdict with its estimate and 95% interval, published "
+    "values beside ours where the experiment declares them, how accurate each model is, and where "
+    "in the network each task's state becomes linearly readable. The sections after this one give "
+    "the tests, the evidence and the interventions; the appendix says what was run and where."
+)
+
+
+def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None = None) -> Section:
+    """The summary section; moves the behaviour table and probe grid out of ``built``.
+
+    Parts, in order: the claims (verdict, estimate, interval), published values beside ours
+    (when the experiment declares ``[[reference]]`` tables), the behaviour table and the
+    probe-profile grid.
+    """
+    sec = Section("summary", TITLE, intro=INTRO)
+    seeds = _seed_counts(snap)
+    if seeds:
+        lo, hi = min(seeds), max(seeds)
+        sec.notes.append(f"Seeds per model (task x architecture x variant): {lo}" + (f" to {hi}" if hi > lo else "")
+                         + "." + (f" With fewer than {I.MIN_SEEDS} seeds no interval across seeds is shown: "
+                                  "train more seeds (the experiment's grid.seeds) for intervals."
+                                  if lo < I.MIN_SEEDS else ""))
+    sec.notes.append(I.RULES_NOTE)
+
+    claims_sec = built.get("claims")
+    claims_table = find_table(claims_sec, "claims")
+    part = Section("summary-claims", "Claims")
+    if claims_table is not None:
+        part.tables.append(_claims_table(claims_table.data))
+    else:
+        part.missing = "No evaluated claims in this store (declare [[claims]] in the experiment)."
+        part.command = COMMANDS["stats"]
+    sec.parts.append(part)
+
+    refs = R.declared(experiment)
+    if refs:
+        behaviour_t = find_table(built.get("behaviour"), "behaviour_accuracy")
+        probe_t = find_table(built.get("probes"), "probe_profiles")
+        frame = R.comparison(
+            refs,
+            claims=None if claims_table is None else claims_table.data,
+            behaviour=None if behaviour_t is None else behaviour_t.data,
+            probes=None if probe_t is None else probe_t.data,
+        )
+        part = Section("summary-references", "Published values beside ours")
+        part.tables.append(Table(
+            "paper_comparison", "Values a paper reported (the experiment's [[reference]] tables) beside ours: "
+            "our estimate with its 95% interval, in the paper's unit, and whether the paper's value lies "
+            "inside our interval.", frame, R.display(frame)))
+        sec.parts.append(part)
+
+    behaviour = built.get("behaviour")
+    part = Section("summary-behaviour", "Behaviour")
+    moved = take_table(behaviour, "behaviour_accuracy") if behaviour is not None else None
+    if behaviour is not None and moved is not None:
+        part.tables.append(moved)
+        behaviour.notes.insert(0, "The table of accuracies per length is in the Summary (section 1).")
+    else:
+        part.missing = behaviour.missing if behaviour is not None and behaviour.missing else "No behaviour table."
+        part.command = behaviour.command if behaviour is not None else None
+    sec.parts.append(part)
+
+    probes = built.get("probes")
+    part = Section("summary-probes", "Probe profiles")
+    grid = take_figure(probes, "probe_profiles") if probes is not None else None
+    if probes is not None and grid is not None:
+        part.figures.append(grid)
+        probes.notes.insert(0, "The probe-profile grid (tasks x architectures) is in the Summary (section 1).")
+    else:
+        part.missing = probes.missing if probes is not None and probes.missing else "No probe-profile grid."
+        part.command = probes.command if probes is not None else None
+    sec.parts.append(part)
+    return sec
+
+
+def _claims_table(frame: pd.DataFrame) -> Table:
+    from reports.sections import claim_texts
+
+    shown = pd.DataFrame({
+        "claim": frame["claim"],
+        "statement": frame["statement"],
+        "verdict": frame["verdict"],
+        "estimate [95% CI]": claim_texts(frame),
+        "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"].astype(float)],
+    })
+    data = frame[[c for c in ("claim", "statement", "kind", "verdict", "estimate", "lower", "upper",
+                              "interval_note", "seed_a", "seed_b", "n_seeds", "p_adjusted") if c in frame]]
+    return Table("summary_claims", "Claims: verdict, estimate and 95% interval (tests, p-values and power in "
+                 "section 2).", data, shown)
+
+
+def _seed_counts(snap: Snapshot) -> list[int]:
+    """Number of runs (seeds) per task x architecture x variant among the runs with data."""
+    counts: dict[tuple, int] = {}
+    for rid in snap.runs:
+        if not snap.complete.get(rid):
+            continue
+        a = snap.store.run_attrs(rid)
+        key = (a.get("task"), a.get("arch"), a.get("variant"))
+        counts[key] = counts.get(key, 0) + 1
+    return list(counts.values())
