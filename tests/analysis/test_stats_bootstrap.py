@@ -53,6 +53,20 @@ def test_vectorised_draws_equal_the_obvious_loop_on_the_same_resamples(weighting
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
 
 
+@pytest.mark.parametrize("weighting", ["seed", "pooled"])
+@pytest.mark.parametrize("scale", [1.0, 2.0**22 + 1, 0.37])
+def test_draws_stay_exact_for_small_counts_large_counts_and_fractions(scale, weighting):
+    """Small integer data take a float32 product, exact there; integers too large for float32
+    (here up to 19 * (2**22 + 1) per sequence) and fractions must take float64. Either way the
+    draws equal the float64 loop to rounding (float32 products would be ~1e-7 off for both)."""
+    rng = np.random.default_rng(16)
+    num, den, mask = _ragged(rng)
+    num, den = num.values * scale, den.values * scale
+    res = draw_resamples(rng, mask, mask.shape, 30, "percentile")
+    fast = hierarchical_draws_np(num, den, mask, res, weighting)
+    np.testing.assert_allclose(fast, _loop_draws(num, den, mask, res, weighting), rtol=1e-12)
+
+
 def test_resamples_draw_each_slot_as_many_sequences_as_its_seed_and_never_padding():
     rng = np.random.default_rng(1)
     _, _, mask = _ragged(rng, n_seeds=5, n_seq=40)

@@ -52,7 +52,7 @@ def test_percentile_and_bca_bootstrap_over_five_seeds_undercover():
     """The pitfall the default avoids: 300 experiments x 2 conditions, 1000 draws each.
 
     Measured coverage of the nominal 95% hierarchical percentile and BCa intervals: 0.858 and
-    0.855 (MC SE ~0.02 with 300 independent units): both below 0.90, far outside [0.93, 0.97].
+    0.853 (MC SE ~0.02 with 300 independent units): both below 0.90, far outside [0.93, 0.97].
     """
     for method in ("percentile", "bca"):
         coverage = _coverage(method, n_batches=3, n_datasets=100, n_boot=1000)
@@ -69,7 +69,7 @@ def test_default_condition_test_holds_type_one_error_while_positions_as_units_do
 
     The default test (paired t on per-seed differences) rejects at alpha = 0.05 in [0.03, 0.07]
     (MC SE 0.0049; measured 0.056). A two-proportion z test treating the ~45,000 positions per
-    condition as independent rejects in > 0.2 (measured 0.80; SCIENCE.md reports 42% for its
+    condition as independent rejects in > 0.2 (measured 0.80; docs/science.md reports 42% for its
     setting), because it ignores that each condition is a handful of trained models.
     """
     default, naive = [], []
