@@ -24,7 +24,7 @@ import json
 import os
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # NOTES.md: 2-thread BLAS under load is slow
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # docs/measured.md, "Threads"
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402

@@ -5,7 +5,7 @@ block; each block's sequences come from a Generator seeded by (seed, length, blo
 capture killed at any point and started again redoes only unfinished blocks and produces a
 bit-identical store. Memory is bounded by one block whatever the number of sequences.
 
-Groups written per run (see DESIGN.md): ``len_<L>`` with ``hidden (sequence, position,
+Groups written per run (see docs/store-format.md): ``len_<L>`` with ``hidden (sequence, position,
 layer, feature)``, ``tokens``, every label, ``mask``, ``logits`` and, when asked, extra
 sites (``site_<name>``); for patching, ``cfclean_<L>`` and ``cfcorrupt_<L>`` hold clean and
 minimally corrupted twins of the same sequences, with ``pos_corrupt``, ``pos_label`` and

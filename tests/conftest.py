@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-# One BLAS thread per process: two threads under load turned 50 ms fits into 10 s (NOTES.md).
+# One BLAS thread per process: two threads under load turned 50 ms fits into 10 s
+# (docs/measured.md, "Threads").
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 

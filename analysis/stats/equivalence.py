@@ -4,8 +4,8 @@ The unit is the seed: each seed trains one model per condition (e.g. Mamba with 
 Conv1D) and yields one estimate per condition (see :func:`analysis.stats.seed_estimates`); the
 per-seed differences ``d_s = treatment_s - reference_s`` carry all seed-to-seed variation,
 including the model-to-model variation that makes a test over positions call a null effect
-significant in ~40% of runs (SCIENCE.md). Every test here is a one-sample t on ``d_s`` with
-``df = n_seeds - 1``.
+significant in ~40% of runs (docs/science.md, "Statistics the papers did not do"). Every test
+here is a one-sample t on ``d_s`` with ``df = n_seeds - 1``.
 
 Verdict (:func:`equivalence_test`), with ``alpha`` the test level and ``margin`` declared
 before looking at the data, read off one interval, the ``1 - alpha`` t interval of the mean

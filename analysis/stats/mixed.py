@@ -9,23 +9,24 @@ them as independent replicates of the condition effect. (**ours**)
 
 statsmodels ``MixedLM`` gives Wald z intervals with no small-sample correction, and with ~5
 seeds it often stops on the boundary (zero seed variance) or warns that it did not converge
-(NOTES.md). In 150 simulated null experiments shaped like ours (5 seeds, seed-level
-accuracies), MixedLM's Wald z rejected in 16% at alpha = 0.05; the paired t on per-seed
-differences (df = n_seeds - 1) in ~5%. So every effect is cross-checked with that paired t, and
-the result reports, per effect, **the test with the wider interval** (its p with it), naming
-it in ``test`` (in those simulations: always the paired t). Warnings, convergence and boundary status are in the attrs,
-never hidden.
+(docs/measured.md, "Statistics"). In 150 simulated null experiments shaped like ours (5
+seeds, seed-level accuracies), MixedLM's Wald z rejected in 16% at alpha = 0.05; the paired t
+on per-seed differences (df = n_seeds - 1) in ~5%. So every effect is cross-checked with that
+paired t, and the result reports, per effect, **the test with the wider interval** (its p with
+it), naming it in ``test`` (in those simulations: always the paired t). Warnings, convergence
+and boundary status are in the attrs, never hidden.
 
 :func:`correctness_model` models per-sequence counts (correct of labelled positions): GEE with
 a binomial family and exchangeable correlation within seed (fast), the cluster-robust sandwich
 times the CR1 factor ``G/(G-1) (N-1)/(N-K)`` and a t(G - 1) reference, G = number of seeds
 (**ours**, as Stata's ``vce(cluster)``: the plain sandwich with a z reference is
 anti-conservative with 5 clusters; statsmodels' ``bias_reduced`` covariance fails with case
-weights; in 300 simulated null experiments it rejected 5.0% at alpha = 0.05); or ``BinomialBayesMixedGLM.fit_vb(fit_method="L-BFGS-B")``
-(the default optimiser took 6 min, NOTES.md) with seed, model and sequence variance components,
-reporting a normal approximation of the variational posterior. Mean-field VB understates the
-posterior SD of the fixed effects (its intervals came out about half as wide as GEE's in a
-5-seed simulation); the result's ``caveat`` attr says so.
+weights; in 300 simulated null experiments it rejected 5.0% at alpha = 0.05); or
+``BinomialBayesMixedGLM.fit_vb(fit_method="L-BFGS-B")`` (the default optimiser took 6 min;
+docs/measured.md, "Statistics") with seed, model and sequence variance components, reporting a
+normal approximation of the variational posterior. Mean-field VB understates the posterior SD
+of the fixed effects (its intervals came out about half as wide as GEE's in a 5-seed
+simulation); the result's ``caveat`` attr says so.
 """
 
 from __future__ import annotations

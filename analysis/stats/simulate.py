@@ -1,8 +1,8 @@
 """Simulated experiments shaped like ours, with a known truth, for calibrating the statistics.
 
-The model (**ours**, after the Conv1D experiment of SCIENCE.md): for dataset ``k``, seed ``s``,
-condition ``c`` and sequence ``i`` of that seed, the probability that a position is predicted
-correctly is
+The model (**ours**, after the Conv1D experiment of docs/science.md, "Paper A"): for dataset
+``k``, seed ``s``, condition ``c`` and sequence ``i`` of that seed, the probability that a
+position is predicted correctly is
 
     p = expit(base_logit + shift_c + u_ks + w_ksc + eta_ksi)
 

@@ -9,8 +9,8 @@ except Mamba-1 (see below). The rule, per layer: a GPT-NeoX layer with MLP width
 layer 6 H², so H = 1.25 d (LSTM: 160) and H = √(12.5/6) d (GRU: 185).
 
 **Ours**: the recurrent models embed tokens directly at width H, so every stored layer
-(embedding included) has one feature width; NOTES.md's 162/188 assumed a 128-wide
-embedding feeding a wider first layer.
+(embedding included) has one feature width; the 162/188 of docs/measured.md ("Models")
+assumed a 128-wide embedding feeding a wider first layer.
 
 Mamba-2 uses expand 4, head_dim 32, state 16, one group (n_groups 8 would double the
 parameters), and chunk_size 16 for its torch chunked scan: a training step at batch 64 took
@@ -18,8 +18,8 @@ parameters), and chunk_size 16 for its torch chunked scan: a training step at ba
 of it; results do not depend on it beyond rounding).
 
 Mamba-1 uses expand 2, state 16 (about 470K parameters): matching 830K needs a large
-expand × state, which on the CPU is slow and memory-hungry (NOTES.md), so Mamba-1 is the
-documented exception.
+expand × state, which on the CPU is slow and memory-hungry (docs/measured.md, "Models"), so
+Mamba-1 is the documented exception.
 """
 
 from __future__ import annotations

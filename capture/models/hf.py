@@ -3,8 +3,8 @@
 The `transformers` base model (no language-model head) is kept whole as ``backbone``; an
 untied ``head`` maps the final norm's output to the task classes. The forward pass calls the
 backbone's embedding, blocks and final norm directly (`SequenceModel`), never the backbone's
-own ``forward``: its ``output_hidden_states`` differs by model (NOTES.md), and resuming from
-a layer needs the blocks one by one.
+own ``forward``: its ``output_hidden_states`` differs by model (docs/measured.md, "Models"),
+and resuming from a layer needs the blocks one by one.
 """
 
 from __future__ import annotations

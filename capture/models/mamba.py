@@ -1,9 +1,9 @@
 """Mamba and Mamba-2 mixers on the CPU; the Conv1D variants.
 
 `transformers` binds `mamba-ssm`'s CUDA kernels at import whenever that package imports,
-with no device check, so CPU tensors would be sent into CUDA ops (NOTES.md). And its
-Mamba-1 torch scan trains quadratically in length. So each mixer instance gets its own
-``forward`` (`install_mixer_paths`), which picks one path per call:
+with no device check, so CPU tensors would be sent into CUDA ops (docs/measured.md,
+"Models"). And its Mamba-1 torch scan trains quadratically in length. So each mixer instance
+gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
 
 - ``"cuda-kernels"``: tensors on a GPU and `mamba-ssm` + `causal-conv1d` importable (the
   optional ``gpu`` extra): `transformers`' own forward, which uses the fused kernels.
@@ -36,7 +36,8 @@ from transformers.models.mamba2 import modeling_mamba2
 
 from capture.models.scan import selective_scan
 
-# The widths the causal-conv1d CUDA kernel accepts (NOTES.md); others use the torch path.
+# The widths the causal-conv1d CUDA kernel accepts (docs/measured.md, "Models"); others use
+# the torch path.
 _KERNEL_CONV_WIDTHS = (2, 3, 4)
 
 
@@ -161,10 +162,10 @@ def make_conv_identity(mixer: Any) -> None:
     """Turn the mixer's causal Conv1D into a frozen identity (variant ``no_conv``).
 
     The mixers pass the conv's weight to functions rather than always calling the module,
-    so the module cannot be swapped for ``nn.Identity`` (NOTES.md). Instead its weight
-    becomes one-hot on the current step (the last tap of the causal kernel), its bias zero,
-    and neither trains. The SiLU after the conv stays. Apply after construction: the model's
-    weight initialisation overwrites conv weights.
+    so the module cannot be swapped for ``nn.Identity`` (docs/measured.md, "Models"). Instead
+    its weight becomes one-hot on the current step (the last tap of the causal kernel), its
+    bias zero, and neither trains. The SiLU after the conv stays. Apply after construction:
+    the model's weight initialisation overwrites conv weights.
     """
     conv = mixer.conv1d
     conv.weight.zero_()

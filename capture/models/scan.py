@@ -7,8 +7,8 @@ The recurrence, per batch row, channel ``i`` and state index ``n``::
 
 `transformers`' torch path loops over time and indexes a full (batch, d_inner, length,
 d_state) tensor at every step; autograd keeps one node per step whose backward touches that
-whole tensor, so training is quadratic in length (NOTES.md: 5.2 s per step at L = 40,
-~63 s at L = 120).
+whole tensor, so training is quadratic in length (docs/measured.md, "Models": 5.2 s per step
+at L = 40, ~63 s at L = 120).
 
 `selective_scan` is a custom autograd function with a hand-written backward. What made it
 fast on the CPU, measured: (1) no fresh large tensors per call — allocating and first

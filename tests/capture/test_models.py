@@ -89,8 +89,9 @@ def test_explicit_block_loop_matches_transformers_forward(arch):
     logits, hidden = model.forward_with_hidden(tok)
     out = model.backbone(tok, use_cache=False, output_hidden_states=True)
     assert all_close(model.head(out.last_hidden_state), logits)
-    # transformers' own lists (NOTES.md): GPT-NeoX = embeddings + blocks 1..n-1 (+ final norm),
-    # Mamba = blocks 1..n raw (+ final norm); the overlapping entries must agree
+    # transformers' own lists (docs/measured.md, "Models"): GPT-NeoX = embeddings + blocks
+    # 1..n-1 (+ final norm), Mamba = blocks 1..n raw (+ final norm); the overlapping entries
+    # must agree
     theirs = torch.stack(out.hidden_states[:-1], dim=2)
     ours = hidden[:, :, :-1] if arch == "transformer" else hidden[:, :, 1:]
     assert all_close(ours, theirs)
@@ -199,7 +200,7 @@ def test_mamba2_cpu_path_calls_transformers_torch_scan_not_a_kernel():
 
 
 def test_cpu_tensors_never_reach_cuda_kernels_even_when_they_import(monkeypatch):
-    # transformers binds mamba-ssm at import with no device check (NOTES.md)
+    # transformers binds mamba-ssm at import with no device check (docs/measured.md, "Models")
     monkeypatch.setattr(mamba_paths, "cuda_kernels_available", lambda: True)
     model = tiny("mamba")
     assert model.implementation == "torch-fast-scan"
@@ -283,7 +284,8 @@ def test_state_dict_round_trips_through_numpy(arch):
 
 
 def test_default_parameter_counts():
-    # NOTES.md measured the HF models with a 16-way bias-free LM head; ours has a bias (+16).
+    # docs/measured.md ("Models") counts the HF models with a 16-way bias-free head; ours has a
+    # bias (+16).
     # The recurrent models embed at their own width (capture/models/config.py).
     expected = {
         "transformer": 830_336 + 16,
