@@ -6,10 +6,14 @@ that produces them. Nothing in layerstate imports this package (the command line
     from reports import build_report
     build_report(Store.open("acts.zarr"), "report/")   # -> report/index.html
 
-Modules: :mod:`.build` (the public function and the output folder), :mod:`.sections`
-(provenance, behaviour, claims), :mod:`.readout` (probe profiles), :mod:`.interventions`
-(ablation, patching, interchange), :mod:`.numbers` (intervals and number formatting),
-:mod:`.figures` (matplotlib, headless), :mod:`.render` and ``templates/`` (Jinja2).
+The page opens with the findings (:mod:`.summary`) and ends with the appendix (experiment,
+provenance). Modules: :mod:`.build` (the public function, section order, the output folder),
+:mod:`.summary` (claims' verdicts, paper comparison, behaviour table, probe grid),
+:mod:`.sections` (behaviour, claims, the appendix), :mod:`.readout` (probe profiles),
+:mod:`.interventions` (ablation, patching, interchange), :mod:`.intervals` (which intervals
+are shown: metric ranges, too few seeds), :mod:`.references` (published values beside ours),
+:mod:`.numbers` (intervals over seeds and number formatting), :mod:`.figures` (matplotlib,
+headless), :mod:`.render` and ``templates/`` (Jinja2).
 """
 
 from reports.build import build_report

@@ -1,4 +1,6 @@
-"""The report as a browser shows it: headless Chromium loads every image, logs no error.
+"""The report as a browser shows it: headless Chromium loads every image, logs no error, puts
+the summary first, shows every figure unscaled at the page's width, and finds every figure's
+legend inside the figure (measured on the SVGs, with a cut-off legend as the control).
 
 Chromium comes from Debian's ``chromium`` package; the session fixture installs it with
 apt-get when it is missing (as root) and skips, saying why, only if that fails. A
@@ -28,7 +30,30 @@ window.addEventListener('load', () => {
   const imgs = Array.from(document.images);
   document.body.dataset.nImages = imgs.length;
   document.body.dataset.imagesOk = imgs.every(i => i.complete && i.naturalWidth > 0) ? 'yes' : 'no';
+  // shrunk below its pixel size, a figure's text is smaller than drawn
+  document.body.dataset.shrunk = imgs.filter(i => i.getBoundingClientRect().width + 1.5 < i.naturalWidth).length;
+  document.body.dataset.firstSection = document.querySelector('main > section').className;
+  document.body.dataset.headings = Array.from(document.querySelectorAll('main h2')).map(h => h.id).join(' ');
   document.body.dataset.errors = window.__errors.join(' | ');
+});
+</script>
+"""
+#: Measures every legend of the inlined SVG figures against the figure's own box.
+LEGEND_SCRIPT = """
+<script>
+window.addEventListener('load', () => {
+  const over = [], seen = [];
+  document.querySelectorAll('div.fig').forEach(div => {
+    const svg = div.querySelector('svg'), vb = svg.viewBox.baseVal;
+    svg.querySelectorAll('g[id^="legend"]').forEach(g => {
+      const b = g.getBBox();
+      seen.push(div.dataset.name);
+      if (b.x < vb.x - 1 || b.y < vb.y - 1 || b.x + b.width > vb.x + vb.width + 1 ||
+          b.y + b.height > vb.y + vb.height + 1) over.push(div.dataset.name);
+    });
+  });
+  document.body.dataset.legends = seen.join(' ');
+  document.body.dataset.overflow = over.join(' ');
 });
 </script>
 """
@@ -73,16 +98,45 @@ def test_report_loads_every_image_without_console_errors(full_report, chromium, 
     shutil.copytree(folder, site)
     page = site / "check.html"
     page.write_text(index.read_text().replace("</body>", CHECK_SCRIPT + "</body>"))
-    res = _run(chromium, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+    res = _run(chromium, tmp_path / "profile", "--enable-logging=stderr", "--v=0", "--window-size=1280,2000",
                "--virtual-time-budget=10000", "--dump-dom", page.as_uri())
     assert res.returncode == 0, res.stderr[-2000:]
     body = re.search(r"<body[^>]*>", res.stdout).group(0)
     n_images = int(re.search(r'data-n-images="(\d+)"', body).group(1))
     assert n_images == index.read_text().count("<img ") and n_images >= 7
     assert 'data-images-ok="yes"' in body
+    assert 'data-shrunk="0"' in body  # every figure fits the page's width at its own pixel size
+    assert 'data-first-section="summary"' in body
+    headings = re.search(r'data-headings="([^"]*)"', body).group(1).split()
+    assert headings[0] == "summary" and headings[-1] == "provenance"
     assert 'data-errors=""' in body
     console = [line for line in res.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == []
+
+
+def test_no_legend_overflows_its_figure(full_report, chromium, tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    folder, _ = full_report
+    svgs = {p.stem: p.read_text() for p in sorted((folder / "figures").glob("*.svg"))}
+    # the control: a legend far wider than its figure, which the check must see
+    control = Figure(figsize=(3, 2))
+    FigureCanvasAgg(control)
+    control.legend([Line2D([], [])] * 8, [f"architecture number {i}" for i in range(8)], loc="lower center", ncol=8)
+    control.savefig(tmp_path / "control.svg", format="svg")
+    svgs["control"] = (tmp_path / "control.svg").read_text()
+    divs = "".join(f'<div class="fig" data-name="{name}">{text[text.index("<svg"):]}</div>'
+                   for name, text in svgs.items())
+    page = tmp_path / "legends.html"
+    page.write_text(f"<!DOCTYPE html><html><body>{divs}{LEGEND_SCRIPT}</body></html>")
+    res = _run(chromium, tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", res.stdout).group(0)
+    legends = set(re.search(r'data-legends="([^"]*)"', body).group(1).split())
+    assert {"behaviour_accuracy", "probe_profiles", "claims_forest", "ablation_default_drop"} <= legends
+    assert re.search(r'data-overflow="([^"]*)"', body).group(1).split() == ["control"]
 
 
 def test_report_screenshot_is_readable(full_report, chromium, tmp_path):
