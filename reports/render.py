@@ -62,8 +62,15 @@ def table_view(table) -> dict:
         "columns": columns,
         "numeric": numeric,
         "rows": rows,
-        "cells": [[(text, css(i, text)) for i, text in enumerate(row)] for row in rows],
+        "cells": [[(text, css(i, text), *_split(text, numeric[i])) for i, text in enumerate(row)] for row in rows],
     }
+
+
+def _split(text: str, numeric: bool) -> tuple[str, str]:
+    """A number and its bracket (``0.93``, ``[0.90, 0.96]``): on the page the bracket may go
+    to a second line, so tables of intervals stay within the page's width."""
+    head, sep, tail = text.partition(" [")
+    return (head, sep.strip() + tail) if numeric and sep else (text, "")
 
 
 def _looks_numeric(col: pd.Series) -> bool:

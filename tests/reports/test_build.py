@@ -43,6 +43,11 @@ def _t_interval(x) -> tuple[float, float, float]:
     return x.mean(), x.mean() - half, x.mean() + half
 
 
+def _page_text(index) -> str:
+    """The page's text without its tags (a cell's number and bracket are two spans)."""
+    return re.sub(r"<[^>]+>", "", index.read_text())
+
+
 def _runs(store, task, arch):
     return store.select(task=task, arch=arch)
 
@@ -81,6 +86,7 @@ def test_page_is_self_contained_and_has_every_section(full_report):
     for title in TITLES:
         assert f"{title}</h2>" in html
     assert "@media print" in html
+    assert '<span class="est">' in html and '<span class="ci">[' in html  # the bracket may wrap
     # user text is escaped, never injected
     assert "Report test &lt;store&gt; &amp; friends" in html and "<store>" not in html
 
@@ -112,7 +118,7 @@ def test_behaviour_accuracy_and_interval_match_the_stored_logits(full_store, ful
     lo, hi = max(lo, 0.0), min(hi, 1.0)  # a proportion's interval is clipped to [0, 1]
     assert (row.estimate, row.lower, row.upper) == pytest.approx((est, lo, hi), abs=1e-9)
     assert row.n_seeds == 3 and row.method == "seed-level t"
-    assert fmt_ci(est, lo, hi) in index.read_text()
+    assert fmt_ci(est, lo, hi) in _page_text(index)
 
 
 def test_two_seeds_show_their_own_values_instead_of_an_interval(full_store, full_report):
@@ -124,7 +130,7 @@ def test_two_seeds_show_their_own_values_instead_of_an_interval(full_store, full
     assert np.isnan(row.lower) and np.isnan(row.upper) and row.interval_note == I.TOO_FEW
     assert (row.seed_a, row.seed_b) == pytest.approx(sorted(seeds), abs=1e-9)
     a, b = sorted(seeds)
-    assert f"{np.mean(seeds):.3f} [too few seeds: {a:.3f}, {b:.3f}]" in index.read_text()
+    assert f"{np.mean(seeds):.3f} [too few seeds: {a:.3f}, {b:.3f}]" in _page_text(index)
     # a claim from 2 seeds: its two per-seed differences, not a t interval
     diffs = sorted(np.subtract(_accuracy_per_seed(full_store, "dyck", "lstm"),
                                _accuracy_per_seed(full_store, "dyck", "transformer")))
