@@ -59,7 +59,8 @@ def delta_rule_chunked(q, k, v, beta, chunk: int = CHUNK) -> torch.Tensor:
     v : Tensor, (batch, head, position, d_v)
     beta : Tensor, (batch, head, position), in (0, 1)
     chunk : int
-        Positions per chunk (results do not depend on it beyond rounding).
+        Most positions per chunk; the L / chunk chunks (rounded up) are made equal, up to
+        padding of less than one per chunk. Results do not depend on it beyond rounding.
 
     Returns
     -------
@@ -67,6 +68,7 @@ def delta_rule_chunked(q, k, v, beta, chunk: int = CHUNK) -> torch.Tensor:
     """
     batch, heads, length, d_k = k.shape
     d_v = v.shape[-1]
+    chunk = -(-length // -(-length // chunk))  # as even as possible: little padding
     pad = -length % chunk
     if pad:  # zero keys, values and beta: the padded steps change nothing
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))

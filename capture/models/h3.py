@@ -12,9 +12,10 @@ width p (``head_dim``, 2 in Zoology's MQAR configs) and H = d_model / p::
 
 **Shift SSM**: A the shift matrix and B = e_1, so its state is the last N inputs and its
 output the causal convolution of k with C (length N, ``conv_kernel``, default the state size
-as in Zoology). Here it *is* that convolution, a bias-free depthwise ``nn.Conv1d`` (whose
-default initialisation is the one Zoology gives C), so variant ``no_conv`` and
-``conv_kernel`` apply to it as to the other short convolutions. **Ours**: Zoology also
+as in Zoology). Here it *is* that convolution (`ShiftSSM`: a depthwise convolution weight in
+``nn.Conv1d``'s layout, with the initialisation Zoology gives C, applied through an FFT), so
+variant ``no_conv`` and ``conv_kernel`` apply to it as to the other short convolutions.
+**Ours**: Zoology also
 trains B, which makes the kernel the cross-correlation of B and C (still length N); we keep
 B = e_1 as in the H3 paper.
 
@@ -42,10 +43,10 @@ import math
 import torch
 from torch import nn
 
-from capture.models.base import Extractor, conv_extractor, output_extractor
+from capture.models.base import Extractor, output_extractor
 from capture.models.config import ModelConfig
 from capture.models.longconv import fft_causal_conv
-from capture.models.zoo import causal_conv, short_conv, state_extractor
+from capture.models.zoo import state_extractor
 
 DT_MIN, DT_MAX = 1e-3, 1e-1
 
@@ -79,12 +80,14 @@ class DiagSSM(nn.Module):
         return 2 * torch.einsum("hn,hnl->hl", C * dB, powers).real
 
     def recurrence(self, x: torch.Tensor, keep_states: bool = False):
-        """The SSM step by step: x (batch, position, ..., heads) -> y like x (the reference).
+        """The SSM step by step: x (batch, position, heads, ...) -> y like x (the reference).
 
-        With ``keep_states``, also s_t: (batch, position, ..., heads, modes) complex.
+        With ``keep_states``, also s_t: (batch, position, heads, ..., modes) complex.
         """
         dA, dB, C = self.discretised()
-        state = torch.zeros(*x[:, 0].shape, dA.shape[-1], dtype=dA.dtype, device=x.device)
+        shape = (dA.shape[0], *[1] * (x.dim() - 3), dA.shape[1])  # heads, (1, ...), modes
+        dA, dB, C = dA.view(shape), dB.view(shape), C.view(shape)
+        state = torch.zeros(*x[:, 0].shape, shape[-1], dtype=dA.dtype, device=x.device)
         ys, states = [], []
         for t in range(x.shape[1]):
             state = dA * state + dB * x[:, t, ..., None]
@@ -95,9 +98,32 @@ class DiagSSM(nn.Module):
         return (y, torch.stack(states, dim=1)) if keep_states else y
 
 
-def shift_register(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
-    """The shift SSM step by step (state = the last N inputs): the reference for `conv`."""
-    kernel = conv.weight[:, 0].flip(-1)  # (channel, N): C[c, l] multiplies x[t - l]
+class ShiftSSM(nn.Module):
+    """The shift SSM: a causal depthwise convolution with kernel C of length N, no bias.
+
+    ``weight`` has ``nn.Conv1d``'s layout and initialisation, (channel, 1, N), its last tap
+    on the current step (C[l] = weight[:, 0, N - 1 - l]), so `capture.models.zoo`'s
+    ``no_conv`` applies unchanged. Fast form: an FFT convolution (a depthwise ``nn.Conv1d``
+    of this length is slow on the CPU); reference: the shift register.
+    """
+
+    def __init__(self, channels: int, length: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(channels, 1, length))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))  # as nn.Conv1d
+        self.bias = None
+        self.reference = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, position, channel) -> same."""
+        if self.reference:
+            return shift_register(self.weight, x)
+        return fft_causal_conv(x, self.weight[:, 0].flip(-1)).to(x.dtype)
+
+
+def shift_register(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The shift SSM step by step (state = the last N inputs), for a (channel, 1, N) kernel."""
+    kernel = weight[:, 0].flip(-1)  # (channel, N): C[c, l] multiplies x[t - l]
     register = x.new_zeros(x.shape[0], x.shape[2], kernel.shape[-1])
     out = []
     for t in range(x.shape[1]):
@@ -117,50 +143,63 @@ class H3Mixer(nn.Module):
         self.head_dim = sizes["head_dim"]
         self.heads = d // self.head_dim
         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d, d) for _ in range(3))
-        self.shift_ssm = short_conv(d, sizes["conv_kernel"], bias=False)
+        self.shift_ssm = ShiftSSM(d, sizes["conv_kernel"])
         self.shift_skip = nn.Parameter(torch.randn(d))
         self.diag_ssm = DiagSSM(self.heads, sizes["state_size"])
         self.D = nn.Parameter(torch.randn(self.heads))
         self.output_linear = nn.Linear(d, d)
         self.reference = False
 
-    def _kv(self, u: torch.Tensor) -> torch.Tensor:
-        """(batch, position, i, j, head): the gated products the diagonal SSM reads."""
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(*x.shape[:2], self.heads, self.head_dim)
+
+    def _shifted_k(self, u: torch.Tensor) -> torch.Tensor:
         k = self.k_proj(u)
-        shift = shift_register if self.reference else causal_conv
-        k = shift(self.shift_ssm, k) + self.shift_skip * k
-        batch, length, _ = k.shape
-        k = k.view(batch, length, self.heads, self.head_dim).permute(0, 1, 3, 2)
-        v = self.v_proj(u).view(batch, length, self.heads, self.head_dim).permute(0, 1, 3, 2)
-        return k[:, :, :, None] * v[:, :, None]  # (batch, position, p, p, heads)
+        return self.shift_ssm(k) + self.shift_skip * k
+
+    def _kv(self, u: torch.Tensor) -> torch.Tensor:
+        """(batch, position, head, i, j): the gated products the diagonal SSM reads."""
+        return self._heads(self._shifted_k(u))[..., :, None] * self._heads(self.v_proj(u))[..., None, :]
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
+        if not self.reference:
+            return self.output_linear(self._fast(u))
         kv = self._kv(u)
-        if self.reference:
-            y = self.diag_ssm.recurrence(kv)
-        else:
-            y = fft_causal_conv(kv, self.diag_ssm.kernel(u.shape[1]))
-        y = y.to(kv.dtype) + self.D * kv
-        batch, length = u.shape[:2]
-        q = self.q_proj(u).view(batch, length, self.heads, self.head_dim).permute(0, 1, 3, 2)
-        out = (y * q[:, :, :, None]).sum(2)  # (batch, position, j, heads)
-        return self.output_linear(out.transpose(2, 3).reshape(batch, length, -1))
+        y = self.diag_ssm.recurrence(kv) + self.D[:, None, None] * kv
+        out = (y * self._heads(self.q_proj(u))[..., None]).sum(-2)  # (batch, position, head, j)
+        return self.output_linear(out.flatten(2))
+
+    def _fast(self, u: torch.Tensor) -> torch.Tensor:
+        """The gated SSM through FFTs, one row i of k v^T at a time, time as the last axis
+        (measured ~2x faster on the CPU than one FFT over (batch, position, head, i, j))."""
+        batch, length, _ = u.shape
+
+        def heads_first(x: torch.Tensor) -> torch.Tensor:  # -> (batch, head, p, position)
+            return x.transpose(1, 2).reshape(batch, self.heads, self.head_dim, length)
+
+        q, k, v = heads_first(self.q_proj(u)), heads_first(self._shifted_k(u)), heads_first(self.v_proj(u))
+        n = 2 * length  # no wrap-around
+        kernel_f = torch.fft.rfft(self.diag_ssm.kernel(length), n=n)[:, None]  # (head, 1, freq)
+        out = torch.zeros_like(v)
+        for i in range(self.head_dim):
+            kv = k[:, :, i : i + 1] * v  # row i of k v^T: (batch, head, j, position)
+            y = torch.fft.irfft(torch.fft.rfft(kv, n=n) * kernel_f, n=n)[..., :length]
+            out = out + q[:, :, i : i + 1] * (y + self.D[:, None, None] * kv)
+        return out.reshape(batch, -1, length).transpose(1, 2)  # (batch, position, (head j))
 
     def states(self, u: torch.Tensor) -> torch.Tensor:
         """s_t per position: (batch, position, heads * p * p * modes * 2)."""
         _, states = self.diag_ssm.recurrence(self._kv(u), keep_states=True)
-        # (batch, position, i, j, heads, modes) -> (batch, position, heads, i, j, modes)
-        states = states.permute(0, 1, 4, 2, 3, 5)
-        return torch.view_as_real(states.contiguous()).flatten(2)
+        return torch.view_as_real(states).flatten(2)  # (head, i, j, mode, re/im)
 
-    def short_convs(self) -> list[nn.Conv1d]:
+    def short_convs(self) -> list[nn.Module]:
         return [self.shift_ssm]
 
     def sites(self) -> dict[str, tuple[str, Extractor]]:
         sites: dict[str, tuple[str, Extractor]] = {
             name: (name, output_extractor) for name in ("q_proj", "k_proj", "v_proj")
         }
-        sites["shift_ssm"] = ("shift_ssm", conv_extractor)
+        sites["shift_ssm"] = ("shift_ssm", output_extractor)
         sites["output_linear"] = ("output_linear", output_extractor)
         sites["ssm_state"] = ("", state_extractor("states"))
         return sites

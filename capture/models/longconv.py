@@ -99,8 +99,11 @@ def fft_causal_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
     Parameters
     ----------
-    u : Tensor, (batch, length, ..., channels)
-    k : Tensor, (channels, length)  (or longer: only the first `length` lags are used)
+    u : Tensor, (batch, length, *channels)
+    k : Tensor, (*channels, length)
+        Filters, lag last; their leading axes broadcast against u's axes after position
+        ((d,) for (batch, length, d); (heads, 1, 1) for (batch, length, heads, p, p)). Only
+        the first `length` lags are used.
 
     Returns
     -------
@@ -109,8 +112,8 @@ def fft_causal_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     length = u.shape[1]
     n = 2 * length  # no wrap-around
     dtype = torch.promote_types(u.dtype, torch.float32)
-    k = k[:, :length].to(dtype).transpose(0, 1)  # (length, channels)
-    k = k.reshape(length, *([1] * (u.dim() - 3)), k.shape[-1])
+    k = k[..., :length].to(dtype)
+    k = k.reshape((1,) * (u.dim() - 1 - k.dim()) + k.shape).movedim(-1, 0)  # (length, *channels)
     u_f = torch.fft.rfft(u.to(dtype), n=n, dim=1)
     k_f = torch.fft.rfft(k, n=n, dim=0)
     return torch.fft.irfft(u_f * k_f, n=n, dim=1)[:, :length]
@@ -121,11 +124,11 @@ def direct_causal_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     length = u.shape[1]
     dtype = torch.promote_types(u.dtype, torch.float32)
     u = u.to(dtype)
-    k = k[:, :length].to(dtype)
-    y = u * k[:, 0]
+    k = k[..., :length].to(dtype)
+    y = u * k[..., 0]
     for lag in range(1, length):
         shifted = torch.cat([u.new_zeros(u[:, :lag].shape), u[:, : length - lag]], dim=1)
-        y = y + shifted * k[:, lag]
+        y = y + shifted * k[..., lag]
     return y
 
 

@@ -89,17 +89,22 @@ def short_conv(channels: int, kernel: int, bias: bool) -> nn.Conv1d:
 
 
 @torch.no_grad()
-def make_conv_identity(conv: nn.Conv1d) -> None:
+def make_conv_identity(conv: nn.Module) -> None:
     """Variant ``no_conv`` for one short convolution: a frozen identity.
+
+    `conv` is an ``nn.Conv1d`` or any module with its ``weight`` layout (channel, 1, kernel),
+    last tap on the current step, and a ``bias`` (or None), such as H3's ``ShiftSSM``.
 
     The weight becomes one-hot on the current step (the last tap of the causal kernel), the
     bias zero, and neither trains; whatever the mixer does around the convolution (gates,
     activations) stays. Same rule as `capture.models.mamba.make_conv_identity`.
     """
-    conv.weight.zero_()
-    conv.weight[:, 0, -1] = 1.0  # (channel, 1, kernel): tap k-1 multiplies x[t]
-    if conv.bias is not None:
-        conv.bias.zero_()
+    weight, bias = conv.weight, conv.bias
+    assert isinstance(weight, torch.Tensor)
+    weight.zero_()
+    weight[:, 0, -1] = 1.0  # (channel, 1, kernel): tap k-1 multiplies x[t]
+    if isinstance(bias, torch.Tensor):
+        bias.zero_()
     for parameter in conv.parameters():
         parameter.requires_grad_(False)
 

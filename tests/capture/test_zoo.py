@@ -19,7 +19,7 @@ from capture.models.based import (
     taylor_recurrence,
 )
 from capture.models.deltanet import delta_rule_chunked, delta_rule_recurrent
-from capture.models.h3 import DiagSSM, shift_register
+from capture.models.h3 import DiagSSM, ShiftSSM, shift_register
 from capture.models.longconv import LongConv, direct_causal_conv, fft_causal_conv
 from capture.models.zoo import causal_conv, short_conv
 
@@ -149,13 +149,18 @@ def test_h3_fft_kernel_equals_both_recurrences():
     with torch.random.fork_rng(devices=[]):  # DiagSSM draws dt and C from the global RNG
         torch.manual_seed(0)
         ssm = DiagSSM(heads=3, state_size=6)
-    x = randn(2, 10, 2, 3, seed=1).requires_grad_()
+    x = randn(2, 10, 3, 2, 2, seed=1).requires_grad_()  # (batch, position, head, i, j)
     assert_same_outputs_and_grads(
-        lambda x: fft_causal_conv(x, ssm.kernel(x.shape[1])), ssm.recurrence, [x]
+        lambda x: fft_causal_conv(x, ssm.kernel(x.shape[1])[:, None, None]), ssm.recurrence, [x]
     )
-    conv = short_conv(5, 4, bias=False)
+    shift = ShiftSSM(5, 4)
     u = randn(2, 10, 5, seed=2).requires_grad_()
-    assert_same_outputs_and_grads(lambda u: causal_conv(conv, u), lambda u: shift_register(conv, u), [u])
+    assert_same_outputs_and_grads(shift, lambda u: shift_register(shift.weight, u), [u])
+    # the same kernel as a depthwise nn.Conv1d in its own layout
+    conv = short_conv(5, 4, bias=False)
+    with torch.no_grad():
+        conv.weight.copy_(shift.weight)
+    assert close(shift(u), causal_conv(conv, u))
 
 
 # -- whole models: fast form = reference, interface, sites ---------------------------------
@@ -254,12 +259,12 @@ def test_h3_state_site_reads_out_the_diagonal_ssm():
     model, tok = tiny("h3"), tokens()
     _, acts = model.forward_with_sites(tok, ["L0.norm1", "L0.mixer.ssm_state"])
     mixer = model.blocks[0].mixer
-    kv = mixer._kv(acts["L0.norm1"])  # (batch, position, i, j, heads)
+    kv = mixer._kv(acts["L0.norm1"])  # (batch, position, head, i, j)
     _, _, C = mixer.diag_ssm.discretised()
     states = torch.view_as_complex(acts["L0.mixer.ssm_state"].view(
         BATCH, LENGTH, mixer.heads, mixer.head_dim, mixer.head_dim, -1, 2))
-    y = 2 * (states * C[:, None, None]).sum(-1).real.permute(0, 1, 3, 4, 2)
-    assert close(y, fft_causal_conv(kv, mixer.diag_ssm.kernel(LENGTH)))
+    y = 2 * (states * C[:, None, None]).sum(-1).real
+    assert close(y, fft_causal_conv(kv, mixer.diag_ssm.kernel(LENGTH)[:, None, None]))
 
 
 # -- short convolutions: no_conv, conv_kernel ----------------------------------------------
@@ -293,7 +298,7 @@ def test_no_conv_freezes_every_short_conv_as_the_identity(arch):
 @pytest.mark.parametrize("arch", ZOO_ARCHS)
 def test_conv_kernel_sets_the_short_conv_width(arch):
     model = tiny(arch, conv_kernel=2)
-    assert {c.kernel_size[0] for c in model.blocks[0].mixer.short_convs()} == {2}
+    assert {c.weight.shape[-1] for c in model.blocks[0].mixer.short_convs()} == {2}
 
 
 def test_configs_fill_zoology_sizes_and_refuse_bad_ones():
