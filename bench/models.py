@@ -1,23 +1,32 @@
-"""Training-step speed of the five architectures, and Mamba-1's fast scan vs `transformers`'.
+"""Training-step speed of every architecture, and each fast path against its reference.
 
 Prints one JSON line. Everything is measured side by side in this process, one thread,
 round-robin over the architectures so that load from other processes falls on all of them
 alike; trust the ratios more than the absolute times.
 
 - ``step_seconds``: median AdamW training step (forward, cross-entropy on every position,
-  backward, update) at batch 64, L = 40 and L = 120, default configs (4 layers, d 128);
-  ``sequences_per_second`` = 64 / step.
+  backward, update) at batch 64, L = 40 and L = 120, default configs (4 layers, d 128) of
+  the five core architectures; ``sequences_per_second`` = 64 / step.
 - ``ratio_to_transformer``: each architecture's step time over GPT-NeoX's (goal for Mamba:
   within 3x).
 - ``mamba_scan``: the same Mamba-1 model trained through the fast CPU scan and through
   `transformers`' torch path (``set_reference_path``). The reference is quadratic in
   length (~1 min per step at batch 64, L = 120), so L = 120 is measured at batch 8.
+- ``zoo``: the same for Based, BaseConv, H3, Hyena and DeltaNet against GPT-NeoX of the same
+  width (default configs: 4 layers, d 128, parameter-matched), batch 64, L = 40 and 160
+  (goal: within 3x).
+- ``zoo_reference``: each zoo model trained through its fast form and through its plain
+  sequential reference (``set_reference_path``), same weights and data, at L = 40 (batch
+  64) and L = 160 (batch 8: Based's reference keeps a 153 x 128 state per position for
+  autograd).
 
-Run: ``OMP_NUM_THREADS=1 python bench/models.py`` (about 2 minutes).
+Run: ``OMP_NUM_THREADS=1 python -m bench.models`` (about 6 minutes; ``--only core`` or
+``--only zoo`` for one half).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
@@ -25,11 +34,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from capture.models import ARCHS, ModelConfig, build_model, count_parameters
+from capture.models import CORE_ARCHS, ZOO_ARCHS, ModelConfig, build_model, count_parameters
 from capture.models.hf import MambaFamilyModel
+from capture.models.zoo import ZooModel
 
 VOCAB, CLASSES, BATCH = 16, 16, 64
 LENGTHS = (40, 120)
+ZOO_LENGTHS = (40, 160)
 ROUNDS = 4
 
 
@@ -65,11 +76,11 @@ def _round_robin(steps: dict, rounds: int, warmup: int = 1) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def architectures() -> dict:
-    """Step times of every default architecture at each length."""
-    models = {arch: build_model(ModelConfig(arch=arch), VOCAB, CLASSES, seed=0) for arch in ARCHS}
+def architectures(archs=CORE_ARCHS, lengths=LENGTHS) -> dict:
+    """Step times of default architectures at each length, with ratios to GPT-NeoX."""
+    models = {arch: build_model(ModelConfig(arch=arch), VOCAB, CLASSES, seed=0) for arch in archs}
     result: dict = {"step_seconds": {}, "sequences_per_second": {}, "ratio_to_transformer": {}}
-    for length in LENGTHS:
+    for length in lengths:
         steps = {arch: _trainer(m, BATCH, length, seed=1) for arch, m in models.items()}
         median = _round_robin(steps, ROUNDS)
         key = f"L{length}"
@@ -81,6 +92,30 @@ def architectures() -> dict:
     result["implementation"] = {a: m.implementation for a, m in models.items()}
     result["parameters"] = {a: count_parameters(m) for a, m in models.items()}
     return result
+
+
+def zoo_reference() -> dict:
+    """Each zoo model's fast form against its sequential reference, same weights and data."""
+    out: dict = {}
+    for arch in ZOO_ARCHS:
+        out[arch] = {}
+        for length, batch in ((40, BATCH), (160, 8)):
+            fast = build_model(ModelConfig(arch=arch), VOCAB, CLASSES, seed=0)
+            reference = build_model(ModelConfig(arch=arch), VOCAB, CLASSES, seed=0)
+            assert isinstance(reference, ZooModel)
+            reference.set_reference_path(True)
+            steps = {
+                "fast": _trainer(fast, batch, length, seed=2),
+                "reference": _trainer(reference, batch, length, seed=2),
+            }
+            median = _round_robin(steps, rounds=2, warmup=0)
+            out[arch][f"L{length}_batch{batch}"] = {
+                "fast": fast.implementation,
+                "fast_seconds": round(median["fast"], 4),
+                "reference_seconds": round(median["reference"], 3),
+                "speedup": round(median["reference"] / median["fast"], 1),
+            }
+    return out
 
 
 def mamba_scan() -> dict:
@@ -106,11 +141,18 @@ def mamba_scan() -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Training-step speed of the architectures.")
+    parser.add_argument("--only", choices=("core", "zoo"), help="measure one half only")
+    only = parser.parse_args().only
     torch.set_num_threads(1)
     start = time.perf_counter()
-    result = {"bench": "models", "threads": 1, "batch": BATCH, "rounds": ROUNDS}
-    result.update(architectures())
-    result["mamba_scan"] = mamba_scan()
+    result: dict = {"bench": "models", "threads": 1, "batch": BATCH, "rounds": ROUNDS}
+    if only != "zoo":
+        result.update(architectures())
+        result["mamba_scan"] = mamba_scan()
+    if only != "core":
+        result["zoo"] = architectures(("transformer", *ZOO_ARCHS), ZOO_LENGTHS)
+        result["zoo_reference"] = zoo_reference()
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(result))
 

@@ -44,8 +44,9 @@ from capture.models.zoo import (
     state_extractor,
 )
 
-# Positions per chunk of the fast form: speed only (bench/models.py).
-CHUNK = 32
+# Positions per chunk of the fast form, speed only: 32 and 64 tie at L = 160, 64 (one chunk)
+# is fastest at L = 40 (batch 64, 4 heads of 32; bench/models.py).
+CHUNK = 64
 NORM_EPS = 1e-5  # flash-linear-attention's RMSNorm default
 
 
