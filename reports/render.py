@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from reports.intervals import CLIPPED
 from reports.model import ALL_STAGES, Section
 from reports.snapshot import Snapshot
 
@@ -57,13 +58,21 @@ def table_view(table) -> dict:
 
     return {
         "name": table.name,
-        "caption": table.caption,
+        "caption": table.caption + _clipped_note(table.data),
         "csv": f"tables/{table.name}.csv",
         "columns": columns,
         "numeric": numeric,
         "rows": rows,
         "cells": [[(text, css(i, text), *_split(text, numeric[i])) for i, text in enumerate(row)] for row in rows],
     }
+
+
+def _clipped_note(data: pd.DataFrame) -> str:
+    """Said on a table whose intervals were clipped to their metric's range."""
+    notes = [c for c in data.columns if str(c).endswith("interval_note")]
+    if any((data[c].astype(str) == CLIPPED).any() for c in notes):
+        return " Intervals that reached past what the metric can take are clipped to its range."
+    return ""
 
 
 def _split(text: str, numeric: bool) -> tuple[str, str]:

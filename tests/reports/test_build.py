@@ -143,7 +143,7 @@ def test_two_seeds_show_their_own_values_instead_of_an_interval(full_store, full
 
 
 def test_no_interval_lies_outside_its_metric_range(full_report):
-    folder, _ = full_report
+    folder, index = full_report
     checked = 0
     for name, cols in RANGES.items():
         frame = _csv(folder, name)
@@ -160,6 +160,9 @@ def test_no_interval_lies_outside_its_metric_range(full_report):
     for kind, (low, high) in {"difference": (-1, 1), "equivalence": (-1, 1), "readable_by": (0, 1)}.items():
         assert I.outside_range(claims[claims["kind"] == kind], low, high).empty, kind
     assert checked > 50
+    clipped = _csv(folder, "behaviour_accuracy").query("interval_note == 'clipped'")
+    assert len(clipped) and (clipped["upper"] == 1.0).all()  # near 1, the t interval reached past it
+    assert "Intervals that reached past what the metric can take are clipped" in index.read_text()
     # too few seeds: no interval at all, in any table
     for name, cols in RANGES.items():
         frame = _csv(folder, name)
