@@ -25,8 +25,9 @@ products with 1 + f + f(f+1)/2 features instead of 1 + f + f^2.
 **Sliding-window attention** (Zoology's ``SlidingAttn``): softmax attention of each position
 to itself and the ``window - 1`` positions before it (Zoology's ``block_size`` w attends to
 w + 1), one q/k/v projection with biases; fast form a banded mask, reference a loop over
-positions. Default window 8, the smallest of the Based paper's sweep (ours: its language
-models use 64, which would cover most sequences here); 0 turns it off.
+positions. Default window 8 (ours), the smallest of Zoology's sliding-window MQAR sweep
+(8-1024): the Based language models' 64 would cover most sequences here and make this full
+softmax attention; 0 turns it off, as in Zoology's 2-layer MQAR ``based`` models.
 
 **Sites**: ``conv1d`` (before the gate), ``gate``, ``linear_attention``,
 ``sliding_attention`` (when on), and the recurrent state: ``linear_attention.state``, S_t per

@@ -11,8 +11,9 @@ with a token embedding (no position embedding, as Zoology's ``max_position_embed
 final LayerNorm and our untied per-position task head. Weights are initialised as Zoology's
 ``_init_weights``: every Linear and the embedding N(0, 0.02) with zero biases, the residual
 output projections (``out_proj``, ``fc2``) N(0, 0.02 / sqrt(2 n_layers)); convolutions and
-the SSM / filter parameters keep their own initialisation. The head keeps ``nn.Linear``'s
-default, as for every other architecture here.
+the SSM / filter parameters keep their own initialisation. That includes the Linears of the
+implicit-filter MLPs, so Hyena's and BaseConv's long filters start near zero, as in Zoology.
+The head keeps ``nn.Linear``'s default, as for every other architecture here.
 
 **Ours**: the Zoology MLP hidden width (``intermediate_size``) is set per architecture so
 that every model has about the parameters of a GPT-NeoX model of the same width and depth
