@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import textwrap
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,10 +144,12 @@ def fit_legend(fig, handles: list, labels: list[str], *, fontsize: float = 8):
     grows by the legend's rows, so the panels keep their size and nothing is cut off."""
     if not handles:
         return None
+    labels = [textwrap.fill(str(lab), 40) for lab in labels]  # a long name wraps rather than widening
     base_h = fig.get_figheight()
     ncol = min(len(labels), 6)
     while True:
-        rows = int(math.ceil(len(labels) / ncol))
+        # matplotlib fills the columns in order, as np.array_split splits the entries
+        rows = max(sum(lab.count("\n") + 1 for lab in col) for col in np.array_split(np.array(labels), ncol))
         fig.set_figheight(base_h + LEGEND_ROW_IN * rows)
         leg = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=fontsize)
         fig.canvas.draw()

@@ -97,6 +97,14 @@ def test_the_legend_check_sees_a_legend_that_is_cut_off():
     assert F.legend_overflow(fig)
 
 
+def test_a_long_architecture_name_wraps_inside_the_legend():
+    frame = _with_values(_rows(task=["parity"], arch=["a-very-long-architecture-name-from-another-tool-" * 2, "lstm"],
+                               variant=["default"], length=[40, 80]))
+    fig = F.accuracy_vs_length(frame)
+    assert F.legend_overflow(fig) == []
+    assert any("\n" in t.get_text() for t in fig.legends[0].get_texts())
+
+
 def test_each_architecture_has_one_colour_in_every_figure(ten_arch_figures):
     colours = [F.arch_colour(a) for a in ARCHS]
     assert len(set(colours)) == len(ARCHS)
