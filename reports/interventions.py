@@ -129,6 +129,27 @@ def collect_sites(ds: xr.Dataset, store, coord: str, result: str, into: dict[str
                 texts.append(text)
 
 
+def _merge_positions(heads: list[str]) -> str:
+    """``block output of layer <layer> at position 'key'`` and ``… at position 'value'`` as
+    ``block output of layer <layer> at positions 'key', 'value'``."""
+    groups: dict[str, list[str]] = {}
+    for head in heads:
+        prefix, sep, where = head.rpartition(" at position ")
+        key = prefix if sep else head
+        groups.setdefault(key, [])
+        if sep:
+            groups[key].append(where)
+    out = []
+    for key, places in groups.items():
+        if len(places) > 1:
+            out.append(f"{key} at positions {', '.join(places)}")
+        elif places:
+            out.append(f"{key} at position {places[0]}")
+        else:
+            out.append(key)
+    return "; ".join(out)
+
+
 def sites_table(sites: dict[str, dict[str, list[str]]]) -> Table | None:
     """One row per architecture: what each intervention result edited (said once for the
     whole section), and the caveat of recurrent models (their own state is not edited)."""
@@ -147,7 +168,7 @@ def sites_table(sites: dict[str, dict[str, list[str]]]) -> Table | None:
                 for c in tail.split("; ") if tail else []:
                     if c not in caveats:
                         caveats.append(c)
-            row[res] = "; ".join(dict.fromkeys(heads)) or "–"
+            row[res] = _merge_positions(list(dict.fromkeys(heads))) or "–"
         row["not edited"] = "; ".join(caveats) or "nothing else (the block output is the whole state passed on)"
         rows.append(row)
     frame = pd.DataFrame(rows, columns=["arch", *results, "not edited"])

@@ -64,11 +64,15 @@ def _write_run(st: Store, task: str, arch: str, seed: int, rng: np.random.Genera
     return rid
 
 
-def _sites(runs: list[str], where: str) -> list[list[str]]:
-    """Site descriptions per (run, layer), as the analyses write them."""
+def _site(run: str, layer: str, where: str) -> str:
+    """A site description as the analyses write it."""
     from analysis.interventions._common import site_description
 
-    return [[site_description(r.split("-")[0], y, where) for y in LAYERS] for r in runs]
+    return site_description(run.split("-")[0], layer, where)
+
+
+def _sites(runs: list[str], where: str) -> list[list[str]]:
+    return [[_site(r, y, where) for y in LAYERS] for r in runs]
 
 
 def synthetic_ablation(runs: list[str], rng: np.random.Generator) -> xr.Dataset:
@@ -127,7 +131,9 @@ def synthetic_interchange(runs: list[str], rng: np.random.Generator) -> xr.Datas
          "p_clean": (("run", "layer", "sequence"), gap + 0.05),
          "p_corrupt": (("run", "layer", "sequence"), np.full((R, Y, N), 0.05)),
          "trivial": (("run", "site"), np.zeros((R, S), dtype=bool))},
-        coords={"run": runs, "layer": LAYERS, "site": sites, "sequence": np.arange(N)},
+        coords={"run": runs, "layer": LAYERS, "site": sites, "sequence": np.arange(N),
+                "patched_site": (("run", "layer", "site"), [[[_site(r, y, f"position {s!r}") for s in sites]
+                                                             for y in LAYERS] for r in runs])},
         attrs={"analysis": "interchange", "length": LENGTH},
     )
     ds["restoration"] = ds.restored.sum("sequence") / ds.gap.sum("sequence")

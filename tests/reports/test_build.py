@@ -221,6 +221,8 @@ def test_which_site_was_edited_is_one_table_not_a_note_per_result(full_report):
     sites = _csv(folder, "intervention_sites").set_index("arch")
     assert list(sites.index) == ["transformer", "lstm"]  # the figures' architecture order
     assert sites.loc["lstm", "ablation: default"] == "block output of layer <layer> at every position"
+    assert sites.loc["lstm", "interchange: default"] == (
+        "block output of layer <layer> at positions 'key', 'value', 'divider', 'query'")
     assert "cell state is not edited" in sites.loc["lstm", "not edited"]
     assert html.count("recurrent state at later positions") == 1  # said once, in the table
     meta = json.loads((folder / "report.json").read_text())
