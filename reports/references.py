@@ -94,7 +94,9 @@ def comparison(
 
 
 def _condition(ref: dict) -> str:
-    return ", ".join(f"{k} {ref[k]}" for k in CONDITIONS if ref.get(k) not in (None, ""))
+    """The conditions a reference names, in words (a claim: its id, and arch where given)."""
+    keys = ("claim", "arch") if ref.get("claim") else CONDITIONS
+    return ", ".join(f"{k} {ref[k]}" for k in keys if ref.get(k) not in (None, ""))
 
 
 def _compare(ref: Any, claims, behaviour, probes) -> dict[str, Any]:
@@ -105,7 +107,7 @@ def _compare(ref: Any, claims, behaviour, probes) -> dict[str, Any]:
         raise ValueError(f"metric must be one of {', '.join(METRICS)} (got {metric!r})")
     if not ref.get("source"):
         raise ValueError("source is required (who reported the value)")
-    unit = str(ref.get("unit", "fraction"))
+    unit = str(ref.get("unit") or "fraction")
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)} (got {unit!r})")
     try:

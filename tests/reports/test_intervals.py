@@ -158,3 +158,18 @@ def test_references_are_read_from_the_experiment_dict():
     assert R.declared({"reference": [ref]}) == [ref]
     assert R.declared({"references": [ref]}) == [ref]
     assert R.declared({"experiment": {"name": "x"}}) == [] and R.declared(None) == []
+
+
+def test_a_reference_dumped_with_every_field_reads_like_the_table(frames):
+    """``Experiment.model_dump(mode="json")`` writes unset fields as None and defaults in full."""
+    blank = {k: None for k in ("claim", "task", "arch", "length", "layer", "target", "note", "unit")}
+    refs = [
+        {**blank, "source": "Jiang 2026", "metric": "claim", "claim": "conv1d-s3", "variant": "default",
+         "value": -12.64, "unit": "pp"},
+        {**blank, "source": "X", "metric": "accuracy", "task": "parity", "arch": "lstm", "variant": "default",
+         "length": 40, "value": 0.99},
+    ]
+    out = R.comparison(refs, **frames)
+    assert list(out["verdict"]) == ["yes: inside our interval", "yes: inside our interval"]
+    assert list(out["condition"]) == ["claim conv1d-s3", "task parity, arch lstm, variant default, length 40"]
+    assert list(out["unit"]) == ["pp", "fraction"] and list(out["note"]) == ["", ""]
