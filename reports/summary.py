@@ -47,6 +47,8 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
     part = Section("summary-claims", "Claims")
     if claims_table is not None:
         part.tables.append(_claims_table(claims_table.data))
+    elif claims_sec is not None and claims_sec.error:
+        part.error = f"the claims section failed: {claims_sec.error}"
     else:
         part.missing = "No evaluated claims in this store (declare [[claims]] in the experiment)."
         part.command = COMMANDS["stats"]
@@ -75,6 +77,8 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
     if behaviour is not None and moved is not None:
         part.tables.append(moved)
         behaviour.notes.insert(0, "The table of accuracies per length is in the Summary (section 1).")
+    elif behaviour is not None and behaviour.error:
+        part.error = f"the behaviour section failed: {behaviour.error}"
     else:
         part.missing = behaviour.missing if behaviour is not None and behaviour.missing else "No behaviour table."
         part.command = behaviour.command if behaviour is not None else None
@@ -86,6 +90,8 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
     if probes is not None and grid is not None:
         part.figures.append(grid)
         probes.notes.insert(0, "The probe-profile grid (tasks x architectures) is in the Summary (section 1).")
+    elif probes is not None and probes.error:
+        part.error = f"the probe-profile section failed: {probes.error}"
     else:
         part.missing = probes.missing if probes is not None and probes.missing else "No probe-profile grid."
         part.command = probes.command if probes is not None else None

@@ -388,3 +388,20 @@ def test_seed_interval_uses_each_cells_own_seeds():
     assert res.estimate.values[1] == pytest.approx(0.2) and np.isnan(res.lower.values[1])
     assert list(res.n_seeds.values) == [2, 1, 3]
     assert fmt_ci(0.2, np.nan, np.nan) == "0.200 [no interval]"
+
+
+def test_a_failing_section_shows_its_error_in_the_summary_too(bare_store, monkeypatch):
+    from reports import readout
+    from reports.build import collect_sections
+    from reports.snapshot import take_snapshot
+
+    def broken(snap):
+        raise RuntimeError("probe results unreadable")
+
+    monkeypatch.setattr(readout, "probes", broken)
+    with pytest.warns(UserWarning, match="Probe profiles"):
+        built = collect_sections(take_snapshot(bare_store), check_chunks=False)
+    assert [s.key for s in built] == SECTIONS and built[3].status == "error"
+    parts = {p.key: p for p in built[0].parts}
+    assert parts["summary-probes"].error == "the probe-profile section failed: RuntimeError: probe results unreadable"
+    assert parts["summary-behaviour"].status == "ok" and parts["summary-claims"].status == "missing"
