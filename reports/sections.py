@@ -284,8 +284,13 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
     else:
         known = pd.Series([metrics.get(c.split("[", 1)[0]) for c in frame["claim"]], index=frame.index)
     ranges = [claim_range(k, m) for k, m in zip(frame["kind"], known, strict=True)]
-    frame = I.apply_rules(frame, [r[0] for r in ranges], [r[1] for r in ranges],
-                          t_based=(frame["kind"] != "profile_match").to_numpy())
+    low, high = [r[0] for r in ranges], [r[1] for r in ranges]
+    frame = I.apply_rules(frame, low, high, t_based=(frame["kind"] != "profile_match").to_numpy())
+    for other in ("crosscheck",):  # a second model's interval of the same estimate: the same rules
+        if {f"{other}_estimate", f"{other}_lower", f"{other}_upper"} <= set(frame.columns):
+            frame = I.apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",
+                                  upper=f"{other}_upper", note=f"{other}_interval_note",
+                                  seed_values=None)
     first = ["claim", "statement", "kind", "estimate", "lower", "upper", "interval_note", "test", "p",
              "p_adjusted", "power", "mde", "n_seeds", "margin", "verdict"]
     return frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]

@@ -173,3 +173,27 @@ def test_a_reference_dumped_with_every_field_reads_like_the_table(frames):
     assert list(out["verdict"]) == ["yes: inside our interval", "yes: inside our interval"]
     assert list(out["condition"]) == ["claim conv1d-s3", "task parity, arch lstm, variant default, length 40"]
     assert list(out["unit"]) == ["pp", "fraction"] and list(out["note"]) == ["", ""]
+
+
+def test_claims_get_their_metric_range_and_a_crosscheck_interval_too():
+    import xarray as xr
+
+    from reports.sections import claim_metrics, claims_frame
+
+    ds = xr.Dataset(
+        {"statement": ("claim", ["a", "b", "c", "d"]),
+         "kind": ("claim", ["difference", "difference", "readable_by", "difference"]),
+         "test": ("claim", ["t"] * 4), "verdict": ("claim", ["supported"] * 4),
+         "estimate": ("claim", [0.9, 0.9, 0.95, 0.9]), "lower": ("claim", [0.7, 0.7, 0.9, 0.7]),
+         "upper": ("claim", [1.1, 1.1, 1.02, 1.1]), "n_seeds": ("claim", [5.0, 5.0, 5.0, 5.0]),
+         "crosscheck_estimate": ("claim", [0.9] * 4), "crosscheck_lower": ("claim", [0.6] * 4),
+         "crosscheck_upper": ("claim", [1.2] * 4)},
+        coords={"claim": ["acc", "rest", "read", "unknown"]})
+    experiment = {"claims": [{"id": "acc"}, {"id": "rest", "metric": "restoration"}, {"id": "read"}]}
+    assert claim_metrics(experiment) == {"acc": "accuracy", "rest": "restoration", "read": "accuracy"}
+    frame = claims_frame(ds, claim_metrics(experiment)).set_index("claim")
+    assert frame.loc["acc", "upper"] == 1.0 and frame.loc["acc", "interval_note"] == I.CLIPPED
+    assert frame.loc["rest", "upper"] == 1.1  # a restoration difference may exceed 1
+    assert frame.loc["read", "upper"] == 1.0  # probe accuracy
+    assert frame.loc["unknown", "upper"] == 1.1  # metric unknown (no experiment): not clipped
+    assert frame.loc["acc", "crosscheck_upper"] == 1.0 and frame.loc["rest", "crosscheck_upper"] == 1.2
