@@ -206,7 +206,11 @@ class RunSpec:
 
 
 def _variant_applies(arch: str, variant: str) -> bool:
-    return variant == "default" or arch in ("mamba", "mamba2")
+    """A variant other than ``default`` (``no_conv``) applies to the architectures with a short
+    convolution only; the grid skips the others."""
+    from capture.models.config import CONV_ARCHS
+
+    return variant == "default" or arch in CONV_ARCHS
 
 
 def _known(what: str, names: list[str], valid: list[str]) -> None:

@@ -323,7 +323,7 @@ def test_config_fills_sizes_per_arch_and_round_trips():
     [
         ({"arch": "rwkv"}, "unknown arch 'rwkv'; expected one of transformer, mamba, mamba2, lstm, gru"),
         ({"arch": "mamba", "variant": "tiny"}, "unknown variant 'tiny'; expected one of default, no_conv"),
-        ({"arch": "lstm", "variant": "no_conv"}, "applies to mamba and mamba2 only, not 'lstm'"),
+        ({"arch": "lstm", "variant": "no_conv"}, "applies to mamba, mamba2, based, baseconv, h3, hyena, deltanet only, not 'lstm'"),
         ({"arch": "gru", "conv_kernel": 3}, "conv_kernel do\\(es\\) not apply to arch 'gru'"),
         ({"arch": "transformer", "n_heads": 3}, "n_heads=3 must divide d_model=128"),
         ({"arch": "mamba2", "head_dim": 48}, "head_dim=48 must divide expand x d_model = 512"),
