@@ -7,6 +7,7 @@ given, or the store's ``experiment`` attribute, holds them under ``reference``):
     source = "Jiang 2026, Table 3"   # who reported it (required)
     metric = "claim"                 # claim | accuracy | probe_accuracy (required)
     claim = "conv1d-s3"              # metric = "claim": our number is this claim's estimate
+                                     # (a profile_match claim has one row per arch: add arch = ...)
     value = -12.64                   # the reported value (required)
     unit = "pp"                      # fraction (default) | pp | percent: pp and percent are / 100
     note = "pretrained Mamba-130M"   # optional, shown beside the comparison
