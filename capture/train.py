@@ -195,33 +195,37 @@ def _train_run(
         acc = {int(k): v for k, v in store.run_attrs(rid)["metrics"]["accuracy"].items()}
         return TrainResult(rid, True, 0, 0.0, acc)
     with store.lock(rid):
+        threads_before = torch.get_num_threads()  # process-wide: restored below
         torch.set_num_threads(cfg.threads)
-        n_classes = task.n_classes[task.target]
-        model = build_model(mcfg, vocab_size=task.vocab_size, n_classes=n_classes, seed=spec.seed)
-        t0 = time.perf_counter()
-        curve, steps = fit(model, task, cfg, spec.seed, device=device, progress=progress)
-        seconds = time.perf_counter() - t0
-        acc = accuracy_by_length(model, task, cfg, spec.seed, device)
-        store.write_weights(rid, model.state_dict(), overwrite=True)
-        store.update_run_attrs(
-            rid,
-            status="trained",
-            train_config=cfg.model_dump(),
-            n_classes=n_classes,
-            vocab_size=task.vocab_size,
-            target=task.target,
-            n_parameters=count_parameters(model),
-            implementation=getattr(model, "implementation", "torch"),
-            device=device,
-            metrics={
-                "accuracy": {str(k): v for k, v in acc.items()},
-                "steps": steps,
-                "train_seconds": seconds,
-                "sequences_per_second": steps * cfg.batch_size / max(seconds, 1e-9),
-                "curve": curve,
-            },
-        )
-        store.consolidate()
+        try:
+            n_classes = task.n_classes[task.target]
+            model = build_model(mcfg, vocab_size=task.vocab_size, n_classes=n_classes, seed=spec.seed)
+            t0 = time.perf_counter()
+            curve, steps = fit(model, task, cfg, spec.seed, device=device, progress=progress)
+            seconds = time.perf_counter() - t0
+            acc = accuracy_by_length(model, task, cfg, spec.seed, device)
+            store.write_weights(rid, model.state_dict(), overwrite=True)
+            store.update_run_attrs(
+                rid,
+                status="trained",
+                train_config=cfg.model_dump(),
+                n_classes=n_classes,
+                vocab_size=task.vocab_size,
+                target=task.target,
+                n_parameters=count_parameters(model),
+                implementation=getattr(model, "implementation", "torch"),
+                device=device,
+                metrics={
+                    "accuracy": {str(k): v for k, v in acc.items()},
+                    "steps": steps,
+                    "train_seconds": seconds,
+                    "sequences_per_second": steps * cfg.batch_size / max(seconds, 1e-9),
+                    "curve": curve,
+                },
+            )
+            store.consolidate()
+        finally:
+            torch.set_num_threads(threads_before)
     return TrainResult(rid, False, steps, seconds, acc)
 
 

@@ -85,3 +85,14 @@ def test_rebuilding_an_untrained_run_names_the_command(tmp_path):
     st.add_run("r0", task="parity", arch="lstm", seed=0)
     with pytest.raises(MissingError, match="layerstate train"):
         rebuild_model(st, "r0")
+
+
+def test_train_run_restores_the_callers_torch_thread_count(tmp_path):
+    spec = tiny_experiment().runs()[0]  # [train] threads = 1
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train_run(Store.create(str(tmp_path / "a.zarr")), spec)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
