@@ -3,6 +3,9 @@
 Models are rebuilt from a run's stored weights and resumed from a stored layer
 (`SequenceModel.forward_from`), so an intervention at layer l costs only the layers above l.
 
+- :mod:`.engine`: what every analysis runs on: one plan type (`Plan`), delayed cells and the
+  one assembler of their Dataset (`assemble`), computing and storing (`run_and_store`).
+- :mod:`._common`: rebuilding a run's model, reading a stored layer, resuming from it.
 - :mod:`.erasure`: directions and erasers (probe, INLP, LEACE, PCA/SVD, random), one low-rank
   affine form ``x - ((x - offset) @ left) @ right``.
 - :mod:`.ablation`: erase at a layer, resume, count correct predictions per sequence; refit a
@@ -11,12 +14,21 @@ Models are rebuilt from a run's stored weights and resumed from a stored layer
   interchange interventions at named positions, with mechanism labels.
 
 Builders (`ablation`, `patching`, `interchange`) return lazy dask-backed Datasets;
-`compute` evaluates them with one BLAS/torch thread per task; ``run_*`` compute and store
-under ``results/ablation|patching|interchange/<name>``.
+`analysis.compute.compute` evaluates them (one BLAS/torch thread per task, on local threads
+or a ``dask.distributed`` cluster); ``run_*`` compute and store under
+``results/ablation|patching|interchange/<name>``.
 """
 
-from analysis.interventions._common import compute, rebuild, site_description
-from analysis.interventions.ablation import (
+from __future__ import annotations
+
+#: Below this mean probability gap (p_clean - p_corrupt) a corruption does not change the
+#: model's answer: its interchange restoration is undefined and its mechanism is "none"
+#: (`classify_mechanism`, and the restoration claims of `analysis.claims`). Defined before the
+#: submodules are imported: `patching` reads it from here.
+MIN_GAP = 0.05
+
+from analysis.interventions._common import rebuild, site_description  # noqa: E402
+from analysis.interventions.ablation import (  # noqa: E402
     METHODS,
     Setting,
     ablation,
@@ -25,7 +37,8 @@ from analysis.interventions.ablation import (
     parse_settings,
     run_ablation,
 )
-from analysis.interventions.erasure import (
+from analysis.interventions.engine import Cell, Plan, Var, assemble, run_and_store  # noqa: E402
+from analysis.interventions.erasure import (  # noqa: E402
     erase,
     inlp,
     leace,
@@ -34,7 +47,7 @@ from analysis.interventions.erasure import (
     projection_eraser,
     random_directions,
 )
-from analysis.interventions.patching import (
+from analysis.interventions.patching import (  # noqa: E402
     answer_probability,
     classify_mechanism,
     interchange,
@@ -49,12 +62,15 @@ from analysis.interventions.patching import (
 
 __all__ = [
     "METHODS",
+    "MIN_GAP",
+    "Cell",
+    "Plan",
     "Setting",
+    "Var",
     "ablation",
     "answer_probability",
+    "assemble",
     "classify_mechanism",
-    "nontrivial_restoration",
-    "compute",
     "erase",
     "fit_directions",
     "inlp",
@@ -62,6 +78,7 @@ __all__ = [
     "leace",
     "load_probe_directions",
     "logit_metric",
+    "nontrivial_restoration",
     "parse_settings",
     "patched_logits",
     "patched_logits_reference",
@@ -72,6 +89,7 @@ __all__ = [
     "random_directions",
     "rebuild",
     "run_ablation",
+    "run_and_store",
     "run_interchange",
     "run_patching",
     "site_description",

@@ -1,16 +1,15 @@
-"""What ablation and patching share: rebuilding a run's model, reading one layer, computing.
+"""Models and stored states: rebuilding a run's model, reading one layer, resuming from it.
 
-Models are rebuilt here from the run's stored config and weights (`capture.models` only:
-`analysis` may import `store` and `capture.models`, not the training code). Every graph is
-computed through :func:`compute`, which pins BLAS and torch to one thread per task and runs
-dask's threaded scheduler (NOTES.md: 2-thread BLAS under load was 200x slower).
+The one place an intervention touches a model: :func:`rebuild` makes it from the run's stored
+config and weights (`capture.models` only: `analysis` may import `store` and `capture.models`,
+not the training code) and :func:`resume_logits` runs the layers above a stored layer
+(`SequenceModel.forward_from`). Graphs are computed by :func:`analysis.compute.compute`, which
+pins BLAS and torch to one thread per task (docs/measured.md, "Threads").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import torch
@@ -19,7 +18,8 @@ import xarray as xr
 from capture.models import SequenceModel, model_for_run
 from store import MissingError, Store
 
-#: Architectures whose blocks carry a state along positions (patching caveat, SCIENCE.md).
+#: Architectures whose blocks carry a state along positions (the patching caveat,
+#: docs/design.md).
 RECURRENT_ARCHS = ("lstm", "gru", "mamba", "mamba2")
 
 
@@ -48,6 +48,11 @@ def rebuild(store: Store, run_id: str, device: str = "cpu") -> SequenceModel:
     SequenceModel
         With ``layer_names`` matching the stored ``layer`` coordinate.
     """
+    return portable_model(store, run_id, device).module
+
+
+def portable_model(store: Store, run_id: str, device: str = "cpu") -> PortableModel:
+    """`rebuild`, as a `PortableModel`: what an analysis graph's model task returns."""
     check_weights(store, run_id)
     attrs = store.run_attrs(run_id)
     missing = [k for k in ("model_config", "vocab_size", "n_classes") if k not in attrs]
@@ -56,10 +61,29 @@ def rebuild(store: Store, run_id: str, device: str = "cpu") -> SequenceModel:
             f"run {run_id!r} lacks {', '.join(missing)} in its attributes, so its model cannot "
             "be rebuilt; train it with `layerstate train`, which records them"
         )
-    model = model_for_run(attrs)
-    weights = {k: torch.from_numpy(np.asarray(v)) for k, v in store.read_weights(run_id).items()}
-    model.load_state_dict(weights)
-    return model.to(device).eval()
+    weights = {k: np.asarray(v) for k, v in store.read_weights(run_id).items()}
+    return PortableModel(attrs, weights, device)
+
+
+class PortableModel:
+    """A run's rebuilt model (``module``, eval mode) that crosses processes as plain data.
+
+    dask.distributed moves a task's result to another worker by pickling it; torch's RNN
+    modules hold weakrefs that pickle refuses (and a pickled module is bound to its torch
+    version). This one travels as the run's attributes and its weights as numpy arrays, and is
+    rebuilt on arrival: once per worker, since a worker keeps what it received. In one process
+    (local threads) every cell shares the same ``module``.
+    """
+
+    def __init__(self, attrs: dict, weights: dict[str, np.ndarray], device: str = "cpu") -> None:
+        self.attrs, self.device = attrs, device
+        module = model_for_run(attrs)
+        module.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})
+        self.module: SequenceModel = module.to(device).eval()
+
+    def __reduce__(self) -> tuple:
+        weights = {k: v.detach().cpu().numpy() for k, v in self.module.state_dict().items()}
+        return PortableModel, (self.attrs, weights, self.device)
 
 
 def layer_module(model: SequenceModel, layer_index: int) -> torch.nn.Module:
@@ -153,7 +177,7 @@ def layer_list(ds: xr.Dataset, layers: Sequence[str] | None) -> list[str]:
 def read_layer(ds: xr.Dataset, layer: str, sequences: np.ndarray | None = None) -> np.ndarray:
     """Hidden states of one layer as float32, (sequence, position, feature).
 
-    float16 is widened before any arithmetic (NOTES.md: float16 reductions fail).
+    float16 is widened before any arithmetic (float16 reductions fail: docs/measured.md).
     """
     da = ds.hidden.sel(layer=layer)
     if sequences is not None:
@@ -172,45 +196,3 @@ def check_lengths(store: Store, run_id: str, lengths: Sequence[int], kind: str =
             f"stored: {', '.join(map(str, have)) or '(none)'}; capture them with "
             "`layerstate capture`"
         )
-
-
-# ----------------------------------------------------------------------------- computing
-@contextmanager
-def one_thread_per_task():
-    """BLAS and torch pinned to one thread; parallelism comes from dask tasks."""
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def compute(obj: Any, *, scheduler: str | None = "threads", num_workers: int | None = None) -> Any:
-    """Compute a lazy result (xarray or dask) with one BLAS/torch thread per task.
-
-    Parameters
-    ----------
-    obj : xarray.Dataset or xarray.DataArray or dask collection
-    scheduler : str or None
-        dask scheduler: "threads" (default), "sync" (debugging), or None to use whatever is
-        configured (e.g. an active ``dask.distributed`` client).
-    num_workers : int, optional
-        Threads for the threaded scheduler (default: dask's, the number of cores).
-
-    Returns
-    -------
-    The computed object.
-    """
-    import dask
-
-    settings: dict[str, Any] = {}
-    if scheduler is not None:
-        settings["scheduler"] = scheduler
-    if num_workers is not None:
-        settings["num_workers"] = num_workers
-    with one_thread_per_task(), dask.config.set(**settings):
-        return obj.compute() if hasattr(obj, "compute") else dask.compute(obj)[0]

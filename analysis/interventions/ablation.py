@@ -39,25 +39,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dask
-import dask.array as dsa
 import numpy as np
 import torch
 import xarray as xr
 
 from analysis.interventions import erasure as E
 from analysis.interventions._common import (
-    check_lengths,
-    check_weights,
-    compute,
+    PortableModel,
     layer_list,
     open_group,
     read_layer,
-    rebuild,
     resume_logits,
-    site_description,
     target_of,
+)
+from analysis.interventions.engine import (
+    Cell,
+    Plan,
+    Var,
+    assemble,
+    open_plan,
+    run_and_store,
+    select_runs,
 )
 from store import MissingError, Store
 
@@ -333,42 +338,29 @@ def _refit_correct(
     return correct
 
 
-def _evaluate(model, layer: str, data, eraser, refit: dict | None, batch_size: int):
+def _label_counts(data) -> tuple[np.ndarray, float]:
+    """Labelled positions per sequence, and the majority-class accuracy (``chance``)."""
+    _, labels, mask = data
+    counts = np.bincount(labels[mask]) if mask.any() else np.zeros(1)
+    return mask.sum(1), counts.max() / max(mask.sum(), 1)
+
+
+def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None,
+              batch_size: int):
     """Per-sequence correct counts of the model and of the refitted probe (``refit``: the
     keyword arguments of `_refit_correct`, or None to skip it)."""
     hidden, labels, mask = data
     edited = hidden if eraser is None else E.erase_torch(torch.from_numpy(hidden), eraser).numpy()
-    pred = resume_logits(model, layer, edited, batch_size).argmax(-1)
+    pred = resume_logits(model.module, layer, edited, batch_size).argmax(-1)
     correct = ((pred == labels) & mask).sum(1).astype(np.float64)
     probe = _refit_correct(edited, labels, mask, **refit) if refit else None
     return correct, probe
 
 
 # ----------------------------------------------------------------------------- the graph
-@dataclass
-class _Plan:
-    """Everything known before computing: per run its lengths, sequences and layers."""
-
-    runs: list[str]
-    lengths: list[int]
-    layers: list[str]
-    settings: list[Setting]
-    fit_length: int
-    groups: dict  # (run, length) -> the stored group, opened once (lazy, no dask)
-    eval_idx: dict  # (run, length) -> ndarray of stored sequence indices
-    fit_idx: dict  # run -> ndarray
-    run_layers: dict  # run -> list of layers it has
-    n_features: dict  # run -> int
-    arch: dict
-    target: dict
-
-
-def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, folds) -> _Plan:
-    runs = list(store.run_ids() if runs is None else runs)
-    if not runs:
-        raise MissingError(f"no runs to ablate in {store.location}; train some with `layerstate train`")
-    for rid in runs:
-        check_weights(store, rid)
+def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, folds) -> Plan:
+    """The ablation plan: ``length`` and ``setting`` axes, fitting and evaluated sequences."""
+    runs = select_runs(store, runs, "ablate")
     if lengths is None:
         common = set(store.lengths(runs[0]))
         for rid in runs[1:]:
@@ -378,37 +370,30 @@ def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, fold
     if fit_length is None:
         trained = {store.run_attrs(r).get("train_config", {}).get("length") for r in runs}
         fit_length = trained.pop() if len(trained) == 1 and None not in trained else min(lengths)
-    plan = _Plan(runs, lengths, [], settings, int(fit_length), {}, {}, {}, {}, {}, {}, {})
+    fit_length = int(fit_length)
+    groups = [("len", L) for L in sorted({*lengths, fit_length})]
+    plan = open_plan(store, runs, groups, layers, layers_at=("len", fit_length))
+    plan.fit_length = fit_length
+    plan.axes = {"length": lengths, "setting": [s.name for s in settings]}
     for rid in runs:
-        check_lengths(store, rid, sorted({*lengths, plan.fit_length}))
-        for L in sorted({*lengths, plan.fit_length}):
-            plan.groups[rid, L] = open_group(store, rid, L)
-        ds = plan.groups[rid, plan.fit_length]
-        plan.run_layers[rid] = layer_list(ds, layers)
-        plan.n_features[rid] = ds.sizes["feature"]
-        plan.arch[rid] = str(ds.attrs["run"].get("arch", ""))
-        plan.target[rid] = target_of(ds)
-        n_fit = int(round(ds.sizes["sequence"] * fit_fraction))
-        if n_fit < 2 or ds.sizes["sequence"] - n_fit < max(folds, 2):
+        n_all = plan.group(rid, fit_length).sizes["sequence"]
+        n_fit = int(round(n_all * fit_fraction))
+        if n_fit < 2 or n_all - n_fit < max(folds, 2):
             raise ValueError(
-                f"run {rid!r} has {ds.sizes['sequence']} sequences at length {plan.fit_length}: "
-                f"too few to fit on {fit_fraction:.0%} and evaluate {folds}-fold on the rest; "
-                "capture more sequences or change fit_fraction"
+                f"run {rid!r} has {n_all} sequences at length {fit_length}: too few to fit on "
+                f"{fit_fraction:.0%} and evaluate {folds}-fold on the rest; capture more "
+                "sequences or change fit_fraction"
             )
-        plan.fit_idx[rid] = np.arange(n_fit)
+        plan.fit_sequences[rid] = np.arange(n_fit)
         for L in lengths:
-            n = plan.groups[rid, L].sizes["sequence"]
-            plan.eval_idx[rid, L] = np.arange(n_fit, n) if L == plan.fit_length else np.arange(n)
-    for rid in runs:
-        for name in plan.run_layers[rid]:
-            if name not in plan.layers:
-                plan.layers.append(name)
+            n = plan.group(rid, L).sizes["sequence"]
+            plan.sequences[rid, L] = np.arange(n_fit, n) if L == fit_length else np.arange(n)
     return plan
 
 
-def _given_directions(store, plan: _Plan, directions, rid: str) -> dict[str, xr.DataArray]:
+def _given_directions(plan: Plan, settings, directions, rid: str) -> dict[str, xr.DataArray]:
     """Per method ("given", "stored") the run's (layer, direction, feature) directions."""
-    methods = {s.method for s in plan.settings}
+    methods = {s.method for s in settings}
     out = {}
     if "given" in methods:
         if directions is None:
@@ -417,12 +402,12 @@ def _given_directions(store, plan: _Plan, directions, rid: str) -> dict[str, xr.
         out["given"] = _check_directions(da, "directions")
     if "stored" in methods:
         out["stored"] = load_probe_directions(
-            store, plan.target[rid], run_id=rid, length=plan.fit_length
+            plan.store, plan.target[rid], run_id=rid, length=plan.fit_length
         )
     return out
 
 
-def _fixed_directions(plan: _Plan, given: dict, rid: str, layer: str, setting: Setting):
+def _fixed_directions(plan: Plan, given: dict, rid: str, layer: str, setting: Setting):
     """The (direction, feature) rows of a given/stored setting at one layer (else None)."""
     if setting.method not in given:
         return None
@@ -443,10 +428,21 @@ def _fixed_directions(plan: _Plan, given: dict, rid: str, layer: str, setting: S
     return values[np.isfinite(values).all(1)]  # NaN rows: classes the run lacks
 
 
-def _check_sizes(plan: _Plan) -> None:
+def _check_options(mode: str, fit_fraction: float, folds: int, refit_rows: int) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not 0 < fit_fraction < 1:
+        raise ValueError(f"fit_fraction must be in (0, 1), got {fit_fraction}")
+    if folds < 2:
+        raise ValueError(f"folds must be >= 2, got {folds}")
+    if refit_rows < 10:
+        raise ValueError(f"refit_rows must be >= 10, got {refit_rows}")
+
+
+def _check_sizes(plan: Plan, settings: list[Setting]) -> None:
     for rid in plan.runs:
         d = plan.n_features[rid]
-        for s in plan.settings:
+        for s in settings:
             if s.k is not None:
                 E.check_k(s.k, d, s.name, f" of run {rid!r}")
 
@@ -471,7 +467,7 @@ def ablation(
     """Build (lazily) the ablation grid over runs x lengths x layers x settings.
 
     Nothing is computed here except reading metadata; compute the result with
-    `analysis.interventions.compute` (or use `run_ablation`, which also stores it).
+    `analysis.compute.compute` (or use `run_ablation`, which also stores it).
 
     Parameters
     ----------
@@ -518,142 +514,22 @@ def ablation(
         ``n_directions`` (run, layer, setting: dimension removed). Coordinates ``method`` and
         ``k`` (setting), ``arch``, ``target`` (run), ``site`` (run, layer).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if not 0 < fit_fraction < 1:
-        raise ValueError(f"fit_fraction must be in (0, 1), got {fit_fraction}")
-    if folds < 2:
-        raise ValueError(f"folds must be >= 2, got {folds}")
-    if refit_rows < 10:
-        raise ValueError(f"refit_rows must be >= 10, got {refit_rows}")
+    _check_options(mode, fit_fraction, folds, refit_rows)
     parsed = parse_settings(settings)
     plan = _plan(store, runs, lengths, layers, parsed, fit_length, fit_fraction, folds)
-    _check_sizes(plan)
-    cells = _graph(store, plan, directions, mode, refit, folds, refit_rows, seed, batch_size)
-    return _assemble(plan, cells, refit, mode, fit_fraction, folds, seed)
-
-
-def _seeded(probe: dict | None, *seed: int) -> dict | None:
-    """The refit's arguments with its own seed (None: no refit)."""
-    return None if probe is None else {**probe, "seed": list(seed)}
-
-
-def _graph(store, plan: _Plan, directions, mode, refit, folds, refit_rows, seed, batch_size):
-    """Delayed tasks: a model per run, fit rows per (run, layer), erasers, evaluations."""
-    delayed = dask.delayed
-    out: dict = {}
-    for rid in plan.runs:
-        model = delayed(rebuild, pure=False)(store, rid)
-        given = _given_directions(store, plan, directions, rid)
-        for li, layer in enumerate(plan.layers):
-            if layer not in plan.run_layers[rid]:
-                continue
-            rows = delayed(_fit_rows_from, pure=False)(
-                plan.groups[rid, plan.fit_length], layer, plan.fit_idx[rid]
-            )
-            erasers = {}
-            for s in plan.settings:
-                fixed = _fixed_directions(plan, given, rid, layer, s)
-                erasers[s] = delayed(_fit_eraser, pure=False)(
-                    rows, s, mode, fixed, [seed, li, s.k or 0], plan.n_features[rid]
-                )
-                out["rank", rid, layer, s] = erasers[s].rank
-            for L in plan.lengths:
-                data = delayed(_eval_data, pure=False)(
-                    plan.groups[rid, L], layer, plan.eval_idx[rid, L]
-                )
-                probe = {"folds": folds, "max_rows": refit_rows} if refit else None
-                out["base", rid, L, layer] = delayed(_evaluate, pure=False)(
-                    model, layer, data, None, _seeded(probe, seed, L, li, 0), batch_size
-                )
-                out["labels", rid, L] = data[1:]
-                for si, s in enumerate(plan.settings):
-                    out["cell", rid, L, layer, s] = delayed(_evaluate, pure=False)(
-                        model, layer, data, erasers[s], _seeded(probe, seed, L, li, si + 1),
-                        batch_size,
-                    )
-    return out
-
-
-def _gather(plan: _Plan, refit: bool, keys: list, values: list) -> dict:
-    """Scatter the tasks' per-sequence outputs into NaN-padded grid arrays."""
-    results = dict(zip(keys, values, strict=True))
-    R, T, Y, S = len(plan.runs), len(plan.lengths), len(plan.layers), len(plan.settings)
-    N = max(len(v) for v in plan.eval_idx.values())
-    nan = np.nan
-    arrays = {
-        "correct": np.full((R, T, Y, S, N), nan),
-        "probe_correct": np.full((R, T, Y, S, N), nan),
-        "correct_clean": np.full((R, T, Y, N), nan),
-        "probe_correct_clean": np.full((R, T, Y, N), nan),
-        "n_labelled": np.full((R, T, N), nan),
-        "sequence_id": np.full((R, T, N), -1, dtype=np.int64),
-        "chance": np.full((R, T), nan),
-        "n_directions": np.full((R, Y, S), -1, dtype=np.int64),
-    }
-    for key, value in results.items():
-        kind, rid, *rest = key
-        r = plan.runs.index(rid)
-        if kind == "rank":
-            layer, s = rest
-            arrays["n_directions"][r, plan.layers.index(layer), plan.settings.index(s)] = value
-        elif kind == "labels":
-            (L,) = rest
-            t, (labels, mask) = plan.lengths.index(L), value
-            n = labels.shape[0]
-            arrays["n_labelled"][r, t, :n] = mask.sum(1)
-            arrays["sequence_id"][r, t, :n] = plan.eval_idx[rid, L]
-            counts = np.bincount(labels[mask]) if mask.any() else np.zeros(1)
-            arrays["chance"][r, t] = counts.max() / max(mask.sum(), 1)
-        else:
-            t, y = plan.lengths.index(rest[0]), plan.layers.index(rest[1])
-            correct, probe = value
-            n = correct.shape[0]
-            at = (r, t, y) if kind == "base" else (r, t, y, plan.settings.index(rest[2]))
-            suffix = "_clean" if kind == "base" else ""
-            arrays["correct" + suffix][(*at, slice(0, n))] = correct
-            if refit:
-                arrays["probe_correct" + suffix][(*at, slice(0, n))] = probe
-    return arrays
-
-
-def _assemble(plan: _Plan, cells: dict, refit, mode, fit_fraction, folds, seed) -> xr.Dataset:
-    keys = list(cells)
-    gathered = dask.delayed(_gather, pure=False)(plan, refit, keys, [cells[k] for k in keys])
-    R, T, Y, S = len(plan.runs), len(plan.lengths), len(plan.layers), len(plan.settings)
-    N = max(len(v) for v in plan.eval_idx.values())
-    dims = {
-        "correct": (("run", "length", "layer", "setting", "sequence"), (R, T, Y, S, N), float),
-        "probe_correct": (("run", "length", "layer", "setting", "sequence"), (R, T, Y, S, N), float),
-        "correct_clean": (("run", "length", "layer", "sequence"), (R, T, Y, N), float),
-        "probe_correct_clean": (("run", "length", "layer", "sequence"), (R, T, Y, N), float),
-        "n_labelled": (("run", "length", "sequence"), (R, T, N), float),
-        "sequence_id": (("run", "length", "sequence"), (R, T, N), np.int64),
-        "chance": (("run", "length"), (R, T), float),
-        "n_directions": (("run", "layer", "setting"), (R, Y, S), np.int64),
-    }
-    if not refit:
-        dims = {k: v for k, v in dims.items() if not k.startswith("probe")}
-    data = {
-        name: (d, dsa.from_delayed(gathered[name], shape=shape, dtype=dtype))
-        for name, (d, shape, dtype) in dims.items()
-    }
-    sites = [
-        [site_description(plan.arch[r], y, "every position") for y in plan.layers] for r in plan.runs
-    ]
-    ds = xr.Dataset(
-        data,
+    _check_sizes(plan, parsed)
+    probe = {"folds": folds, "max_rows": refit_rows} if refit else None
+    cells = _cells(plan, parsed, directions, mode, probe, seed, batch_size)
+    variables = {k: v for k, v in VARIABLES.items() if refit or not k.startswith("probe")}
+    ds = assemble(
+        plan,
+        variables,
+        cells,
         coords={
-            "run": plan.runs,
-            "length": plan.lengths,
-            "layer": plan.layers,
-            "setting": [s.name for s in plan.settings],
-            "sequence": np.arange(N),
-            "method": ("setting", [s.method for s in plan.settings]),
-            "k": ("setting", [-1 if s.k is None else s.k for s in plan.settings]),
-            "arch": ("run", [plan.arch[r] for r in plan.runs]),
+            "method": ("setting", [s.method for s in parsed]),
+            "k": ("setting", [-1 if s.k is None else s.k for s in parsed]),
             "target": ("run", [plan.target[r] for r in plan.runs]),
-            "site": (("run", "layer"), sites),
+            "site": (("run", "layer"), plan.site_names("every position")),
         },
         attrs={
             "analysis": "ablation",
@@ -667,6 +543,79 @@ def _assemble(plan: _Plan, cells: dict, refit, mode, fit_fraction, folds, seed) 
         },
     )
     return _summaries(ds, refit)
+
+
+_PER_SETTING = ("run", "length", "layer", "setting", "sequence")
+_PER_LAYER = ("run", "length", "layer", "sequence")
+_PER_LENGTH = ("run", "length", "sequence")
+#: What the ablation cells fill (``probe_*`` only with ``refit``).
+VARIABLES = {
+    "correct": Var(_PER_SETTING),
+    "probe_correct": Var(_PER_SETTING),
+    "correct_clean": Var(_PER_LAYER),
+    "probe_correct_clean": Var(_PER_LAYER),
+    "n_labelled": Var(_PER_LENGTH),
+    "sequence_id": Var(_PER_LENGTH, np.int64, -1),
+    "chance": Var(("run", "length")),
+    "n_directions": Var(("run", "layer", "setting"), np.int64, -1),
+}
+
+
+def _seeded(probe: dict | None, *seed: int) -> dict | None:
+    """The refit's arguments with its own seed (None: no refit)."""
+    return None if probe is None else {**probe, "seed": list(seed)}
+
+
+def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> list[Cell]:
+    """Delayed tasks: a model per run, fit rows per (run, layer), erasers, evaluations."""
+    delayed = dask.delayed
+    refit = probe is not None
+    fit_length = plan.fit_length
+    if fit_length is None:  # set by _plan
+        raise ValueError("an ablation plan needs its fit length")
+    cells: list[Cell] = []
+    for rid in plan.runs:
+        model = plan.model(rid)
+        given = _given_directions(plan, settings, directions, rid)
+        first = True
+        for li, layer in enumerate(plan.layers):
+            if layer not in plan.run_layers[rid]:
+                continue
+            rows = delayed(_fit_rows_from, pure=False)(
+                plan.group(rid, fit_length), layer, plan.fit_sequences[rid]
+            )
+            erasers = {}
+            for s in settings:
+                fixed = _fixed_directions(plan, given, rid, layer, s)
+                erasers[s] = delayed(_fit_eraser, pure=False)(
+                    rows, s, mode, fixed, [seed, li, s.k or 0], plan.n_features[rid]
+                )
+                at = {"run": rid, "layer": layer, "setting": s.name}
+                cells.append(Cell(at, ("n_directions",), erasers[s].rank))
+            for L in plan.axes["length"]:
+                data = delayed(_eval_data, pure=False)(
+                    plan.group(rid, L), layer, plan.sequences[rid, L]
+                )
+                if first:  # labels do not depend on the layer: counted once per length
+                    at = {"run": rid, "length": L}
+                    cells.append(Cell(at, ("sequence_id",), plan.sequences[rid, L]))
+                    cells.append(Cell(at, ("n_labelled", "chance"),
+                                      delayed(_label_counts, pure=False)(data)))
+                base = delayed(_evaluate, pure=False)(
+                    model, layer, data, None, _seeded(probe, seed, L, li, 0), batch_size
+                )
+                at = {"run": rid, "length": L, "layer": layer}
+                cells.append(Cell(at, ("correct_clean", "probe_correct_clean" if refit else None),
+                                  base))
+                for si, s in enumerate(settings):
+                    erased = delayed(_evaluate, pure=False)(
+                        model, layer, data, erasers[s], _seeded(probe, seed, L, li, si + 1),
+                        batch_size,
+                    )
+                    at = {"run": rid, "length": L, "layer": layer, "setting": s.name}
+                    cells.append(Cell(at, ("correct", "probe_correct" if refit else None), erased))
+            first = False
+    return cells
 
 
 def _summaries(ds: xr.Dataset, refit: bool) -> xr.Dataset:
@@ -684,7 +633,7 @@ def run_ablation(
     store: Store,
     name: str = "default",
     *,
-    scheduler: str | None = "threads",
+    scheduler: Any = "threads",
     num_workers: int | None = None,
     **kwargs,
 ) -> xr.Dataset:
@@ -696,7 +645,8 @@ def run_ablation(
         Opened with ``mode="r+"``.
     name : str
     scheduler, num_workers
-        Passed to `compute`.
+        Where to compute: see `analysis.compute.compute` (``"threads"``, ``"sync"``,
+        ``"local:N"``, an address, a ``Client`` or a cluster).
     **kwargs
         Everything `ablation` takes.
 
@@ -705,6 +655,5 @@ def run_ablation(
     xarray.Dataset
         The computed result (same variables as `ablation`).
     """
-    result = compute(ablation(store, **kwargs), scheduler=scheduler, num_workers=num_workers)
-    store.write_result(f"ablation/{name}", result)
-    return result
+    return run_and_store(store, f"ablation/{name}", ablation(store, **kwargs),
+                         scheduler=scheduler, num_workers=num_workers)

@@ -12,7 +12,7 @@ path (`patched_logits_reference`, same signature) re-runs the whole model on the
 tokens with a forward hook that overwrites the layer's module output at p; a test holds them
 equal. What is patched is a layer's *output* (the embedding or a block's output): for
 recurrent models (LSTM, GRU, Mamba) that changes what the layers above see at p, not the
-layer's own recurrent state at later positions (SCIENCE.md); every result names its site.
+layer's own recurrent state at later positions (docs/design.md); every result names its site.
 
 Measures (**ours** where the papers leave it open):
 
@@ -29,37 +29,47 @@ Measures (**ours** where the papers leave it open):
 - `classify_mechanism`: ``"induction"`` if patching the in-context value restores at least
   `threshold` (default 0.5) at some layer; else ``"direct retrieval"`` if the key or the query
   does; else ``"none"``; also ``"none"`` when the corruption barely moves the answer (mean
-  probability gap below `min_gap`, default 0.05). Two sites restore any model trivially and
-  are left out (`nontrivial_restoration`): the embedding of the corrupted position (patching
-  the edited token back), and the last layer at the position where the answer is read out
-  (patching it sets the logits to the clean ones).
+  probability gap below `min_gap`, default ``analysis.interventions.MIN_GAP`` = 0.05). Two
+  sites restore any model trivially and are left out (`nontrivial_restoration`): the
+  embedding of the corrupted position (patching the edited token back), and the last layer at
+  the position where the answer is read out (patching it sets the logits to the clean ones).
+
+Both grids run one per-cell function, `_twin_cell` (one run and layer: resume the clean and
+corrupted states, then each site patched in turn), on the engine of
+:mod:`analysis.interventions.engine`; they differ only in their sites (positions or named
+positions) and metric (logit difference or probability).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import dask
-import dask.array as dsa
 import numpy as np
 import torch
 import xarray as xr
 
+from analysis.interventions import MIN_GAP
 from analysis.interventions._common import (
-    check_lengths,
-    check_weights,
-    compute,
-    layer_list,
+    PortableModel,
     layer_module,
-    open_group,
     read_layer,
-    rebuild,
     resume_logits,
     site_description,
     target_of,
 )
+from analysis.interventions.engine import (
+    Cell,
+    Plan,
+    Var,
+    assemble,
+    open_plan,
+    run_and_store,
+    select_runs,
+)
 from capture.models import SequenceModel
-from store import MissingError, Store
+from store import Store
 
 TASK_SITES = ("key", "value", "divider", "query")
 
@@ -208,84 +218,86 @@ def answer_probability(logits: np.ndarray, pos: np.ndarray, good: np.ndarray) ->
     return np.exp(_log_softmax(logits[rows, pos].astype(np.float64))[rows, good])
 
 
-# ----------------------------------------------------------------------------- tasks
-def _pair(store: Store, run_id: str, length: int):
-    return open_group(store, run_id, length, "cfclean"), open_group(store, run_id, length, "cfcorrupt")
+# ----------------------------------------------------------------------------- the cell
+def _twin_cell(model: PortableModel, clean, corrupted, layer: str, sites: list, metric: str,
+               batch_size: int):
+    """Patch one layer of a run's twins, one site at a time: the per-cell function of both
+    `patching` (sites: positions, metric "logit") and `interchange` (sites: names of stored
+    ``pos_<site>`` positions, metric "probability").
 
-
-def _patch_positions(model, clean, bad, layer, positions, batch_size):
-    """recovered (position, sequence) and gap (sequence,) for one layer."""
-    pos, good, wrong = _answers(clean, bad)
-    hc, hx = read_layer(clean, layer), read_layer(bad, layer)
-
-    def metric(hidden):
-        return logit_metric(resume_logits(model, layer, hidden, batch_size), pos, good, wrong)
-
-    m_clean, m_bad = metric(hc), metric(hx)
-    recovered = np.empty((len(positions), hx.shape[0]))
-    for i, p in enumerate(positions):
-        saved = hx[:, p].copy()
-        hx[:, p] = hc[:, p]
-        recovered[i] = metric(hx) - m_bad
-        hx[:, p] = saved
-    return recovered, m_clean - m_bad, wrong >= 0
-
-
-def _interchange_sites(model, clean, bad, layer, sites, batch_size):
-    """restored (site, sequence), gap, p_clean, p_corrupt (sequence,) for one layer."""
-    pos, good, _ = _answers(clean, bad)
-    hc, hx = read_layer(clean, layer), read_layer(bad, layer)
+    Returns
+    -------
+    delta : ndarray, (site, sequence)
+        metric(patched) - metric(corrupted).
+    gap, clean, corrupted : ndarray, (sequence,)
+        metric(clean) - metric(corrupted), and both metrics (each resumed from the stored,
+        unpatched states of the layer, so storage rounding cancels).
+    defined : ndarray of bool, (sequence,)
+        Whether the corrupted answer is defined.
+    """
+    pos, good, wrong = _answers(clean, corrupted)
+    hc, hx = read_layer(clean, layer), read_layer(corrupted, layer)
     rows = np.arange(hx.shape[0])
 
-    def prob(hidden):
-        return answer_probability(resume_logits(model, layer, hidden, batch_size), pos, good)
+    def measure(hidden: np.ndarray) -> np.ndarray:
+        logits = resume_logits(model.module, layer, hidden, batch_size)
+        if metric == "logit":
+            return logit_metric(logits, pos, good, wrong)
+        return answer_probability(logits, pos, good)
 
-    p_clean, p_bad = prob(hc), prob(hx)
-    restored = np.empty((len(sites), hx.shape[0]))
-    for i, site in enumerate(sites):
-        at = np.asarray(clean[f"pos_{site}"].values, dtype=np.int64)
+    m_clean, m_bad = measure(hc), measure(hx)
+    delta = np.empty((len(sites), hx.shape[0]))
+    for i, site in enumerate(sites):  # a position, or the name of a stored one per sequence
+        at = np.asarray(clean[f"pos_{site}"].values, np.int64) if isinstance(site, str) else site
         saved = hx[rows, at].copy()
         hx[rows, at] = hc[rows, at]
-        restored[i] = prob(hx) - p_bad
+        delta[i] = measure(hx) - m_bad
         hx[rows, at] = saved
-    return restored, p_clean - p_bad, p_clean, p_bad
+    return delta, m_clean - m_bad, m_clean, m_bad, wrong >= 0
 
 
-# ----------------------------------------------------------------------------- graphs
-def _setup(store: Store, runs, length: int, layers):
-    runs = list(store.run_ids() if runs is None else runs)
-    if not runs:
-        raise MissingError(f"no runs to patch in {store.location}; train some with `layerstate train`")
-    meta = {}
+# ----------------------------------------------------------------------------- the graphs
+def _twin_plan(store: Store, runs, length: int, layers) -> Plan:
+    """The plan of a grid over the stored twins ``cfclean_<length>``/``cfcorrupt_<length>``."""
+    runs = select_runs(store, runs, "patch")
+    plan = open_plan(store, runs, [("cfclean", length), ("cfcorrupt", length)], layers,
+                     layers_at=("cfclean", length))
     for rid in runs:
-        check_weights(store, rid)
-        for kind in ("cfclean", "cfcorrupt"):
-            check_lengths(store, rid, [length], kind)
-        clean, bad = _pair(store, rid, length)
+        clean, bad = plan.group(rid, length, "cfclean"), plan.group(rid, length, "cfcorrupt")
         if clean.sizes["position"] != bad.sizes["position"]:
             raise ValueError(
                 f"run {rid!r}: cfclean_{length} has {clean.sizes['position']} positions and "
                 f"cfcorrupt_{length} {bad.sizes['position']}; re-capture the pairs with "
                 "`layerstate capture`"
             )
-        meta[rid] = {
-            "layers": layer_list(clean, layers),
-            "n": clean.sizes["sequence"],
-            "arch": str(clean.attrs["run"].get("arch", "")),
-            "clean": clean,
-            "corrupt": bad,
-        }
-    all_layers: list[str] = []
-    for rid in runs:
-        all_layers += [y for y in meta[rid]["layers"] if y not in all_layers]
-    return runs, meta, all_layers
+        plan.sequences[rid, length] = np.arange(clean.sizes["sequence"])
+    return plan
 
 
-def _from_gathered(gathered, specs: dict) -> dict:
-    return {
-        name: (dims, dsa.from_delayed(gathered[name], shape=shape, dtype=dtype))
-        for name, (dims, shape, dtype) in specs.items()
-    }
+def _twin_cells(plan: Plan, length: int, sites: list, metric: str, names: tuple,
+                batch_size: int) -> list[Cell]:
+    """One cell per (run, layer): `_twin_cell` over every site."""
+    return [
+        Cell({"run": rid, "layer": layer}, names, dask.delayed(_twin_cell, pure=False)(
+            plan.model(rid), plan.group(rid, length, "cfclean"),
+            plan.group(rid, length, "cfcorrupt"), layer, sites, metric, batch_size,
+        ))
+        for rid in plan.runs
+        for layer in plan.run_layers[rid]
+    ]
+
+
+def _stored_positions(plan: Plan, length: int, names) -> dict:
+    """Per-sequence stored positions ``pos_<name> (run, sequence)``, -1 padded."""
+    out = {}
+    for name in names:
+        arr = np.full((len(plan.runs), plan.n_sequences), -1, dtype=np.int64)
+        for r, rid in enumerate(plan.runs):
+            clean = plan.group(rid, length, "cfclean")
+            values = np.asarray(clean[f"pos_{name}"].values, dtype=np.int64)
+            arr[r, : values.shape[0]] = values
+        out[f"pos_{name}"] = (("run", "sequence"), arr)
+    return out
 
 
 def patching(
@@ -321,77 +333,63 @@ def patching(
         ``pos_corrupt``, ``pos_label`` (run, sequence). Coordinate ``site (run, layer)``
         names what was patched. NaN where a run has fewer sequences or lacks a layer.
     """
-    runs, meta, all_layers = _setup(store, runs, length, layers)
+    plan = _twin_plan(store, runs, length, layers)
     positions = list(range(length) if positions is None else positions)
     bad_pos = [p for p in positions if not 0 <= p < length]
     if bad_pos:
         raise ValueError(f"positions {bad_pos} are outside 0..{length - 1}")
-    tasks = {}
-    for rid in runs:
-        model = dask.delayed(rebuild, pure=False)(store, rid)
-        for layer in meta[rid]["layers"]:
-            tasks[rid, layer] = dask.delayed(_patch_positions, pure=False)(
-                model, meta[rid]["clean"], meta[rid]["corrupt"], layer, positions, batch_size
-            )
-    R, Y, P, N = len(runs), len(all_layers), len(positions), max(m["n"] for m in meta.values())
-
-    def gather(keys, values):
-        out = {
-            "recovered": np.full((R, Y, P, N), np.nan),
-            "gap": np.full((R, Y, N), np.nan),
-            "corrupt_defined": np.zeros((R, N), dtype=bool),
-        }
-        for (rid, layer), (recovered, gap, defined) in zip(keys, values, strict=True):
-            r, y, n = runs.index(rid), all_layers.index(layer), gap.shape[0]
-            out["recovered"][r, y, :, :n] = recovered
-            out["gap"][r, y, :n] = gap
-            out["corrupt_defined"][r, :n] = defined
-        return out
-
-    keys = list(tasks)
-    gathered = dask.delayed(gather, pure=False)(keys, [tasks[k] for k in keys])
-    data = _from_gathered(gathered, {
-        "recovered": (("run", "layer", "position", "sequence"), (R, Y, P, N), float),
-        "gap": (("run", "layer", "sequence"), (R, Y, N), float),
-        "corrupt_defined": (("run", "sequence"), (R, N), bool),
-    })
-    data.update(_positions(runs, meta, N, ("corrupt", "label")))
-    site = [[site_description(meta[r]["arch"], y, "one position at a time") for y in all_layers]
-            for r in runs]
-    coords = {**_coords(runs, meta, all_layers, N), "position": positions,
-              "patched_site": (("run", "layer"), site)}
-    ds = xr.Dataset(data, coords=coords)
-    ds["recovery"] = ds.recovered.sum("sequence") / ds.gap.sum("sequence")
-    ds.attrs.update(
-        analysis="patching",
-        length=int(length),
-        metric="logit(clean answer) - logit(corrupted answer) at the label position; "
-        "log p(clean answer) where the corrupted answer is undefined (-1)",
-        recovery="sum(recovered) / sum(gap) over sequences",
+    plan.axes = {"position": positions}
+    names = ("recovered", "gap", None, None, "corrupt_defined")
+    ds = assemble(
+        plan,
+        {
+            "recovered": Var(("run", "layer", "position", "sequence")),
+            "gap": Var(("run", "layer", "sequence")),
+            "corrupt_defined": Var(("run", "sequence"), bool, False),
+        },
+        _twin_cells(plan, length, positions, "logit", names, batch_size),
+        data=_stored_positions(plan, length, ("corrupt", "label")),
+        coords={"patched_site": (("run", "layer"), plan.site_names("one position at a time"))},
+        attrs={
+            "analysis": "patching",
+            "length": int(length),
+            "metric": "logit(clean answer) - logit(corrupted answer) at the label position; "
+            "log p(clean answer) where the corrupted answer is undefined (-1)",
+            "recovery": "sum(recovered) / sum(gap) over sequences",
+        },
     )
+    ds["recovery"] = ds.recovered.sum("sequence") / ds.gap.sum("sequence")
     return ds
 
 
-def _positions(runs, meta, N, names) -> dict:
-    """Per-sequence stored positions (run, sequence), -1 padded."""
-    out = {}
-    for name in names:
-        arr = np.full((len(runs), N), -1, dtype=np.int64)
-        for r, rid in enumerate(runs):
-            values = np.asarray(meta[rid]["clean"][f"pos_{name}"].values, dtype=np.int64)
-            arr[r, : values.shape[0]] = values
-        out[f"pos_{name}"] = (("run", "sequence"), arr)
+def _sites(plan: Plan, length: int, sites: Sequence[str] | None) -> list[str]:
+    """The interchange sites: given (each stored for every run) or the task's default."""
+    def stored(rid: str) -> list[str]:
+        clean = plan.group(rid, length, "cfclean")
+        return [str(v).removeprefix("pos_") for v in clean.data_vars if str(v).startswith("pos_")]
+
+    if sites is None:
+        first = stored(plan.runs[0])
+        sites = list(TASK_SITES) if set(TASK_SITES) <= set(first) else ["corrupt", "label"]
+    sites = list(sites)
+    for rid in plan.runs:
+        missing = [s for s in sites if s not in stored(rid)]
+        if missing:
+            raise KeyError(
+                f"run {rid!r} stores no position for site(s) {', '.join(missing)}; its sites: "
+                f"{', '.join(stored(rid))}"
+            )
+    return sites
+
+
+def _trivial(plan: Plan, length: int, sites: list[str]) -> np.ndarray:
+    """(run, site): the site is the edited position in every pair."""
+    out = np.zeros((len(plan.runs), len(sites)), dtype=bool)
+    for r, rid in enumerate(plan.runs):
+        clean = plan.group(rid, length, "cfclean")
+        for s, site in enumerate(sites):
+            out[r, s] = bool(np.array_equal(clean[f"pos_{site}"].values, clean.pos_corrupt.values))
     return out
-
-
-def _coords(runs, meta, all_layers, N) -> dict:
-    """run, layer and sequence coordinates, and each run's architecture."""
-    return {
-        "run": runs,
-        "layer": all_layers,
-        "sequence": np.arange(N),
-        "arch": ("run", [meta[r]["arch"] for r in runs]),
-    }
 
 
 def interchange(
@@ -427,63 +425,29 @@ def interchange(
         layer, site)`` names what was patched, e.g. "block output of layer L1 at position
         'value'".
     """
-    runs, meta, all_layers = _setup(store, runs, length, layers)
-    stored = [v.removeprefix("pos_") for v in meta[runs[0]]["clean"].data_vars if v.startswith("pos_")]
-    if sites is None:
-        sites = list(TASK_SITES) if set(TASK_SITES) <= set(stored) else ["corrupt", "label"]
-    sites = list(sites)
-    for rid in runs:
-        have = [v.removeprefix("pos_") for v in meta[rid]["clean"].data_vars if v.startswith("pos_")]
-        missing = [s for s in sites if s not in have]
-        if missing:
-            raise KeyError(
-                f"run {rid!r} stores no position for site(s) {', '.join(missing)}; its sites: "
-                f"{', '.join(have)}"
-            )
-    tasks = {}
-    for rid in runs:
-        model = dask.delayed(rebuild, pure=False)(store, rid)
-        for layer in meta[rid]["layers"]:
-            tasks[rid, layer] = dask.delayed(_interchange_sites, pure=False)(
-                model, meta[rid]["clean"], meta[rid]["corrupt"], layer, sites, batch_size
-            )
-    R, Y, S, N = len(runs), len(all_layers), len(sites), max(m["n"] for m in meta.values())
-
-    def gather(keys, values):
-        out = {k: np.full((R, Y, N), np.nan) for k in ("gap", "p_clean", "p_corrupt")}
-        out["restored"] = np.full((R, Y, S, N), np.nan)
-        for (rid, layer), (restored, gap, p_clean, p_bad) in zip(keys, values, strict=True):
-            r, y, n = runs.index(rid), all_layers.index(layer), gap.shape[0]
-            out["restored"][r, y, :, :n] = restored
-            for name, v in (("gap", gap), ("p_clean", p_clean), ("p_corrupt", p_bad)):
-                out[name][r, y, :n] = v
-        return out
-
-    keys = list(tasks)
-    gathered = dask.delayed(gather, pure=False)(keys, [tasks[k] for k in keys])
-    data = _from_gathered(gathered, {
-        "restored": (("run", "layer", "site", "sequence"), (R, Y, S, N), float),
-        **{k: (("run", "layer", "sequence"), (R, Y, N), float) for k in ("gap", "p_clean", "p_corrupt")},
-    })
-    data.update(_positions(runs, meta, N, sorted({*sites, "corrupt", "label"})))
-    trivial = np.zeros((R, S), dtype=bool)
-    for r, rid in enumerate(runs):
-        clean = meta[rid]["clean"]
-        for s, site in enumerate(sites):
-            trivial[r, s] = bool(np.array_equal(clean[f"pos_{site}"].values, clean.pos_corrupt.values))
-    data["trivial"] = (("run", "site"), trivial)
-    named = [[[site_description(meta[r]["arch"], y, f"position {c!r}") for c in sites]
-              for y in all_layers] for r in runs]
-    coords = {**_coords(runs, meta, all_layers, N), "site": sites,
-              "patched_site": (("run", "layer", "site"), named)}
-    ds = xr.Dataset(data, coords=coords)
-    ds["restoration"] = ds.restored.sum("sequence") / ds.gap.sum("sequence")
-    ds.attrs.update(
-        analysis="interchange",
-        length=int(length),
-        metric="probability of the clean answer at the label position",
-        restoration="sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
+    plan = _twin_plan(store, runs, length, layers)
+    sites = _sites(plan, length, sites)
+    plan.axes = {"site": sites}
+    per_layer = Var(("run", "layer", "sequence"))
+    named = [[[site_description(plan.arch[r], y, f"position {c!r}") for c in sites]
+              for y in plan.layers] for r in plan.runs]
+    ds = assemble(
+        plan,
+        {"restored": Var(("run", "layer", "site", "sequence")), "gap": per_layer,
+         "p_clean": per_layer, "p_corrupt": per_layer},
+        _twin_cells(plan, length, sites, "probability",
+                    ("restored", "gap", "p_clean", "p_corrupt", None), batch_size),
+        data={**_stored_positions(plan, length, sorted({*sites, "corrupt", "label"})),
+              "trivial": (("run", "site"), _trivial(plan, length, sites))},
+        coords={"patched_site": (("run", "layer", "site"), named)},
+        attrs={
+            "analysis": "interchange",
+            "length": int(length),
+            "metric": "probability of the clean answer at the label position",
+            "restoration": "sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
+        },
     )
+    ds["restoration"] = ds.restored.sum("sequence") / ds.gap.sum("sequence")
     return ds
 
 
@@ -523,7 +487,7 @@ def _depth(layer: str) -> int:
 
 
 def classify_mechanism(
-    result: xr.Dataset, *, threshold: float = 0.5, min_gap: float = 0.05
+    result: xr.Dataset, *, threshold: float = 0.5, min_gap: float = MIN_GAP
 ) -> xr.DataArray:
     """Name each run's retrieval mechanism from its interchange interventions.
 
@@ -578,7 +542,7 @@ def run_patching(
     name: str = "default",
     *,
     runs: Sequence[str] | None = None,
-    scheduler: str | None = "threads",
+    scheduler: Any = "threads",
     num_workers: int | None = None,
     **kwargs,
 ) -> xr.Dataset:
@@ -594,7 +558,7 @@ def run_patching(
     runs : list of str, optional
         Default: every run.
     scheduler, num_workers
-        Passed to `compute`.
+        Where to compute: see `analysis.compute.compute`.
     **kwargs
         ``layers``, ``positions``, ``batch_size`` of `patching`.
 
@@ -603,10 +567,8 @@ def run_patching(
     xarray.Dataset
         The computed `patching` result.
     """
-    result = compute(patching(store, runs, length, **kwargs), scheduler=scheduler,
-                     num_workers=num_workers)
-    store.write_result(f"patching/{name}", result)
-    return result
+    return run_and_store(store, f"patching/{name}", patching(store, runs, length, **kwargs),
+                         scheduler=scheduler, num_workers=num_workers)
 
 
 def run_interchange(
@@ -616,8 +578,8 @@ def run_interchange(
     *,
     runs: Sequence[str] | None = None,
     threshold: float = 0.5,
-    min_gap: float = 0.05,
-    scheduler: str | None = "threads",
+    min_gap: float = MIN_GAP,
+    scheduler: Any = "threads",
     num_workers: int | None = None,
     **kwargs,
 ) -> xr.Dataset:
@@ -636,7 +598,7 @@ def run_interchange(
     threshold, min_gap : float
         Passed to `classify_mechanism`.
     scheduler, num_workers
-        Passed to `compute`.
+        Where to compute: see `analysis.compute.compute`.
     **kwargs
         ``layers``, ``sites``, ``batch_size`` of `interchange`.
 
@@ -645,10 +607,12 @@ def run_interchange(
     xarray.Dataset
         The computed `interchange` result, plus ``mechanism`` (attrs: threshold, min_gap).
     """
-    result = compute(interchange(store, runs, length, **kwargs), scheduler=scheduler,
-                     num_workers=num_workers)
-    if {"key", "value", "query"} <= {str(s) for s in result.site.values}:
-        result["mechanism"] = classify_mechanism(result, threshold=threshold, min_gap=min_gap)
-        result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
-    store.write_result(f"interchange/{name}", result)
-    return result
+
+    def with_mechanism(result: xr.Dataset) -> xr.Dataset:
+        if {"key", "value", "query"} <= {str(s) for s in result.site.values}:
+            result["mechanism"] = classify_mechanism(result, threshold=threshold, min_gap=min_gap)
+            result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
+        return result
+
+    return run_and_store(store, f"interchange/{name}", interchange(store, runs, length, **kwargs),
+                         scheduler=scheduler, num_workers=num_workers, finish=with_mechanism)

@@ -16,10 +16,10 @@ import xarray as xr
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 
+from analysis.compute import compute
 from analysis.interventions import (
     ablation,
     classify_mechanism,
-    compute,
     erase,
     fit_directions,
     inlp,
@@ -42,6 +42,11 @@ from capture.tasks import get_task
 from store import MissingError, Store
 
 N_SEQ, LENGTHS = 64, (8, 12)
+
+
+def computed(lazy: xr.Dataset, scheduler=None) -> xr.Dataset:
+    """A built analysis, computed (the way `run_*` do)."""
+    return compute([lazy], scheduler)[0]
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -122,9 +127,9 @@ def ar_store(tmp_path_factory):
 # ----------------------------------------------------------------------------- ablation
 def test_ablating_the_read_direction_drops_to_chance_and_an_orthogonal_one_does_nothing(planted):
     st, u, v = planted
-    res = compute(ablation(st, ["r0"], settings=["given"], layers=["L0"], directions=_directions(u),
+    res = computed(ablation(st, ["r0"], settings=["given"], layers=["L0"], directions=_directions(u),
                            fit_length=8))
-    ortho = compute(ablation(st, ["r0"], settings=["given"], layers=["L0"],
+    ortho = computed(ablation(st, ["r0"], settings=["given"], layers=["L0"],
                              directions=_directions(v), fit_length=8))
     for L in LENGTHS:  # at the fit length and OOD
         base = dict(run="r0", length=L, layer="L0")
@@ -147,7 +152,7 @@ def test_ablating_the_read_direction_drops_to_chance_and_an_orthogonal_one_does_
 
 def test_top_pca_subspace_drops_more_than_a_random_one_of_the_same_size(planted):
     st = planted[0]
-    res = compute(ablation(st, ["r0"], [8, 12], settings=["pca:1", "random:1", "probe", "leace"],
+    res = computed(ablation(st, ["r0"], [8, 12], settings=["pca:1", "random:1", "probe", "leace"],
                            layers=["L0"]))
     drop = res.accuracy_drop.sel(run="r0", layer="L0")
     decodable = res.probe_accuracy.sel(run="r0", layer="L0")
@@ -173,7 +178,7 @@ def test_building_the_ablation_graph_computes_nothing(planted):
         lazy = ablation(st, ["r0"], [8], settings=["pca:1"], layers=["L0"], refit=False,
                         mode="mean")
     assert isinstance(lazy.correct.data, dask.array.Array) and "probe_accuracy" not in lazy
-    done = compute(lazy)
+    done = computed(lazy)
     # the planted signal has mean ~0: setting it to its mean erases it as zeroing does
     assert done.attrs["mode"] == "mean"
     assert float(done.accuracy_drop.sel(run="r0", length=8, layer="L0", setting="pca:1")) > 0.4
@@ -207,8 +212,8 @@ def test_stored_probe_weights_are_read_and_their_padding_dropped(planted, tmp_pa
         coords={"run": ["r0"], "fit_length": [8], "layer": ["L0"]},
     )
     st.write_result("probes/parity", probes)
-    res = compute(ablation(st, ["r0"], [8], settings=["stored"], layers=["L0"], refit=False))
-    given = compute(ablation(st, ["r0"], [8], settings=["given"], layers=["L0"], refit=False,
+    res = computed(ablation(st, ["r0"], [8], settings=["stored"], layers=["L0"], refit=False))
+    given = computed(ablation(st, ["r0"], [8], settings=["given"], layers=["L0"], refit=False,
                              directions=_directions(u)))
     np.testing.assert_array_equal(res.correct.values, given.correct.values)
     assert int(res.n_directions.sel(run="r0", layer="L0", setting="stored")) == 1
@@ -346,7 +351,7 @@ def test_own_state_patch_recovers_nothing_and_a_full_clean_patch_everything(ar_s
 
     with dask.config.set(scheduler=refuse):
         lazy = patching(st, [rid], 12)
-    grid = compute(lazy)
+    grid = computed(lazy)
     # position 0 (BOS) precedes every edit: identical states there, nothing to recover
     np.testing.assert_allclose(grid.recovered.sel(run=rid, position=0).values, 0, atol=1e-6)
     assert grid.recovery.dims == ("run", "layer", "position")
@@ -356,7 +361,7 @@ def test_own_state_patch_recovers_nothing_and_a_full_clean_patch_everything(ar_s
 
 def test_interchange_restores_fully_at_the_edited_token_and_not_at_an_unchanged_one(ar_store):
     st, rid = ar_store
-    res = compute(interchange(st, [rid], 12))
+    res = computed(interchange(st, [rid], 12))
     assert list(res.site.values) == ["key", "value", "divider", "query"]
     r = res.restoration.sel(run=rid, layer="embed")
     assert float(r.sel(site="key")) == pytest.approx(1.0, abs=1e-5)  # the only edited token
