@@ -145,6 +145,74 @@ def _with_sequence(da, sequence_dim):
     return da if sequence_dim in da.dims else da.expand_dims({sequence_dim: 1}, axis=-1)
 
 
+def _over_layers(func, da: xr.DataArray, layer_dim: str, **kwargs) -> xr.DataArray:
+    """``func`` applied along ``layer_dim`` (reduced away)."""
+    return xr.apply_ufunc(
+        func,
+        da,
+        input_core_dims=[[layer_dim]],
+        kwargs=kwargs,
+        dask="parallelized",
+        output_dtypes=[float],
+    )
+
+
+def _layer_interval(draws: xr.DataArray, name: str, ci_level: float) -> dict[str, xr.DataArray]:
+    """``<name>_lower``/``_upper``: percentile interval of bootstrap layer positions."""
+    lo, hi = xr.apply_ufunc(
+        discrete_interval_np,
+        draws,
+        input_core_dims=[["draw"]],
+        output_core_dims=[[], []],
+        kwargs=dict(ci_level=ci_level),
+        dask="parallelized",
+        output_dtypes=[float, float],
+    )
+    return {f"{name}_lower": lo, f"{name}_upper": hi}
+
+
+def _layer_statistics(
+    estimate: xr.DataArray,
+    draws: xr.DataArray,
+    accuracy: xr.DataArray,
+    *,
+    threshold: float,
+    ci_level: float,
+    layer_dim: str,
+) -> dict[str, xr.DataArray]:
+    """Best layer and first crossing of the estimated profile, with bootstrap intervals, and
+    the share of draws in which each layer is best."""
+    best_draws = _over_layers(best_layer_np, draws, layer_dim)
+    cross_draws = _over_layers(first_crossing_np, draws, layer_dim, threshold=threshold)
+    positions = np.arange(accuracy.sizes[layer_dim])
+    share = xr.concat([(best_draws == k).mean("draw") for k in positions], dim=layer_dim)
+    if layer_dim in accuracy.coords:
+        share = share.assign_coords({layer_dim: accuracy[layer_dim].values})
+    return {
+        "best_layer": _over_layers(best_layer_np, estimate, layer_dim),
+        **_layer_interval(best_draws, "best_layer", ci_level),
+        "best_layer_share": share.transpose(*share.dims[1:], layer_dim),
+        "first_crossing": _over_layers(first_crossing_np, estimate, layer_dim, threshold=threshold),
+        **_layer_interval(cross_draws, "first_crossing", ci_level),
+    }
+
+
+def _auc_statistics(
+    per_seed: xr.DataArray, *, chance: float, ci_level: float, layer_dim: str, seed_dim: str
+) -> dict[str, xr.DataArray]:
+    """``auc`` and its seed-level t interval, from per-seed profiles."""
+    auc, lower, upper = xr.apply_ufunc(
+        t_interval_np,
+        _over_layers(auc_np, per_seed, layer_dim, chance=chance),
+        input_core_dims=[[seed_dim]],
+        output_core_dims=[[], [], []],
+        kwargs=dict(ci_level=ci_level),
+        dask="parallelized",
+        output_dtypes=[float] * 3,
+    )
+    return {"auc": auc, "auc_lower": lower, "auc_upper": upper}
+
+
 def profile_statistics(
     accuracy: xr.DataArray,
     denominator: xr.DataArray | None = None,
@@ -200,66 +268,27 @@ def profile_statistics(
     )
     smooth = hierarchical_bootstrap(num, den, rng=gen, method="t", **kw)
     discrete = hierarchical_bootstrap(num, den, rng=gen, method="percentile", **kw)
-    core = [[layer_dim]]
-
-    def over_layers(func, da, **kwargs):
-        return xr.apply_ufunc(
-            func,
-            da,
-            input_core_dims=core,
-            kwargs=kwargs,
-            dask="parallelized",
-            output_dtypes=[float],
-        )
-
-    est = smooth.interval["estimate"]
-    best_draws = over_layers(best_layer_np, discrete.draws)
-    cross_draws = over_layers(first_crossing_np, discrete.draws, threshold=threshold)
-
-    def interval(draws, name, func, **kwargs):
-        lo, hi = xr.apply_ufunc(
-            func,
-            draws,
-            input_core_dims=[["draw"]],
-            output_core_dims=[[], []],
-            kwargs=dict(ci_level=ci_level, **kwargs),
-            dask="parallelized",
-            output_dtypes=[float, float],
-        )
-        return {f"{name}_lower": lo, f"{name}_upper": hi}
-
-    positions = np.arange(accuracy.sizes[layer_dim])
-    share = xr.concat([(best_draws == k).mean("draw") for k in positions], dim=layer_dim)
-    share = (
-        share.assign_coords({layer_dim: accuracy[layer_dim].values})
-        if layer_dim in accuracy.coords
-        else share
-    )
     per_seed = seed_estimates(num, den, mask=mask, seed_dim=seed_dim, sequence_dim=sequence_dim)
-    auc_t = xr.apply_ufunc(
-        t_interval_np,
-        over_layers(auc_np, per_seed, chance=chance),
-        input_core_dims=[[seed_dim]],
-        output_core_dims=[[], [], []],
-        kwargs=dict(ci_level=ci_level),
-        dask="parallelized",
-        output_dtypes=[float] * 3,
-    )
     data = {
-        "profile": est,
+        "profile": smooth.interval["estimate"],
         "profile_lower": smooth.interval["lower"],
         "profile_upper": smooth.interval["upper"],
-        "best_layer": over_layers(best_layer_np, est),
-        **interval(best_draws, "best_layer", discrete_interval_np),
-        "best_layer_share": share.transpose(*share.dims[1:], layer_dim),
-        "first_crossing": over_layers(first_crossing_np, est, threshold=threshold),
-        **interval(cross_draws, "first_crossing", discrete_interval_np),
-        "auc": auc_t[0],
-        "auc_lower": auc_t[1],
-        "auc_upper": auc_t[2],
+        **_layer_statistics(
+            smooth.interval["estimate"],
+            discrete.draws,
+            accuracy,
+            threshold=threshold,
+            ci_level=ci_level,
+            layer_dim=layer_dim,
+        ),
+        **_auc_statistics(
+            per_seed, chance=chance, ci_level=ci_level, layer_dim=layer_dim, seed_dim=seed_dim
+        ),
     }
     labels = (
-        accuracy[layer_dim].values.tolist() if layer_dim in accuracy.coords else positions.tolist()
+        accuracy[layer_dim].values.tolist()
+        if layer_dim in accuracy.coords
+        else list(range(accuracy.sizes[layer_dim]))
     )
     return xr.Dataset(
         data,
