@@ -107,17 +107,19 @@ class OneThreadPerTask:
             return
         from threadpoolctl import threadpool_limits
 
+        torch = sys.modules.get("torch")  # read first: torch's count follows its OpenMP limit
+        before = torch.get_num_threads() if torch is not None else None
         self._limits = threadpool_limits(limits=1)
-        self._pin_torch()
+        self._pin_torch(before)
 
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
         if finish == "executing" and self._limits is not None and self._torch_before is None:
-            self._pin_torch()
+            self._pin_torch(None)
 
-    def _pin_torch(self) -> None:
+    def _pin_torch(self, before: int | None) -> None:
         torch = sys.modules.get("torch")
         if torch is not None:
-            self._torch_before = torch.get_num_threads()
+            self._torch_before = before if before is not None else torch.get_num_threads()
             torch.set_num_threads(1)
 
     def teardown(self, worker: Any) -> None:
@@ -240,7 +242,7 @@ def _one_openmp_thread() -> None:
 
 
 def _unknown(scheduler: Any) -> str:
-    what = repr(scheduler) if isinstance(scheduler, str) else f"a {type(scheduler).__name__}"
+    what = repr(scheduler) if isinstance(scheduler, str) else f"of type {type(scheduler).__name__}"
     return (
         f"scheduler {what} is not one of: None or 'threads' (local threads), 'sync', 'local:N' "
         "(a local cluster of N worker processes), an address like 'tcp://127.0.0.1:8786', a "
@@ -274,9 +276,10 @@ def _on_local_cluster(tasks: list, n_workers: int) -> list:
     with LocalCluster(
         n_workers=n_workers, threads_per_worker=1, dashboard_address=dashboard
     ) as cluster:
-        where = f"dashboard {cluster.dashboard_link}" if dashboard else "no dashboard: install bokeh"
+        where = f"dashboard {cluster.dashboard_link}" if dashboard else "no dashboard: no bokeh"
         print(
-            f"dask: local cluster of {n_workers} worker(s) at {cluster.scheduler_address} ({where})",
+            f"dask: local cluster of {n_workers} worker(s) at {cluster.scheduler_address} "
+            f"({where})",
             file=sys.stderr,
         )
         return _on_address(tasks, cluster)

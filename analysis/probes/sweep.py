@@ -208,9 +208,13 @@ class ProbePlan:
     def compute(self, scheduler: Any = None, num_workers: int | None = None):
         """Run the graph on ``scheduler`` (any of :func:`analysis.compute.compute`'s) and
         assemble the result Dataset."""
+        return self.assemble(compute(self.tasks, scheduler, num_workers))
+
+    def assemble(self, results: list):
+        """The result Dataset from the computed :attr:`tasks` (in order); for computing them
+        together with other graphs in one :func:`analysis.compute.compute` call."""
         from .assemble import assemble
 
-        results = compute(self.tasks, scheduler, num_workers)
         return assemble(self, [o for part in results for o in part])
 
 
