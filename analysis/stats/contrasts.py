@@ -1,0 +1,652 @@
+"""Two conditions compared on per-sequence accuracy by four models, and a verdict against a margin.
+
+A *contrast* is treatment minus reference accuracy (e.g. Mamba without vs with Conv1D) from
+per-sequence counts, ``correct`` of ``labelled`` positions, dims (..., condition, seed,
+sequence): each seed trained one model per condition, and both models of a seed were evaluated
+on the same sequences (docs/design.md, "Capture"). Every model returns an estimate on the
+accuracy scale, its standard error and degrees of freedom; one function turns those into the
+interval, the test against zero, the equivalence test and the minimum-effect test against a
+margin, and the four outcomes (:func:`inference_np`, :func:`outcome_np`).
+
+Models (``MODELS``):
+
+* ``paired_t``: one-sample t on per-seed differences of per-run accuracies (ratio of sums over
+  each run's sequences), ``df = n_seeds - 1``. Seeds missing in either condition are dropped.
+* ``gee``: binomial GEE on per-sequence counts, independence working correlation, seeds as
+  clusters, cluster-robust sandwich with the CR1 factor ``G/(G-1) (N-1)/(N-K)`` and a
+  t(G - 1) reference (as Stata's ``vce(cluster)``; **ours**). The cell-means model is
+  saturated, so the GEE solution is closed form: each condition's pooled accuracy, with the
+  robust variance of their difference ``sum_g (U_g1/N_1 - U_g0/N_0)^2``, ``U_gc`` the
+  seed's score (its correct minus the pooled accuracy times its labelled count). Every
+  sequence is used, a seed present in one condition only too (it informs that condition's
+  mean). :func:`gee_reference` fits the same model with statsmodels (held equal by the tests).
+* ``mixedlm``: the linear mixed model of per-sequence accuracy
+  ``y = mu_c + u_seed + w_model + s_sequence + e`` (random intercepts per seed, per trained
+  model and per evaluation sequence, shared by the two models of a seed), fitted by REML. With
+  both conditions on the same sequences the model splits exactly into the paired differences
+  ``d = y_treatment - y_reference = delta + (w_1 - w_0) + (e_1 - e_0)`` and the sums, which are
+  independent; ``delta`` is estimated from the differences alone, a one-way random-effects
+  model with one intercept per seed (REML profiled over the variance ratio, vectorised), with
+  Satterthwaite's degrees of freedom from the expected REML information (balanced designs give
+  ``G - 1`` and the paired t's interval; an unbalanced one weights seeds by their precision). A
+  sequence evaluated in one condition only, and a seed trained in one condition only, have no
+  twin and are dropped (and counted). The sums give the seed and shared-sequence components.
+  :func:`mixedlm_reference` fits the same contrast with statsmodels ``MixedLM``.
+* ``glmm``: statsmodels' Bayesian binomial GLMM (``BinomialBayesMixedGLM.fit_vb``) on one
+  Bernoulli row per labelled position with seed, model and sequence variance components:
+  point estimates and variance components only, never a verdict (mean-field VB understates
+  the posterior SD of fixed effects; docs/measured.md, "Statistics").
+
+Why not statsmodels ``MixedLM`` with its Wald z: it rejected a true null in 16% of 150
+simulated experiments (docs/measured.md, "Statistics"); its fits also take seconds per
+experiment, while the kernels here fit thousands of simulated experiments per second, which is
+what made the calibration below measurable at all.
+
+Calibration (``python -m bench.calibration``; simulated experiments shaped like the Conv1D
+experiment: 5 seeds x 400 sequences x 40 positions, Beta(4, 1.2) sequence difficulty, seed and
+model offsets; figures and Monte-Carlo SEs in docs/measured.md, "Statistics", which this
+module's numbers come from): see :data:`CALIBRATION`.
+
+Outcomes against a margin ``m`` (Lakens 2017, 2018; :func:`outcome_np`), from the test against
+zero (in the claim's direction) and the equivalence test (TOST at ``alpha / 2`` per side: the
+``1 - alpha`` interval inside ``(-m, m)``):
+
+=====================  ======================  ==============
+different from zero    within the margin       outcome
+=====================  ======================  ==============
+yes                    no                      ``effect``
+yes                    yes                     ``negligible``
+no                     yes                     ``equivalent``
+no                     no                      ``inconclusive``
+=====================  ======================  ==============
+
+With ``test_against="margin"`` the first row needs the minimum-effect test instead
+(``H0: |delta| <= m``, one-sided in a directional claim's direction; two-sided: the
+``1 - alpha`` interval wholly beyond ``+m`` or ``-m``); a difference from zero that does not
+pass it is ``inconclusive``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.special
+import scipy.stats
+import xarray as xr
+from statsmodels.stats.power import TTestPower
+
+from analysis.stats import validate
+
+MODELS = ("paired_t", "gee", "mixedlm", "glmm")
+#: Models whose intervals may decide a verdict (the GLMM's are too narrow).
+TESTED = ("paired_t", "gee", "mixedlm")
+DIRECTIONS = ("two-sided", "less", "greater")
+OUTCOMES = ("effect", "negligible", "equivalent", "inconclusive")
+
+#: Measured by ``python -m bench.calibration`` (docs/measured.md, "Statistics").
+CALIBRATION = "see docs/measured.md, 'Statistics' (filled in by bench.calibration)"
+
+_GRID = np.concatenate([[0.0], np.logspace(-9, 5, 225)])  # variance ratios between / within
+_NEG = np.logspace(-9, 0, 91)[:-1]  # negative ratios as fractions of their floor
+_GOLDEN = (np.sqrt(5) - 1) / 2
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _counts(correct, labelled):
+    """(C, L) with zeros where a sequence is absent (NaN or no labelled position)."""
+    correct = np.asarray(correct, dtype=float)
+    labelled = np.asarray(labelled, dtype=float)
+    L = np.where(np.isfinite(labelled) & (labelled > 0), labelled, 0.0)
+    C = np.where(L > 0, np.nan_to_num(correct), 0.0)
+    return C, L
+
+
+def _nan_where(ok, **arrays):
+    return {k: np.where(ok, v, np.nan) for k, v in arrays.items()}
+
+
+# --------------------------------------------------------------------------- paired t
+
+
+def paired_t_np(correct, labelled) -> dict[str, np.ndarray]:
+    """Paired t on per-seed differences of per-run accuracies.
+
+    Parameters
+    ----------
+    correct, labelled : ndarray
+        Shape (..., 2, seed, sequence): condition 0 the reference, 1 the treatment; NaN (or 0
+        labelled) where a sequence or a run is absent.
+
+    Returns
+    -------
+    dict of ndarray, shape (...)
+        ``estimate``, ``se``, ``df``, ``n_seeds`` (seeds with both runs), ``sd`` (of the
+        per-seed differences), ``dropped_seeds`` (seeds with one run only).
+    """
+    C, L = _counts(correct, labelled)
+    Cs, Ls = C.sum(-1), L.sum(-1)  # (..., 2, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.where(Ls > 0, Cs / np.where(Ls > 0, Ls, 1.0), np.nan)
+    d = acc[..., 1, :] - acc[..., 0, :]
+    ok = np.isfinite(d)
+    n = ok.sum(-1)
+    dz = np.where(ok, d, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = dz.sum(-1) / n
+        ss = (np.where(ok, d - est[..., None], 0.0) ** 2).sum(-1)
+        sd = np.sqrt(ss / (n - 1))
+        se = sd / np.sqrt(n)
+    present = (Ls > 0).any(-2)
+    out = _nan_where(n >= 2, estimate=est, se=se, df=(n - 1).astype(float), sd=sd)
+    out["n_seeds"] = n
+    out["dropped_seeds"] = (present & ~ok).sum(-1)
+    return out
+
+
+# --------------------------------------------------------------------------- GEE
+
+
+def gee_np(correct, labelled) -> dict[str, np.ndarray]:
+    """Binomial GEE (independence, cluster = seed, CR1, t(G - 1)) in closed form.
+
+    Parameters and shapes as :func:`paired_t_np`.
+
+    Returns
+    -------
+    dict of ndarray, shape (...)
+        ``estimate`` (difference of the pooled accuracies), ``se`` (cluster-robust, times
+        sqrt(CR1)), ``df`` (G - 1), ``n_seeds`` (G: seeds with any sequence),
+        ``single_condition_seeds`` (seeds in one condition only, used). NaN unless each
+        condition has at least 2 seeds.
+    """
+    C, L = _counts(correct, labelled)
+    Cg, Lg = C.sum(-1), L.sum(-1)  # (..., 2, seed)
+    Nc = Lg.sum(-1)  # (..., 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = Cg.sum(-1) / Nc
+        U = Cg - mu[..., None] * Lg  # (..., 2, seed): each seed's score
+        contrib = U[..., 1, :] / Nc[..., 1, None] - U[..., 0, :] / Nc[..., 0, None]
+    present = Lg > 0
+    G = present.any(-2).sum(-1)
+    n_obs = (L > 0).sum((-1, -2, -3))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cr1 = G / (G - 1) * (n_obs - 1) / np.maximum(n_obs - 2, 1)
+        se = np.sqrt(cr1 * np.nansum(contrib**2, -1))
+    ok = (present.sum(-1) >= 2).all(-1)  # a condition in one seed has no between-seed variance
+    out = _nan_where(ok, estimate=mu[..., 1] - mu[..., 0], se=se, df=(G - 1).astype(float))
+    out["n_seeds"] = G
+    out["single_condition_seeds"] = (present.any(-2) & ~present.all(-2)).sum(-1)
+    return out
+
+
+def gee_reference(correct, labelled) -> dict[str, float]:
+    """:func:`gee_np` for one experiment (shape (2, seed, sequence)) through statsmodels GEE
+    (binomial family, identity link, independence, robust covariance times CR1)."""
+    import statsmodels.api as sm
+
+    C, L = _counts(correct, labelled)
+    cond, seed, _ = np.nonzero(L > 0)
+    y = C[L > 0] / L[L > 0]
+    X = np.column_stack([np.ones_like(y), cond.astype(float)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the identity link is not the binomial's canonical one
+        res = sm.GEE(y, X, groups=seed, family=sm.families.Binomial(sm.families.links.Identity()),
+                     cov_struct=sm.cov_struct.Independence(), weights=L[L > 0]).fit(cov_type="robust")
+    G, n = len(np.unique(seed)), len(y)
+    cr1 = G / (G - 1) * (n - 1) / (n - 2)
+    return {"estimate": float(res.params[1]), "se": float(res.bse[1] * np.sqrt(cr1)), "df": float(G - 1)}
+
+
+# --------------------------------------------------------------------------- MixedLM
+
+
+def _profile(gam, n_g, mean_g, ssw, N):
+    """REML profile log-likelihood (up to a constant) of the one-way model at variance ratios
+    ``gam`` (..., K); per-seed sizes, means (..., seed), within sum of squares and N (...)."""
+    n = n_g[..., None, :]
+    w = n / (1 + n * gam[..., None])
+    sw = w.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dhat = (w * mean_g[..., None, :]).sum(-1) / sw
+        Q = ssw[..., None] + (w * (mean_g[..., None, :] - dhat[..., None]) ** 2).sum(-1)
+        return -0.5 * ((N[..., None] - 1) * np.log(Q) + np.log1p(n * gam[..., None]).sum(-1) + np.log(sw))
+
+
+def one_way_reml_np(x, ok, bounded: bool = True) -> dict[str, np.ndarray]:
+    """REML fit of ``x_gi = delta + b_g + e_gi`` (one random intercept per group ``g``).
+
+    Parameters
+    ----------
+    x : ndarray (..., group, item)
+    ok : bool ndarray, same shape: which items are present.
+    bounded : bool
+        Hold the between-group variance >= 0 (REML proper). ``False`` lets it go negative
+        down to where a group's variance would vanish (SAS's ``NOBOUND``): the test then
+        keeps its level when the true between variance is small (module docstring).
+
+    Returns
+    -------
+    dict of ndarray, shape (...)
+        ``estimate`` (GLS), ``se``, ``df`` (Satterthwaite, expected REML information),
+        ``between`` and ``within`` (variance components), ``n_groups``, ``n``.
+    """
+    x = np.where(ok, x, 0.0)
+    n_g = ok.sum(-1).astype(float)
+    used = n_g > 0
+    G = used.sum(-1)
+    N = n_g.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_g = np.where(used, x.sum(-1) / np.where(used, n_g, 1.0), 0.0)
+    ssw = (np.where(ok, x - mean_g[..., None], 0.0) ** 2).sum((-1, -2))
+    batch = N.shape
+    grid = np.broadcast_to(_GRID, batch + _GRID.shape)
+    if not bounded:  # also negative ratios, down to where a seed's variance would vanish
+        floor = -1.0 / np.maximum(n_g.max(-1), 1.0)
+        grid = np.concatenate([floor[..., None] * (1 - _NEG[::-1]), grid], -1)
+    prof = _profile(grid, n_g, mean_g, ssw, N)
+    prof = np.where(np.isfinite(prof), prof, -np.inf)
+    k = prof.argmax(-1)
+    lo = np.take_along_axis(grid, np.maximum(k - 1, 0)[..., None], -1)[..., 0]
+    hi = np.take_along_axis(grid, np.minimum(k + 1, grid.shape[-1] - 1)[..., None], -1)[..., 0]
+    a, b = lo, hi  # golden-section search inside the bracket around the best grid point
+    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
+    fc, fd = (_profile(v[..., None], n_g, mean_g, ssw, N)[..., 0] for v in (c, d))
+    for _ in range(40):
+        left = fc > fd
+        b = np.where(left, d, b)
+        a = np.where(left, a, c)
+        c_new, d_new = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
+        fc_new = _profile(c_new[..., None], n_g, mean_g, ssw, N)[..., 0]
+        fd_new = _profile(d_new[..., None], n_g, mean_g, ssw, N)[..., 0]
+        c, d, fc, fd = c_new, d_new, fc_new, fd_new
+    gam = (a + b) / 2
+    f_gam = _profile(gam[..., None], n_g, mean_g, ssw, N)[..., 0]
+    best_grid = np.take_along_axis(prof, k[..., None], -1)[..., 0]
+    gam = np.where(f_gam >= best_grid, gam, np.take_along_axis(grid, k[..., None], -1)[..., 0])
+    n = n_g
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = n / (1 + n * gam[..., None])
+        sw = w.sum(-1)
+        dhat = (w * mean_g).sum(-1) / sw
+        Q = ssw + (w * (mean_g - dhat[..., None]) ** 2).sum(-1)
+        within = Q / (N - 1)
+        between = gam * within
+        lam = np.where(used, within[..., None] + n * between[..., None], 1.0)
+        S = np.where(used, n / lam, 0.0).sum(-1)
+        var = 1.0 / S
+        A2 = np.where(used, n**2 / lam**2, 0).sum(-1)
+        A3 = np.where(used, n**3 / lam**3, 0).sum(-1)
+        B1 = np.where(used, n / lam**2, 0).sum(-1)
+        B2 = np.where(used, n**2 / lam**3, 0).sum(-1)
+        C1 = np.where(used, n / lam**3, 0).sum(-1)
+        Tb = np.where(used, (n - 1) / within[..., None] ** 2 + 1 / lam**2, 0).sum(-1)
+        i_aa = 0.5 * (A2 - 2 * A3 / S + A2**2 / S**2)
+        i_ab = 0.5 * (B1 - 2 * B2 / S + A2 * B1 / S**2)
+        i_bb = 0.5 * (Tb - 2 * C1 / S + B1**2 / S**2)
+        det = i_aa * i_bb - i_ab**2
+        ga, gb = A2 / S**2, B1 / S**2  # gradient of var with respect to (between, within)
+        var_var = (ga**2 * i_bb - 2 * ga * gb * i_ab + gb**2 * i_aa) / det
+        df = 2 * var**2 / var_var
+    df = np.clip(df, 1.0, np.maximum(N - 1, 1.0))
+    fit = (G >= 2) & (N > G) & np.isfinite(var)
+    out = _nan_where(fit, estimate=dhat, se=np.sqrt(var), df=df, between=between, within=within)
+    out["n_groups"], out["n"] = G, N.astype(int)
+    return out
+
+
+def mixedlm_np(correct, labelled) -> dict[str, np.ndarray]:
+    """The mixed model of the module docstring, fitted through its paired contrast.
+
+    Parameters and shapes as :func:`paired_t_np`; sequences are paired by their index along
+    the last axis (the same evaluation sequence in both runs of a seed).
+
+    Returns
+    -------
+    dict of ndarray, shape (...)
+        ``estimate``, ``se``, ``df`` (Satterthwaite), ``n_seeds`` (seeds with a pair),
+        ``n_pairs``; variance components on the accuracy scale ``var_seed``, ``var_model``
+        (a trained model's offset within its seed), ``var_shared`` (a sequence's difficulty
+        shared by both models), ``var_residual`` (the rest of a sequence's variation within one
+        model); ``dropped_seeds`` (trained in one condition only) and ``dropped_sequences``
+        (evaluated in one condition only).
+    """
+    C, L = _counts(correct, labelled)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(L > 0, C / np.where(L > 0, L, 1.0), np.nan)
+    pair = np.isfinite(y[..., 0, :, :]) & np.isfinite(y[..., 1, :, :])
+    d = y[..., 1, :, :] - y[..., 0, :, :]
+    test = one_way_reml_np(d, pair, bounded=False)
+    diff = one_way_reml_np(d, pair)
+    total = one_way_reml_np(y[..., 1, :, :] + y[..., 0, :, :], pair)
+    # d: between = 2 var_model, within = 2 var_residual; sum: between = 4 var_seed + 2
+    # var_model, within = 4 var_shared + 2 var_residual
+    var_model = diff["between"] / 2
+    var_residual = diff["within"] / 2
+    var_seed = np.maximum(total["between"] - diff["between"], 0) / 4
+    var_shared = np.maximum(total["within"] - diff["within"], 0) / 4
+    single = (L > 0).any(-1)  # (..., 2, seed)
+    has = single.any(-2)
+    out = {k: test[k] for k in ("estimate", "se", "df")}
+    out.update(n_seeds=diff["n_groups"], n_pairs=diff["n"], var_seed=var_seed, var_model=var_model,
+               var_shared=var_shared, var_residual=var_residual,
+               dropped_seeds=(has & ~pair.any(-1)).sum(-1),
+               dropped_sequences=((L > 0).sum((-1, -2, -3)) - 2 * pair.sum((-1, -2))))
+    return out
+
+
+def mixedlm_reference(correct, labelled) -> dict[str, float]:
+    """The paired contrast of :func:`mixedlm_np` for one experiment (shape (2, seed,
+    sequence)) through statsmodels ``MixedLM`` (REML, random intercept per seed): estimate,
+    SE and the variance components ``between``/``within`` of the differences."""
+    import statsmodels.api as sm
+
+    C, L = _counts(correct, labelled)
+    y = np.where(L > 0, C / np.where(L > 0, L, 1.0), np.nan)
+    d = y[1] - y[0]
+    seed, _ = np.nonzero(np.isfinite(d))
+    d = d[np.isfinite(d)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sm.MixedLM(d, np.ones((d.size, 1)), groups=seed).fit(reml=True)
+    return {"estimate": float(res.fe_params[0]), "se": float(res.bse_fe[0]),
+            "between": float(np.asarray(res.cov_re).ravel()[0]), "within": float(res.scale)}
+
+
+# --------------------------------------------------------------------------- GLMM
+
+
+def _counts_glmm():
+    """``BinomialBayesMixedGLM`` on binomial counts: the ELBO of ``k`` successes of ``n``
+    trials sharing one linear predictor is ``k eta - n E log(1 + e^eta)``, exactly the sum of
+    its ``n`` Bernoulli rows, so one row per sequence replaces one per position (40x fewer
+    rows here; the same optimum, tested)."""
+    from statsmodels.genmod.bayes_mixed_glm import BinomialBayesMixedGLM
+
+    class CountsGLMM(BinomialBayesMixedGLM):  # type: ignore[misc]
+        trials: np.ndarray
+
+        def vb_elbo(self, vb_mean, vb_sd):
+            fep_mean, vcp_mean, vc_mean = self._unpack(vb_mean)
+            fep_sd, vcp_sd, vc_sd = self._unpack(vb_sd)
+            tm, tv = self._lp_stats(fep_mean, fep_sd, vc_mean, vc_sd)
+
+            def h(z):
+                return -self.trials * np.logaddexp(0, tm + np.sqrt(tv) * z)
+
+            return self.vb_elbo_base(h, tm, fep_mean, vcp_mean, vc_mean, fep_sd, vcp_sd, vc_sd)
+
+        def vb_elbo_grad(self, vb_mean, vb_sd):
+            fep_mean, vcp_mean, vc_mean = self._unpack(vb_mean)
+            fep_sd, vcp_sd, vc_sd = self._unpack(vb_sd)
+            tm, tv = self._lp_stats(fep_mean, fep_sd, vc_mean, vc_sd)
+
+            def h(z):
+                return -self.trials * scipy.special.expit(tm + np.sqrt(tv) * z)
+
+            return self.vb_elbo_grad_base(h, tm, tv, fep_mean, vcp_mean, vc_mean, fep_sd, vcp_sd, vc_sd)
+
+    return CountsGLMM
+
+
+def glmm_contrast(correct, labelled, *, rng: np.random.Generator | int = 0,
+                  sequence_effect: bool = True, bernoulli: bool = False) -> dict[str, Any]:
+    """Bayesian binomial GLMM for one experiment (shape (2, seed, sequence)): point estimates
+    and variance components (logit scale), never a verdict (module docstring).
+
+    ``fit_vb(fit_method="L-BFGS-B")`` (the default optimiser took minutes; docs/measured.md,
+    "Statistics") on one binomial row per sequence (``bernoulli=True``: one Bernoulli row per
+    labelled position, statsmodels' own model, the reference path), variance components for
+    the seed, the trained model and (``sequence_effect``) the evaluation sequence.
+
+    Returns
+    -------
+    dict
+        ``estimate`` (the population accuracy difference implied by the posterior means,
+        integrating the random effects), ``log_odds_ratio`` with the normal approximation of
+        its 95% posterior interval ``log_odds_lower``/``log_odds_upper`` (too narrow: module
+        docstring), ``sd_seed``, ``sd_model``, ``sd_sequence`` (exp of the posterior means of the
+        components' log SDs, logit scale), ``seconds``.
+    """
+    import time
+
+    import scipy.sparse as sp
+    from statsmodels.genmod.bayes_mixed_glm import BinomialBayesMixedGLM
+
+    from analysis.stats.simulate import population_accuracy
+
+    gen = validate.check_rng(rng)
+    C, L = _counts(correct, labelled)
+    cond, seed, seq = np.nonzero(L > 0)
+    trials, hits = L[L > 0], np.rint(C[L > 0])
+    if bernoulli:
+        rows = np.repeat(np.arange(trials.size), trials.astype(int))
+        first = np.repeat(np.cumsum(trials.astype(int)) - trials.astype(int), trials.astype(int))
+        y = ((np.arange(rows.size) - first) < hits[rows]).astype(float)
+        cond, seed, seq = cond[rows], seed[rows], seq[rows]
+    exog = np.column_stack([cond == 0, cond == 1]).astype(float)
+    blocks = [("seed", seed), ("model", seed * 2 + cond)]
+    if sequence_effect:
+        blocks.append(("sequence", seed * (seq.max() + 1) + seq))
+    mats, ident = [], []
+    for k, (_, codes) in enumerate(blocks):
+        levels, idx = np.unique(codes, return_inverse=True)
+        mats.append(sp.csr_matrix((np.ones(idx.size), (np.arange(idx.size), idx)), shape=(idx.size, levels.size)))
+        ident.append(np.full(levels.size, k))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if bernoulli:
+            model = BinomialBayesMixedGLM(y, exog, sp.hstack(mats).tocsr(), np.concatenate(ident),
+                                          vcp_p=1.0, fe_p=2.0)
+        else:
+            dummy = np.r_[1.0, np.zeros(trials.size - 1)]  # passes the 0/1 check; replaced below
+            model = _counts_glmm()(dummy, exog, sp.hstack(mats).tocsr(), np.concatenate(ident),
+                                   vcp_p=1.0, fe_p=2.0)
+            model.endog, model.trials = hits, trials
+        res = model.fit_vb(fit_method="L-BFGS-B", rng=gen)
+    sds = np.exp(np.asarray(res.vcp_mean))
+    total = float(np.sqrt(np.sum(sds**2)))
+    b0, b1 = (float(v) for v in res.fe_mean)
+    # mean-field: the two fixed effects are independent in the variational posterior
+    sd = float(np.sqrt(np.sum(np.asarray(res.fe_sd, float) ** 2)))
+    z = scipy.stats.norm.ppf(0.975)
+    out: dict[str, Any] = {"estimate": population_accuracy(b1, total) - population_accuracy(b0, total),
+                           "log_odds_ratio": b1 - b0, "log_odds_lower": b1 - b0 - z * sd,
+                           "log_odds_upper": b1 - b0 + z * sd, "seconds": time.perf_counter() - t0}
+    for (name, _), sd in zip(blocks, sds, strict=True):
+        out[f"sd_{name}"] = float(sd)
+    return out
+
+
+# --------------------------------------------------------------------------- inference
+
+
+def _tcdf(x, df):
+    return scipy.stats.t.cdf(x, df)
+
+
+def _tsf(x, df):
+    return scipy.stats.t.sf(x, df)
+
+
+def power_se(effect, se, df, alpha: float = 0.05, alternative: str = "two-sided"):
+    """Power of a t test with standard error ``se`` and ``df`` degrees of freedom to detect a
+    true effect ``effect`` (in the tested direction for one-sided tests): noncentral t, as
+    ``TTestPower`` with ``nobs = df + 1`` for a one-sample t."""
+    effect, se, df = np.broadcast_arrays(*(np.asarray(v, float) for v in (effect, se, df)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ncp = np.abs(effect) / se
+        if alternative == "two-sided":
+            tc = scipy.stats.t.ppf(1 - alpha / 2, df)
+            p = scipy.stats.nct.sf(tc, df, ncp) + scipy.stats.nct.cdf(-tc, df, ncp)
+        else:
+            p = scipy.stats.nct.sf(scipy.stats.t.ppf(1 - alpha, df), df, ncp)
+    p = np.where(se > 0, p, np.nan)
+    return p if p.ndim else float(p)
+
+
+def mde_se(se, df, alpha: float = 0.05, power: float = 0.8, alternative: str = "two-sided"):
+    """Smallest true effect a t test (``se``, ``df``) detects with probability ``power``."""
+    se, df = np.broadcast_arrays(np.asarray(se, float), np.asarray(df, float))
+    out = np.full(se.shape, np.nan)
+    alt = "two-sided" if alternative == "two-sided" else "larger"
+    for i in np.ndindex(se.shape):
+        if np.isfinite(se[i]) and np.isfinite(df[i]) and df[i] >= 1:
+            n = df[i] + 1
+            es = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative=alt)
+            out[i] = float(np.asarray(es)) * np.sqrt(n) * se[i]
+    return out if out.ndim else float(out)
+
+
+def tost_power_se(se, df, margin, alpha: float = 0.05, true_difference=0.0, n_nodes: int = 256):
+    """Probability that a TOST (each side at ``alpha``) declares equivalence, for an estimate
+    with standard error ``se`` on ``df`` degrees of freedom (``df se^2 / sigma^2 ~ chi2(df)``);
+    :func:`analysis.stats.equivalence.tost_power` with ``se = sd / sqrt(n)``, ``df = n - 1``."""
+    se, df, margin, delta = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (se, df, margin, true_difference)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t_c = scipy.stats.t.ppf(1 - alpha, df)
+        v_max = df * (margin / (t_c * se)) ** 2  # the band is empty beyond
+        u_max = scipy.stats.chi2.cdf(v_max, df)[..., None]
+        x, w = np.polynomial.legendre.leggauss(n_nodes)
+        u = u_max * (x + 1) / 2
+        s = se[..., None] * np.sqrt(scipy.stats.chi2.ppf(u, df[..., None]) / df[..., None])
+        half = margin[..., None] - t_c[..., None] * s
+        scale = se[..., None]
+        band = scipy.stats.norm.cdf((half - delta[..., None]) / scale) - scipy.stats.norm.cdf(
+            (-half - delta[..., None]) / scale)
+        power = np.sum(w * np.clip(band, 0, 1), axis=-1) * u_max[..., 0] / 2
+    power = np.where(se > 0, power, np.nan)
+    return power if power.ndim else float(power)
+
+
+def inference_np(estimate, se, df, *, margin=None, alpha: float = 0.05, direction: str = "two-sided",
+                 test_against: str = "zero") -> dict[str, np.ndarray]:
+    """Interval and tests of an estimate with standard error ``se`` on ``df`` degrees of freedom.
+
+    Returns
+    -------
+    dict of ndarray
+        ``lower``/``upper`` (the ``1 - alpha`` interval), ``statistic``, ``p_two_sided``,
+        ``p_zero`` (against zero, one-sided in ``direction``), and with a ``margin``:
+        ``p_equivalence`` (TOST, each side at ``alpha / 2``, reported doubled so that it is
+        compared with ``alpha``: the interval lies inside the margins iff it is < ``alpha``),
+        ``p_margin`` (minimum-effect test ``H0: |delta| <= margin``, one-sided in
+        ``direction``; two-sided: doubled smaller side, so < ``alpha`` iff the interval lies
+        wholly beyond one margin).
+    """
+    validate.check_choice(direction, DIRECTIONS, "direction")
+    validate.check_choice(test_against, ("zero", "margin"), "test_against")
+    est, se, df = np.broadcast_arrays(*(np.asarray(v, float) for v in (estimate, se, df)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = scipy.stats.t.ppf(1 - alpha / 2, df) * se
+        stat = est / se
+        p_two = 2 * _tsf(np.abs(stat), df)
+        p_zero = {"two-sided": p_two, "less": _tcdf(stat, df), "greater": _tsf(stat, df)}[direction]
+        out = {"lower": est - half, "upper": est + half, "statistic": stat, "p_two_sided": p_two,
+               "p_zero": p_zero}
+        if margin is not None:
+            above = _tsf((est - margin) / se, df)  # H0: delta <= +margin
+            below = _tcdf((est + margin) / se, df)  # H0: delta >= -margin
+            p_lower, p_upper = _tsf((est + margin) / se, df), _tcdf((est - margin) / se, df)
+            out["p_equivalence"] = np.minimum(1.0, 2 * np.maximum(p_lower, p_upper))
+            out["p_margin"] = {"two-sided": np.minimum(1.0, 2 * np.minimum(above, below)),
+                               "less": below, "greater": above}[direction]
+    return out
+
+
+def outcome_np(different, within) -> np.ndarray:
+    """The four outcomes (module docstring) from two boolean arrays: different from zero (or,
+    with a minimum-effect test, beyond the margin) and within the margin."""
+    different, within = np.broadcast_arrays(np.asarray(different, bool), np.asarray(within, bool))
+    out = np.full(different.shape, "inconclusive", dtype="<U12")
+    out[different & ~within] = "effect"
+    out[different & within] = "negligible"
+    out[~different & within] = "equivalent"
+    return out
+
+
+KERNELS = {"paired_t": paired_t_np, "gee": gee_np, "mixedlm": mixedlm_np}
+
+
+def contrast_np(model: str, correct, labelled) -> dict[str, np.ndarray]:
+    """The fit of ``model`` (one of :data:`TESTED`) on arrays shaped (..., 2, seed, sequence)."""
+    validate.check_choice(model, TESTED, "model")
+    return KERNELS[model](correct, labelled)
+
+
+# --------------------------------------------------------------------------- xarray
+
+
+def compare_conditions(
+    correct: xr.DataArray,
+    labelled: xr.DataArray,
+    *,
+    treatment: object,
+    reference: object,
+    model: str = "paired_t",
+    margin: float | None = None,
+    alpha: float = 0.05,
+    direction: str = "two-sided",
+    test_against: str = "zero",
+    condition_dim: str = "condition",
+    seed_dim: str = "seed",
+    sequence_dim: str = "sequence",
+) -> xr.Dataset:
+    """Treatment minus reference accuracy by ``model``, with the four outcomes, per cell.
+
+    Parameters
+    ----------
+    correct, labelled : xarray.DataArray
+        Dims (..., condition, seed, sequence): correct and labelled positions per sequence
+        (NaN where absent).
+    treatment, reference : levels of ``condition_dim``.
+    model : {"paired_t", "gee", "mixedlm"}
+        See the module docstring.
+    margin : float, optional
+        Smallest effect of interest; with it the equivalence and minimum-effect tests and the
+        four outcomes.
+    alpha, direction, test_against
+        Test level, the expected sign (``two-sided``, ``less``, ``greater``), and whether
+        "different" means from zero (default) or beyond the margin.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (...): ``estimate``, ``se``, ``df``, ``lower``, ``upper``, ``p_zero``, and with a
+        margin ``p_equivalence``, ``p_margin``, ``outcome``; attrs ``model``, ``alpha``, ...
+    """
+    validate.check_dataarray(correct, "correct")
+    validate.check_dataarray(labelled, "labelled")
+    validate.check_dims(correct, [condition_dim, seed_dim, sequence_dim], "correct")
+    validate.check_same_dims(correct, labelled, ("correct", "labelled"))
+    validate.check_levels(correct, condition_dim, [treatment, reference], "condition")
+    validate.check_probability(alpha, "alpha")
+    if margin is not None:
+        margin = validate.check_margin(margin)
+    elif test_against == "margin":
+        raise ValueError("test_against='margin' needs a margin")
+    core = [condition_dim, seed_dim, sequence_dim]
+
+    def pick(da):
+        return da.sel({condition_dim: [reference, treatment]}).transpose(..., *core)
+
+    C, L = pick(correct), pick(labelled)
+    fit = contrast_np(model, C.values, L.values)
+    inf = inference_np(fit["estimate"], fit["se"], fit["df"], margin=margin, alpha=alpha,
+                       direction=direction, test_against=test_against)
+    dims = [d for d in C.dims if d not in core]
+    coords = {d: C[d] for d in dims}
+    data = {k: (dims, np.asarray(v, float)) for k, v in {**fit, **inf}.items()}
+    if margin is not None:
+        different = inf["p_margin" if test_against == "margin" else "p_zero"] < alpha
+        within = inf["p_equivalence"] < alpha
+        data["outcome"] = (dims, outcome_np(different, within))
+    return xr.Dataset(data, coords=coords, attrs={
+        "model": model, "alpha": alpha, "direction": direction, "test_against": test_against,
+        "margin": np.nan if margin is None else margin, "scale": "accuracy difference (treatment - reference)",
+        "ci_level": 1 - alpha, "reference": str(reference), "treatment": str(treatment)})
