@@ -240,16 +240,36 @@ def inspect(store_path: str, as_json: bool, storage_options: dict) -> None:
 @store_argument
 @storage_option
 def validate(store_path: str, storage_options: dict) -> None:
-    """Check STORE's schema and every chunk's checksum; exit 2 if anything is wrong."""
-    from store import Store
+    """Check every metadata file, STORE's schema and every chunk's checksum; exit 2 if anything is wrong."""
     from store import validate as run_validate
 
-    rep = run_validate(Store.open(store_path, storage_options=storage_options))
+    rep = run_validate(store_path, storage_options=storage_options)
     for line in present.validation_notes(rep):
         click.echo(line, err=True)
     if not rep.ok:
         raise BadInput(present.validation_verdict(rep, store_path))
     click.echo(present.validation_verdict(rep, store_path))
+
+
+@main.command()
+@store_argument
+@click.option("--dry-run", is_flag=True, help="List what would be repaired; change nothing.")
+@click.option("--forget-damaged", is_flag=True,
+              help="Mark blocks holding damaged chunks unwritten, so `layerstate capture` rewrites them.")
+@storage_option
+def repair(store_path: str, dry_run: bool, forget_damaged: bool, storage_options: dict) -> None:
+    """Rebuild damaged metadata from its intact copy (each node's zarr.json <-> the snapshot)."""
+    from store import format_repair
+    from store import repair as run_repair
+
+    rep = run_repair(store_path, dry_run=dry_run, forget_damaged=forget_damaged,
+                     storage_options=storage_options)
+    lines = format_repair(rep)
+    for line in lines[:-1]:
+        click.echo(line)
+    if not rep.ok and not dry_run:
+        raise BadInput(lines[-1])
+    click.echo(lines[-1])
 
 
 @main.command()

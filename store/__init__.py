@@ -13,6 +13,7 @@ Modules (each imports only those listed above it, never one that imports it back
     errors     the one-line exceptions (imports nothing)
     schema     names of groups, variables, dims and attributes; schema version
     zarrutil   the leaf every module shares: codecs, jsonable, to_numpy, node access, quiet(), checked reads
+    metadata   both copies of every node's zarr.json, their digests, guarded reads, the comparison
     provenance tool version, git commit, package versions, host
     location   where a store lives (directory, zip, fsspec URL); the per-run writer lock
     chunks     whole-chunk encode/write and read_whole thread pools for raw+crc32c arrays
@@ -25,7 +26,8 @@ Modules (each imports only those listed above it, never one that imports it back
     writer     LengthWriter: resumable, chunk-aligned writes of one (run, length)
     lengths    length groups: list, open lazily, load whole, write whole
     core       Store: open/create and consolidated metadata; a thin facade over the above
-    integrity  validate: schema, completion records and every chunk's checksum
+    integrity  validate: every metadata file, schema, completion records and every chunk's checksum
+    repair     rebuild damaged metadata from its intact copy
     inspect    summary of what a store holds
     pack       pack a store into one zip, unpack it safely
 
@@ -38,8 +40,10 @@ from .errors import (
     IncompleteError,
     InvalidArrayError,
     LayerstateError,
+    MetadataDamagedError,
     MissingError,
     NotAStoreError,
+    ReadOnlyStoreError,
     RunConflictError,
     SchemaVersionError,
     UnsafeArchiveError,
@@ -48,6 +52,7 @@ from .errors import (
 from .inspect import format_summary, summary
 from .integrity import Report, validate
 from .pack import pack, unpack
+from .repair import RepairRefusedError, RepairReport, format_repair, repair
 from .schema import SCHEMA, layer_names, length_group
 from .writer import LengthWriter
 
@@ -58,8 +63,12 @@ __all__ = [
     "InvalidArrayError",
     "LayerstateError",
     "LengthWriter",
+    "MetadataDamagedError",
     "MissingError",
     "NotAStoreError",
+    "ReadOnlyStoreError",
+    "RepairRefusedError",
+    "RepairReport",
     "Report",
     "RunConflictError",
     "SchemaVersionError",
@@ -68,11 +77,13 @@ __all__ = [
     "WriterLockedError",
     "config_hash",
     "create_store",
+    "format_repair",
     "format_summary",
     "layer_names",
     "length_group",
     "open_store",
     "pack",
+    "repair",
     "run_identity",
     "summary",
     "unpack",

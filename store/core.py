@@ -28,11 +28,19 @@ import xarray as xr
 import zarr
 
 from . import lengths as _lengths
+from . import metadata as _metadata
 from . import results as _results
 from . import runs as _runs
 from . import schema as S
 from . import weights as _weights
-from .errors import LayerstateError, NotAStoreError, RunConflictError, SchemaVersionError
+from .errors import (
+    LayerstateError,
+    MetadataDamagedError,
+    NotAStoreError,
+    ReadOnlyStoreError,
+    RunConflictError,
+    SchemaVersionError,
+)
 from .location import Location, RunLock
 from .provenance import now, provenance, tool_version
 from .runs import config_hash, run_identity
@@ -114,14 +122,22 @@ class Store:
 
     @classmethod
     def open(
-        cls, url: str | Any, *, mode: str = "r", storage_options: dict | None = None
+        cls, url: str | Any, *, mode: str = "r", storage_options: dict | None = None,
+        consolidated: bool | None = None,
     ) -> Store:
         """Open an existing store read-only (``mode="r"``) or for writing (``"r+"``).
+
+        ``consolidated``: read-only opens use the consolidated snapshot when there is one
+        (``None``); ``False`` reads every node's own ``zarr.json`` (as writers always do).
 
         Raises
         ------
         NotAStoreError
             The path does not exist or holds no layerstate store.
+        MetadataDamagedError
+            The store's root metadata is damaged (named, with the fix: ``layerstate repair``).
+        ReadOnlyStoreError
+            ``mode="r+"`` on a store that cannot be written (a zip, a read-only location).
         SchemaVersionError
             The store was written with a newer schema than this layerstate understands.
         """
@@ -133,6 +149,11 @@ class Store:
                 f"{loc} does not exist; check the path, or create a store with `layerstate capture`"
             )
         read_only = mode == "r"
+        if not read_only and loc.is_zip:
+            raise ReadOnlyStoreError(
+                f"{loc} is a packed (zip) store, which cannot be written: analyse it with "
+                "--results DIR (results go there), or `layerstate unpack` it to add to it"
+            )
         try:
             zstore = loc.zarr_store(read_only=read_only)
             # Writers never trust consolidated metadata: it is a snapshot taken at the
@@ -140,20 +161,37 @@ class Store:
             with quiet():
                 root = zarr.open_group(
                     store=zstore, mode="r" if read_only else "r+", zarr_format=3,
-                    use_consolidated=None if read_only else False,
+                    use_consolidated=(consolidated if read_only else False),
                 )
-        except LayerstateError:
-            raise
-        except (FileNotFoundError, KeyError, ValueError, zarr.errors.BaseZarrError):
+        except (FileNotFoundError, KeyError, ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
+            if isinstance(exc, LayerstateError) and not isinstance(exc, MetadataDamagedError):
+                raise
+            damage = _metadata.root_damage(loc.zarr_store(read_only=True, guarded=False), str(loc))
+            if damage is not None:
+                raise MetadataDamagedError(damage) from None
             raise NotAStoreError(
                 f"{loc} is not a layerstate store (no Zarr v3 group at its root); "
                 "point at a directory made by `layerstate capture` or a file made by `layerstate pack`"
             ) from None
-        _check_schema(loc, dict(root.attrs))
+        attrs = dict(root.attrs)
+        try:
+            _check_schema(loc, attrs)
+        except (NotAStoreError, SchemaVersionError):
+            changed = _metadata.root_changed(loc.zarr_store(read_only=True, guarded=False), str(loc), attrs)
+            if changed is not None:
+                raise MetadataDamagedError(changed) from None
+            raise
+        if not read_only and not _writable(loc):
+            raise ReadOnlyStoreError(
+                f"{loc} cannot be written (read-only location); analyse it with --results DIR "
+                "(results go there), or copy it somewhere writable"
+            )
         return cls(loc, root, read_only)
 
     def consolidate(self) -> None:
-        """Refresh consolidated metadata, the snapshot that read-only openers see.
+        """Refresh consolidated metadata, the snapshot that read-only openers see, and the
+        metadata copy file beside it (the root's own document and every node's digest,
+        :func:`store.metadata.record_digests`).
 
         Inside :meth:`deferred_consolidation` this only marks the snapshot stale: one
         consolidation at the end replaces one per finished write, which re-reads every
@@ -166,6 +204,7 @@ class Store:
             return
         with quiet():
             zarr.consolidate_metadata(self.root.store)
+        _metadata.record_digests(self.root.store)
 
     @contextlib.contextmanager
     def deferred_consolidation(self) -> Iterator[Store]:
@@ -240,6 +279,7 @@ class Store:
         """Add or replace run attributes (training metrics, evaluation, …); identity is fixed."""
         self._writable()
         _runs.update_run_attrs(self.run_group(run_id), run_id, attrs)
+        self.consolidate()  # readers of the snapshot see them; one per deferred block
 
     # ------------------------------------------------------------------ weights
     def write_weights(self, run_id: str, state_dict: Mapping[str, Any], *, overwrite: bool = False) -> None:
@@ -391,6 +431,16 @@ def _looks_like_store(loc: Location) -> bool:
         return fs.exists(f"{root}/zarr.json")
     except Exception:
         return False
+
+
+def _writable(loc: Location) -> bool:
+    """Whether a store's location accepts writes (local: the root directory is writable;
+    elsewhere assumed so: the first write says otherwise)."""
+    import os
+
+    if loc.is_local:
+        return os.access(loc.local_path, os.W_OK)
+    return not loc.url.startswith(("http://", "https://"))
 
 
 def _check_schema(loc: Location, attrs: dict) -> None:

@@ -49,3 +49,11 @@ class IncompleteError(LayerstateError, ValueError):
 
 class UnsafeArchiveError(LayerstateError, ValueError):
     """A zip archive whose member paths would escape the target directory."""
+
+
+class MetadataDamagedError(CorruptStoreError):
+    """A metadata file (``zarr.json``) cannot be read, or disagrees with its second copy."""
+
+
+class ReadOnlyStoreError(LayerstateError, PermissionError):
+    """A store that cannot be written (a zip, a read-only URL) was opened for writing."""

@@ -19,6 +19,7 @@ import zarr.abc.store
 import zarr.storage
 
 from .errors import UnsafeArchiveError, WriterLockedError
+from .metadata import GuardedFsspecStore, GuardedLocalStore, GuardedZipStore
 
 
 @dataclass
@@ -66,8 +67,14 @@ class Location:
         fs, root = self.filesystem()
         return fs.exists(root)
 
-    def zarr_store(self, read_only: bool) -> zarr.abc.store.Store:
-        """A zarr store object for this location."""
+    def zarr_store(self, read_only: bool, *, guarded: bool = True) -> zarr.abc.store.Store:
+        """A zarr store object for this location.
+
+        ``guarded`` (the default): every ``zarr.json`` zarr reads through it is parsed first,
+        so damaged metadata fails naming its file (:mod:`store.metadata`); ``validate`` and
+        ``repair`` read the raw files with ``guarded=False``.
+        """
+        zs: Any
         if self.is_zip:
             if not read_only:
                 raise ValueError(
@@ -75,12 +82,17 @@ class Location:
                     "unpack it with `layerstate unpack` to add to it"
                 )
             check_zip_members(self.local_path)
-            return zarr.storage.ZipStore(self.local_path, mode="r")
-        if self.is_local:
-            return zarr.storage.LocalStore(self.local_path, read_only=read_only)
-        return zarr.storage.FsspecStore.from_url(
-            self.url, storage_options=self.storage_options or None, read_only=read_only
-        )
+            zip_cls = GuardedZipStore if guarded else zarr.storage.ZipStore
+            zs = zip_cls(self.local_path, mode="r")
+        elif self.is_local:
+            local_cls = GuardedLocalStore if guarded else zarr.storage.LocalStore
+            zs = local_cls(self.local_path, read_only=read_only)
+        else:
+            fs_cls = GuardedFsspecStore if guarded else zarr.storage.FsspecStore
+            zs = fs_cls.from_url(self.url, storage_options=self.storage_options or None, read_only=read_only)
+        if guarded:
+            zs.where = self.url
+        return zs
 
     def __str__(self) -> str:
         return self.url

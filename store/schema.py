@@ -15,6 +15,9 @@ SCHEMA_VERSION = 1
 RUNS = "runs"
 RESULTS = "results"
 WEIGHTS = "weights"
+#: Beside the root's zarr.json: a copy of the root's own document and the digest of every
+#: node's document at the last consolidation (docs/store-format.md, S34).
+METADATA_COPY = "layerstate-metadata.json"
 
 # Dims, in storage order.
 DIMS = {

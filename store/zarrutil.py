@@ -164,9 +164,11 @@ def raw_crc32c_chunk_bytes(arr: zarr.Array) -> int | None:
 
 # ---------------------------------------------------------------------- zarr's notices
 #: zarr's notices about its own format choices, which a user can do nothing about: the
-#: consolidated-metadata snapshot the store keeps for readers, and data types (strings)
-#: whose Zarr v3 spec is not final.
-_ZARR_NOTICES = ("Consolidated metadata is currently not part",)
+#: consolidated-metadata snapshot the store keeps for readers, data types (strings) whose
+#: Zarr v3 spec is not final, and the metadata copy file beside the root's zarr.json
+#: (``schema.METADATA_COPY``), which is not a Zarr node and is met when zarr lists the root.
+_ZARR_NOTICES = ("Consolidated metadata is currently not part",
+                 r"Object at layerstate-metadata\.json is not recognized")
 
 
 @contextlib.contextmanager
