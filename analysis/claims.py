@@ -13,24 +13,64 @@ loads (:mod:`layerstate.experiment`), so a malformed claim never waits for train
     treatment = "no_conv"          # levels of `compare` (default: variant)
     reference = "default"
     direction = "less"             # less | greater | two-sided
-    margin = 0.05                  # smallest effect of interest: power and MDE are reported
+    margin = 0.05                  # smallest effect of interest
+    model = "paired_t"             # paired_t | gee | mixedlm | glmm (accuracy claims; default below)
+    test_against = "zero"          # zero | margin (difference claims: H0 |effect| <= margin)
 
 Every claim gets an estimate, an interval, the test used, a p-value corrected (Holm) across
-all claims of the file, the power at the achieved number of seeds, and a verdict:
-``supported``, ``contradicted`` or ``inconclusive`` — or ``not evaluable`` (with the
-reason) when the results cannot answer it, e.g. fewer than 2 seeds with a defined value. A non-significant difference is never
+all claims of the file, the power at the achieved number of seeds, a verdict and one line
+saying why (``reason``) — or ``not evaluable`` (with the reason) when the results cannot answer
+it, e.g. fewer than 2 seeds with a defined value. A non-significant difference is never
 reported as "no effect": only an equivalence test against a declared margin can support a
 null claim.
 
+**Verdicts against a margin** (Lakens 2017, 2018). A claim that declares a ``margin`` is
+judged by two tests together, the test against zero (in the claim's direction) and the
+equivalence test against the margin (TOST at alpha/2 per side: the 95% interval inside
+``(-margin, margin)``); the ``outcome`` column names the four cases
+(:func:`analysis.stats.contrasts.outcome_np`):
+
+=================  ==================  ============  ====================  ====================
+different from 0   within the margin   outcome       difference claim      equivalence claim
+=================  ==================  ============  ====================  ====================
+yes                no                  effect        supported             inconclusive [1]_
+yes                yes                 negligible    negligible            supported
+no                 yes                 equivalent    equivalent            supported
+no                 no                  inconclusive  inconclusive          inconclusive [1]_
+=================  ==================  ============  ====================  ====================
+
+.. [1] ``contradicted`` when the whole interval lies outside the margin.
+
+A directional difference claim whose interval lies wholly on the wrong side of zero is
+``contradicted``. With ``test_against = "margin"`` a difference claim is supported only by the
+minimum-effect test (``H0: |effect| <= margin``, one-sided in its direction); a difference from
+zero that does not pass it is ``inconclusive``. A difference claim without a margin keeps two
+verdicts, ``supported`` or ``inconclusive``, and cannot tell a negligible effect from a real one.
+Holm: each claim's own test (the test against zero, the TOST of an equivalence claim, the
+minimum-effect test) is corrected across all claims, as one family; the second test of each
+claim with a margin is corrected across claims as a second family.
+
+**Models** (``model``, accuracy claims; :mod:`analysis.stats.contrasts`): ``paired_t`` (paired t
+on per-seed accuracy differences), ``gee`` (binomial GEE on per-sequence counts, seeds as
+clusters, CR1, t(G - 1)), ``mixedlm`` (REML mixed model with random intercepts per seed,
+trained model and evaluation sequence, Satterthwaite degrees of freedom) or ``glmm`` (the
+Bayesian binomial GLMM: its estimate and variance components are shown, but its intervals are
+too narrow to decide, so the verdict comes from the default model). The default is
+:data:`DEFAULT_MODEL`, the best calibrated in ``python -m bench.calibration`` (docs/measured.md,
+"Statistics"). Every accuracy claim also shows a second model's estimate, interval, p and
+verdict (:data:`CROSSCHECK`; ``disagreement`` flags a different verdict), the variance
+components of the mixed model (between seeds, between the trained models of a seed, between
+sequences within a model; SDs on the accuracy scale), and what each model dropped (a seed
+trained in one condition only, sequences evaluated in one condition only).
+
 Tests (seeds are the unit; see :mod:`analysis.stats`):
-- ``difference``/``equivalence``: paired by seed (same seed, same evaluation sequences),
-  paired t on per-seed differences and paired TOST (at alpha/2 per side, whose p is doubled
-  here so that every claim is judged at one alpha).
+- ``difference``/``equivalence`` on accuracy: the claim's model on per-sequence counts, paired
+  by seed (same seed, same evaluation sequences).
 - ``metric = "restoration"`` (difference/equivalence): the interchange restoration of each
   seed (:func:`analysis.interventions.run_interchange`) at ``layer`` (default: the best
   non-trivial layer), compared between two ``site``s (``compare = "site"``: e.g. value vs
   query — the induction / direct-retrieval signature of Arora et al.) or between
-  architectures/variants at one ``site``, paired by seed like accuracy.
+  architectures/variants at one ``site``, by the paired t on per-seed differences.
 - ``readable_by``: one-sided t test that the mean probe accuracy at ``layer`` exceeds
   ``threshold`` across seeds.
 - ``profile_match``: exact permutation test over seeds of the layer-profile shape distance.
@@ -51,6 +91,18 @@ from scipy import stats as sps
 from store import LayerstateError, MissingError, Store
 
 ALPHA = 0.05
+
+#: The model of an accuracy claim that names none: the best calibrated of paired_t, gee and
+#: mixedlm in ``python -m bench.calibration`` (docs/measured.md, "Statistics").
+DEFAULT_MODEL = "paired_t"
+#: The second model every accuracy claim is cross-checked with.
+CROSSCHECK = {"paired_t": "mixedlm", "mixedlm": "paired_t", "gee": "paired_t"}
+MODEL_NAMES = {
+    "paired_t": "paired t on per-seed differences",
+    "gee": "binomial GEE on per-sequence counts (seeds as clusters, CR1, t(G-1))",
+    "mixedlm": "mixed model on per-sequence accuracy (REML; seed, model and sequence intercepts; Satterthwaite df)",
+    "glmm": "Bayesian binomial GLMM (point estimate and variance components only)",
+}
 
 
 class ClaimError(LayerstateError, ValueError):
@@ -96,7 +148,21 @@ class Claim(BaseModel):
     treatment: str | None = Field(default=None, description="Level of `compare` under test.")
     reference: str | None = Field(default=None, description="Level of `compare` compared against.")
     direction: Literal["less", "greater", "two-sided"] = Field(default="two-sided", description="Expected sign.")
-    margin: float | None = Field(default=None, description="Smallest effect of interest (equivalence margin).")
+    margin: float | None = Field(
+        default=None,
+        description="Smallest effect of interest: with it the verdict tells a real but negligible "
+        "effect from one that matters (docs: analysis.claims).",
+    )
+    model: Literal["paired_t", "gee", "mixedlm", "glmm"] | None = Field(
+        default=None,
+        description="Accuracy claims: the model of the contrast (default: analysis.claims.DEFAULT_MODEL); "
+        "glmm gives point estimates and variance components, the verdict then comes from the default.",
+    )
+    test_against: Literal["zero", "margin"] = Field(
+        default="zero",
+        description="Difference claims: 'margin' supports the claim only if |effect| > margin "
+        "(minimum-effect test) rather than != 0.",
+    )
     layer: str | None = Field(default=None, description="readable_by: the layer, e.g. L1.")
     threshold: float | None = Field(default=None, description="readable_by: accuracy to exceed.")
     matches: str | None = Field(default=None, description="profile_match: task whose profile `task` should match.")
@@ -134,6 +200,18 @@ class Claim(BaseModel):
             )
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
+        if self.model not in (None, "paired_t") and (
+                self.metric != "accuracy" or self.kind not in ("difference", "equivalence")):
+            raise ValueError(
+                f"model = {self.model!r} fits per-sequence accuracy: it works with difference and "
+                "equivalence claims on metric = 'accuracy'; restoration is compared by paired_t"
+            )
+        if self.test_against == "margin":
+            if self.kind != "difference":
+                raise ValueError("test_against = 'margin' is for difference claims (an equivalence "
+                                 "claim already tests against its margin)")
+            if self.margin is None:
+                raise ValueError("test_against = 'margin' needs a margin (the effect to exceed)")
         return self
 
     def levels(self) -> list[tuple[str, str, str | int]]:
@@ -216,15 +294,12 @@ def _one_line(exc: ValidationError) -> str:
 
 
 # ---------------------------------------------------------------------- per-kind evaluation
-def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
-    """Per-seed accuracy with dims (task, arch, variant, seed) at the claim's length (plus
-    ``site`` for restoration)."""
+def _sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
+    """Per-sequence ``correct`` and ``labelled`` counts with dims (task, arch, variant, seed,
+    sequence) at the claim's length."""
     from analysis.behaviour import by_factors, sequence_correctness
-    from analysis.stats import seed_estimates
 
-    if claim.metric == "restoration":
-        return _seed_restoration(store, claim, cache)
-    key = ("accuracy", claim.length)
+    key = ("sequences", claim.length)
     if key not in cache:
         runs = [r for r in store.run_ids() if claim.length in store.lengths(r)]
         if not runs:
@@ -232,9 +307,22 @@ def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
                 f"claim {claim.id!r}: no run has captured length {claim.length}; "
                 "run `layerstate capture` (or change the claim's length)"
             )
-        corr = by_factors(sequence_correctness(store, runs, [claim.length]).sel(length=claim.length))
+        cache[key] = by_factors(sequence_correctness(store, runs, [claim.length]).sel(length=claim.length))
+    return cast(xr.Dataset, cache[key])
+
+
+def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed accuracy with dims (task, arch, variant, seed) at the claim's length (plus
+    ``site`` for restoration)."""
+    from analysis.stats import seed_estimates
+
+    if claim.metric == "restoration":
+        return _seed_restoration(store, claim, cache)
+    key = ("accuracy", claim.length)
+    if key not in cache:
+        corr = _sequence_counts(store, claim, cache)
         cache[key] = seed_estimates(corr.correct, corr.labelled)
-    return cache[key]
+    return cast(xr.DataArray, cache[key])
 
 
 def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
@@ -309,90 +397,287 @@ def _levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) 
             )
 
 
-def _paired(store: Store, claim: Claim, cache: dict) -> tuple[xr.DataArray, xr.DataArray]:
-    per_seed = _seed_metric(store, claim, cache)
+def _pair(da: xr.DataArray, claim: Claim) -> tuple[xr.DataArray, xr.DataArray]:
+    """The claim's treatment and reference cells of ``da`` (dims task, arch, variant[, site],
+    seed[, sequence]), each left with its seed (and sequence) dims."""
     fixed: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": None}
     if claim.metric == "restoration":
         fixed["site"] = claim.site
     fixed[claim.compare] = None
     for dim, level in fixed.items():
         if level is not None:
-            _levels(per_seed, dim, [level], claim)
-            per_seed = per_seed.sel({dim: level})
-    _levels(per_seed, claim.compare, [claim.treatment, claim.reference], claim)
-    t = per_seed.sel({claim.compare: claim.treatment})
-    r = per_seed.sel({claim.compare: claim.reference})
-    extra = [d for d in t.dims if d != "seed" and t.sizes[d] > 1]
+            _levels(da, dim, [level], claim)
+            da = da.sel({dim: level})
+    _levels(da, claim.compare, [claim.treatment, claim.reference], claim)
+    t = da.sel({claim.compare: claim.treatment})
+    r = da.sel({claim.compare: claim.reference})
+    extra = [d for d in t.dims if d not in ("seed", "sequence") and t.sizes[d] > 1]
     if extra:
         raise ClaimError(
             f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim "
             f"(e.g. arch = ...)"
         )
-    t, r = t.squeeze(drop=True), r.squeeze(drop=True)
+    other = [d for d in t.dims if d not in ("seed", "sequence")]
+    return t.squeeze(other, drop=True), r.squeeze(other, drop=True)
+
+
+def _too_few(claim: Claim, found: int, what: str = "with results in both conditions") -> NotEvaluable:
+    why = (f"; restoration is undefined for models whose answer the corruption does not move "
+           f"(mean probability gap < {MIN_GAP})" if claim.metric == "restoration" else "")
+    return NotEvaluable(
+        f"claim {claim.id!r} needs at least 2 seeds {what} (found {found}){why}; train more seeds "
+        "(or longer) — seeds are the unit of replication"
+    )
+
+
+def _seed_list(seeds: np.ndarray) -> str:
+    return ", ".join(str(int(s)) for s in seeds)
+
+
+def _tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
+    """Interval, the claim's tests, power and MDE of an estimate (``se``, ``df``)."""
+    from analysis.stats.contrasts import inference_np, mde_se, power_se, tost_power_se
+
+    margin = claim.margin
+    direction = claim.direction if claim.kind == "difference" else "two-sided"
+    inf = {k: float(v) for k, v in inference_np(est, se, df, margin=margin, alpha=ALPHA, direction=direction,
+                                                 test_against=claim.test_against).items()}
+    alt = "two-sided" if direction == "two-sided" else "one-sided"
+    power, power_at = np.nan, np.nan
+    mde = float(mde_se(se, df, ALPHA, 0.8, alt))
+    if claim.kind == "equivalence" and margin is not None:
+        power, power_at = float(tost_power_se(se, df, margin, ALPHA / 2)), 0.0
+        mde = float(mde_se(se, df, ALPHA, 0.8))
+        primary = "equivalence"
+    elif claim.test_against == "margin" and margin is not None:
+        # the minimum-effect test at twice the margin is the test against zero at the margin
+        power, power_at, mde = float(power_se(margin, se, df, ALPHA, alt)), 2 * margin, margin + mde
+        primary = "margin"
+    else:
+        if margin is not None:
+            power, power_at = float(power_se(margin, se, df, ALPHA, alt)), margin
+        primary = "zero"
+    return {
+        "estimate": float(est), "lower": inf["lower"], "upper": inf["upper"], "se": float(se), "df": float(df),
+        "p": inf[f"p_{primary}"], "p_zero": inf["p_zero"], "p_equivalence": inf.get("p_equivalence", np.nan),
+        "p_margin": inf.get("p_margin", np.nan) if claim.test_against == "margin" else np.nan,
+        "power": power, "power_at": power_at, "mde": mde,
+    }
+
+
+def _test_text(claim: Claim, model: str) -> str:
+    direction = claim.direction if claim.kind == "difference" else "two-sided"
+    name = MODEL_NAMES[model]
+    if claim.kind == "equivalence":
+        return f"{name}: TOST ±{claim.margin:g}, alpha/2 per side (p doubled); and against 0"
+    text = f"{name} ({direction})"
+    if claim.margin is not None:
+        against = (f"minimum-effect test |effect| > {claim.margin:g}" if claim.test_against == "margin"
+                   else "against 0")
+        text += f"; {against}, and TOST ±{claim.margin:g} at alpha/2 per side"
+    return text
+
+
+def _evaluate_restoration(store: Store, claim: Claim, cache: dict) -> dict:
+    from analysis.stats.equivalence import paired_t_np
+
+    t, r = _pair(_seed_metric(store, claim, cache), claim)
     ok = np.isfinite(t.values) & np.isfinite(r.values)
     if ok.sum() < 2:
-        why = (f"; restoration is undefined for models whose answer the corruption does not move "
-               f"(mean probability gap < {MIN_GAP})" if claim.metric == "restoration" else "")
-        raise NotEvaluable(
-            f"claim {claim.id!r} needs at least 2 seeds with results in both conditions "
-            f"(found {int(ok.sum())}){why}; train more seeds (or longer) — seeds are the unit of replication"
-        )
-    return t.isel(seed=np.flatnonzero(ok)), r.isel(seed=np.flatnonzero(ok))
-
-
-def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
-    from analysis.stats import equivalence_test, minimum_detectable_effect
-
-    t, r = _paired(store, claim, cache)
-    margin = claim.margin or 0.05
-    eq = equivalence_test(t, r, margin=margin, alpha=ALPHA)
-    est = float(eq.estimate)
-    n = int(t.sizes["seed"])
-    row: dict[str, Any] = {
-        "estimate": est, "lower": float(eq.lower), "upper": float(eq.upper),
-        "n_seeds": n, "margin": claim.margin if claim.margin else np.nan,
-        "mde": float(minimum_detectable_effect(n, float(eq.sd), ALPHA, 0.8)),
-        "treatment_mean": float(t.mean()), "reference_mean": float(r.mean()),
-    }
-    if claim.kind == "equivalence":
-        row.update(p=min(1.0, 2 * float(eq.p_tost)), power=float(eq.power_tost),
-                   test=f"paired TOST, margin ±{margin:g}, alpha/2 per side (p doubled)")
-    else:
-        p2 = float(eq.p_difference)
-        if claim.direction == "two-sided":
-            p = p2
-        else:
-            right_sign = (est < 0) if claim.direction == "less" else (est > 0)
-            p = p2 / 2 if right_sign else 1 - p2 / 2
-        row.update(p=p, power=float(eq.power_difference) if claim.margin else np.nan,
-                   test=f"paired t on per-seed differences ({claim.direction})")
+        raise _too_few(claim, int(ok.sum()))
+    res = paired_t_np((t - r).values[ok])
+    row = _tests(claim, float(res["estimate"]), float(res["se"]), float(ok.sum() - 1))
+    undefined = ~ok & (np.isfinite(t.values) | np.isfinite(r.values))
+    row.update(
+        n_seeds=int(ok.sum()), margin=claim.margin if claim.margin else np.nan,
+        treatment_mean=float(t.values[ok].mean()), reference_mean=float(r.values[ok].mean()),
+        test=_test_text(claim, "paired_t"), model="paired_t",
+        dropped=(f"paired_t: seeds {_seed_list(t.seed.values[undefined])} (restoration undefined in one "
+                 "condition)" if undefined.any() else ""),
+        crosscheck_model="", variance="",
+    )
     return row
 
 
-def _verdict(claim: Claim, row: dict, p_adj: float) -> str:
-    if row.get("not_evaluable"):
-        return "not evaluable"
-    significant = p_adj < ALPHA
+def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
+    from analysis.stats.contrasts import contrast_np, glmm_contrast
+
+    corr = _sequence_counts(store, claim, cache)
+    (ct, cr), (lt, lr) = _pair(corr.correct, claim), _pair(corr.labelled, claim)
+    core = ("seed", "sequence")
+    C = np.stack([cr.transpose(*core).values, ct.transpose(*core).values]).astype(float)
+    L = np.stack([lr.transpose(*core).values, lt.transpose(*core).values]).astype(float)
+    seeds = ct.seed.values
+    present = (np.nan_to_num(L) > 0).any(-1)  # (condition, seed)
+    requested = claim.model or DEFAULT_MODEL
+    model = requested if requested != "glmm" else DEFAULT_MODEL
+    second = "glmm" if requested == "glmm" else CROSSCHECK[model]
+    fits = {m: {k: np.asarray(v).item() for k, v in contrast_np(m, C, L).items()}
+            for m in dict.fromkeys([model, *(() if second == "glmm" else (second,)), "mixedlm"])}
+    fit = fits[model]
+    if not np.isfinite(fit["estimate"]):
+        if model == "gee":
+            raise _too_few(claim, int(present.sum(-1).min()), "in each condition")
+        raise _too_few(claim, int(present.all(0).sum()))
+    row = _tests(claim, fit["estimate"], fit["se"], fit["df"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.nansum(C, -1) / np.nansum(L, -1)
+    row.update(
+        n_seeds=int(fit["n_seeds"]), margin=claim.margin if claim.margin else np.nan,
+        treatment_mean=float(np.nanmean(acc[1][present[1]])), reference_mean=float(np.nanmean(acc[0][present[0]])),
+        test=_test_text(claim, model), model=model, crosscheck_model=second,
+    )
+    mix = fits["mixedlm"]
+    row.update(sd_seed=float(np.sqrt(mix["var_seed"])), sd_model=float(np.sqrt(mix["var_model"])),
+               sd_sequence=float(np.sqrt(mix["var_shared"] + mix["var_residual"])), variance="")
+    if second == "glmm":
+        g = glmm_contrast(C, L, rng=0)
+        row["_x"] = {"estimate": g["estimate"], "lower": np.nan, "upper": np.nan, "p": np.nan}
+        row["variance"] = (f"GLMM (logit scale): seed SD {g['sd_seed']:.3f}, model SD {g['sd_model']:.3f}, "
+                           f"sequence SD {g['sd_sequence']:.3f}; log odds ratio {g['log_odds_ratio']:+.3f}")
+        row["test"] += "; glmm requested: its intervals are too narrow to decide, so the verdict is the default's"
+    else:
+        x = fits[second]
+        row["_x"] = (_tests(claim, x["estimate"], x["se"], x["df"]) if np.isfinite(x["estimate"]) else
+                     {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan})
+    row["dropped"] = _dropped(claim, [model, second], present, C, L, seeds)
+    return row
+
+
+def _dropped(claim: Claim, models: list[str], present: np.ndarray, C: np.ndarray, L: np.ndarray,
+             seeds: np.ndarray) -> str:
+    """What each model left out, in words ('' when nothing)."""
+    one = np.asarray(present.any(0) & ~present.all(0), dtype=bool)
+    where = [f"{s} (only in {claim.reference if present[0, i] else claim.treatment})"
+             for i, s in enumerate(seeds) if one[i]]
+    has = np.nan_to_num(L) > 0
+    unpaired = int((has[0] ^ has[1])[present.all(0)].sum())
+    parts = []
+    for m in dict.fromkeys(models):
+        if m == "paired_t" and where:
+            parts.append(f"paired_t dropped seed {', '.join(where)}")
+        elif m == "gee" and where:
+            parts.append(f"gee used seed {', '.join(where)} for that condition only")
+        elif m == "mixedlm" and (where or unpaired):
+            bits = ([f"seed {', '.join(where)}"] if where else []) + (
+                [f"{unpaired} sequences evaluated in one condition only"] if unpaired else [])
+            parts.append(f"mixedlm dropped {' and '.join(bits)}")
+    return "; ".join(parts)
+
+
+def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
+    if claim.metric == "restoration":
+        return _evaluate_restoration(store, claim, cache)
+    return _evaluate_accuracy(store, claim, cache)
+
+
+def _primary(claim: Claim) -> str:
     if claim.kind == "equivalence":
-        if significant:
-            return "supported"
-        margin = claim.margin
-        if margin is None:  # the Claim validator requires a margin for equivalence claims
-            raise ClaimError(f"claim {claim.id!r}: an equivalence claim needs a margin")
-        effect = row["lower"] > margin or row["upper"] < -margin
-        return "contradicted" if effect else "inconclusive"
+        return "equivalence"
     if claim.kind == "difference":
-        if significant:
-            return "supported"
-        if claim.direction != "two-sided" and claim.margin:
-            # the whole interval on the wrong side of the expected effect contradicts it
-            wrong = row["lower"] > 0 if claim.direction == "less" else row["upper"] < 0
-            return "contradicted" if wrong else "inconclusive"
-        return "inconclusive"
+        return "margin" if claim.test_against == "margin" else "zero"
+    return "other"
+
+
+def _secondary(claim: Claim) -> tuple[str, ...]:
+    if claim.margin is None or claim.kind not in ("difference", "equivalence"):
+        return ()
+    return {"zero": ("equivalence",), "margin": ("zero", "equivalence"), "equivalence": ("zero",)}[_primary(claim)]
+
+
+def _holm(p: np.ndarray) -> np.ndarray:
+    from analysis.stats.multiple import adjust_np
+
+    p = np.asarray(p, dtype=float)
+    return adjust_np(p, "holm", ALPHA)[0] if p.size else p
+
+
+def _adjust(claims: list[Claim], rows: list[dict]) -> list[dict[str, float]]:
+    """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
+    ``margin``, ``other``): each claim's own test over all claims, and the second tests of the
+    claims with a margin as a second family."""
+    primary = _holm(np.array([r["p"] for r in rows], dtype=float))
+    out = [{_primary(c): float(primary[i])} for i, c in enumerate(claims)]
+    entries = [(i, name, rows[i].get(f"p_{name}", np.nan)) for i, c in enumerate(claims)
+               if not rows[i].get("not_evaluable") for name in _secondary(c)]
+    second = _holm(np.array([p for _, _, p in entries], dtype=float))
+    for (i, name, _), pa in zip(entries, second, strict=True):
+        out[i][name] = float(pa)
+    return out
+
+
+def _fmt(x: float) -> str:
+    return "nan" if not np.isfinite(x) else (f"{x:.2g}" if x < 0.001 else f"{x:.3f}")
+
+
+def _decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, str]:
+    """(verdict, outcome, reason) of one claim from its row and Holm-adjusted p-values."""
+    if row.get("not_evaluable"):
+        return "not evaluable", "", str(row["test"])
+    lo, hi = row["lower"], row["upper"]
+    iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
     if claim.kind == "readable_by":
-        return "supported" if significant else (
-            "contradicted" if row["upper"] < claim.threshold else "inconclusive")
-    return "supported" if significant else "inconclusive"
+        p = adj["other"]
+        if p < ALPHA:
+            return "supported", "", f"mean probe accuracy at {claim.layer} above {claim.threshold:g} (Holm p = {_fmt(p)})"
+        if hi < (claim.threshold or 0):
+            return "contradicted", "", f"the {iv} lies below {claim.threshold:g}"
+        return "inconclusive", "", f"not shown above {claim.threshold:g} (Holm p = {_fmt(p)}; {iv})"
+    if claim.kind == "profile_match":
+        p = adj["other"]
+        if p < ALPHA:
+            return "supported", "", (f"profile differs from {claim.differs_from}'s (Holm p = {_fmt(p)}) and lies "
+                                     f"closer to {claim.matches}'s")
+        return "inconclusive", "", f"not shown to differ from {claim.differs_from}'s profile closer to {claim.matches}'s (Holm p = {_fmt(p)})"
+    from analysis.stats.contrasts import outcome_np
+
+    m = claim.margin
+    p_zero = adj.get("zero", np.nan)
+    zero_sig = bool(p_zero < ALPHA)
+    power = (f"power {row['power']:.2f} at {row['power_at']:+g}, " if np.isfinite(row.get("power", np.nan)) else "")
+    power += f"MDE {row['mde']:.3f}"
+    if claim.kind == "equivalence":
+        within = bool(adj["equivalence"] < ALPHA)
+        outcome = str(outcome_np(zero_sig, within))
+        if within:
+            extra = (f"; different from zero (Holm p = {_fmt(p_zero)}): real but negligible" if zero_sig else "")
+            return "supported", outcome, f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = {_fmt(adj['equivalence'])}){extra}"
+        if m is not None and (lo > m or hi < -m):
+            return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}"
+        return "inconclusive", outcome, (f"not shown within ±{m:g} (TOST Holm p = {_fmt(adj['equivalence'])}; "
+                                         f"{iv}); {power} (to show equivalence at a true difference of 0)")
+    side = {"less": "below", "greater": "above", "two-sided": "away from"}[claim.direction]
+    wrong = (claim.direction == "less" and lo > 0) or (claim.direction == "greater" and hi < 0)
+    if m is None:
+        if zero_sig:
+            return "supported", "", (f"{side} zero (Holm p = {_fmt(p_zero)}; {iv}); no margin declared, so a "
+                                     "negligible effect is not told apart")
+        return "inconclusive", "", f"not shown {side} zero (Holm p = {_fmt(p_zero)}; {iv}); no margin declared: no power"
+    within = bool(adj.get("equivalence", np.nan) < ALPHA)
+    if claim.test_against == "margin":
+        beyond = bool(adj["margin"] < ALPHA)
+        outcome = "effect" if beyond else ("negligible" if within and zero_sig else
+                                           "equivalent" if within else "inconclusive")
+    else:
+        outcome = str(outcome_np(zero_sig, within))
+    opposite = "above" if claim.direction == "less" else "below"
+    if wrong:
+        return "contradicted", outcome, f"the {iv} lies {opposite} zero: the opposite of the claimed direction"
+    if outcome == "effect":
+        if claim.test_against == "margin":
+            return "supported", outcome, (f"beyond the margin: |effect| > {m:g} (minimum-effect test, Holm p = "
+                                          f"{_fmt(adj['margin'])}; {iv})")
+        return "supported", outcome, f"{side} zero (Holm p = {_fmt(p_zero)}) and not within ±{m:g} ({iv})"
+    if outcome == "negligible":
+        return "negligible", outcome, (f"{side} zero (Holm p = {_fmt(p_zero)}) but within ±{m:g}: the {iv} lies "
+                                       "inside the margin, a real but negligible effect")
+    if outcome == "equivalent":
+        return "equivalent", outcome, (f"not {side} zero (Holm p = {_fmt(p_zero)}) and within ±{m:g}: the {iv} "
+                                       "lies inside the margin")
+    if claim.test_against == "margin" and zero_sig:
+        return "inconclusive", outcome, (f"{side} zero (Holm p = {_fmt(p_zero)}) but not shown beyond ±{m:g} "
+                                         f"(minimum-effect Holm p = {_fmt(adj['margin'])}; {iv}); {power}")
+    return "inconclusive", outcome, f"not shown {side} zero (Holm p = {_fmt(p_zero)}) nor within ±{m:g} ({iv}); {power}"
 
 
 def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
@@ -483,6 +768,14 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
     }
 
 
+#: Numeric columns of the claims Dataset (NaN where a column does not apply to a claim).
+NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "power", "power_at", "mde", "n_seeds", "margin",
+           "treatment_mean", "reference_mean", "p_zero", "p_equivalence", "p_margin",
+           "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
+           "sd_seed", "sd_model", "sd_sequence")
+TEXT = ("test", "model", "crosscheck_model", "dropped", "variance")
+
+
 def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None) -> xr.Dataset:
     """Evaluate every claim; returns one row per claim (dim ``claim``).
 
@@ -491,24 +784,30 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
     Returns
     -------
     xarray.Dataset
-        Dim ``claim``: ``statement``, ``kind``, ``test``, ``verdict`` (strings), ``estimate``,
-        ``lower``, ``upper`` (95% interval), ``p``, ``p_adjusted`` (Holm over the claims),
-        ``power``, ``mde``, ``n_seeds``, ``margin``.
+        Dim ``claim``: ``statement``, ``kind``, ``test``, ``verdict``, ``outcome`` (the four
+        outcomes against a margin: effect, negligible, equivalent, inconclusive; '' without a
+        margin), ``reason`` (one line: which outcome and why), ``model``; ``estimate``,
+        ``lower``, ``upper`` (95% interval), ``se``, ``df``, ``p`` (the claim's own test),
+        ``p_adjusted`` (Holm over the claims), ``p_zero``, ``p_equivalence``, ``p_margin`` and
+        their ``*_adjusted``, ``power`` (of the claim's own test at a true effect
+        ``power_at``), ``mde``, ``n_seeds``, ``margin``; the cross-check ``crosscheck_model``,
+        ``crosscheck_estimate``, ``crosscheck_lower``, ``crosscheck_upper``, ``crosscheck_p``,
+        ``crosscheck_verdict``, ``disagreement``; variance components ``sd_seed``,
+        ``sd_model``, ``sd_sequence`` (accuracy scale) and ``variance`` (GLMM, text);
+        ``dropped`` (what each model left out).
     """
-    from analysis.stats import adjust_pvalues
-
     if not claims:
         raise ClaimError("no claims to evaluate; add [[claims]] tables to the experiment file")
     cache: dict = {}
-    rows, ids, kept = [], [], []
+    rows: list[dict] = []
+    ids: list[str] = []
+    kept: list[Claim] = []
 
     def attempt(fn, *args) -> dict:
         try:
             return fn(*args)
         except NotEvaluable as exc:
-            return {k: np.nan for k in ("estimate", "lower", "upper", "p", "power", "mde", "n_seeds",
-                                        "margin", "treatment_mean", "reference_mean")} | {
-                "test": f"not evaluable: {exc}", "not_evaluable": True}
+            return {"test": f"not evaluable: {exc}", "not_evaluable": True}
 
     for claim in claims:
         if claim.kind in ("difference", "equivalence"):
@@ -529,24 +828,44 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
                 rows.append(attempt(_evaluate_profile, store, claim, probes, arch))
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)
-    p_raw = np.array([r["p"] for r in rows], dtype=float)
-    p_adj = np.full(p_raw.shape, np.nan)
-    tested = np.isfinite(p_raw)  # Holm over the claims that could be tested
-    if tested.any():
-        adj = adjust_pvalues(xr.DataArray(p_raw[tested], dims="claim"), method="holm", dims=["claim"], alpha=ALPHA)
-        p_adj[tested] = np.asarray(adj["p_adjusted"].values, dtype=float)
-    verdicts = [_verdict(c, r, pa) for c, r, pa in zip(kept, rows, p_adj, strict=True)]
-    num = ("estimate", "lower", "upper", "p", "power", "mde", "n_seeds", "margin",
-           "treatment_mean", "reference_mean")
-    data = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in num}
-    data["p_adjusted"] = ("claim", p_adj)
-    data["verdict"] = ("claim", np.array(verdicts, dtype=str))
-    data["test"] = ("claim", np.array([r["test"] for r in rows], dtype=str))
+    rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
+    adjusted = _adjust(kept, rows)
+    decided = [_decide(c, r, a) for c, r, a in zip(kept, rows, adjusted, strict=True)]
+    cross = []
+    for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
+        x = row.get("_x")
+        if x is None:
+            cross.append("")
+            continue
+        row.update(crosscheck_estimate=x["estimate"], crosscheck_lower=x["lower"], crosscheck_upper=x["upper"],
+                   crosscheck_p=x["p"])
+        if not np.isfinite(x["p"]):
+            cross.append("")
+            continue
+        swapped = [*rows[:i], {**row, **x}, *rows[i + 1:]]
+        cross.append(_decide(claim, swapped[i], _adjust(kept, swapped)[i])[0])
+    data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in NUMERIC}
+    data["p_adjusted"] = ("claim", np.array([a.get(_primary(c), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
+    for name in ("zero", "equivalence", "margin"):
+        data[f"p_{name}_adjusted"] = ("claim", np.array([a.get(name, np.nan) for a in adjusted]))
+    data["verdict"] = ("claim", np.array([d[0] for d in decided], dtype=str))
+    data["outcome"] = ("claim", np.array([d[1] for d in decided], dtype=str))
+    data["reason"] = ("claim", np.array([d[2] for d in decided], dtype=str))
+    data["crosscheck_verdict"] = ("claim", np.array(cross, dtype=str))
+    data["disagreement"] = ("claim", np.array([bool(x) and x != d[0] for x, d in zip(cross, decided, strict=True)]))
+    for k in TEXT:
+        data[k] = ("claim", np.array([str(r[k]) for r in rows], dtype=str))
     data["statement"] = ("claim", np.array([c.statement for c in kept], dtype=str))
     data["kind"] = ("claim", np.array([c.kind for c in kept], dtype=str))
     return xr.Dataset(
         data, coords={"claim": np.array(ids, dtype=str)},
-        attrs={"alpha": ALPHA, "correction": "holm across the claims", "ci_level": 1 - ALPHA},
+        attrs={"alpha": ALPHA, "correction": "holm across the claims (each claim's own test; the second test "
+               "of the claims with a margin as a second family)", "ci_level": 1 - ALPHA,
+               "default_model": DEFAULT_MODEL,
+               "verdict_rule": "with a margin: different from 0 and not within the margin -> supported; "
+               "different and within -> negligible; not different and within -> equivalent; neither -> "
+               "inconclusive; a directional claim with its interval on the wrong side -> contradicted "
+               "(equivalence claims: within -> supported). docs: analysis.claims"},
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     import xarray as xr
 
@@ -79,28 +81,58 @@ def interchange_lines(ds: xr.Dataset) -> Iterator[str]:
         yield f"{r}: mechanism {ds.mechanism.sel(run=r).item()}"
 
 
+def _get(r: xr.Dataset, name: str, default: Any = "") -> Any:
+    """A claim row's field, or ``default`` for results stored before the field existed."""
+    return r[name].values.item() if name in r else default
+
+
 def claim_summaries(res: xr.Dataset) -> Iterator[str]:
-    """One short line per evaluated claim: verdict, estimate, interval, corrected p."""
-    for cid, verdict, est, lo, hi, p, test in zip(res.claim.values, res.verdict.values, res.estimate.values,
-                                                  res.lower.values, res.upper.values, res.p_adjusted.values,
-                                                  res.test.values, strict=True):
+    """One short line per evaluated claim: verdict, estimate, interval, corrected p, and a
+    flag when the cross-check model reaches another verdict."""
+    for i in range(res.sizes["claim"]):
+        r = res.isel(claim=i)
+        cid, verdict = str(r.claim.values), str(r.verdict.values)
         if verdict == "not evaluable":
-            yield f"claim {cid}: {test}"
-        else:
-            yield f"claim {cid}: {verdict} (estimate {est:+.3f} [{lo:+.3f}, {hi:+.3f}], corrected p={p:.3g})"
+            yield f"claim {cid}: {r.test.values}"
+            continue
+        flag = (f"; cross-check {_get(r, 'crosscheck_model')} says {_get(r, 'crosscheck_verdict')}"
+                if _get(r, "disagreement", False) else "")
+        yield (f"claim {cid}: {verdict} (estimate {float(r.estimate):+.3f} [{float(r.lower):+.3f}, "
+               f"{float(r.upper):+.3f}], corrected p={float(r.p_adjusted):.3g}{flag})")
 
 
 def claim_lines(res: xr.Dataset) -> Iterator[str]:
-    """One full line per evaluated claim: verdict, estimate, interval, p and Holm-corrected
-    p, power, and the test used."""
+    """One full line per evaluated claim: verdict and why (the outcome against its margin),
+    estimate, interval, p and Holm-corrected p, power, the model, the cross-check model's
+    estimate, interval, p and verdict (flagged when it differs), and what was dropped."""
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
-        if str(r.verdict.values) == "not evaluable":
-            yield f"{str(r.claim.values)}: {str(r.test.values)}"
+        cid, verdict = str(r.claim.values), str(r.verdict.values)
+        if verdict == "not evaluable":
+            yield f"{cid}: {r.test.values}"
             continue
-        yield (f"{str(r.claim.values)}: {str(r.verdict.values)}  estimate {float(r.estimate):+.3f} "
-               f"[{float(r.lower):+.3f}, {float(r.upper):+.3f}]  p={float(r.p):.3g} "
-               f"(Holm {float(r.p_adjusted):.3g})  power={float(r.power):.2f}  — {str(r.test.values)}")
+        reason = _get(r, "reason")
+        line = f"{cid}: {verdict}" + (f" — {reason}" if reason else "")
+        line += (f" | estimate {float(r.estimate):+.3f} [{float(r.lower):+.3f}, {float(r.upper):+.3f}]  "
+                 f"p={float(r.p):.3g} (Holm {float(r.p_adjusted):.3g})  power={float(r.power):.2f}  "
+                 f"— {r.test.values}")
+        cross = _get(r, "crosscheck_model")
+        if cross:
+            x_lo, x_hi = float(_get(r, "crosscheck_lower", np.nan)), float(_get(r, "crosscheck_upper", np.nan))
+            iv = f" [{x_lo:+.3f}, {x_hi:+.3f}]" if np.isfinite(x_lo) else ""
+            x_p = float(_get(r, "crosscheck_p", np.nan))
+            line += f" | cross-check {cross}: {float(_get(r, 'crosscheck_estimate', np.nan)):+.3f}{iv}"
+            line += f" p={x_p:.3g}" if np.isfinite(x_p) else ""
+            x_v = _get(r, "crosscheck_verdict")
+            if x_v:
+                line += " → " + (f"{x_v} (DISAGREES)" if _get(r, "disagreement", False) else f"{x_v} (agrees)")
+        sds = [float(_get(r, k, np.nan)) for k in ("sd_seed", "sd_model", "sd_sequence")]
+        if np.isfinite(sds).all():
+            line += f" | SD seed {sds[0]:.3f}, model {sds[1]:.3f}, sequence {sds[2]:.3f}"
+        for extra in ("variance", "dropped"):
+            if _get(r, extra):
+                line += f" | {_get(r, extra)}"
+        yield line
 
 
 def validation_notes(rep: Any) -> Iterator[str]:

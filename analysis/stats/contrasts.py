@@ -482,7 +482,8 @@ def power_se(effect, se, df, alpha: float = 0.05, alternative: str = "two-sided"
         ncp = np.abs(effect) / se
         if alternative == "two-sided":
             tc = scipy.stats.t.ppf(1 - alpha / 2, df)
-            p = scipy.stats.nct.sf(tc, df, ncp) + scipy.stats.nct.cdf(-tc, df, ncp)
+            # the far tail underflows to NaN in scipy for large ncp: it is 0 there
+            p = scipy.stats.nct.sf(tc, df, ncp) + np.nan_to_num(scipy.stats.nct.cdf(-tc, df, ncp))
         else:
             p = scipy.stats.nct.sf(scipy.stats.t.ppf(1 - alpha, df), df, ncp)
     p = np.where(se > 0, p, np.nan)

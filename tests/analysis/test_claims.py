@@ -50,10 +50,140 @@ def test_known_effects_get_the_right_verdicts(conv_store):
     res = evaluate_claims(conv_store, parse_claims(CLAIMS))
     v = dict(zip(res.claim.values, res.verdict.values, strict=True))
     assert v == {"s3-drop": "supported", "dyck-null": "supported", "dyck-diff": "inconclusive"}
+    assert list(res.outcome.values) == ["effect", "equivalent", ""]  # no margin: no four outcomes
     s3 = res.sel(claim="s3-drop")
     assert s3.lower < -0.10 + 0.05 and s3.upper > -0.10 - 0.05 and s3.estimate < 0
     assert (res.p_adjusted >= res.p).all() and int(s3.n_seeds) == 5
-    assert np.isfinite(float(s3.power)) and float(s3.mde) > 0
+    assert np.isfinite(float(s3.power)) and float(s3.mde) > 0 and float(s3.power_at) == 0.05
+    assert str(s3.reason.values).startswith("below zero (Holm p = ") and "not within ±0.05" in str(s3.reason.values)
+    assert "no margin declared" in str(res.sel(claim="dyck-diff").reason.values)
+
+
+def _precise_store(path):
+    """5 seeds, 400 sequences x 20 positions per run, seeds nearly alike: removing the conv
+    costs 10 pp on s3, 1.5 pp on parity (real but inside a 5 pp margin) and nothing on dyck."""
+    st = Store.create(str(path))
+    rng = np.random.default_rng(5)
+    for seed in range(5):
+        offset = rng.normal(0, 0.002)
+        for task, drop in (("s3", 0.10), ("parity", 0.015), ("dyck", 0.0)):
+            _write_run(st, f"{task}-d-{seed}", task, "default", seed, 0.85 + offset, rng, n=400, L=20)
+            _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, 0.85 + offset - drop, rng, n=400, L=20)
+    return st
+
+
+@pytest.fixture(scope="module")
+def precise_store(tmp_path_factory):
+    return _precise_store(tmp_path_factory.mktemp("precise") / "s.zarr")
+
+
+def _claim(cid, task, **over):
+    return {"id": cid, "statement": f"Removing Conv1D changes {task} accuracy", "kind": "difference",
+            "task": task, "arch": "mamba", "treatment": "no_conv", "reference": "default", "length": 20,
+            "margin": 0.05, **over}
+
+
+def test_four_outcomes_against_the_margin(precise_store):
+    """Lakens' four outcomes: a difference claim with a margin is supported only when the
+    effect is real and not inside the margin; a real effect inside it is negligible (the
+    issue: +0.004 [+0.000, +0.008] was 'supported'), a null inside it equivalent; the wrong
+    direction contradicts; an equivalence claim is supported by either within-margin outcome."""
+    res = evaluate_claims(precise_store, parse_claims([
+        _claim("s3", "s3"), _claim("parity", "parity"), _claim("dyck", "dyck"),
+        _claim("s3-up", "s3", direction="greater"),
+        _claim("parity-narrow", "parity", margin=0.012),
+        {**_claim("parity-eq", "parity"), "kind": "equivalence"},
+    ]))
+    got = {c: (str(v), str(o)) for c, v, o in zip(res.claim.values, res.verdict.values, res.outcome.values,
+                                                  strict=True)}
+    assert got == {"s3": ("supported", "effect"), "parity": ("negligible", "negligible"),
+                   "dyck": ("equivalent", "equivalent"), "s3-up": ("contradicted", "inconclusive"),
+                   "parity-narrow": ("supported", "effect"), "parity-eq": ("supported", "negligible")}
+    parity = res.sel(claim="parity")
+    assert parity.lower > -0.05 and parity.upper < 0 and "real but negligible" in str(parity.reason.values)
+    assert "real but negligible" in str(res.sel(claim="parity-eq").reason.values)
+    assert "opposite of the claimed direction" in str(res.sel(claim="s3-up").reason.values)
+    # both tests of each margin claim are Holm-corrected (the second as its own family)
+    assert (res.p_equivalence_adjusted.sel(claim=["s3", "parity", "dyck"]) >=
+            res.p_equivalence.sel(claim=["s3", "parity", "dyck"])).all()
+
+
+def test_minimum_effect_test_supports_only_effects_beyond_the_margin(precise_store):
+    res = evaluate_claims(precise_store, parse_claims([
+        _claim("s3", "s3", direction="less", test_against="margin"),
+        _claim("parity", "parity", direction="less", test_against="margin"),
+        _claim("parity-wide", "parity", direction="less", test_against="margin", margin=0.01),
+    ]))
+    v = dict(zip(res.claim.values, res.verdict.values, strict=True))
+    assert v["s3"] == "supported" and v["parity"] == "negligible"
+    assert "minimum-effect test" in str(res.sel(claim="s3").test.values)
+    # -1.5 pp against a 1 pp margin: real, but whether it exceeds 1 pp is not shown here
+    assert v["parity-wide"] in ("supported", "inconclusive")
+    assert float(res.sel(claim="s3").power_at) == pytest.approx(0.10)
+
+
+def test_every_accuracy_claim_shows_a_second_model_and_variance_components(conv_store):
+    claims = parse_claims([CLAIMS[0], {**CLAIMS[0], "id": "gee", "model": "gee"},
+                           {**CLAIMS[0], "id": "mixed", "model": "mixedlm"}])
+    res = evaluate_claims(conv_store, claims)
+    assert list(res.model.values) == ["paired_t", "gee", "mixedlm"]
+    assert list(res.crosscheck_model.values) == ["mixedlm", "paired_t", "paired_t"]
+    assert (res.verdict == "supported").all() and (res.crosscheck_verdict == "supported").all()
+    assert not res.disagreement.any()
+    for k in ("crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
+              "sd_seed", "sd_model", "sd_sequence"):
+        assert np.isfinite(res[k].values).all(), k
+    # the sequences of one run vary far more than seeds here (binomial noise on 12 positions)
+    assert float(res.sd_sequence[0]) > float(res.sd_seed[0])
+    np.testing.assert_allclose(res.crosscheck_estimate[0], res.estimate[2])  # mixedlm both ways
+
+
+def test_a_cross_check_that_reaches_another_verdict_is_flagged(conv_store, monkeypatch):
+    from analysis.stats import contrasts
+
+    real = contrasts.KERNELS["mixedlm"]
+
+    def doubtful(correct, labelled):
+        out = dict(real(correct, labelled))
+        out["se"] = out["se"] * 50  # as if the mixed model saw far more noise
+        return out
+
+    monkeypatch.setitem(contrasts.KERNELS, "mixedlm", doubtful)
+    res = evaluate_claims(conv_store, parse_claims([CLAIMS[0]]))
+    assert str(res.verdict[0].values) == "supported" and str(res.crosscheck_verdict[0].values) == "inconclusive"
+    assert bool(res.disagreement[0])
+    from layerstate import present
+
+    assert "DISAGREES" in next(present.claim_lines(res))
+    assert "cross-check mixedlm says inconclusive" in next(present.claim_summaries(res))
+
+
+def test_models_use_what_is_there_and_say_what_they_dropped(tmp_path):
+    """Seed 4's no_conv run is missing and runs hold different numbers of sequences."""
+    st = Store.create(str(tmp_path / "s.zarr"))
+    rng = np.random.default_rng(2)
+    for seed in range(5):
+        _write_run(st, f"s3-d-{seed}", "s3", "default", seed, 0.85, rng, n=120)
+        if seed < 4:
+            _write_run(st, f"s3-n-{seed}", "s3", "no_conv", seed, 0.75, rng, n=80 + 10 * seed)
+    res = evaluate_claims(st, parse_claims([CLAIMS[0], {**CLAIMS[0], "id": "gee", "model": "gee"}]))
+    t, gee = res.sel(claim="s3-drop"), res.sel(claim="gee")
+    assert int(t.n_seeds) == 4 and int(gee.n_seeds) == 5
+    assert "paired_t dropped seed 4 (only in default)" in str(t.dropped.values)
+    assert "mixedlm dropped seed 4 (only in default) and 100 sequences evaluated in one condition only" in str(
+        t.dropped.values)
+    assert "gee used seed 4 (only in default) for that condition only" in str(gee.dropped.values)
+    assert (res.verdict == "supported").all()
+
+
+def test_glmm_claims_report_estimates_and_components_and_take_the_verdict_from_the_default(conv_store):
+    res = evaluate_claims(conv_store, parse_claims([{**CLAIMS[0], "model": "glmm"}]))
+    r = res.isel(claim=0)
+    assert str(r.model.values) == "paired_t" and str(r.crosscheck_model.values) == "glmm"
+    assert str(r.verdict.values) == "supported" and str(r.crosscheck_verdict.values) == ""
+    assert np.isnan(float(r.crosscheck_lower)) and float(r.crosscheck_estimate) == pytest.approx(-0.10, abs=0.03)
+    assert "GLMM (logit scale): seed SD" in str(r.variance.values)
+    assert "too narrow to decide" in str(r.test.values)
 
 
 def test_accuracy_per_sequence_and_intervals(conv_store):
@@ -64,6 +194,21 @@ def test_accuracy_per_sequence_and_intervals(conv_store):
     est = acc.estimate.sel(task="s3", arch="mamba", length=12)
     assert 0.07 < float(est.sel(variant="default") - est.sel(variant="no_conv")) < 0.13
     assert (acc.lower <= acc.estimate).all() and (acc.estimate <= acc.upper).all()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"model": "gee", "metric": "restoration", "compare": "site", "treatment": "value",
+          "reference": "query"}, r"model = 'gee' fits per-sequence accuracy"),
+        ({"test_against": "margin", "margin": None}, r"test_against = 'margin' needs a margin"),
+        ({"test_against": "margin", "kind": "equivalence"}, r"test_against = 'margin' is for difference claims"),
+        ({"model": "lmer"}, r"model: Input should be 'paired_t', 'gee', 'mixedlm' or 'glmm'"),
+    ],
+)
+def test_bad_model_fields_are_refused_in_one_line(change, match):
+    with pytest.raises(ClaimError, match=match):
+        parse_claims([{k: v for k, v in {**CLAIMS[0], **change}.items() if v is not None}])
 
 
 @pytest.mark.parametrize(
@@ -117,7 +262,10 @@ def test_stats_command_writes_claims_and_prints_verdicts(conv_store, tmp_path):
     )
     res = CliRunner().invoke(main, ["stats", str(path), "--claims", str(claims)])
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("s3-drop: supported")
+    assert res.output.startswith("s3-drop: supported — below zero (Holm p = ")
+    assert "not within ±0.05" in res.output and "cross-check mixedlm:" in res.output
+    assert "→ supported (agrees)" in res.output and "SD seed" in res.output
+    assert len(res.output.strip().splitlines()) == 1
     assert str(Store.open(str(path)).read_result("claims").verdict.values[0]) == "supported"
     bad = tmp_path / "bad.toml"
     bad.write_text(claims.read_text().replace("margin = 0.05", "margin = -1"))
