@@ -30,6 +30,13 @@ and recorded, which analyses run, and the claims to test::
     reference = "transformer"
     length = 80
 
+    [[reference]]                   # a value a paper reported, shown beside ours in the report
+    source = "Jiang 2026"
+    metric = "claim"                # claim | accuracy | probe_accuracy
+    claim = "lstm-parity"
+    value = 17.0
+    unit = "pp"
+
 The model lives here, above the packages (docs/design.md): ``capture`` is handed only its
 sections (:attr:`Experiment.plan`, a :class:`~capture.experiment.CapturePlan`), and the
 claims are :class:`analysis.claims.Claim` objects checked against the grid as the file
@@ -38,15 +45,17 @@ loads, so a typo in a claim fails in a second rather than after training and cap
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     field_serializer,
     field_validator,
     model_validator,
@@ -66,6 +75,7 @@ from capture.experiment import (
 
 __all__ = [
     "AnalysisConfig",
+    "Reference",
     "CaptureConfig",
     "CapturePlan",
     "Experiment",
@@ -128,6 +138,68 @@ class AnalysisConfig(BaseModel):
         return self
 
 
+class Reference(BaseModel):
+    """A value a paper reported, for the report's paper comparison (:mod:`reports.references`
+    reads these tables; our number is a claim's estimate, an accuracy cell or a probe cell)."""
+
+    model_config = _STRICT
+    source: str = Field(min_length=1, description="Who reported the value, e.g. 'Jiang 2026, Table 3'.")
+    metric: Literal["claim", "accuracy", "probe_accuracy"] = Field(
+        description="claim (a claim's estimate), accuracy (the model's own) or probe_accuracy (at one layer)."
+    )
+    value: float = Field(description="The reported value, in `unit`.")
+    unit: Literal["fraction", "pp", "percent", "%"] = Field(
+        default="fraction", description="fraction, pp or percent (pp and percent are divided by 100)."
+    )
+    claim: str | None = Field(default=None, description="metric = claim: the claim's id.")
+    task: str | None = Field(default=None, description="The task (accuracy, probe_accuracy).")
+    arch: str | None = Field(default=None, description="The architecture (accuracy, probe_accuracy).")
+    variant: str | None = Field(default=None, description="The variant (default: default).")
+    length: int | None = Field(default=None, description="The sequence length (probes: the fit length).")
+    layer: str | None = Field(default=None, description="probe_accuracy: the layer, e.g. L1.")
+    target: str | None = Field(default=None, description="probe_accuracy: the probed label, where a task has several.")
+    note: str = Field(default="", description="Shown beside the comparison (e.g. 'pretrained Mamba-130M').")
+
+    @model_validator(mode="after")
+    def _fields_for_metric(self) -> Reference:
+        need = {"claim": ("claim",), "accuracy": ("task", "arch"), "probe_accuracy": ("task", "arch", "layer")}
+        missing = [f for f in need[self.metric] if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"metric = {self.metric!r} needs {', '.join(missing)}")
+        if not math.isfinite(self.value):
+            raise ValueError(f"value must be a finite number, got {self.value}")
+        return self
+
+
+def parse_references(items: Any) -> list[Reference]:
+    """Validate the ``[[reference]]`` tables; one-line errors name the entry and the field.
+
+    Raises
+    ------
+    ExperimentError
+        ``"reference #<i> (<source>): <field>: <problem>"``.
+    """
+    if not isinstance(items, list):
+        raise ExperimentError("reference must be a list of [[reference]] tables")
+    out = []
+    for i, item in enumerate(items, 1):
+        if isinstance(item, Reference):
+            item = item.model_dump(exclude_unset=True)
+        if not isinstance(item, dict):
+            raise ExperimentError(f"reference #{i} is not a table; write it as a [[reference]] table")
+        try:
+            out.append(Reference(**item))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field; a reference's fields are {', '.join(Reference.model_fields)}"
+            name = f" ({item['source']})" if isinstance(item.get("source"), str) and item["source"] else ""
+            raise ExperimentError(f"reference #{i}{name}: {where + ': ' if where else ''}{msg}") from None
+    return out
+
+
 class Experiment(CapturePlan):
     """A whole experiment file, validated: capture's sections, analysis settings, claims."""
 
@@ -137,6 +209,16 @@ class Experiment(CapturePlan):
         description="Hypotheses declared before looking, checked against the grid when the file "
         "loads; evaluated by `layerstate run` and `layerstate stats`.",
     )
+    reference: list[Reference] = Field(
+        default=[],
+        description="Values papers reported ([[reference]] tables), shown beside ours in the report; "
+        "checked against the claims and the grid when the file loads.",
+    )
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _parse_references(cls, value: Any) -> list[Reference]:
+        return parse_references(value)
 
     @field_validator("claims", mode="before")
     @classmethod
@@ -154,12 +236,44 @@ class Experiment(CapturePlan):
                     "counterfactual_pairs and counterfactual_lengths"
                 )
             claim.check_levels(self.levels_for(claim))
+        ids = [c.id for c in self.claims]
+        for i, ref in enumerate(self.reference, 1):
+            self._check_reference(i, ref, ids)
         return self
+
+    def _check_reference(self, i: int, ref: Reference, ids: list[str]) -> None:
+        from capture.models import ModelConfig
+        from store import layer_names
+
+        def bad(field: str, level: object, levels: Collection[object], what: str) -> ExperimentError:
+            shown = ", ".join(str(v) for v in levels) or "none"
+            return ExperimentError(f"reference #{i} ({ref.source}): {field} {level!r} is not one of this "
+                                   f"experiment's {what} ({shown})")
+
+        if ref.claim is not None and ref.claim not in ids:
+            raise bad("claim", ref.claim, ids, "claims")
+        grid = self.grid
+        for field, levels in (("task", grid.tasks), ("arch", grid.archs), ("variant", grid.variants)):
+            level = getattr(ref, field)
+            if level is not None and level not in levels:
+                raise bad(field, level, levels, f"{field}s")
+        lengths = (list(self.analysis.probe_lengths or self.capture.lengths) if ref.metric == "probe_accuracy"
+                   else list(self.capture.lengths))
+        if ref.length is not None and ref.metric != "claim" and ref.length not in lengths:
+            raise bad("length", ref.length, lengths, "lengths")
+        if ref.layer is not None and ref.arch is not None:
+            layers = layer_names(ModelConfig(arch=ref.arch, **self.models.get(ref.arch, {})).n_layers)
+            if ref.layer not in layers:
+                raise bad("layer", ref.layer, layers, f"layers of {ref.arch}")
 
     @field_serializer("claims")
     def _claims_as_written(self, claims: list[Claim]) -> list[dict[str, Any]]:
         # the tables as declared (defaults left out), as the report shows them
         return [c.model_dump(mode="json", exclude_unset=True) for c in claims]
+
+    @field_serializer("reference")
+    def _references_as_written(self, refs: list[Reference]) -> list[dict[str, Any]]:
+        return [r.model_dump(mode="json", exclude_unset=True) for r in refs]
 
     @property
     def plan(self) -> CapturePlan:

@@ -111,3 +111,60 @@ def test_claims_files_alone_or_in_an_experiment(tmp_path):
     assert [c.task for c in load_claims(only)] == ["sorting"]  # no grid to check against
     exp = ROOT / "experiments" / "quick.toml"
     assert [c.id for c in load_claims(exp)] == [c.id for c in load_experiment(exp).claims]
+
+
+REF = {"source": "Jiang 2026", "metric": "claim", "claim": "c", "value": -12.64, "unit": "pp"}
+
+
+def test_references_are_validated_and_dumped_as_written():
+    exp = parse_experiment(minimal([CLAIM], reference=[
+        REF, {"source": "p", "metric": "accuracy", "task": "parity", "arch": "lstm", "length": 80, "value": 1.0},
+        {"source": "p", "metric": "probe_accuracy", "task": "parity", "arch": "gru", "layer": "L1", "value": 0.9}]))
+    dumped = exp.model_dump(mode="json")["reference"]
+    assert dumped[0] == REF  # as the report reads it (reports.references)
+    assert [r.metric for r in exp.reference] == ["claim", "accuracy", "probe_accuracy"]
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"claim": "d"}, r"reference #1 \(Jiang 2026\): claim 'd' is not one of this experiment's claims \(c\)"),
+        ({"claim": None}, r"reference #1 \(Jiang 2026\): metric = 'claim' needs claim"),
+        ({"value": "big"}, r"reference #1 \(Jiang 2026\): value: Input should be a valid number"),
+        ({"unit": "bp"}, r"reference #1 \(Jiang 2026\): unit: Input should be 'fraction', 'pp', 'percent' or '%'"),
+        ({"valeu": 1}, r"reference #1 \(Jiang 2026\): valeu: unknown field; a reference's fields are source, metric"),
+        ({"source": None}, r"reference #1: source: Field required"),
+        ({"metric": "accuracy", "claim": None, "task": "parity", "arch": "transformer"},
+         r"arch 'transformer' is not one of this experiment's archs \(lstm, gru, mamba\)"),
+        ({"metric": "accuracy", "claim": None, "task": "parity", "arch": "lstm", "length": 120},
+         r"length 120 is not one of this experiment's lengths \(40, 80\)"),
+        ({"metric": "probe_accuracy", "claim": None, "task": "parity", "arch": "lstm", "layer": "L9"},
+         r"layer 'L9' is not one of this experiment's layers of lstm"),
+    ],
+)
+def test_malformed_references_are_refused_in_one_line(change, match):
+    ref = {k: v for k, v in {**REF, **change}.items() if v is not None}
+    with pytest.raises(ExperimentError, match=match) as info:
+        parse_experiment(minimal([CLAIM], reference=[ref]), source="exp.toml")
+    assert str(info.value).startswith("exp.toml: reference #1") and "\n" not in str(info.value)
+
+
+def test_shipped_experiments_declare_what_the_papers_report():
+    conv = load_experiment(ROOT / "experiments" / "conv1d.toml")
+    assert {(r.claim, r.value, r.unit) for r in conv.reference} == {
+        ("conv1d-s3", -12.64, "pp"), ("conv1d-parity", -6.83, "pp"), ("conv1d-dyck-null", 4.04, "pp")}
+    jiang = load_experiment(ROOT / "experiments" / "jiang2026_reduced.toml")
+    assert {(r.task, r.arch) for r in jiang.reference} == {("parity", "lstm"), ("parity", "gru"), ("s3", "lstm"),
+                                                           ("s3", "gru")}
+    # every margin claim of the shipped files keeps its meaning: same kind, margin, direction
+    assert [(c.kind, c.margin, c.direction, c.model, c.test_against) for c in conv.claims] == [
+        ("difference", 0.05, "less", None, "zero"), ("difference", 0.05, "less", None, "zero"),
+        ("equivalence", 0.05, "two-sided", None, "zero")]
+
+
+def test_claim_models_are_checked_at_load():
+    with pytest.raises(ExperimentError, match=r"claim 'c': test_against = 'margin' needs a margin"):
+        parse_experiment(minimal([{**CLAIM, "test_against": "margin"}]), source="exp.toml")
+    exp = parse_experiment(minimal([{**CLAIM, "model": "mixedlm", "margin": 0.05, "test_against": "margin"}]))
+    assert exp.claims[0].model == "mixedlm"
+    assert exp.model_dump(mode="json")["claims"][0]["model"] == "mixedlm"
