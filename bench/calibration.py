@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--glmm", type=int, default=0,
                         help="also fit the Bayesian GLMM to this many experiments per figure (~10 s each)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes for the GLMM fits")
+    parser.add_argument("--glmm-deadline", type=float, default=None,
+                        help="stop the GLMM fits after this many seconds and count those finished")
     args = parser.parse_args(argv)
     out: dict = {"n_sims": args.n_sims, "seed": args.seed, "scenarios": {}}
     t0 = time.perf_counter()
@@ -66,9 +68,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"  {model:9s} " + "  ".join(cells), file=sys.stderr)
     if args.glmm:
         t = time.perf_counter()
-        out["glmm"] = glmm_calibration(args.glmm, seed=args.seed, jobs=args.jobs)
+        out["glmm"] = glmm_calibration(args.glmm, seed=args.seed, jobs=args.jobs, deadline_s=args.glmm_deadline)
         print(f"== glmm, conv1d ({time.perf_counter() - t:.0f}s): " + "  ".join(
-            f"{k}={v['rate']:.3f}±{v['mc_se']:.3f} (n={v['n']})" for k, v in out["glmm"].items()), file=sys.stderr)
+            f"{k}={v['rate']:.3f}±{v['mc_se']:.3f} (n={v['n']})" for k, v in out["glmm"].items()
+            if isinstance(v, dict)), file=sys.stderr)
     out["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
     return out

@@ -5,7 +5,9 @@ function takes and returns xarray objects with named dims (``seed``, ``sequence`
 ``task``, ``arch``, ``variant``, ...) and records its method and level in attrs.
 
 Modules: :mod:`.bootstrap` (hierarchical bootstrap, seed-level t intervals), :mod:`.mixed`
-(MixedLM, GEE, Bayesian GLMM), :mod:`.equivalence` (paired t, TOST, power, verdicts),
+(MixedLM, GEE, Bayesian GLMM), :mod:`.contrasts` (two conditions on per-sequence counts by
+paired t, GEE, MixedLM or GLMM; tests and the four outcomes against a margin),
+:mod:`.calibrate` (their calibration by simulation), :mod:`.equivalence` (paired t, TOST, power, verdicts),
 :mod:`.multiple` (Holm, BH), :mod:`.profiles` (layer-profile statistics and tests),
 :mod:`.summary` (ArviZ), :mod:`.simulate` (calibration data), :mod:`.validate` (argument checks).
 """
@@ -17,6 +19,7 @@ from analysis.stats.bootstrap import (
     seed_estimates,
     sequence_mask,
 )
+from analysis.stats.contrasts import compare_conditions
 from analysis.stats.equivalence import (
     difference_power,
     equivalence_test,
@@ -36,6 +39,7 @@ __all__ = [
     "BootstrapResult",
     "adjust_pvalues",
     "bootstrap_reference",
+    "compare_conditions",
     "correctness_model",
     "difference_power",
     "draws_to_datatree",
