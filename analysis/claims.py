@@ -448,6 +448,7 @@ def _tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
     inf = {k: float(v) for k, v in inference_np(est, se, df, margin=margin, alpha=ALPHA, direction=direction,
                                                  test_against=claim.test_against).items()}
     alt = "two-sided" if direction == "two-sided" else "one-sided"
+    sign = -1.0 if direction == "less" else 1.0  # power_at: a true effect in the claimed direction
     power, power_at = np.nan, np.nan
     mde = float(mde_se(se, df, ALPHA, 0.8, alt))
     if claim.kind == "equivalence" and margin is not None:
@@ -456,11 +457,11 @@ def _tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
         primary = "equivalence"
     elif claim.test_against == "margin" and margin is not None:
         # the minimum-effect test at twice the margin is the test against zero at the margin
-        power, power_at, mde = float(power_se(margin, se, df, ALPHA, alt)), 2 * margin, margin + mde
+        power, power_at, mde = float(power_se(margin, se, df, ALPHA, alt)), sign * 2 * margin, margin + mde
         primary = "margin"
     else:
         if margin is not None:
-            power, power_at = float(power_se(margin, se, df, ALPHA, alt)), margin
+            power, power_at = float(power_se(margin, se, df, ALPHA, alt)), sign * margin
         primary = "zero"
     return {
         "estimate": float(est), "lower": inf["lower"], "upper": inf["upper"], "se": float(se), "df": float(df),
@@ -651,7 +652,7 @@ def _decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, s
             return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}"
         return "inconclusive", outcome, (f"not shown within ±{m:g} (TOST Holm p = {_fmt(adj['equivalence'])}; "
                                          f"{iv}); {power} (to show equivalence at a true difference of 0)")
-    side = {"less": "below", "greater": "above", "two-sided": "away from"}[claim.direction]
+    side = {"less": "below", "greater": "above", "two-sided": "different from"}[claim.direction]
     wrong = (claim.direction == "less" and lo > 0) or (claim.direction == "greater" and hi < 0)
     if m is None:
         if zero_sig:
