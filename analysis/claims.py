@@ -658,7 +658,8 @@ def _decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, s
         if zero_sig:
             return "supported", "", (f"{side} zero (Holm p = {_fmt(p_zero)}; {iv}); no margin declared, so a "
                                      "negligible effect is not told apart")
-        return "inconclusive", "", f"not shown {side} zero (Holm p = {_fmt(p_zero)}; {iv}); no margin declared: no power"
+        return "inconclusive", "", (f"not shown {side} zero (Holm p = {_fmt(p_zero)}; {iv}); no margin declared, "
+                                    f"so no power (MDE {row['mde']:.3f})")
     within = bool(adj.get("equivalence", np.nan) < ALPHA)
     if claim.test_against == "margin":
         beyond = bool(adj["margin"] < ALPHA)

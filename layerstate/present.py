@@ -87,8 +87,8 @@ def _get(r: xr.Dataset, name: str, default: Any = "") -> Any:
 
 
 def claim_summaries(res: xr.Dataset) -> Iterator[str]:
-    """One short line per evaluated claim: verdict, estimate, interval, corrected p, and a
-    flag when the cross-check model reaches another verdict."""
+    """One short line per evaluated claim: the verdict and why (its outcome against the margin,
+    interval and corrected p), and a flag when the cross-check model reaches another verdict."""
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid, verdict = str(r.claim.values), str(r.verdict.values)
@@ -97,6 +97,10 @@ def claim_summaries(res: xr.Dataset) -> Iterator[str]:
             continue
         flag = (f"; cross-check {_get(r, 'crosscheck_model')} says {_get(r, 'crosscheck_verdict')}"
                 if _get(r, "disagreement", False) else "")
+        reason = _get(r, "reason")
+        if reason:  # the outcome and why: its interval and corrected p are in it
+            yield f"claim {cid}: {verdict} — {reason}{flag}"
+            continue
         yield (f"claim {cid}: {verdict} (estimate {float(r.estimate):+.3f} [{float(r.lower):+.3f}, "
                f"{float(r.upper):+.3f}], corrected p={float(r.p_adjusted):.3g}{flag})")
 
