@@ -6,12 +6,19 @@ Models are rebuilt from a run's stored weights and resumed from a stored layer
 - :mod:`.engine`: what every analysis runs on: one plan type (`Plan`), delayed cells and the
   one assembler of their Dataset (`assemble`), computing and storing (`run_and_store`).
 - :mod:`._common`: rebuilding a run's model, reading a stored layer, resuming from it.
-- :mod:`.erasure`: directions and erasers (probe, INLP, LEACE, PCA/SVD, random), one low-rank
-  affine form ``x - ((x - offset) @ left) @ right``.
+- :mod:`.erasure`: directions and erasers (probe, INLP, LEACE, PCA/SVD, random, and the
+  variance-matched random control), one low-rank affine form ``x - ((x - offset) @ left) @
+  right``; what an eraser removed (variance share, mean shift, rank) and what the states
+  offer (rank, distinct values).
 - :mod:`.ablation`: erase at a layer, resume, count correct predictions per sequence; refit a
-  probe on the erased states (residual decodability); OOD lengths.
-- :mod:`.patching`: activation patching (layer x position grids of logit-gap recovery) and
+  probe on the erased states (residual decodability); OOD lengths; the diagnostics and flags
+  of each erasure beside its drop; `matched_comparison` (drop minus the matched control's,
+  paired by seed).
+- :mod:`.patching`: activation patching (layer x position grids, denoising and noising, logit
+  difference and probability, optionally a subspace beside the whole component) and
   interchange interventions at named positions, with mechanism labels.
+
+What each diagnostic answers, and which paper raised it: docs/interventions.md.
 
 Builders (`ablation`, `patching`, `interchange`) return lazy dask-backed Datasets;
 `analysis.compute.compute` evaluates them (one BLAS/torch thread per task, on local threads
@@ -29,11 +36,13 @@ MIN_GAP = 0.05
 
 from analysis.interventions._common import rebuild, site_description  # noqa: E402
 from analysis.interventions.ablation import (  # noqa: E402
+    MAX_VARIANCE_REMOVED,
     METHODS,
     Setting,
     ablation,
     fit_directions,
     load_probe_directions,
+    matched_comparison,
     parse_settings,
     run_ablation,
 )
@@ -48,11 +57,15 @@ from analysis.interventions.erasure import (  # noqa: E402
     random_directions,
 )
 from analysis.interventions.patching import (  # noqa: E402
+    DISAGREE,
+    NOISE_REFUSED,
     answer_probability,
     classify_mechanism,
     interchange,
     logit_metric,
+    noised_twin,
     nontrivial_restoration,
+    patch_effects,
     patched_logits,
     patched_logits_reference,
     patching,
@@ -61,8 +74,11 @@ from analysis.interventions.patching import (  # noqa: E402
 )
 
 __all__ = [
+    "DISAGREE",
+    "MAX_VARIANCE_REMOVED",
     "METHODS",
     "MIN_GAP",
+    "NOISE_REFUSED",
     "Cell",
     "Plan",
     "Setting",
@@ -78,8 +94,11 @@ __all__ = [
     "leace",
     "load_probe_directions",
     "logit_metric",
+    "matched_comparison",
+    "noised_twin",
     "nontrivial_restoration",
     "parse_settings",
+    "patch_effects",
     "patched_logits",
     "patched_logits_reference",
     "patching",

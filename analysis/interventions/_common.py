@@ -19,8 +19,9 @@ from capture.models import SequenceModel, model_for_run
 from store import MissingError, Store
 
 #: Architectures whose blocks carry a state along positions (the patching caveat,
-#: docs/design.md).
-RECURRENT_ARCHS = ("lstm", "gru", "mamba", "mamba2")
+#: docs/design.md): the RNNs, the SSMs, and the zoo's linear-attention, long-convolution and
+#: delta-rule models (based, baseconv, h3, hyena, deltanet).
+RECURRENT_ARCHS = ("lstm", "gru", "mamba", "mamba2", "based", "baseconv", "h3", "hyena", "deltanet")
 
 
 # ----------------------------------------------------------------------------- models
@@ -127,8 +128,9 @@ def site_description(arch: str, layer: str, where: str) -> str:
     Returns
     -------
     str
-        e.g. "block output of layer L1 at position 'value'"; for lstm, gru, mamba and mamba2
-        followed by what is *not* patched (the layer's own recurrent / cell state).
+        e.g. "block output of layer L1 at position 'value'"; for the architectures of
+        `RECURRENT_ARCHS` followed by what is *not* patched (the layer's own recurrent / cell
+        state).
     """
     if layer == "embed":
         return f"embedding output at {where}"

@@ -17,7 +17,18 @@ Settings (strings, ``"method"`` or ``"method:k"``; ``"pca:1,2,4"`` expands to th
 ``leace``     closed-form LEACE (always mean-based: it erases ``x - mean``)
 ``pca:k``     the top-k principal directions; ``svd:k`` the top-k uncentred singular directions
 ``random:k``  k random orthonormal directions: the control for a k-dimensional subspace
+``matched:S`` the matched control of setting S (e.g. ``matched:leace``, ``matched:inlp:4``): a
+              random subspace of S's dimension that removes the same share of the variance
+              on the fitting rows (:func:`~analysis.interventions.erasure.matched_np`); a
+              mean ablation when S is LEACE or ``mode="mean"``
 ============  =================================================================================
+
+What each erasure removed is measured beside its drop (docs/interventions.md): per (run,
+length, layer, setting) ``variance_removed``, ``mean_shift`` and ``removed_rank`` on the
+evaluated states (every position), per (run, length, layer) the states' ``state_rank`` and
+``distinct_states``; ``flag_variance`` marks an erasure removing more than
+`MAX_VARIANCE_REMOVED` of the layer's variance and ``degenerate`` one whose layer varies in no
+more dimensions than it erases (``state_rank <= n_directions``).
 
 Choices that are **ours**:
 
@@ -37,6 +48,7 @@ over sequences and seeds: ``correct / n_labelled`` summed over sequences is the 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,19 +90,35 @@ METHODS = {
     "random": True,
 }
 MODES = ("zero", "mean")
+#: Settings that ``matched=True`` gives a matched control (PCA/SVD subspaces are already the
+#: most variance k directions hold, so their matched control is themselves; random is one).
+MATCHABLE = ("probe", "stored", "given", "leace", "inlp")
+#: An erasure removing more than this share of the layer's total variance is flagged
+#: (``flag_variance``): it removed most of what the layer carries, so its drop does not single
+#: out the concept (docs/interventions.md, "What an erasure removed").
+MAX_VARIANCE_REMOVED = 0.5
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One way of erasing: a method and, for subspace methods, its size ``k``."""
+    """One way of erasing: a method and, for subspace methods, its size ``k``; a matched
+    control (method ``"matched"``) names the setting it matches in ``of``."""
 
     method: str
     k: int | None = None
+    of: Setting | None = None
 
     @property
     def name(self) -> str:
-        """``"pca:4"``, ``"leace"``, ..."""
+        """``"pca:4"``, ``"leace"``, ``"matched:leace"``, ..."""
+        if self.of is not None:
+            return f"{self.method}:{self.of.name}"
         return self.method if self.k is None else f"{self.method}:{self.k}"
+
+    @property
+    def base(self) -> Setting:
+        """The setting whose directions this one starts from (itself unless matched)."""
+        return self if self.of is None else self.of
 
 
 def parse_settings(settings: Sequence[str]) -> list[Setting]:
@@ -104,9 +132,19 @@ def parse_settings(settings: Sequence[str]) -> list[Setting]:
     if isinstance(settings, str):
         settings = [settings]
     forms = ", ".join(f"{m}:K" if needs_k else m for m, needs_k in METHODS.items())
+    forms += ", matched:SETTING"
     out: list[Setting] = []
     for text in settings:
         method, _, ks = str(text).partition(":")
+        if method == "matched":
+            inner = parse_settings([ks]) if ks else []
+            if not inner or any(s.method in ("matched", "random") for s in inner):
+                raise ValueError(
+                    f"setting {text!r}: matched needs the setting it matches, e.g. "
+                    "'matched:leace' or 'matched:inlp:4' (not random or matched)"
+                )
+            out += [m for m in (Setting("matched", None, s) for s in inner) if m not in out]
+            continue
         if method not in METHODS:
             raise ValueError(f"unknown ablation setting {text!r}; valid forms: {forms}")
         if METHODS[method] != bool(ks):
@@ -284,9 +322,13 @@ def _setting_directions(x, y, setting: Setting, rng, n_features: int) -> np.ndar
 
 
 # ----------------------------------------------------------------------------- tasks
-def _fit_eraser(rows, setting: Setting, mode: str, fixed, seed: list[int], n_features: int):
-    """The `Eraser` of one setting, from the fitting rows."""
+def _fit_eraser(rows, setting: Setting, mode: str, fixed, seed: list[int], n_features: int,
+                target=None):
+    """The `Eraser` of one setting, from the fitting rows (``target``: the eraser a matched
+    control matches)."""
     x, y = rows
+    if setting.method == "matched":
+        return _matched_eraser(x, setting, mode, target, seed)
     if setting.method == "leace":
         return E.leace_np(x, y)
     if setting.method in ("given", "stored"):
@@ -295,6 +337,20 @@ def _fit_eraser(rows, setting: Setting, mode: str, fixed, seed: list[int], n_fea
         directions = _setting_directions(x, y, setting, np.random.default_rng(seed), n_features)
     mean = x.astype(np.float64).mean(0) if mode == "mean" else None
     return E.projection_np(directions, mean)
+
+
+def _matched_eraser(x, setting: Setting, mode: str, target, seed: list[int]):
+    """A random subspace of the target eraser's rank removing its share of the variance on the
+    fitting rows; mean-ablated when the target is (LEACE, or ``mode="mean"``)."""
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(0)
+    if target.rank == 0:
+        return E.Eraser(np.zeros((x.shape[1], 0)), np.zeros((0, x.shape[1])), np.zeros(x.shape[1]))
+    total = E.total_variance_np(x)
+    variance, _, _ = E.removal_stats_np(x, target, total)
+    basis = E.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
+    centred = setting.base.method == "leace" or mode == "mean"
+    return E.projection_np(basis, mean if centred else None)
 
 
 def _eval_data(ds: xr.Dataset, layer: str, idx: np.ndarray):
@@ -348,13 +404,21 @@ def _label_counts(data) -> tuple[np.ndarray, float]:
 def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None,
               batch_size: int):
     """Per-sequence correct counts of the model and of the refitted probe (``refit``: the
-    keyword arguments of `_refit_correct`, or None to skip it)."""
+    keyword arguments of `_refit_correct`, or None to skip it), and what the states offer
+    (no eraser: state rank, distinct states, total variance) or what the eraser removed
+    (variance share, mean shift, rank), over every evaluated position."""
     hidden, labels, mask = data
-    edited = hidden if eraser is None else E.erase_torch(torch.from_numpy(hidden), eraser).numpy()
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    stats: tuple[float | int, ...]
+    if eraser is None:
+        edited, stats = hidden, E.state_stats_np(flat)
+    else:
+        edited = E.erase_torch(torch.from_numpy(hidden), eraser).numpy()
+        stats = E.removal_stats_np(flat, eraser)
     pred = resume_logits(model.module, layer, edited, batch_size).argmax(-1)
     correct = ((pred == labels) & mask).sum(1).astype(np.float64)
     probe = _refit_correct(edited, labels, mask, **refit) if refit else None
-    return correct, probe
+    return (correct, probe, *stats)
 
 
 # ----------------------------------------------------------------------------- the graph
@@ -393,7 +457,7 @@ def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, fold
 
 def _given_directions(plan: Plan, settings, directions, rid: str) -> dict[str, xr.DataArray]:
     """Per method ("given", "stored") the run's (layer, direction, feature) directions."""
-    methods = {s.method for s in settings}
+    methods = {s.base.method for s in settings}
     out = {}
     if "given" in methods:
         if directions is None:
@@ -443,8 +507,8 @@ def _check_sizes(plan: Plan, settings: list[Setting]) -> None:
     for rid in plan.runs:
         d = plan.n_features[rid]
         for s in settings:
-            if s.k is not None:
-                E.check_k(s.k, d, s.name, f" of run {rid!r}")
+            if s.base.k is not None:
+                E.check_k(s.base.k, d, s.name, f" of run {rid!r}")
 
 
 def ablation(
@@ -459,6 +523,7 @@ def ablation(
     mode: str = "zero",
     fit_fraction: float = 0.5,
     refit: bool = True,
+    matched: bool = False,
     folds: int = 3,
     refit_rows: int = 10_000,
     seed: int = 0,
@@ -492,6 +557,9 @@ def ablation(
         Share of the fit-length sequences used to fit (the rest are evaluated).
     refit : bool
         Also refit a probe on the erased states (residual decodability).
+    matched : bool
+        Add the matched control ``matched:S`` after every setting S of `MATCHABLE` (probe,
+        stored, given, leace, inlp) that does not list it already.
     folds : int
         Cross-validation folds (by sequence) of the refitted probe.
     refit_rows : int
@@ -515,7 +583,7 @@ def ablation(
         ``k`` (setting), ``arch``, ``target`` (run), ``site`` (run, layer).
     """
     _check_options(mode, fit_fraction, folds, refit_rows)
-    parsed = parse_settings(settings)
+    parsed = _with_matched(parse_settings(settings)) if matched else parse_settings(settings)
     plan = _plan(store, runs, lengths, layers, parsed, fit_length, fit_fraction, folds)
     _check_sizes(plan, parsed)
     probe = {"folds": folds, "max_rows": refit_rows} if refit else None
@@ -527,8 +595,10 @@ def ablation(
         cells,
         coords={
             "method": ("setting", [s.method for s in parsed]),
-            "k": ("setting", [-1 if s.k is None else s.k for s in parsed]),
+            "k": ("setting", [-1 if s.base.k is None else s.base.k for s in parsed]),
+            "matched_to": ("setting", ["" if s.of is None else s.of.name for s in parsed]),
             "target": ("run", [plan.target[r] for r in plan.runs]),
+            **_run_factors(plan),
             "site": (("run", "layer"), plan.site_names("every position")),
         },
         attrs={
@@ -540,14 +610,54 @@ def ablation(
             "seed": seed,
             "accuracy": "sum(correct) / sum(n_labelled) over sequences, target label positions",
             "accuracy_drop": "accuracy_clean - accuracy (both resumed from the stored layer)",
+            "variance_removed": "trace Cov(x - erased(x)) / trace Cov(x) over every evaluated "
+            "position (docs/interventions.md)",
+            "mean_shift": "|mean(x - erased(x))| / sqrt(trace Cov(x))",
+            "max_variance_removed": MAX_VARIANCE_REMOVED,
+            "flag_variance": f"variance_removed > {MAX_VARIANCE_REMOVED}",
+            "degenerate": "state_rank <= n_directions: the layer's states vary in no more "
+            "dimensions than the erasure removes",
+            "state_rtol": E.STATE_RTOL,
+            "matched": "matched:S is a random subspace of S's rank removing S's share of the "
+            "variance on the fitting rows (analysis.interventions.erasure.matched_np)",
         },
     )
     return _summaries(ds, refit)
 
 
+def _name_seed(setting: Setting) -> int:
+    """A stable integer for a setting's name (seeds its random draw, the same in every run)."""
+    return zlib.crc32(setting.name.encode()) + 1
+
+
+def _with_matched(settings: list[Setting]) -> list[Setting]:
+    """Each matchable setting followed by its matched control (unless already listed)."""
+    out: list[Setting] = []
+    for s in settings:
+        if s not in out:
+            out.append(s)
+        m = Setting("matched", None, s)
+        if s.method in MATCHABLE and m not in settings and m not in out:
+            out.append(m)
+    return out
+
+
+def _run_factors(plan: Plan) -> dict[str, tuple[str, list]]:
+    """``task``, ``variant``, ``seed`` coordinates along ``run`` (``arch`` is the plan's), so
+    that results pair runs by seed without the store (`analysis.behaviour.by_factors`)."""
+    attrs = [plan.store.run_attrs(r) for r in plan.runs]
+    return {
+        "task": ("run", [str(a.get("task", "")) for a in attrs]),
+        "variant": ("run", [str(a.get("variant", "default")) for a in attrs]),
+        "seed": ("run", [int(a.get("seed", -1)) for a in attrs]),
+    }
+
+
 _PER_SETTING = ("run", "length", "layer", "setting", "sequence")
 _PER_LAYER = ("run", "length", "layer", "sequence")
 _PER_LENGTH = ("run", "length", "sequence")
+_SETTING_CELL = ("run", "length", "layer", "setting")
+_LAYER_CELL = ("run", "length", "layer")
 #: What the ablation cells fill (``probe_*`` only with ``refit``).
 VARIABLES = {
     "correct": Var(_PER_SETTING),
@@ -558,7 +668,16 @@ VARIABLES = {
     "sequence_id": Var(_PER_LENGTH, np.int64, -1),
     "chance": Var(("run", "length")),
     "n_directions": Var(("run", "layer", "setting"), np.int64, -1),
+    "variance_removed": Var(_SETTING_CELL),
+    "mean_shift": Var(_SETTING_CELL),
+    "removed_rank": Var(_SETTING_CELL, np.int64, -1),
+    "state_rank": Var(_LAYER_CELL, np.int64, -1),
+    "distinct_states": Var(_LAYER_CELL, np.int64, -1),
+    "total_variance": Var(_LAYER_CELL),
 }
+#: Output names of `_evaluate` without and with an eraser (after the two correct counts).
+_STATE_STATS = ("state_rank", "distinct_states", "total_variance")
+_REMOVAL_STATS = ("variance_removed", "mean_shift", "removed_rank")
 
 
 def _seeded(probe: dict | None, *seed: int) -> dict | None:
@@ -584,12 +703,8 @@ def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> l
             rows = delayed(_fit_rows_from, pure=False)(
                 plan.group(rid, fit_length), layer, plan.fit_sequences[rid]
             )
-            erasers = {}
+            erasers = _layer_erasers(plan, settings, given, rid, (li, layer), rows, mode, seed)
             for s in settings:
-                fixed = _fixed_directions(plan, given, rid, layer, s)
-                erasers[s] = delayed(_fit_eraser, pure=False)(
-                    rows, s, mode, fixed, [seed, li, s.k or 0], plan.n_features[rid]
-                )
                 at = {"run": rid, "layer": layer, "setting": s.name}
                 cells.append(Cell(at, ("n_directions",), erasers[s].rank))
             for L in plan.axes["length"]:
@@ -605,17 +720,41 @@ def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> l
                     model, layer, data, None, _seeded(probe, seed, L, li, 0), batch_size
                 )
                 at = {"run": rid, "length": L, "layer": layer}
-                cells.append(Cell(at, ("correct_clean", "probe_correct_clean" if refit else None),
-                                  base))
+                cells.append(Cell(at, ("correct_clean", "probe_correct_clean" if refit else None,
+                                       *_STATE_STATS), base))
                 for si, s in enumerate(settings):
                     erased = delayed(_evaluate, pure=False)(
                         model, layer, data, erasers[s], _seeded(probe, seed, L, li, si + 1),
                         batch_size,
                     )
                     at = {"run": rid, "length": L, "layer": layer, "setting": s.name}
-                    cells.append(Cell(at, ("correct", "probe_correct" if refit else None), erased))
+                    cells.append(Cell(at, ("correct", "probe_correct" if refit else None,
+                                           *_REMOVAL_STATS), erased))
             first = False
     return cells
+
+
+def _layer_erasers(plan: Plan, settings, given: dict, rid: str, where: tuple[int, str], rows,
+                   mode: str, seed: int) -> dict[Setting, Any]:
+    """One delayed `_fit_eraser` per setting at one (run, layer); a matched control's target
+    eraser is shared with its setting when that is listed too, and fitted for it otherwise."""
+    li, layer = where
+    out: dict[Setting, Any] = {}
+
+    def fit(s: Setting) -> Any:
+        if s not in out:
+            target = None if s.of is None else fit(s.of)
+            fixed = _fixed_directions(plan, given, rid, layer, s.base)
+            # a matched control's own random draw: seeded apart from random:k's
+            draw = [seed, li, s.k or 0] if s.of is None else [seed, li, _name_seed(s)]
+            out[s] = dask.delayed(_fit_eraser, pure=False)(
+                rows, s, mode, fixed, draw, plan.n_features[rid], target
+            )
+        return out[s]
+
+    for s in settings:
+        fit(s)
+    return out
 
 
 def _summaries(ds: xr.Dataset, refit: bool) -> xr.Dataset:
@@ -626,7 +765,103 @@ def _summaries(ds: xr.Dataset, refit: bool) -> xr.Dataset:
     if refit:
         ds["probe_accuracy"] = ds.probe_correct.sum("sequence") / total
         ds["probe_accuracy_clean"] = ds.probe_correct_clean.sum("sequence") / total
+    measured = ds.state_rank >= 0
+    ds["flag_variance"] = ds.variance_removed > MAX_VARIANCE_REMOVED
+    ds["degenerate"] = measured & (ds.n_directions >= 0) & (ds.state_rank <= ds.n_directions)
+    ds["degenerate"] = ds.degenerate.transpose(*_SETTING_CELL)
     return ds
+
+
+# ----------------------------------------------------------------------------- matched controls
+def matched_comparison(
+    result: xr.Dataset,
+    setting: str | None = None,
+    *,
+    store: Store | None = None,
+    length: int | None = None,
+    layer: str | None = None,
+    ci_level: float = 0.95,
+) -> xr.Dataset:
+    """Does erasing S hurt more than erasing as much variance of anything else?
+
+    Per (task, arch, variant, length, layer[, setting]): the per-seed difference ``drop(S) -
+    drop(matched:S)`` and its two-sided paired t test over seeds
+    (:func:`analysis.stats.paired_difference`; runs are paired by seed within a task, arch
+    and variant). A positive, significant difference says the erased concept matters beyond
+    the amount of variance removed; a difference near zero (as at a degenerate layer, where
+    the matched control erases the same direction) says it does not.
+
+    Parameters
+    ----------
+    result : xarray.Dataset
+        A computed `ablation` result holding S and ``matched:S``.
+    setting : str, optional
+        S (e.g. ``"leace"``); default every setting whose matched control is in `result`
+        (then the output has a ``setting`` dim).
+    store : Store, optional
+        Only for results stored before runs carried ``task``/``variant``/``seed``
+        coordinates: their factors are read from the run attributes.
+    length : int, optional
+    layer : str, optional
+        Select one length / layer (default all).
+    ci_level : float
+
+    Returns
+    -------
+    xarray.Dataset
+        ``estimate``, ``lower``, ``upper``, ``statistic``, ``p``, ``sd`` of the paired
+        difference; ``drop`` and ``drop_matched`` (mean over seeds), ``variance_removed``
+        (mean over seeds, of S), ``flagged`` (S flagged for some seed: ``flag_variance`` or
+        ``degenerate``); attrs ``method``, ``n_seeds``.
+
+    Raises
+    ------
+    ValueError
+        No matched control in `result` for `setting`, or fewer than two seeds.
+    """
+    from analysis.behaviour import by_factors
+    from analysis.stats import paired_difference
+
+    names = [str(v) for v in result.setting.values]
+    pairs = [s for s in names if f"matched:{s}" in names]
+    if setting is not None:
+        if f"matched:{setting}" not in names or setting not in names:
+            raise ValueError(
+                f"the ablation result has no pair {setting!r} / 'matched:{setting}' (settings: "
+                f"{', '.join(names)}); re-run the ablation with matched=True (`layerstate ablate "
+                "--matched`) or settings including 'matched:<setting>'"
+            )
+        pairs = [setting]
+    if not pairs:
+        raise ValueError(
+            f"the ablation result has no matched controls (settings: {', '.join(names)}); "
+            "re-run it with matched=True (`layerstate ablate --matched`)"
+        )
+    drop = result.accuracy_drop if "accuracy_drop" in result else (
+        (result.correct_clean - result.correct).sum("sequence") / result.n_labelled.sum("sequence"))
+    flagged = result.flag_variance | result.degenerate
+    picked = {}
+    for name, values in (("drop", drop), ("variance_removed", result.variance_removed),
+                         ("flagged", flagged.astype(float))):
+        if length is not None:
+            values = values.sel(length=length)
+        if layer is not None:
+            values = values.sel(layer=layer)
+        picked[name] = by_factors(values, store)
+    treat = picked["drop"].sel(setting=pairs)
+    ref = picked["drop"].sel(setting=[f"matched:{s}" for s in pairs]).assign_coords(setting=pairs)
+    test = paired_difference(treat, ref, ci_level=ci_level)
+    test["drop"] = treat.mean("seed")
+    test["drop_matched"] = ref.mean("seed")
+    test["variance_removed"] = picked["variance_removed"].sel(setting=pairs).mean("seed")
+    test["flagged"] = picked["flagged"].sel(setting=pairs).max("seed") > 0
+    if setting is not None:
+        test = test.squeeze("setting", drop=True)
+    test.attrs.update(
+        method="paired t over seeds of drop(S) - drop(matched:S): does erasing the concept "
+        "hurt more than erasing the same share of variance in a random subspace of its rank",
+    )
+    return test
 
 
 def run_ablation(

@@ -11,19 +11,32 @@ stored states with position p replaced by the clean run's (`patched_logits`). Th
 path (`patched_logits_reference`, same signature) re-runs the whole model on the corrupted
 tokens with a forward hook that overwrites the layer's module output at p; a test holds them
 equal. What is patched is a layer's *output* (the embedding or a block's output): for
-recurrent models (LSTM, GRU, Mamba) that changes what the layers above see at p, not the
-layer's own recurrent state at later positions (docs/design.md); every result names its site.
+recurrent models (LSTM, GRU, Mamba, the zoo's) that changes what the layers above see at p, not
+the layer's own recurrent state at later positions (docs/design.md); every result names its
+site.
+
+Every site is patched both ways (Heimersheim & Nanda 2024), each measured in two metrics
+(the logit difference and the clean answer's probability): **denoising** puts the clean
+site into the corrupted run (is this site *sufficient* to restore the answer?), **noising**
+puts the corrupted site into the clean run (is it *necessary*?). ``disagree`` marks sites
+where the two shares of the gap differ by at least `DISAGREE`. With ``subspace=``, each site
+is also patched only in a subspace (e.g. the probe's directions) beside the whole component,
+with the share of the whole component's effect the subspace carries (Makelov et al. 2024).
+Corruptions are the stored token replacements; Gaussian noise is refused unless asked for
+(`NOISE_REFUSED`). docs/interventions.md describes every diagnostic.
 
 Measures (**ours** where the papers leave it open):
 
-- `patching`: the metric at the label position is ``logit(clean answer) - logit(corrupted
-  answer)``; where the corrupted answer is undefined (-1, e.g. associative recall with
+- `patching`: the (primary) metric at the label position is ``logit(clean answer) -
+  logit(corrupted answer)``; where the corrupted answer is undefined (-1, e.g. associative recall with
   ``corrupt="key"``: the query then has no match) it is the clean answer's log-probability.
   Per sequence, ``recovered = metric(patched) - metric(corrupted)`` and ``gap =
   metric(clean) - metric(corrupted)``; ``recovery = sum(recovered) / sum(gap)`` over
   sequences (a ratio of sums: per-sequence ratios explode where the gap is near zero), so 0 =
-  nothing recovered, 1 = the clean value. Clean and corrupted metrics are themselves resumed
-  from the stored (unpatched) states of the same layer, so storage rounding cancels.
+  nothing recovered, 1 = the clean value. Noising: ``damaged = metric(clean) -
+  metric(noised)``, ``damage = sum(damaged) / sum(gap)`` (0 = nothing lost, 1 = the corrupted
+  value). Clean and corrupted metrics are themselves resumed from the stored (unpatched)
+  states of the same layer, so storage rounding cancels.
 - `interchange`: the same with the clean answer's probability (paper B): ``restoration =
   sum(p_patched - p_corrupted) / sum(p_clean - p_corrupted)`` per (layer, site).
 - `classify_mechanism`: ``"induction"`` if patching the in-context value restores at least
@@ -34,10 +47,10 @@ Measures (**ours** where the papers leave it open):
   embedding of the corrupted position (patching the edited token back), and the last layer at
   the position where the answer is read out (patching it sets the logits to the clean ones).
 
-Both grids run one per-cell function, `_twin_cell` (one run and layer: resume the clean and
-corrupted states, then each site patched in turn), on the engine of
-:mod:`analysis.interventions.engine`; they differ only in their sites (positions or named
-positions) and metric (logit difference or probability).
+Both grids run one per-cell function, `_twin_cell` (`patch_effects` for one run and layer:
+resume the clean and corrupted states, then each site patched in turn, both ways), on the
+engine of :mod:`analysis.interventions.engine`; they differ only in their sites (positions or
+named positions) and primary metric (logit difference or probability).
 """
 
 from __future__ import annotations
@@ -54,6 +67,7 @@ from analysis.interventions import MIN_GAP
 from analysis.interventions._common import (
     PortableModel,
     layer_module,
+    open_group,
     read_layer,
     resume_logits,
     site_description,
@@ -219,72 +233,273 @@ def answer_probability(logits: np.ndarray, pos: np.ndarray, good: np.ndarray) ->
 
 
 # ----------------------------------------------------------------------------- the cell
-def _twin_cell(model: PortableModel, clean, corrupted, layer: str, sites: list, metric: str,
-               batch_size: int):
-    """Patch one layer of a run's twins, one site at a time: the per-cell function of both
-    `patching` (sites: positions, metric "logit") and `interchange` (sites: names of stored
-    ``pos_<site>`` positions, metric "probability").
+#: What `patch_effects` returns, in this order (`_twin_cell` returns the values as a tuple).
+#: ``recovered_*``: denoising (clean site into the corrupted run), metric(patched) -
+#: metric(corrupted); ``damaged_*``: noising (corrupted site into the clean run),
+#: metric(clean) - metric(patched); ``sub_*``: the same, patching only the projection onto a
+#: subspace; ``*_logit`` / ``*_prob``: the logit difference / the clean answer's probability.
+OUTPUTS = (
+    "recovered_logit", "recovered_prob", "damaged_logit", "damaged_prob",
+    "sub_recovered_logit", "sub_recovered_prob", "sub_damaged_logit", "sub_damaged_prob",
+    "gap_logit", "gap_prob", "clean_logit", "clean_prob", "corrupt_logit", "corrupt_prob",
+    "defined",
+)
+
+
+def patch_effects(
+    model: SequenceModel,
+    clean: xr.Dataset,
+    corrupted: xr.Dataset,
+    layer: str,
+    sites: Sequence,
+    *,
+    basis: np.ndarray | None = None,
+    directions: Sequence[str] = ("denoising", "noising"),
+    batch_size: int = 256,
+) -> dict[str, np.ndarray | None]:
+    """Patch one layer of some twins, one site at a time, in both directions and two metrics.
+
+    Parameters
+    ----------
+    model : SequenceModel
+        Anything with ``forward_from(layer, hidden) -> logits``.
+    clean, corrupted : xarray.Dataset
+        Twins: ``hidden (sequence, position, layer, feature)``, the target label (sequence,
+        position), ``pos_label`` (sequence) and, for named sites, ``pos_<site>`` in `clean`.
+    layer : str
+    sites : list of int or str
+        Positions, or names of stored ``pos_<site>`` positions (one per sequence).
+    basis : ndarray, (feature, rank), optional
+        Orthonormal basis of a subspace: also patch only the component in it, ``h_target +
+        ((h_source - h_target) @ Q) @ Q^T`` (the orthogonal complement stays the target's).
+    directions : subset of ("denoising", "noising")
+        Denoising puts the clean site into the corrupted run; noising the corrupted site into
+        the clean run.
 
     Returns
     -------
-    delta : ndarray, (site, sequence)
-        metric(patched) - metric(corrupted).
-    gap, clean, corrupted : ndarray, (sequence,)
-        metric(clean) - metric(corrupted), and both metrics (each resumed from the stored,
-        unpatched states of the layer, so storage rounding cancels).
-    defined : ndarray of bool, (sequence,)
-        Whether the corrupted answer is defined.
+    dict
+        The keys of `OUTPUTS`: effects (site, sequence), gaps and metrics (sequence,); None
+        for what was not asked (a direction, the subspace).
     """
     pos, good, wrong = _answers(clean, corrupted)
     hc, hx = read_layer(clean, layer), read_layer(corrupted, layer)
     rows = np.arange(hx.shape[0])
 
-    def measure(hidden: np.ndarray) -> np.ndarray:
-        logits = resume_logits(model.module, layer, hidden, batch_size)
-        if metric == "logit":
-            return logit_metric(logits, pos, good, wrong)
-        return answer_probability(logits, pos, good)
+    def measure(hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits = resume_logits(model, layer, hidden, batch_size)
+        return logit_metric(logits, pos, good, wrong), answer_probability(logits, pos, good)
 
     m_clean, m_bad = measure(hc), measure(hx)
-    delta = np.empty((len(sites), hx.shape[0]))
-    for i, site in enumerate(sites):  # a position, or the name of a stored one per sequence
-        at = np.asarray(clean[f"pos_{site}"].values, np.int64) if isinstance(site, str) else site
-        saved = hx[rows, at].copy()
-        hx[rows, at] = hc[rows, at]
-        delta[i] = measure(hx) - m_bad
-        hx[rows, at] = saved
-    return delta, m_clean - m_bad, m_clean, m_bad, wrong >= 0
+    out: dict[str, np.ndarray | None] = dict.fromkeys(OUTPUTS)
+    parts = [("", None)] + ([("sub_", np.asarray(basis, np.float32))] if basis is not None else [])
+    for direction in directions:
+        denoise = direction == "denoising"
+        if direction not in ("denoising", "noising"):
+            raise ValueError(f"unknown patching direction {direction!r}; use denoising, noising")
+        target, source, reference = (hx, hc, m_bad) if denoise else (hc, hx, m_clean)
+        for prefix, q in parts:
+            delta = np.empty((2, len(sites), hx.shape[0]))
+            for i, site in enumerate(sites):  # a position, or a stored one's name per sequence
+                at = np.asarray(clean[f"pos_{site}"].values, np.int64) if isinstance(site, str) else site
+                saved = target[rows, at].copy()
+                if q is None:
+                    target[rows, at] = source[rows, at]
+                else:
+                    target[rows, at] = saved + ((source[rows, at] - saved) @ q) @ q.T
+                patched = measure(target)
+                target[rows, at] = saved
+                for m in range(2):
+                    delta[m, i] = patched[m] - reference[m] if denoise else reference[m] - patched[m]
+            kind = "recovered" if denoise else "damaged"
+            out[f"{prefix}{kind}_logit"], out[f"{prefix}{kind}_prob"] = delta[0], delta[1]
+    out["gap_logit"], out["gap_prob"] = m_clean[0] - m_bad[0], m_clean[1] - m_bad[1]
+    out["clean_logit"], out["clean_prob"] = m_clean
+    out["corrupt_logit"], out["corrupt_prob"] = m_bad
+    out["defined"] = wrong >= 0
+    return out
+
+
+def _twin_cell(model: PortableModel, clean, corrupted, layer: str, sites: list, batch_size: int,
+               basis=None):
+    """The per-cell function of both `patching` (sites: positions) and `interchange` (sites:
+    names of stored ``pos_<site>`` positions): `patch_effects` for one (run, layer), its
+    values in the order of `OUTPUTS`. ``corrupted`` may be a delayed noised twin and
+    ``basis`` a delayed subspace."""
+    effects = patch_effects(model.module, clean, corrupted, layer, sites, basis=basis,
+                            batch_size=batch_size)
+    return tuple(effects[k] for k in OUTPUTS)
+
+
+# ----------------------------------------------------------------------------- corruptions
+#: What a result's ``corruption`` attribute says for each kind.
+CORRUPTIONS = {
+    "token": "token replacement: stored counterfactual twins (cfclean/cfcorrupt) that differ in "
+    "one token, a sequence the model could have seen",
+    "noise": "Gaussian noise added to the embedding of the edited position (scale x the "
+    "embedding's standard deviation): off the model's input distribution",
+}
+NOISE_REFUSED = (
+    "a Gaussian-noise corruption is refused unless asked for explicitly (allow_noise=True, "
+    "`--allow-noise`): noise moves the corrupted run off the distribution the model was trained "
+    "on, so a patch can look important for restoring an input the model never sees, and "
+    "noise and token-replacement corruptions lead to different conclusions (Zhang & Nanda, "
+    "ICLR 2024); the stored counterfactual twins are token replacements"
+)
+
+
+def _check_corruption(corruption: str, allow_noise: bool) -> None:
+    if corruption not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {corruption!r}; use 'token' (default) or 'noise'")
+    if corruption == "noise" and not allow_noise:
+        raise ValueError(NOISE_REFUSED)
+
+
+@torch.no_grad()
+def noised_twin(model: SequenceModel, clean: xr.Dataset, *, scale: float = 3.0, seed: int = 0,
+                batch_size: int = 256) -> xr.Dataset:
+    """A corrupted twin made by noise instead of a token replacement (asked for explicitly).
+
+    Gaussian noise of standard deviation ``scale`` x the embedding's (over every stored
+    element, as Meng et al. 2022 corrupt subjects) is added to the embedding output at each
+    sequence's ``pos_corrupt``; every layer above is recomputed from it. The corrupted answer
+    is undefined (the target label is -1), so the logit metric is the clean answer's
+    log-probability.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``hidden (sequence, position, layer, feature)`` float32 for every layer of the model,
+        ``tokens`` and the target label (all -1), the clean group's attributes.
+    """
+    target = target_of(clean)
+    names = list(model.layer_names)
+    embed = read_layer(clean, names[0])
+    n, _, d = embed.shape
+    sigma = float(embed.std(dtype=np.float64))
+    at = np.asarray(clean.pos_corrupt.values, dtype=np.int64)
+    embed[np.arange(n), at] += (scale * sigma * np.random.default_rng(seed).standard_normal((n, d))
+                                ).astype(np.float32)
+    captured: dict[int, list[torch.Tensor]] = {i: [] for i in range(1, len(names))}
+    handles = []
+    for i in captured:
+        def keep(module, inputs, output, i=i):
+            value = output[0] if isinstance(output, tuple) else output
+            captured[i].append(value.detach().float())
+        handles.append(layer_module(model, i).register_forward_hook(keep))
+    try:
+        for lo in range(0, n, batch_size):
+            model.forward_from(names[0], torch.from_numpy(embed[lo: lo + batch_size]))
+    finally:
+        for h in handles:
+            h.remove()
+    states = [embed] + [torch.cat(captured[i]).numpy() for i in captured]
+    return xr.Dataset(
+        {
+            "hidden": (("sequence", "position", "layer", "feature"), np.stack(states, axis=2)),
+            "tokens": clean.tokens.variable,
+            target: (("sequence", "position"), np.full(clean[target].shape, -1, np.int64)),
+        },
+        coords={"layer": names},
+        attrs={**clean.attrs, "corruption": CORRUPTIONS["noise"]},
+    )
+
+
+def _noised(model: PortableModel, clean: xr.Dataset, scale: float, seed: int, batch_size: int):
+    return noised_twin(model.module, clean, scale=scale, seed=seed, batch_size=batch_size)
+
+
+# ----------------------------------------------------------------------------- subspaces
+SUBSPACES = ("probe", "stored", "given")
+
+
+def _subspace_basis(rows, fixed) -> np.ndarray:
+    """Orthonormal basis (feature, rank) of a probe fitted on ``rows`` (x, y), or of ``fixed``
+    directions (direction, feature)."""
+    from analysis.interventions import erasure as E
+
+    if fixed is not None:
+        return E.orthonormal_basis_np(fixed)
+    x, y = rows
+    return E.orthonormal_basis_np(E.probe_directions_np(x, y))
+
+
+def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_length) -> dict:
+    """(run, layer) -> a delayed basis of the patched subspace (empty without a subspace)."""
+    if subspace is None:
+        return {}
+    if subspace not in SUBSPACES:
+        raise ValueError(f"unknown subspace {subspace!r}; use one of {', '.join(SUBSPACES)}")
+    from analysis.interventions.ablation import (
+        Setting,
+        _check_directions,
+        _fit_rows_from,
+        _fixed_directions,
+        load_probe_directions,
+    )
+
+    out = {}
+    for rid in plan.runs:
+        fit = fit_length or plan.store.run_attrs(rid).get("train_config", {}).get("length") or length
+        kind = "len" if int(fit) in plan.store.lengths(rid) else "cfclean"
+        group = open_group(plan.store, rid, int(fit) if kind == "len" else length, kind)
+        given = {}
+        if subspace == "given":
+            if directions is None:
+                raise ValueError("subspace 'given' needs directions=DataArray (layer, direction, feature)")
+            da = directions.sel(run=rid) if "run" in directions.dims else directions
+            given["given"] = _check_directions(da, "directions")
+        elif subspace == "stored":
+            given["stored"] = load_probe_directions(plan.store, plan.target[rid], run_id=rid,
+                                                    length=int(fit))
+        idx = np.arange(group.sizes["sequence"])
+        for layer in plan.run_layers[rid]:
+            fixed = _fixed_directions(plan, given, rid, layer, Setting(subspace))
+            rows = None if fixed is not None else dask.delayed(_fit_rows_from, pure=False)(group, layer, idx)
+            out[rid, layer] = dask.delayed(_subspace_basis, pure=False)(rows, fixed)
+    return out
 
 
 # ----------------------------------------------------------------------------- the graphs
-def _twin_plan(store: Store, runs, length: int, layers) -> Plan:
-    """The plan of a grid over the stored twins ``cfclean_<length>``/``cfcorrupt_<length>``."""
+def _twin_plan(store: Store, runs, length: int, layers, corruption: str = "token") -> Plan:
+    """The plan of a grid over the stored twins ``cfclean_<length>``/``cfcorrupt_<length>``
+    (only ``cfclean`` for a noise corruption)."""
     runs = select_runs(store, runs, "patch")
-    plan = open_plan(store, runs, [("cfclean", length), ("cfcorrupt", length)], layers,
-                     layers_at=("cfclean", length))
+    groups = [("cfclean", length)] + ([("cfcorrupt", length)] if corruption == "token" else [])
+    plan = open_plan(store, runs, groups, layers, layers_at=("cfclean", length))
     for rid in runs:
-        clean, bad = plan.group(rid, length, "cfclean"), plan.group(rid, length, "cfcorrupt")
-        if clean.sizes["position"] != bad.sizes["position"]:
-            raise ValueError(
-                f"run {rid!r}: cfclean_{length} has {clean.sizes['position']} positions and "
-                f"cfcorrupt_{length} {bad.sizes['position']}; re-capture the pairs with "
-                "`layerstate capture`"
-            )
+        clean = plan.group(rid, length, "cfclean")
+        if corruption == "token":
+            bad = plan.group(rid, length, "cfcorrupt")
+            if clean.sizes["position"] != bad.sizes["position"]:
+                raise ValueError(
+                    f"run {rid!r}: cfclean_{length} has {clean.sizes['position']} positions and "
+                    f"cfcorrupt_{length} {bad.sizes['position']}; re-capture the pairs with "
+                    "`layerstate capture`"
+                )
         plan.sequences[rid, length] = np.arange(clean.sizes["sequence"])
     return plan
 
 
-def _twin_cells(plan: Plan, length: int, sites: list, metric: str, names: tuple,
-                batch_size: int) -> list[Cell]:
-    """One cell per (run, layer): `_twin_cell` over every site."""
-    return [
-        Cell({"run": rid, "layer": layer}, names, dask.delayed(_twin_cell, pure=False)(
-            plan.model(rid), plan.group(rid, length, "cfclean"),
-            plan.group(rid, length, "cfcorrupt"), layer, sites, metric, batch_size,
-        ))
-        for rid in plan.runs
-        for layer in plan.run_layers[rid]
-    ]
+def _twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: int, *,
+                subspaces: dict, noise: dict | None) -> list[Cell]:
+    """One cell per (run, layer): `_twin_cell` over every site; ``names`` maps `OUTPUTS` to
+    the analysis' variables (absent: dropped)."""
+    delayed = dask.delayed
+    cells = []
+    for rid in plan.runs:
+        clean = plan.group(rid, length, "cfclean")
+        corrupted = (plan.group(rid, length, "cfcorrupt") if noise is None else
+                     delayed(_noised, pure=False)(plan.model(rid), clean, noise["scale"],
+                                                  noise["seed"], batch_size))
+        for layer in plan.run_layers[rid]:
+            basis = subspaces.get((rid, layer))
+            value = delayed(_twin_cell, pure=False)(plan.model(rid), clean, corrupted, layer,
+                                                    sites, batch_size, basis)
+            kept = tuple(None if k.startswith("sub_") and basis is None else names.get(k)
+                         for k in OUTPUTS)
+            cells.append(Cell({"run": rid, "layer": layer}, kept, value))
+    return cells
 
 
 def _stored_positions(plan: Plan, length: int, names) -> dict:
@@ -300,6 +515,120 @@ def _stored_positions(plan: Plan, length: int, names) -> dict:
     return out
 
 
+#: Denoising and noising "disagree" at a site when their shares of the gap differ by at least
+#: this much in either metric (docs/interventions.md, "Both directions").
+DISAGREE = 0.5
+#: A subspace patch that recovers this much more of the gap than the whole component's patch
+#: is flagged ``subspace_exceeds`` (the signature of an interpretability illusion).
+SUBSPACE_EXCESS = 0.1
+#: ``subspace_share`` is left undefined (NaN) where the whole component recovers less than
+#: this share of the gap: a ratio over ~0 says nothing.
+MIN_SHARE_BASE = 0.05
+
+
+def _ratio(ds: xr.Dataset, num: str, den: str) -> xr.DataArray:
+    return ds[num].sum("sequence") / ds[den].sum("sequence")
+
+
+def _summaries(ds: xr.Dataset, v: dict[str, str], subspace: bool) -> xr.Dataset:
+    """Ratios of sums and the flags, given ``v``: OUTPUTS key -> this analysis' variable and
+    ``v["<key>:share"]`` -> the summary's name."""
+    for key, gap in (("recovered_logit", "gap_logit"), ("recovered_prob", "gap_prob"),
+                     ("damaged_logit", "gap_logit"), ("damaged_prob", "gap_prob"),
+                     *((("sub_recovered_logit", "gap_logit"), ("sub_recovered_prob", "gap_prob"),
+                        ("sub_damaged_logit", "gap_logit"), ("sub_damaged_prob", "gap_prob"))
+                       if subspace else ())):
+        ds[v[f"{key}:share"]] = _ratio(ds, v[key], v[gap])
+    s = {k[:-6]: v[k] for k in v if k.endswith(":share")}
+    ds["disagree"] = ((abs(ds[s["recovered_logit"]] - ds[s["damaged_logit"]]) >= DISAGREE)
+                      | (abs(ds[s["recovered_prob"]] - ds[s["damaged_prob"]]) >= DISAGREE))
+    if subspace:
+        for metric in ("logit", "prob"):
+            whole, part = s[f"recovered_{metric}"], s[f"sub_recovered_{metric}"]
+            name = "subspace_share" + ("" if metric == v["primary"] else f"_{metric}")
+            base = ds[v[f"recovered_{metric}"]].sum("sequence")
+            ds[name] = (ds[v[f"sub_recovered_{metric}"]].sum("sequence")
+                        / base.where(abs(ds[whole]) >= MIN_SHARE_BASE))
+            flag = "subspace_exceeds" + ("" if metric == v["primary"] else f"_{metric}")
+            ds[flag] = (ds[part] - ds[whole]) > SUBSPACE_EXCESS
+    return ds
+
+
+def _common_attrs(corruption: str, noise: dict | None, subspace: str | None) -> dict:
+    attrs: dict[str, Any] = {
+        "corruption": CORRUPTIONS[corruption],
+        "directions": "denoising: the clean site patched into the corrupted run (recovered, "
+        "share of the gap recovered); noising: the corrupted site patched into the clean run "
+        "(damaged, share of the gap lost)",
+        "disagree": f"|denoising share - noising share| >= {DISAGREE} in either metric",
+        "disagree_threshold": DISAGREE,
+    }
+    if noise is not None:
+        attrs.update(noise_scale=noise["scale"], noise_seed=noise["seed"])
+    if subspace is not None:
+        attrs.update(
+            subspace=subspace,
+            subspace_patch="h_target + ((h_source - h_target) @ Q) @ Q^T: the source's "
+            "component in the subspace, the target's orthogonal complement",
+            subspace_share="sum(recovered in the subspace) / sum(recovered by the whole "
+            f"component); NaN where the whole component recovers < {MIN_SHARE_BASE}",
+            subspace_exceeds=f"the subspace recovers > {SUBSPACE_EXCESS} more of the gap than "
+            "the whole component",
+        )
+    return attrs
+
+
+def _noise_options(corruption: str, allow_noise: bool, noise_scale: float, seed: int) -> dict | None:
+    _check_corruption(corruption, allow_noise)
+    return {"scale": float(noise_scale), "seed": int(seed)} if corruption == "noise" else None
+
+
+#: `patching`'s variables: OUTPUTS key -> name (and the summaries' names).
+PATCHING_NAMES = {
+    "primary": "logit",
+    "recovered_logit": "recovered", "recovered_prob": "recovered_prob",
+    "damaged_logit": "damaged", "damaged_prob": "damaged_prob",
+    "sub_recovered_logit": "recovered_subspace", "sub_recovered_prob": "recovered_subspace_prob",
+    "sub_damaged_logit": "damaged_subspace", "sub_damaged_prob": "damaged_subspace_prob",
+    "gap_logit": "gap", "gap_prob": "gap_prob", "defined": "corrupt_defined",
+    "recovered_logit:share": "recovery", "recovered_prob:share": "recovery_prob",
+    "damaged_logit:share": "damage", "damaged_prob:share": "damage_prob",
+    "sub_recovered_logit:share": "recovery_subspace",
+    "sub_recovered_prob:share": "recovery_subspace_prob",
+    "sub_damaged_logit:share": "damage_subspace", "sub_damaged_prob:share": "damage_subspace_prob",
+}
+#: `interchange`'s variables (the probability is its primary metric).
+INTERCHANGE_NAMES = {
+    "primary": "prob",
+    "recovered_prob": "restored", "recovered_logit": "restored_logit",
+    "damaged_prob": "damaged", "damaged_logit": "damaged_logit",
+    "sub_recovered_prob": "restored_subspace", "sub_recovered_logit": "restored_subspace_logit",
+    "sub_damaged_prob": "damaged_subspace", "sub_damaged_logit": "damaged_subspace_logit",
+    "gap_prob": "gap", "gap_logit": "gap_logit", "clean_prob": "p_clean", "corrupt_prob": "p_corrupt",
+    "recovered_prob:share": "restoration", "recovered_logit:share": "restoration_logit",
+    "damaged_prob:share": "damage", "damaged_logit:share": "damage_logit",
+    "sub_recovered_prob:share": "restoration_subspace",
+    "sub_recovered_logit:share": "restoration_subspace_logit",
+    "sub_damaged_prob:share": "damage_subspace", "sub_damaged_logit:share": "damage_subspace_logit",
+}
+
+
+def _variables(names: dict, site_dim: str, subspace: bool) -> dict[str, Var]:
+    """The Vars of the cell outputs ``names`` keeps (the subspace's only with one)."""
+    out = {}
+    for key in OUTPUTS:
+        name = names.get(key)
+        if name is None or (key.startswith("sub_") and not subspace):
+            continue
+        if key == "defined":
+            out[name] = Var(("run", "sequence"), bool, False)
+        elif key.startswith(("gap", "clean", "corrupt")):
+            out[name] = Var(("run", "layer", "sequence"))
+        else:
+            out[name] = Var(("run", "layer", site_dim, "sequence"))
+    return out
+
+
 def patching(
     store: Store,
     runs: Sequence[str] | None,
@@ -307,9 +636,17 @@ def patching(
     *,
     layers: Sequence[str] | None = None,
     positions: Sequence[int] | None = None,
+    subspace: str | None = None,
+    directions: xr.DataArray | None = None,
+    fit_length: int | None = None,
+    corruption: str = "token",
+    allow_noise: bool = False,
+    noise_scale: float = 3.0,
+    seed: int = 0,
     batch_size: int = 256,
 ) -> xr.Dataset:
-    """Build (lazily) the layer x position patching grid of clean -> corrupted twins.
+    """Build (lazily) the layer x position patching grid of clean / corrupted twins, in both
+    directions and two metrics.
 
     Parameters
     ----------
@@ -322,32 +659,53 @@ def patching(
         Default: every stored layer.
     positions : list of int, optional
         Absolute positions patched one at a time (default all, 0..L-1).
+    subspace : {"probe", "stored", "given"}, optional
+        Also patch only the component of each site in a subspace: the directions of a probe
+        of the run's target fitted at `fit_length` (``len_<fit_length>``, else the clean
+        twins), of ``layerstate probe``'s stored probe, or `directions` (layer, direction,
+        feature). Reported beside the whole component's patch, with ``subspace_share``.
+    directions : xarray.DataArray, optional
+    fit_length : int, optional
+        Default: the run's training length when stored, else `length`.
+    corruption : {"token", "noise"}
+        ``token`` (default): the stored counterfactual twins. ``noise`` (Gaussian noise at the
+        edited position's embedding, `noised_twin`) is refused unless `allow_noise`.
+    allow_noise : bool
+    noise_scale : float
+        Noise standard deviation, in units of the embedding's.
+    seed : int
+        Seeds the noise.
     batch_size : int
 
     Returns
     -------
     xarray.Dataset, dask-backed
-        ``recovered (run, layer, position, sequence)``: metric(patched) - metric(corrupted);
-        ``gap (run, layer, sequence)``: metric(clean) - metric(corrupted); ``recovery (run,
-        layer, position)`` = sum recovered / sum gap; ``corrupt_defined (run, sequence)``;
-        ``pos_corrupt``, ``pos_label`` (run, sequence). Coordinate ``site (run, layer)``
-        names what was patched. NaN where a run has fewer sequences or lacks a layer.
+        Per (run, layer, position, sequence), logit difference first, probability second:
+        denoising ``recovered``, ``recovered_prob`` (metric(patched) - metric(corrupted));
+        noising ``damaged``, ``damaged_prob`` (metric(clean) - metric(noised)); with a
+        subspace the same with suffix ``_subspace`` (``recovered_subspace``,
+        ``recovered_subspace_prob``, ...). ``gap``, ``gap_prob`` (run, layer, sequence):
+        metric(clean) - metric(corrupted). Summaries (run, layer, position), ratios of sums
+        over sequences: ``recovery``, ``recovery_prob``, ``damage``, ``damage_prob``
+        (and ``*_subspace*``), ``disagree``; with a subspace ``subspace_share`` (logit),
+        ``subspace_share_prob``, ``subspace_exceeds``, ``subspace_exceeds_prob``.
+        ``corrupt_defined (run, sequence)``; ``pos_corrupt``, ``pos_label`` (run, sequence).
+        Coordinate ``patched_site (run, layer)``; attrs ``corruption`` (what the twins are),
+        ``metric``, ``directions``. NaN where a run has fewer sequences or lacks a layer.
     """
-    plan = _twin_plan(store, runs, length, layers)
+    noise = _noise_options(corruption, allow_noise, noise_scale, seed)
+    plan = _twin_plan(store, runs, length, layers, corruption)
     positions = list(range(length) if positions is None else positions)
     bad_pos = [p for p in positions if not 0 <= p < length]
     if bad_pos:
         raise ValueError(f"positions {bad_pos} are outside 0..{length - 1}")
     plan.axes = {"position": positions}
-    names = ("recovered", "gap", None, None, "corrupt_defined")
+    subspaces = _subspaces(plan, length, subspace, directions, fit_length)
+    names = PATCHING_NAMES
     ds = assemble(
         plan,
-        {
-            "recovered": Var(("run", "layer", "position", "sequence")),
-            "gap": Var(("run", "layer", "sequence")),
-            "corrupt_defined": Var(("run", "sequence"), bool, False),
-        },
-        _twin_cells(plan, length, positions, "logit", names, batch_size),
+        _variables(names, "position", subspace is not None),
+        _twin_cells(plan, length, positions, names, batch_size, subspaces=subspaces, noise=noise),
         data=_stored_positions(plan, length, ("corrupt", "label")),
         coords={"patched_site": (("run", "layer"), plan.site_names("one position at a time"))},
         attrs={
@@ -355,11 +713,13 @@ def patching(
             "length": int(length),
             "metric": "logit(clean answer) - logit(corrupted answer) at the label position; "
             "log p(clean answer) where the corrupted answer is undefined (-1)",
+            "metric_prob": "probability of the clean answer at the label position (*_prob)",
             "recovery": "sum(recovered) / sum(gap) over sequences",
+            "damage": "sum(damaged) / sum(gap) over sequences",
+            **_common_attrs(corruption, noise, subspace),
         },
     )
-    ds["recovery"] = ds.recovered.sum("sequence") / ds.gap.sum("sequence")
-    return ds
+    return _summaries(ds, names, subspace is not None)
 
 
 def _sites(plan: Plan, length: int, sites: Sequence[str] | None) -> list[str]:
@@ -399,9 +759,17 @@ def interchange(
     *,
     layers: Sequence[str] | None = None,
     sites: Sequence[str] | None = None,
+    subspace: str | None = None,
+    directions: xr.DataArray | None = None,
+    fit_length: int | None = None,
+    corruption: str = "token",
+    allow_noise: bool = False,
+    noise_scale: float = 3.0,
+    seed: int = 0,
     batch_size: int = 256,
 ) -> xr.Dataset:
-    """Build (lazily) interchange interventions: patch named positions, layer by layer.
+    """Build (lazily) interchange interventions: patch named positions, layer by layer, in
+    both directions and two metrics.
 
     Parameters
     ----------
@@ -413,30 +781,35 @@ def interchange(
     sites : list of str, optional
         Names of stored ``pos_<site>`` positions; default ``key, value, divider, query`` when
         stored (associative recall, treecall), else ``corrupt, label``.
+    subspace, directions, fit_length, corruption, allow_noise, noise_scale, seed
+        As in `patching`.
     batch_size : int
 
     Returns
     -------
     xarray.Dataset, dask-backed
-        ``restored (run, layer, site, sequence)``: p_patched - p_corrupted of the clean answer;
-        ``gap``, ``p_clean``, ``p_corrupt`` (run, layer, sequence); ``restoration (run, layer,
-        site)`` = sum restored / sum gap; ``trivial (run, site)``: the site is the edited
-        position in every pair; ``pos_<site> (run, sequence)``. Coordinate ``patched_site (run,
-        layer, site)`` names what was patched, e.g. "block output of layer L1 at position
-        'value'".
+        ``restored (run, layer, site, sequence)``: p_patched - p_corrupted of the clean answer
+        (denoising), ``restored_logit`` the same in logit difference; ``damaged``,
+        ``damaged_logit``: noising (the corrupted site in the clean run); ``gap``,
+        ``gap_logit``, ``p_clean``, ``p_corrupt`` (run, layer, sequence); ``restoration (run,
+        layer, site)`` = sum restored / sum gap, ``restoration_logit``, ``damage``,
+        ``damage_logit``, ``disagree`` (and the subspace's, as in `patching`); ``trivial (run,
+        site)``: the site is the edited position in every pair; ``pos_<site> (run,
+        sequence)``. Coordinate ``patched_site (run, layer, site)`` names what was patched,
+        e.g. "block output of layer L1 at position 'value'".
     """
-    plan = _twin_plan(store, runs, length, layers)
+    noise = _noise_options(corruption, allow_noise, noise_scale, seed)
+    plan = _twin_plan(store, runs, length, layers, corruption)
     sites = _sites(plan, length, sites)
     plan.axes = {"site": sites}
-    per_layer = Var(("run", "layer", "sequence"))
+    subspaces = _subspaces(plan, length, subspace, directions, fit_length)
+    names = INTERCHANGE_NAMES
     named = [[[site_description(plan.arch[r], y, f"position {c!r}") for c in sites]
               for y in plan.layers] for r in plan.runs]
     ds = assemble(
         plan,
-        {"restored": Var(("run", "layer", "site", "sequence")), "gap": per_layer,
-         "p_clean": per_layer, "p_corrupt": per_layer},
-        _twin_cells(plan, length, sites, "probability",
-                    ("restored", "gap", "p_clean", "p_corrupt", None), batch_size),
+        _variables(names, "site", subspace is not None),
+        _twin_cells(plan, length, sites, names, batch_size, subspaces=subspaces, noise=noise),
         data={**_stored_positions(plan, length, sorted({*sites, "corrupt", "label"})),
               "trivial": (("run", "site"), _trivial(plan, length, sites))},
         coords={"patched_site": (("run", "layer", "site"), named)},
@@ -444,11 +817,13 @@ def interchange(
             "analysis": "interchange",
             "length": int(length),
             "metric": "probability of the clean answer at the label position",
+            "metric_logit": "logit(clean answer) - logit(corrupted answer) (*_logit)",
             "restoration": "sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
+            "damage": "sum(p_clean - p_noised) / sum(p_clean - p_corrupt) over sequences",
+            **_common_attrs(corruption, noise, subspace),
         },
     )
-    ds["restoration"] = ds.restored.sum("sequence") / ds.gap.sum("sequence")
-    return ds
+    return _summaries(ds, names, subspace is not None)
 
 
 def nontrivial_restoration(result: xr.Dataset) -> xr.DataArray:
