@@ -155,6 +155,11 @@ scheduler_option = click.option(
     "--scheduler", default="threads", show_default=True, metavar="SCHEDULER",
     help="Where the work runs: threads | sync | local:N | tcp://ADDR (a dask.distributed scheduler).",
 )
+results_option = click.option(
+    "--results", "results", default=None, metavar="DIR|URL",
+    help="Keep results in this results store instead of inside STORE (which is then only read); "
+         "a STORE that cannot be written gets one beside it (STORE.results.zarr) without this.",
+)
 lengths_option = click.option("--lengths", type=INTS, default=None,
                               help="Comma-separated lengths (default: all stored).")
 _run_filters = (
@@ -227,12 +232,13 @@ class _Bars:
 @main.command()
 @store_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@results_option
 @storage_option
-def inspect(store_path: str, as_json: bool, storage_options: dict) -> None:
-    """What is inside STORE, at a glance: runs, lengths, shapes, dtypes, labels, size."""
-    from store import Store, format_summary, summary
+def inspect(store_path: str, as_json: bool, results: str | None, storage_options: dict) -> None:
+    """What is inside STORE (and its results store), at a glance: runs, lengths, shapes, results."""
+    from store import format_summary, open_analysis, summary
 
-    info = summary(Store.open(store_path, storage_options=storage_options))
+    info = summary(open_analysis(store_path, results=results, write=False, storage_options=storage_options))
     click.echo(json.dumps(info, indent=2, default=str) if as_json else format_summary(info))
 
 
@@ -357,13 +363,14 @@ def run(experiment: str, out: str, jobs: int, device: str) -> None:
 @click.option("--method", type=click.Choice(["exact", "screen", "reference"]), default="exact", show_default=True)
 @scheduler_option
 @click.option("--name", default=None, help="Result name (default probes/<target>).")
+@results_option
 def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, train_length, folds,
-          method, scheduler, name) -> None:
+          method, scheduler, name, results) -> None:
     """Fit linear probes on every (run, length, layer, position) of STORE; store results/probes/…"""
     from analysis.probes import probe as run_probe
-    from store import Store
+    from store import open_analysis
 
-    st = Store.open(store_path, mode="r+")
+    st = open_analysis(store_path, results=results, say=click.echo)
     ds = run_probe(
         st, target, runs=_selected_runs(st, runs, tasks, archs), layers=layers.split(",") if layers else None,
         positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
@@ -385,12 +392,13 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
 @click.option("--mode", type=click.Choice(["zero", "mean"]), default="zero", show_default=True)
 @click.option("--name", default="default", show_default=True, help="Result name: results/ablation/<name>.")
 @scheduler_option
-def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, name, scheduler) -> None:
+@results_option
+def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, name, scheduler, results) -> None:
     """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
     from analysis.interventions import run_ablation
-    from store import Store
+    from store import open_analysis
 
-    st = Store.open(store_path, mode="r+")
+    st = open_analysis(store_path, results=results, say=click.echo)
     ds = run_ablation(st, name, runs=_selected_runs(st, runs, tasks, archs), settings=settings,
                       fit_length=fit_length, lengths=lengths, mode=mode, scheduler=scheduler)
     for line in present.ablation_lines(ds):
@@ -406,12 +414,13 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
 @click.option("--interchange", is_flag=True, help="Interchange interventions at named sites (key, value, divider, query).")
 @click.option("--name", default="default", show_default=True, help="Result name under results/patching or results/interchange.")
 @scheduler_option
-def patch(store_path, runs, tasks, archs, length, positions, interchange, name, scheduler) -> None:
+@results_option
+def patch(store_path, runs, tasks, archs, length, positions, interchange, name, scheduler, results) -> None:
     """Patch clean activations into corrupted runs (layer x position) and measure recovery."""
     from analysis.interventions import run_interchange, run_patching
-    from store import Store
+    from store import open_analysis
 
-    st = Store.open(store_path, mode="r+")
+    st = open_analysis(store_path, results=results, say=click.echo)
     sel = _selected_runs(st, runs, tasks, archs)
     if interchange:
         ds = run_interchange(st, length, name, runs=sel, scheduler=scheduler)
@@ -428,14 +437,16 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, name, 
 @store_argument
 @click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
               help="An experiment TOML (its [[claims]], checked against its grid) or a TOML file of [[claims]] tables.")
-def stats(store_path: str, claims_file: str) -> None:
+@results_option
+def stats(store_path: str, claims_file: str, results: str | None) -> None:
     """Evaluate declared claims on STORE's results; writes results/claims (all or nothing)."""
     from analysis.claims import evaluate_stored_claims
     from layerstate.experiment import load_claims
-    from store import Store
+    from store import open_analysis
 
     claims = load_claims(claims_file)
-    for line in present.claim_lines(evaluate_stored_claims(Store.open(store_path, mode="r+"), claims)):
+    st = open_analysis(store_path, results=results, say=click.echo)
+    for line in present.claim_lines(evaluate_stored_claims(st, claims)):
         click.echo(line)
 
 
@@ -444,12 +455,14 @@ def stats(store_path: str, claims_file: str) -> None:
 @click.option("--out", "out", required=True, help="Folder for index.html, report.md, figures/, tables/.")
 @click.option("--force", is_flag=True, help="Replace an earlier report in --out.")
 @click.option("--no-chunk-check", is_flag=True, help="Skip verifying every chunk's checksum (huge stores).")
-def report(store_path: str, out: str, force: bool, no_chunk_check: bool) -> None:
+@results_option
+def report(store_path: str, out: str, force: bool, no_chunk_check: bool, results: str | None) -> None:
     """Write a self-contained HTML report (and Markdown, figures, CSV tables) of STORE."""
     from reports import build_report
-    from store import Store
+    from store import open_analysis
 
-    path = build_report(Store.open(store_path), out, force=force, check_chunks=not no_chunk_check)
+    st = open_analysis(store_path, results=results, write=False)
+    path = build_report(st, out, force=force, check_chunks=not no_chunk_check)
     click.echo(present.report_line(path))
 
 

@@ -16,6 +16,7 @@ Modules (each imports only those listed above it, never one that imports it back
     metadata   both copies of every node's zarr.json, their digests, guarded reads, the comparison
     provenance tool version, git commit, package versions, host
     location   where a store lives (directory, zip, fsspec URL); the per-run writer lock
+    pairing    results kept beside a read-only store: the source's identity, the sidecar, the record
     chunks     whole-chunk encode/write and read_whole thread pools for raw+crc32c arrays
     runs       the run registry: identity, config hash, attributes, select
     weights    model parameters, one array per tensor
@@ -25,7 +26,8 @@ Modules (each imports only those listed above it, never one that imports it back
     pipeline   blocks stored one behind the caller, fsynced, then recorded
     writer     LengthWriter: resumable, chunk-aligned writes of one (run, length)
     lengths    length groups: list, open lazily, load whole, write whole
-    core       Store: open/create and consolidated metadata; a thin facade over the above
+    core       Store: open/create and consolidated metadata; a thin facade over the above;
+               PairedStore (a read-only source with a separate results store) and open_analysis
     integrity  validate: every metadata file, schema, completion records and every chunk's checksum
     repair     rebuild damaged metadata from its intact copy
     inspect    summary of what a store holds
@@ -34,7 +36,15 @@ Modules (each imports only those listed above it, never one that imports it back
 This package imports nothing else of layerstate's.
 """
 
-from .core import Store, config_hash, create_store, open_store, run_identity
+from .core import (
+    PairedStore,
+    Store,
+    config_hash,
+    create_store,
+    open_analysis,
+    open_store,
+    run_identity,
+)
 from .errors import (
     CorruptStoreError,
     IncompleteError,
@@ -44,6 +54,7 @@ from .errors import (
     MissingError,
     NotAStoreError,
     ReadOnlyStoreError,
+    ResultsMismatchError,
     RunConflictError,
     SchemaVersionError,
     UnsafeArchiveError,
@@ -66,10 +77,12 @@ __all__ = [
     "MetadataDamagedError",
     "MissingError",
     "NotAStoreError",
+    "PairedStore",
     "ReadOnlyStoreError",
     "RepairRefusedError",
     "RepairReport",
     "Report",
+    "ResultsMismatchError",
     "RunConflictError",
     "SchemaVersionError",
     "Store",
@@ -81,6 +94,7 @@ __all__ = [
     "format_summary",
     "layer_names",
     "length_group",
+    "open_analysis",
     "open_store",
     "pack",
     "repair",

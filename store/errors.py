@@ -57,3 +57,7 @@ class MetadataDamagedError(CorruptStoreError):
 
 class ReadOnlyStoreError(LayerstateError, PermissionError):
     """A store that cannot be written (a zip, a read-only URL) was opened for writing."""
+
+
+class ResultsMismatchError(LayerstateError, ValueError):
+    """A results store was paired with a store other than the one its results belong to."""

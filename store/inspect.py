@@ -35,8 +35,10 @@ def summary(store: Store) -> dict:
             "seed": a.get("seed"), "weights": store.has_weights(rid), "groups": groups,
             "metrics": a.get("metrics"),
         }
+    paired = getattr(store, "results_location", None)
     return {
         "location": str(store.location),
+        "results_location": None if paired is None else str(paired),
         "schema": store.attrs.get("schema"),
         "title": store.attrs.get("title"),
         "created": store.attrs.get("created"),
@@ -77,7 +79,8 @@ def format_summary(info: dict) -> str:
                 f"    {g}: hidden {shape} {h['dtype'] if h else ''} "
                 f"(sequence x position x layer x feature), labels {', '.join(d['labels'])}; {state}"
             )
-    lines.append(f"results  {', '.join(info['results']) or '(none)'}")
+    where = f"  (results store {info['results_location']})" if info.get("results_location") else ""
+    lines.append(f"results  {', '.join(info['results']) or '(none)'}{where}")
     return "\n".join(lines)
 
 

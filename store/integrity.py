@@ -19,7 +19,7 @@ from zarr.core.sync import sync
 
 from . import metadata as M
 from . import schema as S
-from .core import Store
+from .core import PairedStore, Store
 from .errors import LayerstateError, MetadataDamagedError
 from .location import Location
 from .zarrutil import array, chunk_key, group, iter_arrays, quiet
@@ -61,6 +61,17 @@ def validate(store: Store | str, *, check_chunks: bool = True,
         (incomplete lengths, non-finite data allowed, a snapshot older than a write in
         progress).
     """
+    if isinstance(store, PairedStore):  # the source, then its results store
+        rep = validate(store.source, check_chunks=check_chunks)
+        other = validate(store.results_store, check_chunks=check_chunks)
+        where = f"results store {store.results_location}"
+        rep.problems += [f"{where}: {p}" for p in other.problems]
+        rep.warnings += [f"{where}: {w}" for w in other.warnings]
+        rep.n_arrays += other.n_arrays
+        rep.n_chunks += other.n_chunks
+        rep.n_metadata += other.n_metadata
+        rep.damaged_chunks += other.damaged_chunks
+        return rep
     loc = store.location if isinstance(store, Store) else Location(store, storage_options or {})
     rep = Report(str(loc))
     with quiet():

@@ -16,7 +16,7 @@ import zarr
 from . import schema as S
 from .chunks import read_whole
 from .errors import IncompleteError, InvalidArrayError, MissingError
-from .zarrutil import CheckedStore, array, group, naming_corruption, ordered, quiet
+from .zarrutil import CheckedStore, array, from_snapshot, group, naming_corruption, ordered, quiet
 
 
 def lengths(run: zarr.Group, kind: str = "len") -> list[int]:
@@ -60,7 +60,7 @@ def open_length(grp: zarr.Group, run_id: str, length: int, run_attrs: dict, *,
         raise ValueError(f"lazy must be 'dask' or 'xarray', got {lazy!r}")
     with quiet():
         ds = xr.open_zarr(
-            CheckedStore(grp.store), group=grp.path, consolidated=False,
+            CheckedStore(grp.store), group=grp.path, consolidated=from_snapshot(grp),
             zarr_format=3, chunks={} if lazy == "dask" else None,
         )
     ds.attrs["run_id"] = run_id

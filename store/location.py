@@ -65,7 +65,8 @@ class Location:
         if self.is_local:
             return self.local_path.exists()
         fs, root = self.filesystem()
-        return fs.exists(root)
+        # a static web server may answer nothing for a directory, yet serve its files
+        return fs.exists(root) or fs.exists(f"{root.rstrip('/')}/zarr.json")
 
     def zarr_store(self, read_only: bool, *, guarded: bool = True) -> zarr.abc.store.Store:
         """A zarr store object for this location.

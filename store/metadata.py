@@ -153,7 +153,7 @@ def list_dir(zs: Any, prefix: str) -> list[str] | None:
 
     try:
         return sync(go())
-    except (NotImplementedError, OSError, ValueError):
+    except Exception:  # stores that cannot list raise all sorts (HTTP status errors, …)
         return None
 
 
@@ -356,8 +356,8 @@ def walk(zs: Any) -> tuple[dict[str, Copy], bool]:
         if names is None:
             listed = False
             continue
-        for name in sorted(names):
-            if name == ZARR_JSON or (not prefix and name == S.METADATA_COPY):
+        for name in sorted({n.rstrip("/") for n in names}):
+            if not name or name == ZARR_JSON or (not prefix and name == S.METADATA_COPY):
                 continue
             path = f"{prefix}/{name}" if prefix else name
             copy = _read_copy(zs, file_of(path))

@@ -8,7 +8,15 @@ import zarr
 
 from . import schema as S
 from .errors import InvalidArrayError, MissingError, RunConflictError
-from .zarrutil import CHECKSUM, CheckedStore, group, jsonable, naming_corruption, quiet
+from .zarrutil import (
+    CHECKSUM,
+    CheckedStore,
+    from_snapshot,
+    group,
+    jsonable,
+    naming_corruption,
+    quiet,
+)
 
 
 def result_names(root: zarr.Group) -> list[str]:
@@ -55,6 +63,7 @@ def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
             f"no result {name!r} in {where}; stored results: {', '.join(names) or '(none)'}"
         )
     with quiet(), naming_corruption(where), xr.open_zarr(
-        CheckedStore(root.store), group=f"{S.RESULTS}/{name}", consolidated=False, zarr_format=3
+        CheckedStore(root.store), group=f"{S.RESULTS}/{name}", consolidated=from_snapshot(root),
+        zarr_format=3,
     ) as ds:
         return ds.load()

@@ -28,6 +28,7 @@ import crc32c
 import numpy as np
 import xarray as xr
 import zarr
+import zarr.storage
 from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.errors import UnstableSpecificationWarning
 from zarr.storage import WrapperStore
@@ -127,6 +128,17 @@ def array(parent: zarr.Group, name: str) -> zarr.Array:
 
 def node_path(parent: zarr.Group, name: str) -> str:
     return "/".join(p for p in (parent.path, name) if p)
+
+
+def from_snapshot(grp: zarr.Group) -> bool | None:
+    """``consolidated=`` for xarray to reopen ``grp``: True (read the root's snapshot, no
+    listing) for a group read from a consolidated snapshot on a remote store, where listing
+    is slow or impossible (a static web server); False (read the group's own documents, as
+    writers do) otherwise."""
+    if grp.metadata.consolidated_metadata is None:
+        return False
+    store = grp.store_path.store
+    return not isinstance(store, zarr.storage.LocalStore | zarr.storage.ZipStore)
 
 
 def iter_arrays(grp: zarr.Group, prefix: str = "") -> Iterable[tuple[str, zarr.Array]]:

@@ -188,10 +188,10 @@ def probe(
         a single class (the message names the cells); NaN/Inf hidden states (named by run,
         length, layer).
     """
-    from store import Store
+    from store import open_analysis
 
-    if isinstance(store, str):
-        store = Store.open(store, mode="r+" if save else "r")
+    if isinstance(store, str):  # a store that cannot be written keeps its results beside it
+        store = open_analysis(store, write=save)
     plan = plan_probes(
         store,
         target,
