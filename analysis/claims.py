@@ -120,6 +120,11 @@ class NotEvaluable(ClaimError):
     while the other claims are still evaluated."""
 
 
+#: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them).
+LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery")
+#: Metrics read from ``results/ablation/*`` (one value per setting).
+ABLATION = ("ablation_drop", "refit_accuracy")
+
 #: Below this mean clean-corrupt probability gap a run's restoration is undefined: the
 #: corruption does not change its answer (as in :func:`classify_mechanism`'s ``min_gap``).
 MIN_GAP = 0.05
@@ -131,21 +136,26 @@ class Claim(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str = Field(description="Short unique name.")
     statement: str = Field(description="The hypothesis in words, as it will appear in the report.")
-    kind: Literal["difference", "equivalence", "readable_by", "profile_match"] = Field(
-        description="Which test evaluates it."
+    kind: Literal["difference", "equivalence", "readable_by", "profile_match", "bound"] = Field(
+        description="Which test evaluates it (bound: a metric's per-seed mean above/below `threshold`)."
     )
-    metric: Literal["accuracy", "probe_accuracy", "restoration"] = Field(
+    metric: Literal["accuracy", "probe_accuracy", "restoration", "ablation_drop", "refit_accuracy",
+                    "patch_recovery"] = Field(
         default="accuracy",
-        description="accuracy (the model's own readout), probe_accuracy, or restoration "
-        "(interchange interventions: fraction of the clean answer's probability restored).",
+        description="accuracy (the model's own readout), probe_accuracy, restoration (interchange "
+        "interventions: fraction of the clean answer's probability restored), ablation_drop "
+        "(clean - ablated accuracy, results/ablation), refit_accuracy (a probe refitted on the "
+        "ablated states) or patch_recovery (share of the logit gap a patch recovers, results/patching).",
     )
     task: str | None = Field(default=None, description="Task the claim is about.")
     arch: str | None = Field(default=None, description="Architecture the claim is about.")
     archs: list[str] = Field(default=[], description="profile_match: architectures to test (each a claim row).")
     variant: str = Field(default="default", description="Variant for readable_by/profile_match.")
     length: int = Field(default=40, description="Sequence length the metric is taken at.")
-    compare: Literal["variant", "arch", "task", "site"] = Field(
-        default="variant", description="Factor compared (site: interchange sites, metric = restoration)."
+    compare: Literal["variant", "arch", "task", "site", "layer", "setting"] = Field(
+        default="variant",
+        description="Factor compared (site: interchange sites, metric = restoration; layer: layers of "
+        "one model, paired by seed; setting: ablation settings, e.g. leace vs probe).",
     )
     site: str | None = Field(
         default=None, description="restoration: the patched site (key, value, divider, query) when not compared."
@@ -168,8 +178,18 @@ class Claim(BaseModel):
         description="Difference claims: 'margin' supports the claim only if |effect| > margin "
         "(minimum-effect test) rather than != 0.",
     )
-    layer: str | None = Field(default=None, description="readable_by: the layer, e.g. L1.")
-    threshold: float | None = Field(default=None, description="readable_by: accuracy to exceed.")
+    layer: str | None = Field(default=None, description="The layer, e.g. L1 (readable_by, bound, and the "
+                              "probe, ablation and patching metrics when layers are not compared).")
+    threshold: float | None = Field(default=None, description="readable_by: accuracy to exceed; bound: "
+                                    "the value the metric's mean lies above (direction greater) or below.")
+    setting: str | None = Field(default=None, description="ablation_drop, refit_accuracy: the ablation "
+                                "setting (probe, leace, pca:4, ...) when settings are not compared.")
+    positions: list[int] = Field(default=[], description="patch_recovery: the patched positions averaged "
+                                 "over (default: every patched position).")
+    baseline: Literal["none", "chance"] = Field(
+        default="none", description="refit_accuracy: 'chance' takes the metric minus each run's chance "
+        "(majority-class accuracy of the evaluated positions).",
+    )
     matches: str | None = Field(default=None, description="profile_match: task whose profile `task` should match.")
     differs_from: str | None = Field(default=None, description="profile_match: task it should differ from.")
     target: str | None = Field(default=None, description="probe_accuracy: the probed label (default the run's target).")
@@ -184,6 +204,7 @@ class Claim(BaseModel):
             "equivalence": ("task", "treatment", "reference", "margin"),
             "readable_by": ("task", "arch", "layer", "threshold"),
             "profile_match": ("task", "matches", "differs_from"),
+            "bound": ("task", "arch", "threshold"),
         }[self.kind]
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
@@ -198,11 +219,7 @@ class Claim(BaseModel):
                 raise ValueError("restoration claims compare sites, architectures or variants within one task")
             if self.compare != "site" and self.site is None:
                 raise ValueError("a restoration claim compares sites (compare = 'site') or names one site = ...")
-        if self.kind in ("difference", "equivalence") and self.metric == "probe_accuracy":
-            raise ValueError(
-                f"{self.kind} claims use metric = 'accuracy' or 'restoration'; "
-                "for probe accuracy use readable_by or profile_match"
-            )
+        self._check_seed_metrics()
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
         if self.model not in (None, "paired_t") and (
@@ -219,16 +236,49 @@ class Claim(BaseModel):
                 raise ValueError("test_against = 'margin' needs a margin (the effect to exceed)")
         return self
 
+    def _check_seed_metrics(self) -> None:
+        """The fields the per-seed metrics (bound claims, layer and setting comparisons) need."""
+        m = self.metric
+        if self.kind == "bound":
+            if self.direction == "two-sided":
+                raise ValueError("a bound claim needs direction = 'greater' (mean above threshold) or 'less'")
+            if m == "restoration" and self.site is None:
+                raise ValueError("a bound claim on restoration names its site = ...")
+        elif self.kind in ("readable_by", "profile_match") and m not in ("accuracy", "probe_accuracy"):
+            raise ValueError(f"metric = {m!r} works with difference, equivalence and bound claims")
+        if self.compare == "layer":
+            if m not in LAYERED:
+                raise ValueError(f"compare = 'layer' needs metric = {', '.join(map(repr, LAYERED))} "
+                                 f"(a layer profile), not {m!r}")
+            if self.layer is not None:
+                raise ValueError("compare = 'layer' takes the layers as treatment and reference; drop layer = ...")
+        if self.compare == "setting" and m not in ABLATION:
+            raise ValueError("compare = 'setting' needs metric = 'ablation_drop' or 'refit_accuracy'")
+        compares = self.kind in ("difference", "equivalence")
+        if m in LAYERED and self.layer is None and not (compares and self.compare == "layer") and (
+                self.kind not in ("readable_by", "profile_match")):
+            raise ValueError(f"metric = {m!r} needs layer = ... (or compare = 'layer')")
+        if m in ABLATION and self.setting is None and not (compares and self.compare == "setting"):
+            raise ValueError(f"metric = {m!r} needs setting = ... (the ablation setting, e.g. 'probe'), "
+                             "or compare = 'setting'")
+        if self.setting is not None and m not in ABLATION:
+            raise ValueError("setting = ... is for metric = 'ablation_drop' or 'refit_accuracy'")
+        if self.positions and m != "patch_recovery":
+            raise ValueError("positions = [...] is for metric = 'patch_recovery'")
+        if self.baseline == "chance" and m != "refit_accuracy":
+            raise ValueError("baseline = 'chance' is for metric = 'refit_accuracy'")
+
     def levels(self) -> list[tuple[str, str, str | int]]:
         """Every level of the experiment the claim names, as ``(field, factor, level)``:
-        factors are ``task``, ``arch``, ``variant``, ``site``, ``layer`` and ``length``, in the
-        order they are checked (tasks first: sites and layers depend on them)."""
+        factors are ``task``, ``arch``, ``variant``, ``site``, ``layer``, ``setting`` (ablation),
+        ``position`` (patching) and ``length``, in the order they are checked (tasks first:
+        sites and layers depend on them)."""
         named: list[tuple[str, str, str | int | None]] = [
             ("task", "task", self.task),
             ("arch", "arch", self.arch),
             *(("archs", "arch", a) for a in self.archs),
         ]
-        if self.kind in ("readable_by", "profile_match"):  # the others compare or span variants
+        if self.kind in ("readable_by", "profile_match", "bound"):  # the others compare or span variants
             named.append(("variant", "variant", self.variant))
         named += [
             ("treatment", self.compare, self.treatment),
@@ -238,6 +288,8 @@ class Claim(BaseModel):
             ("length", "length", self.length),
             ("site", "site", self.site),
             ("layer", "layer", self.layer),
+            ("setting", "setting", self.setting),
+            *(("positions", "position", p) for p in self.positions),
         ]
         return [(f, factor, level) for f, factor, level in named if level is not None]
 
@@ -317,12 +369,25 @@ def _sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
 
 
 def _seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
-    """Per-seed accuracy with dims (task, arch, variant, seed) at the claim's length (plus
-    ``site`` for restoration)."""
+    """The claim's metric, one value per trained model: dims (task, arch, variant, seed) at
+    the claim's length, plus ``site`` (restoration), ``layer`` (probe_accuracy,
+    patch_recovery) or ``layer, setting`` (ablation_drop, refit_accuracy)."""
     from analysis.stats import seed_estimates
 
     if claim.metric == "restoration":
         return _seed_restoration(store, claim, cache)
+    if claim.metric == "probe_accuracy":
+        probes = cache.get("probes")
+        if probes is None:
+            raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
+        key = ("probe", claim.length)
+        if key not in cache:
+            cache[key] = seed_profiles(store, probes, claim.length)
+        return cast(xr.DataArray, cache[key])
+    if claim.metric in ABLATION:
+        return _seed_ablation(store, claim, cache)
+    if claim.metric == "patch_recovery":
+        return _seed_patching(store, claim, cache)
     key = ("accuracy", claim.length)
     if key not in cache:
         corr = _sequence_counts(store, claim, cache)
@@ -393,6 +458,97 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     return out
 
 
+def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missing: str) -> xr.DataArray:
+    """``extract(dataset) -> DataArray (run, ...)`` over the stored ``<prefix>/*`` results that
+    hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
+    then by factors; a run in two results must be told apart by ``result``."""
+    from analysis.behaviour import by_factors
+
+    names = [n for n in store.results() if n.startswith(f"{prefix}/")]
+    if claim.result is not None:
+        if f"{prefix}/{claim.result}" not in names:
+            raise ClaimError(f"claim {claim.id!r}: no result {prefix}/{claim.result}; stored: "
+                             f"{', '.join(names) or 'none'}")
+        names = [f"{prefix}/{claim.result}"]
+    parts: list[xr.DataArray] = []
+    source: dict[str, str] = {}
+    for name in names:
+        ds = store.read_result(name)
+        if not length_ok(ds):
+            continue
+        keep = [i for i, r in enumerate(ds.run.values) if store.run_attrs(str(r)).get("task") == claim.task]
+        for i in keep:
+            rid = str(ds.run.values[i])
+            if rid in source:
+                raise ClaimError(
+                    f"claim {claim.id!r}: run {rid!r} has results in {source[rid]} and {name}; say which "
+                    f"with result = \"{source[rid].split('/', 1)[1]}\""
+                )
+            source[rid] = name
+        if keep:
+            parts.append(extract(ds.isel(run=keep)))
+    if not parts:
+        raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
+                           f"{claim.length}; {missing}")
+    out = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
+    return by_factors(out.reset_coords(drop=True), store)
+
+
+def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed ``accuracy_drop`` or refitted-probe ``probe_accuracy`` (minus ``chance`` with
+    ``baseline = "chance"``) of ``results/ablation/*`` at the claim's length: dims (task,
+    arch, variant, seed, layer, setting)."""
+    key = ("ablation", claim.metric, claim.baseline, claim.task, claim.length, claim.result)
+    if key in cache:
+        return cast(xr.DataArray, cache[key])
+    L = claim.length
+    var = "accuracy_drop" if claim.metric == "ablation_drop" else "probe_accuracy"
+
+    def extract(ds: xr.Dataset) -> xr.DataArray:
+        if var not in ds:
+            raise ClaimError(f"claim {claim.id!r}: the ablation results hold no {var} (ablated without "
+                             "the refitted probe?); run `layerstate ablate` with the refit")
+        out = ds[var].sel(length=L, drop=True)
+        if claim.baseline == "chance":
+            out = out - ds["chance"].sel(length=L, drop=True)
+        return out.astype(float)
+
+    out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
+                   extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
+    cache[key] = out
+    return out
+
+
+def _seed_patching(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed patching ``recovery`` of ``results/patching/*`` (length attribute = the claim's
+    length), averaged over the claim's ``positions`` (default all): dims (task, arch, variant,
+    seed, layer). The mean of per-position recoveries is the share of the gap one patched
+    position recovers on average, as every position's recovery has the same denominator
+    (the run's summed gap); a run whose summed gap is not positive has none (NaN)."""
+    key = ("patching", claim.task, claim.length, tuple(claim.positions), claim.result)
+    if key in cache:
+        return cast(xr.DataArray, cache[key])
+
+    def extract(ds: xr.Dataset) -> xr.DataArray:
+        rec = ds["recovery"]
+        if claim.positions:
+            have = [int(p) for p in ds.position.values]
+            lost = [p for p in claim.positions if p not in have]
+            if lost:
+                raise ClaimError(f"claim {claim.id!r}: positions {lost} were not patched; patched: "
+                                 f"{have[0]}..{have[-1]} ({len(have)} positions)")
+            rec = rec.sel(position=list(claim.positions))
+        out = rec.mean("position")
+        if "gap" in ds:
+            out = out.where(ds["gap"].sum("sequence") > 0)
+        return out.astype(float)
+
+    out = _per_run(store, claim, "patching", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
+                   extract, f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`")
+    cache[key] = out
+    return out
+
+
 def _levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:
     have = [str(v) for v in da[dim].values]
     for w in wanted:
@@ -408,6 +564,9 @@ def _pair(da: xr.DataArray, claim: Claim) -> tuple[xr.DataArray, xr.DataArray]:
     fixed: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": None}
     if claim.metric == "restoration":
         fixed["site"] = claim.site
+    for dim, level in (("layer", claim.layer), ("setting", claim.setting)):
+        if dim in da.dims:
+            fixed[dim] = level
     fixed[claim.compare] = None
     for dim, level in fixed.items():
         if level is not None:
@@ -427,8 +586,10 @@ def _pair(da: xr.DataArray, claim: Claim) -> tuple[xr.DataArray, xr.DataArray]:
 
 
 def _too_few(claim: Claim, found: int, what: str = "with results in both conditions") -> NotEvaluable:
-    why = (f"; restoration is undefined for models whose answer the corruption does not move "
-           f"(mean probability gap < {MIN_GAP})" if claim.metric == "restoration" else "")
+    why = {"restoration": f"; restoration is undefined for models whose answer the corruption does not move "
+                          f"(mean probability gap < {MIN_GAP})",
+           "patch_recovery": "; recovery is undefined for models whose summed logit gap is not positive"
+           }.get(claim.metric, "")
     return NotEvaluable(
         f"claim {claim.id!r} needs at least 2 seeds {what} (found {found}){why}; train more seeds "
         "(or longer) — seeds are the unit of replication"
@@ -484,7 +645,10 @@ def _test_text(claim: Claim, model: str) -> str:
     return text
 
 
-def _evaluate_restoration(store: Store, claim: Claim, cache: dict) -> dict:
+def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
+    """A difference/equivalence claim on a per-seed metric (restoration, probe accuracy,
+    ablation drop, refitted probe accuracy, patching recovery): the paired t on per-seed
+    differences."""
     from analysis.stats.equivalence import paired_t_np
 
     t, r = _pair(_seed_metric(store, claim, cache), claim)
@@ -498,7 +662,7 @@ def _evaluate_restoration(store: Store, claim: Claim, cache: dict) -> dict:
         n_seeds=int(ok.sum()), margin=claim.margin if claim.margin else np.nan,
         treatment_mean=float(t.values[ok].mean()), reference_mean=float(r.values[ok].mean()),
         test=_test_text(claim, "paired_t"), model="paired_t",
-        dropped=(f"paired_t: seeds {_seed_list(t.seed.values[undefined])} (restoration undefined in one "
+        dropped=(f"paired_t: seeds {_seed_list(t.seed.values[undefined])} ({claim.metric} undefined in one "
                  "condition)" if undefined.any() else ""),
         crosscheck_model="", variance="",
     )
@@ -572,8 +736,8 @@ def _dropped(claim: Claim, models: list[str], present: np.ndarray, C: np.ndarray
 
 
 def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
-    if claim.metric == "restoration":
-        return _evaluate_restoration(store, claim, cache)
+    if claim.metric != "accuracy":
+        return _evaluate_seedwise(store, claim, cache)
     return _evaluate_accuracy(store, claim, cache)
 
 
@@ -629,6 +793,16 @@ def _decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, s
         if hi < (claim.threshold or 0):
             return "contradicted", "", f"the {iv} lies below {claim.threshold:g}"
         return "inconclusive", "", f"not shown above {claim.threshold:g} (Holm p = {_fmt(p)}; {iv})"
+    if claim.kind == "bound":
+        p, v = adj["other"], claim.threshold or 0.0
+        side, opposite = ("above", "below") if claim.direction == "greater" else ("below", "above")
+        what = "mean" + (" minus chance" if claim.baseline == "chance" else "")
+        if p < ALPHA:
+            return "supported", "", f"{what} {side} {v:g} (one-sided t, Holm p = {_fmt(p)}; {iv})"
+        if (claim.direction == "greater" and hi < v) or (claim.direction == "less" and lo > v):
+            return "contradicted", "", f"the {iv} lies {opposite} {v:g}"
+        return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {_fmt(p)}; {iv}); MDE {row['mde']:.3f} "
+                                    f"{side} it at {int(row['n_seeds'])} seeds")
     if claim.kind == "profile_match":
         p = adj["other"]
         if p < ALPHA:
@@ -711,6 +885,61 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
         "treatment_mean": mean, "reference_mean": claim.threshold,
         "test": f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}",
     }
+
+
+def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
+    """One-sided t on the per-seed values of the claim's metric against ``threshold``."""
+    from analysis.stats.contrasts import mde_se
+
+    threshold = claim.threshold
+    if threshold is None:  # the Claim validator requires one
+        raise ClaimError(f"claim {claim.id!r}: a bound claim needs a threshold")
+    da = _seed_metric(store, claim, cache)
+    sel: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": claim.variant,
+                                  "site": claim.site, "layer": claim.layer, "setting": claim.setting}
+    for dim, level in sel.items():
+        if dim in da.dims and level is not None:
+            _levels(da, dim, [level], claim)
+            da = da.sel({dim: level})
+    extra = [d for d in da.dims if d != "seed" and da.sizes[d] > 1]
+    if extra:
+        raise ClaimError(f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim")
+    x = np.asarray(da.squeeze([d for d in da.dims if d != "seed"], drop=True).values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        raise _too_few(claim, int(x.size), "with a defined value")
+    n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
+    se = sd / math.sqrt(n) if sd > 0 else 1e-12  # seeds alike (e.g. all at 1.0): the mean decides
+    tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
+    t = (mean - threshold) / se
+    p = float(sps.t.sf(t, n - 1) if claim.direction == "greater" else sps.t.cdf(t, n - 1))
+    what = {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
+            "refit_accuracy": f"refitted probe accuracy after {claim.setting} at {claim.layer}"
+                              + (" minus chance" if claim.baseline == "chance" else ""),
+            "patch_recovery": f"patching recovery at {claim.layer}"
+                              + (f", positions {_ranges(claim.positions)}" if claim.positions else ""),
+            "probe_accuracy": f"probe accuracy at {claim.layer}",
+            "restoration": f"restoration at {claim.site}",
+            "accuracy": "accuracy"}[claim.metric]
+    side = ">" if claim.direction == "greater" else "<"
+    return {
+        "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "se": se, "df": float(n - 1),
+        "p": p, "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan,
+        "mde": float(mde_se(se, n - 1, ALPHA, 0.8, "one-sided")),
+        "treatment_mean": mean, "reference_mean": threshold, "model": "paired_t",
+        "test": f"one-sided t over seeds: mean {what} at L = {claim.length} {side} {threshold:g}",
+    }
+
+
+def _ranges(values: list[int]) -> str:
+    """``[10, 11, 12, 20]`` -> ``'10-12, 20'``."""
+    out: list[str] = []
+    for v in sorted(values):
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
 
 
 def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray:
@@ -816,9 +1045,13 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         except NotEvaluable as exc:
             return {"test": f"not evaluable: {exc}", "not_evaluable": True}
 
+    cache["probes"] = probes
     for claim in claims:
-        if claim.kind in ("difference", "equivalence"):
-            rows.append(attempt(_evaluate_comparison, store, claim, cache))
+        if claim.kind in ("difference", "equivalence", "bound"):
+            if claim.metric == "probe_accuracy" and probes is None:
+                raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
+            fn = _evaluate_bound if claim.kind == "bound" else _evaluate_comparison
+            rows.append(attempt(fn, store, claim, cache))
             ids.append(claim.id)
             kept.append(claim)
             continue

@@ -230,11 +230,15 @@ class Experiment(CapturePlan):
     @model_validator(mode="after")
     def _claims_fit_the_grid(self) -> Experiment:
         for claim in self.claims:
-            if claim.metric == "restoration" and not self.capture.counterfactual_pairs:
+            if claim.metric in ("restoration", "patch_recovery") and not self.capture.counterfactual_pairs:
                 raise ClaimError(
-                    f"claim {claim.id!r}: restoration needs counterfactual pairs; set [capture] "
+                    f"claim {claim.id!r}: {claim.metric} needs counterfactual pairs; set [capture] "
                     "counterfactual_pairs and counterfactual_lengths"
                 )
+            if claim.metric in ("ablation_drop", "refit_accuracy") and not self.analysis.ablate:
+                raise ClaimError(f"claim {claim.id!r}: {claim.metric} needs ablations; set [analysis] ablate = true")
+            if claim.metric == "patch_recovery" and not self.analysis.patch:
+                raise ClaimError(f"claim {claim.id!r}: patch_recovery needs patching; set [analysis] patch = true")
             claim.check_levels(self.levels_for(claim))
         ids = [c.id for c in self.claims]
         for i, ref in enumerate(self.reference, 1):
@@ -284,19 +288,25 @@ class Experiment(CapturePlan):
         """What ``claim`` may name in this experiment: factor -> levels (``None``: not checked).
 
         Lengths are those captured (counterfactual lengths for restoration, probed lengths for
-        probe claims); sites are the interchange sites of the claim's task (its named
+        probe claims, ablated lengths for ablation metrics, the patched length for
+        patch_recovery); sites are the interchange sites of the claim's task (its named
         counterfactual positions, else ``corrupt`` and ``label``, as
         :func:`analysis.interventions.interchange` picks them); layers are those of every
-        architecture the claim reads.
+        architecture the claim reads; settings those of ``[analysis] ablate_settings`` (sweeps
+        expanded: ``pca:1,4`` is ``pca:1`` and ``pca:4``); positions those patched.
         """
         from capture.models import ModelConfig
         from store import layer_names
 
-        grid, cap = self.grid, self.capture
+        grid, cap, ana = self.grid, self.capture, self.analysis
         if claim.metric == "restoration":
             lengths: list[int] = list(cap.counterfactual_lengths)
-        elif claim.kind in ("readable_by", "profile_match"):
-            lengths = list(self.analysis.probe_lengths or cap.lengths)
+        elif claim.metric == "patch_recovery":
+            lengths = [ana.patch_length]
+        elif claim.metric in ("ablation_drop", "refit_accuracy"):
+            lengths = list(ana.ablate_lengths or cap.lengths)
+        elif claim.kind in ("readable_by", "profile_match") or claim.metric == "probe_accuracy":
+            lengths = list(ana.probe_lengths or cap.lengths)
         else:
             lengths = list(cap.lengths)
         sites = None
@@ -313,7 +323,22 @@ class Experiment(CapturePlan):
             per_arch = [layer_names(ModelConfig(arch=a, **self.models.get(a, {})).n_layers) for a in archs]
             layers = [lay for lay in per_arch[0] if all(lay in other for other in per_arch[1:])]
         return {"task": grid.tasks, "arch": grid.archs, "variant": grid.variants, "length": lengths,
-                "site": sites, "layer": layers}
+                "site": sites, "layer": layers, "setting": _ablation_settings(ana.ablate_settings),
+                "position": list(ana.patch_positions if ana.patch_positions is not None
+                                 else range(ana.patch_length))}
+
+
+def _ablation_settings(settings: list[str]) -> list[str]:
+    """The setting names an ablation with ``settings`` stores (``pca:1,4`` -> ``pca:1``,
+    ``pca:4``), as :func:`analysis.interventions.ablation.parse_settings` expands them."""
+    out: list[str] = []
+    for text in settings:
+        method, _, ks = str(text).partition(":")
+        if method != "matched" and ks and "," in ks:
+            out += [f"{method}:{k.strip()}" for k in ks.split(",")]
+        else:
+            out.append(str(text))
+    return list(dict.fromkeys(out))
 
 
 def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[str]:

@@ -62,7 +62,7 @@ def test_claims_are_dumped_as_written(tmp_path):
         ({"metric": "restoration", "site": "value", "length": 80},
          r"length 80 is not one of this experiment's lengths \(40\)"),
         ({"kind": "equivalence"}, r"an equivalence claim needs margin"),
-        ({"metric": "probe_accuracy"}, r"difference claims use metric = 'accuracy' or 'restoration'"),
+        ({"metric": "probe_accuracy"}, r"metric = 'probe_accuracy' needs layer = \.\.\. \(or compare = 'layer'\)"),
     ],
 )
 def test_malformed_claims_are_refused_at_load(change, match):
@@ -168,3 +168,48 @@ def test_claim_models_are_checked_at_load():
     exp = parse_experiment(minimal([{**CLAIM, "model": "mixedlm", "margin": 0.05, "test_against": "margin"}]))
     assert exp.claims[0].model == "mixedlm"
     assert exp.model_dump(mode="json")["claims"][0]["model"] == "mixedlm"
+
+
+SEEDWISE = {"id": "c", "statement": "s", "kind": "bound", "task": "parity", "arch": "mamba", "direction": "greater",
+            "metric": "ablation_drop", "setting": "probe", "layer": "L3", "threshold": 0.0}
+ANALYSIS = {"ablate": True, "ablate_settings": ["probe", "leace", "pca:1,4"], "ablate_lengths": [40, 80],
+            "patch": True, "patch_length": 40}
+
+
+@pytest.mark.parametrize(
+    ("change", "analysis", "match"),
+    [
+        ({"setting": "inlp:4"}, ANALYSIS,
+         r"claim 'c': setting 'inlp:4' is not one of this experiment's settings \(probe, leace, pca:1, pca:4\)"),
+        ({"length": 120}, ANALYSIS, r"length 120 is not one of this experiment's lengths \(40, 80\)"),
+        ({"layer": "L4"}, ANALYSIS, r"layer 'L4' is not one of this experiment's layers \(embed, L0, L1, L2, L3\)"),
+        ({}, {}, r"claim 'c': ablation_drop needs ablations; set \[analysis\] ablate = true"),
+        ({"metric": "patch_recovery", "setting": None, "positions": [20, 40]}, ANALYSIS,
+         r"claim 'c': positions 40 is not one of this experiment's positions \(0, 1, 2"),
+        ({"metric": "patch_recovery", "setting": None, "length": 80}, ANALYSIS,
+         r"length 80 is not one of this experiment's lengths \(40\)"),
+        ({"metric": "patch_recovery", "setting": None}, {}, r"patch_recovery needs patching; set \[analysis\] patch"),
+        ({"kind": "difference", "compare": "layer", "layer": None, "treatment": "L3", "reference": "L5"}, ANALYSIS,
+         r"reference 'L5' is not one of this experiment's layers"),
+        ({"kind": "difference", "compare": "setting", "setting": None, "treatment": "leace",
+          "reference": "random:4"}, ANALYSIS, r"reference 'random:4' is not one of this experiment's settings"),
+    ],
+)
+def test_seed_metric_claims_are_checked_against_the_analysis_at_load(change, analysis, match):
+    claim = {k: v for k, v in {**SEEDWISE, **change}.items() if v is not None}
+    with pytest.raises(ExperimentError, match=match) as info:
+        parse_experiment(minimal([claim], analysis=analysis), source="exp.toml")
+    assert str(info.value).startswith("exp.toml: claim") and "\n" not in str(info.value)
+
+
+def test_seed_metric_claims_load():
+    claims = [SEEDWISE,
+              {**SEEDWISE, "id": "d", "metric": "patch_recovery", "setting": None, "positions": [19, 20]},
+              {**SEEDWISE, "id": "e", "kind": "difference", "metric": "probe_accuracy", "setting": None,
+               "layer": None, "compare": "layer", "treatment": "L3", "reference": "L2", "margin": 0.2,
+               "test_against": "margin"},
+              {**SEEDWISE, "id": "f", "metric": "refit_accuracy", "baseline": "chance", "setting": "pca:4"}]
+    exp = parse_experiment(minimal([{k: v for k, v in c.items() if v is not None} for c in claims],
+                                   analysis=ANALYSIS))
+    assert [c.kind for c in exp.claims] == ["bound", "bound", "difference", "bound"]
+    assert exp.model_dump(mode="json")["claims"][1]["positions"] == [19, 20]
