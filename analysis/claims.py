@@ -7,7 +7,7 @@ loads (:mod:`layerstate.experiment`), so a malformed claim never waits for train
     [[claims]]
     id = "conv1d-s3"
     statement = "Removing Conv1D lowers Mamba's S3 accuracy"
-    kind = "difference"            # difference | equivalence | readable_by | profile_match
+    kind = "difference"            # difference | equivalence | readable_by | profile_match | bound
     task = "s3"
     arch = "mamba"
     treatment = "no_conv"          # levels of `compare` (default: variant)
@@ -75,6 +75,39 @@ Tests (seeds are the unit; see :mod:`analysis.stats`):
 - ``readable_by``: one-sided t test that the mean probe accuracy at ``layer`` exceeds
   ``threshold`` across seeds.
 - ``profile_match``: exact permutation test over seeds of the layer-profile shape distance.
+- ``bound``: one-sided t over seeds that the mean of the claim's metric lies above
+  (``direction = "greater"``) or below (``"less"``) ``threshold``; ``supported`` when the
+  Holm-corrected p is below alpha (uncorrected, the one-sided 95% bound clears the value),
+  ``contradicted`` when the 95% interval lies wholly on the other side, else
+  ``inconclusive`` with the MDE at the seeds there are. Seeds that all sit at one value (e.g.
+  accuracy 1.0) have no spread: the mean alone decides.
+
+**Per-seed metrics** (one value per trained model; difference and equivalence claims on them
+use the paired t on per-seed differences, bound claims the one-sided t):
+
+==================  ============================================================  ==============
+metric              value per seed                                                needs
+==================  ============================================================  ==============
+``accuracy``        the model's accuracy (bound claims; difference and            length
+                    equivalence claims use the per-sequence models above)
+``probe_accuracy``  the probe profile at ``layer`` (``results/probes``)           layer
+``restoration``     interchange restoration at ``site``                           site
+``ablation_drop``   ``accuracy_drop`` (clean - ablated accuracy) of               layer, setting
+                    ``results/ablation/*`` at ``layer``, ``setting``, ``length``
+``refit_accuracy``  ``probe_accuracy`` of the probe refitted on the ablated       layer, setting
+                    states; ``baseline = "chance"`` subtracts the run's
+                    ``chance`` (majority-class accuracy)
+``patch_recovery``  ``recovery`` of ``results/patching/*`` at ``layer``,          layer
+                    averaged over ``positions`` (default all patched); NaN
+                    when the run's summed logit gap is not positive
+==================  ============================================================  ==============
+
+``compare = "layer"`` compares two layers of one model's profile (``treatment = "L3"``,
+``reference = "L2"``; any metric with a ``layer``), paired by seed: e.g. "the probe accuracy
+jumps by more than 0.2 at the last layer" is a difference claim with ``margin = 0.2`` and
+``test_against = "margin"``, "no step exceeds 0.2" an equivalence claim with that margin.
+``compare = "setting"`` compares ablation settings (``leace`` vs ``probe``). ``result``
+picks one ``ablation/<name>`` or ``patching/<name>`` result when several hold a run.
 """
 
 from __future__ import annotations
