@@ -1,0 +1,576 @@
+"""What every importer shares: the run, the mapping from a tool's names to layers and sites,
+the checks on what a source hands over, and the resumable, streaming write into a store.
+
+A *source* is what one tool produced, seen as named arrays with a leading ``sequence`` axis
+and ``position`` second: ``(sequence, position, d)`` activations (more trailing dims are
+flattened into one), plus perhaps tokens and logits. A :class:`Plan` says which names make
+``hidden`` (in layer order; several names are summed, e.g. TransformerLens' ``hook_embed`` +
+``hook_pos_embed``), which are extra sites, which are tokens and logits.
+
+Sources come two ways:
+
+* *ranged* (files: safetensors, ``.npy``, a ``datasets`` directory): every array's shape is
+  known from headers before anything is read, so every check runs before the first write,
+  and each block of sequences is read on its own (bounded memory; a resumed import reads
+  only the blocks the store does not record as written);
+* *batches* (in-memory TransformerLens caches, nnsight trace outputs): a list is checked
+  whole before writing; a generator is checked batch by batch, and a batch that fails stops
+  the import with its blocks before it recorded and the group marked incomplete (readers
+  refuse it; running the import again resumes).
+
+Writes go through :meth:`store.Store.length_writer` (``write_block``): a killed import
+leaves finished blocks recorded, and running it again redoes only the rest.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from store import InvalidArrayError, LayerstateError, MissingError, Store
+from store.schema import layer_names
+from store.zarrutil import to_numpy
+
+#: The optional extra that brings every importer's library.
+EXTRA = "interop"
+
+
+class MissingExtraError(LayerstateError, ImportError):
+    """An importer's library is not installed (the message names the extra to install)."""
+
+
+def require(module: str, what: str) -> Any:
+    """Import ``module`` for ``what``, or one line saying which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"{what} needs the Python package {module.split('.')[0]!r}: "
+            f"pip install 'layerstate[{EXTRA}]'"
+        ) from None
+
+
+# ---------------------------------------------------------------------- the run
+@dataclass
+class RunInfo:
+    """The run the imported activations belong to (its identity, docs/store-format.md S9)."""
+
+    run_id: str
+    task: str = "imported"
+    arch: str = "unknown"
+    seed: int = 0
+    variant: str = "default"
+    model_config: Mapping[str, Any] | None = None
+    task_config: Mapping[str, Any] | None = None
+
+
+def as_run(run: RunInfo | str, **kw: Any) -> RunInfo:
+    return run if isinstance(run, RunInfo) else RunInfo(run, **kw)
+
+
+# ---------------------------------------------------------------------- naming
+@dataclass
+class Plan:
+    """Which source names make which stored variable."""
+
+    layers: list[tuple[str, tuple[str, ...]]]         # layer name -> source names summed
+    sites: list[tuple[str, str]] = field(default_factory=list)  # site name -> source name
+    tokens: str | None = None
+    logits: str | None = None
+
+    def activation_names(self) -> list[str]:
+        names = [n for _lay, src in self.layers for n in src] + [s for _n, s in self.sites]
+        return list(dict.fromkeys(names))
+
+    def names(self) -> list[str]:
+        extra = [n for n in (self.tokens, self.logits) if n is not None]
+        return self.activation_names() + extra
+
+
+def site_var(site: str) -> str:
+    """Store variable of a site (the convention of ``capture.record``): ``L1.cell`` -> ``site_L1_cell``."""
+    return "site_" + re.sub(r"[^A-Za-z0-9]+", "_", site).strip("_")
+
+
+def natural(name: str) -> tuple[Any, ...]:
+    """Sort key that puts ``L2`` before ``L10``."""
+    return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", name) if t)
+
+
+TOKEN_NAMES = ("tokens", "token_ids", "input_ids", "embed.hook_in", "hook_tokens")
+LOGIT_NAMES = ("logits",)
+
+_TL_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+
+
+def select(names: Iterable[str], patterns: Sequence[str] | None, what: str) -> list[str]:
+    """The names matching any of ``patterns`` (globs), in order; a pattern matching nothing
+    is an error naming what there is."""
+    names = list(names)
+    if not patterns:
+        return []
+    out: list[str] = []
+    for pat in patterns:
+        hit = [n for n in names if fnmatch.fnmatchcase(n, pat)]
+        if not hit:
+            raise MissingError(f"{what}: no hook/array matches {pat!r}; there are: {_some(names)}")
+        out += [n for n in hit if n not in out]
+    return out
+
+
+def transformer_lens_plan(names: Sequence[str], sites: Sequence[str] | None = None) -> Plan | None:
+    """The residual stream of a TransformerLens cache: ``embed`` = ``hook_embed`` (+
+    ``hook_pos_embed``) or ``blocks.0.hook_resid_pre``; ``L<i>`` = ``blocks.<i>.hook_resid_post``
+    (or ``blocks.<i+1>.hook_resid_pre``). None if ``names`` hold no residual-stream hook.
+    ``sites`` (globs) pick other hooks, stored as sites ``L<i>.<hook>`` (``blocks.<i>.`` renamed)."""
+    have = set(names)
+    post = {int(m[1]) for n in names if (m := _TL_BLOCK.match(n)) and m[2] == "hook_resid_post"}
+    pre = {int(m[1]) for n in names if (m := _TL_BLOCK.match(n)) and m[2] == "hook_resid_pre"}
+    if not post and not pre and "hook_embed" not in have:
+        return None
+    layers: list[tuple[str, tuple[str, ...]]] = []
+    if "hook_embed" in have:
+        layers.append(("embed", ("hook_embed",) + (("hook_pos_embed",) if "hook_pos_embed" in have else ())))
+    elif 0 in pre:
+        layers.append(("embed", ("blocks.0.hook_resid_pre",)))
+    top = max(post | {i - 1 for i in pre}, default=-1)
+    for i in range(top + 1):
+        if i in post:
+            layers.append((f"L{i}", (f"blocks.{i}.hook_resid_post",)))
+        elif i + 1 in pre:
+            layers.append((f"L{i}", (f"blocks.{i + 1}.hook_resid_pre",)))
+        else:
+            raise MissingError(f"hook 'blocks.{i}.hook_resid_post' is missing: the residual stream "
+                               f"has blocks {sorted(post)} (resid_post) and {sorted(pre)} (resid_pre)")
+    used = {n for _lay, src in layers for n in src}
+    chosen = select([n for n in names if n not in used], sites, "sites")
+    return Plan(layers, [(_tl_site(n), n) for n in chosen], _first(names, TOKEN_NAMES),
+                _first(names, LOGIT_NAMES))
+
+
+def _tl_site(name: str) -> str:
+    m = _TL_BLOCK.match(name)
+    return f"L{m[1]}.{m[2]}" if m else name
+
+
+_MODULE_BLOCK = re.compile(r"^(?P<stack>(?:.*\.)?(?:h|layers|blocks|layer|block))\.(?P<i>\d+)$")
+_EMBED_ENDS = ("embed", "wte", "embed_tokens", "embed_in", "embeddings", "embedding",
+               "word_embeddings", "drop", "emb")
+
+
+def module_plan(names: Sequence[str], *, layers: Sequence[str] | Mapping[str, str] | None = None,
+                embed: str | None = None, sites: Sequence[str] | None = None) -> Plan:
+    """Layers from module paths (nnsight): ``layers`` given (a list, the first being the
+    embedding's output, or a mapping layer name -> path), or found: ``….h.<i>`` /
+    ``….layers.<i>`` / ``….blocks.<i>`` are blocks ``L<i>``, and ``embed`` (or the one path
+    ending in ``wte``, ``embed_tokens``, ``embeddings``, ``drop``, …) is ``embed``. The other
+    paths are sites (all of them unless ``sites`` picks some), named with ``L<i>.`` for a
+    block's children."""
+    names = list(names)
+    tokens, logits = _first(names, TOKEN_NAMES), _first(names, LOGIT_NAMES)
+    if layers is not None:
+        mapping = (dict(layers) if isinstance(layers, Mapping)
+                   else dict(zip(layer_names(len(layers) - 1), layers, strict=True)))
+        for path in mapping.values():
+            if path not in names:
+                raise MissingError(f"layer {path!r} is not among the saved outputs: {_some(names)}")
+        plan_layers: list[tuple[str, tuple[str, ...]]] = [(lay, (path,)) for lay, path in mapping.items()]
+    else:
+        blocks: dict[int, str] = {}
+        stacks = set()
+        for n in names:
+            m = _MODULE_BLOCK.match(n)
+            if m:
+                blocks[int(m["i"])] = n
+                stacks.add(m["stack"])
+        if len(stacks) > 1:
+            raise InvalidArrayError(f"outputs of several block stacks {sorted(stacks)}: give layers=[...]")
+        if not blocks:
+            raise MissingError(f"no block outputs (….h.<i>, ….layers.<i>) among {_some(names)}: "
+                               "give layers=[embedding path, block 0 path, …]")
+        missing = [i for i in range(max(blocks) + 1) if i not in blocks]
+        if missing:
+            stack = next(iter(stacks))
+            raise MissingError(f"block output {stack}.{missing[0]} is missing (saved blocks {sorted(blocks)})")
+        if embed is None:
+            cands = [n for n in names if n not in blocks.values() and n.split(".")[-1] in _EMBED_ENDS]
+            embed = cands[0] if len(cands) == 1 else None
+        elif embed not in names:
+            raise MissingError(f"embed {embed!r} is not among the saved outputs: {_some(names)}")
+        plan_layers = ([("embed", (embed,))] if embed else []) + [  # type: ignore[assignment]
+            (f"L{i}", (blocks[i],)) for i in sorted(blocks)]
+    used = {n for _lay, src in plan_layers for n in src} | {tokens, logits}
+    rest = [n for n in names if n not in used]
+    chosen = rest if sites is None else select(rest, sites, "sites")
+    prefix = {src[0]: lay for lay, src in plan_layers}
+    return Plan(plan_layers, [(_module_site(n, prefix), n) for n in chosen], tokens, logits)
+
+
+def _module_site(name: str, prefix: Mapping[str, str]) -> str:
+    for path, lay in sorted(prefix.items(), key=lambda kv: -len(kv[0])):
+        if name.startswith(path + "."):
+            return f"{lay}.{name[len(path) + 1:]}"
+    return name
+
+
+def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
+               sites: Sequence[str] | None = None) -> Plan:
+    """Layers from array names in files (safetensors, ``.npy``, a ``datasets`` directory):
+    ``layers`` given (in that order, stored under their own names), or TransformerLens hook
+    names (:func:`transformer_lens_plan`), or every activation name — ``embed``, ``L0``, … in
+    schema order, others in natural order."""
+    names = list(names)
+    tokens, logits = _first(names, TOKEN_NAMES), _first(names, LOGIT_NAMES)
+    if layers:
+        chosen = select([n for n in names if n not in (tokens, logits)], layers, "layers")
+        rest = [n for n in names if n not in chosen and n not in (tokens, logits)]
+        return Plan([(n, (n,)) for n in chosen], [(n, n) for n in select(rest, sites, "sites")],
+                    tokens, logits)
+    tl = transformer_lens_plan(names, sites)
+    if tl is not None:
+        return tl
+    acts = [n for n in names if n not in (tokens, logits)]
+    if not acts:
+        raise MissingError(f"no activation arrays among {_some(names)}")
+    acts.sort(key=lambda n: (n != "embed", natural(n)))
+    return Plan([(n, (n,)) for n in acts], [], tokens, logits)
+
+
+def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
+    return next((w for w in wanted if w in names), None)
+
+
+def _some(names: Sequence[str], k: int = 12) -> str:
+    names = list(names)
+    more = f", … ({len(names)} in all)" if len(names) > k else ""
+    return ", ".join(names[:k]) + more if names else "(none)"
+
+
+# ---------------------------------------------------------------------- sources
+Arrays = dict[str, np.ndarray]
+
+
+class Ranged(Protocol):
+    """A source whose arrays can be read by sequence range (files)."""
+
+    what: str
+    n_sequences: int
+    shapes: dict[str, tuple[int, ...]]   # name -> shape (sequence first)
+
+    def read(self, names: Sequence[str], start: int, stop: int) -> Arrays: ...
+
+
+@dataclass
+class Batches:
+    """A source that arrives in batches (in-memory caches, trace outputs).
+
+    ``batches`` yields one mapping name -> array (sequence first) per batch; ``n_sequences``
+    is needed up front when ``batches`` is a generator (the store is laid out at full size).
+    """
+
+    what: str
+    batches: Iterable[Mapping[str, Any]]
+    n_sequences: int | None = None
+
+
+def _dims(shape: Sequence[int]) -> tuple[int, int, int]:
+    """(sequences, positions, width) of an activation shape (trailing dims flattened)."""
+    width = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return int(shape[0]), int(shape[1]), width
+
+
+def check_shapes(shapes: Mapping[str, Sequence[int]], plan: Plan, where: str,
+                 ref: Mapping[str, Sequence[int]] | None = None) -> int:
+    """Check one batch's (or a whole file source's) shapes against the plan and against the
+    first batch's ``ref``; the number of sequences. Each failure is one line naming the hook
+    and the batch."""
+    counts = {}
+    for name in plan.names():
+        if name not in shapes:
+            had = " (the first batch has it)" if ref is not None and name in ref else ""
+            raise MissingError(f"{where}: hook {name!r} is missing{had}; it has {_some(list(shapes))}")
+        shape = tuple(shapes[name])
+        kind = "tokens" if name == plan.tokens else "activation"
+        if len(shape) < (2 if kind == "tokens" else 3):
+            raise InvalidArrayError(f"{where}: hook {name!r} has shape {shape}; expected (sequence, position"
+                                    f"{'' if kind == 'tokens' else ', feature…'})")
+        counts[name] = shape[0]
+        if ref is not None and name in ref and tuple(ref[name])[1:] != shape[1:]:
+            raise InvalidArrayError(f"{where}: hook {name!r} has shape {shape}, the first batch "
+                                    f"{tuple(ref[name])}: positions and widths must agree across batches")
+    if len(set(counts.values())) > 1:
+        a, b = sorted(counts.items(), key=lambda kv: kv[1])[:: max(1, len(counts) - 1)][:2]
+        raise InvalidArrayError(f"{where}: hook {a[0]!r} has {a[1]} sequences but {b[0]!r} has {b[1]}")
+    lengths = {n: tuple(shapes[n])[1] for n in plan.names()}
+    if len(set(lengths.values())) > 1:
+        lo, hi = min(lengths.items(), key=lambda kv: kv[1]), max(lengths.items(), key=lambda kv: kv[1])
+        raise InvalidArrayError(f"{where}: hook {lo[0]!r} has {lo[1]} positions but {hi[0]!r} has {hi[1]}")
+    flat: dict[str, int] = {}
+    for lay, src in plan.layers:
+        widths = {_dims(shapes[s])[2] for s in src}
+        if len(widths) > 1:
+            raise InvalidArrayError(f"{where}: hooks {list(src)} summed into {lay!r} have different widths")
+        flat[lay] = widths.pop()
+    if len(set(flat.values())) > 1:
+        by_width = sorted(flat.items(), key=lambda kv: kv[1])
+        (l1, w1), (l2, w2) = by_width[0], by_width[-1]
+        src1, src2 = dict(plan.layers)[l1][0], dict(plan.layers)[l2][0]
+        raise InvalidArrayError(f"{where}: hook {src1!r} has width {w1} but {src2!r} has {w2}: every layer "
+                                "of hidden has one width (store the odd one as a site: sites=[...])")
+    return next(iter(counts.values()))
+
+
+# ---------------------------------------------------------------------- labels
+@dataclass
+class Labels:
+    """Per-position labels (name -> (sequence, position) ints, -1 undefined), tokens, mask."""
+
+    labels: dict[str, np.ndarray] = field(default_factory=dict)
+    tokens: np.ndarray | None = None
+    mask: np.ndarray | None = None
+
+
+def label_arrays(labels: Mapping[str, Any] | Labels | None, tokens: Any, mask: Any) -> Labels:
+    if isinstance(labels, Labels):
+        out = labels
+    else:
+        out = Labels({k: np.asarray(to_numpy(v)) for k, v in (labels or {}).items()})
+    if tokens is not None:
+        out.tokens = np.asarray(to_numpy(tokens))
+    if mask is not None:
+        out.mask = np.asarray(to_numpy(mask)).astype(bool)
+    return out
+
+
+def _check_labels(lab: Labels, n: int, L: int) -> None:
+    for name, arr in [*lab.labels.items(), ("tokens", lab.tokens), ("mask", lab.mask)]:
+        if arr is None:
+            continue
+        if arr.shape != (n, L):
+            raise InvalidArrayError(f"{name} has shape {arr.shape}; the activations are {(n, L)} "
+                                    "(sequence, position)")
+        if arr.dtype.kind not in "iub":
+            raise InvalidArrayError(f"{name} must be integers, got dtype {arr.dtype}")
+
+
+# ---------------------------------------------------------------------- the write
+@dataclass
+class ImportResult:
+    """What an import wrote."""
+
+    store: str
+    run_id: str
+    length: int
+    n_sequences: int
+    layers: list[str]
+    sites: list[str]
+    labels: list[str]
+    blocks_written: int
+    blocks_total: int
+    source: str
+
+
+def write(
+    store: Store | str,
+    run: RunInfo,
+    source: Ranged | Batches,
+    plan: Plan,
+    *,
+    labels: Mapping[str, Any] | Labels | str | None = None,
+    tokens: Any = None,
+    mask: Any = None,
+    dtype: str = "float16",
+    block_size: int | None = None,
+    fmt: str,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Write ``source`` through ``plan`` into run ``run`` of ``store`` (created if missing)."""
+    lab = (labels, tokens, mask)
+    if isinstance(source, Batches):
+        return _write_batches(store, run, source, plan, lab, dtype, block_size, fmt, progress)
+    n = check_shapes(source.shapes, plan, source.what)
+    return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what,
+                  lambda start, stop: source.read(plan.names(), start, stop), progress)
+
+
+def _write_batches(store, run, source: Batches, plan: Plan, lab: tuple[Any, Any, Any], dtype: str,
+                   block_size: int | None, fmt: str, progress) -> ImportResult:
+    batches = source.batches
+    if isinstance(batches, Sequence):  # in memory: every batch checked before anything is written
+        ref: dict[str, tuple[int, ...]] | None = None
+        total = 0
+        for i, b in enumerate(batches):
+            shapes = shapes_of(b)
+            total += check_shapes(shapes, plan, f"{source.what}, batch {i}", ref)
+            ref = ref or shapes
+        if source.n_sequences is not None and source.n_sequences != total:
+            raise InvalidArrayError(f"{source.what}: n_sequences={source.n_sequences} but the batches "
+                                    f"hold {total} sequences")
+        n = total
+        it: Iterator[Mapping[str, Any]] = iter(batches)
+    else:
+        it = iter(batches)
+        if source.n_sequences is None:
+            raise InvalidArrayError(f"{source.what} arrive from a generator: give n_sequences= "
+                                    "(the store is laid out at its full size first)")
+        n = source.n_sequences
+    head = next(it, None)
+    if head is None:
+        raise InvalidArrayError(f"{source.what}: no batches")
+    shapes0 = shapes_of(head)
+    check_shapes(shapes0, plan, f"{source.what}, batch 0")
+    reader = _Sequential(source.what, plan, head, shapes0, it)
+    return _write(store, run, plan, lab, n, shapes0, dtype, block_size, fmt, source.what,
+                  reader.read, progress, after=reader.finish)
+
+
+def first_tensor(value: Any) -> Any:
+    """A module's output: the first element of a tuple (blocks that return (hidden, cache, …))."""
+    while isinstance(value, tuple | list) and value:
+        value = value[0]
+    return value
+
+
+def shapes_of(batch: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for k in batch.keys():
+        v = first_tensor(batch[k])
+        out[str(k)] = tuple(int(x) for x in (v.shape if hasattr(v, "shape") else np.shape(v)))
+    return out
+
+
+class _Sequential:
+    """Reads ``[start, stop)`` from batches arriving in order, keeping only what is unread
+    (bounded memory); each new batch is checked against the first."""
+
+    def __init__(self, what: str, plan: Plan, head: Mapping[str, Any], ref: dict[str, tuple[int, ...]],
+                 rest: Iterator[Mapping[str, Any]]) -> None:
+        self.what, self.plan, self.ref, self.rest = what, plan, ref, rest
+        self.buf: list[Arrays] = [self._take(head)]
+        self.buf_start = 0      # sequence index of buf[0][0]
+        self.index = 1          # batches taken so far
+        self.count = len(next(iter(self.buf[0].values())))
+
+    def _take(self, batch: Mapping[str, Any]) -> Arrays:
+        out = {}
+        for k in self.plan.names():
+            out[k] = np.asarray(to_numpy(first_tensor(batch[k])))
+        return out
+
+    def read(self, start: int, stop: int) -> Arrays:
+        while self.count < stop:
+            batch = next(self.rest, None)
+            if batch is None:
+                raise InvalidArrayError(f"{self.what}: the batches end after {self.count} sequences, "
+                                        f"fewer than the {stop} expected")
+            shapes = shapes_of(batch)
+            m = check_shapes(shapes, self.plan, f"{self.what}, batch {self.index}", self.ref)
+            self.index += 1
+            self.buf.append(self._take(batch))
+            self.count += m
+        # drop batches wholly before start
+        while self.buf and self.buf_start + len(next(iter(self.buf[0].values()))) <= start:
+            self.buf_start += len(next(iter(self.buf.pop(0).values())))
+        out: dict[str, list[np.ndarray]] = {k: [] for k in self.plan.names()}
+        pos = self.buf_start
+        for b in self.buf:
+            m = len(next(iter(b.values())))
+            lo, hi = max(start, pos) - pos, min(stop, pos + m) - pos
+            if lo < hi:
+                for k, v in b.items():
+                    out[k].append(v[lo:hi])
+            pos += m
+            if pos >= stop:
+                break
+        return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in out.items()}
+
+    def finish(self) -> None:
+        extra = next(self.rest, None)
+        if extra is not None:
+            raise InvalidArrayError(f"{self.what}: more sequences than n_sequences={self.count}")
+
+
+def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, Any], n: int,
+           shapes: Mapping[str, Sequence[int]], dtype: str, block_size: int | None, fmt: str,
+           what: str, read: Callable[[int, int], Arrays], progress: Callable[[int], None] | None,
+           after: Callable[[], None] | None = None) -> ImportResult:
+    from .labels import resolve
+
+    _n, L, width = _dims(shapes[plan.layers[0][1][0]])
+    lab = label_arrays(resolve(given[0], n, L), given[1], given[2])
+    if plan.tokens is not None and lab.tokens is None:
+        tokens_from_source = True
+    else:
+        tokens_from_source = False
+    _check_labels(lab, n, L)
+    labels = dict(lab.labels)
+    if not labels:
+        if lab.tokens is None and not tokens_from_source:
+            raise MissingError(f"{what}: no labels and no tokens; give labels (a CSV/Parquet table "
+                               "keyed by sequence, position, or arrays) or tokens")
+        labels = {"token": lab.tokens} if lab.tokens is not None else {"token": None}  # type: ignore[dict-item]
+    n_classes = _dims(shapes[plan.logits])[2] if plan.logits else None
+    extra = {site_var(s): (("position", f"{site_var(s)}_feature"), (L, _dims(shapes[src])[2]), dtype)
+             for s, src in plan.sites}
+    if len(extra) != len(plan.sites):
+        raise InvalidArrayError(f"{what}: two sites share the store name {sorted(extra)}")
+    st = store if isinstance(store, Store) else Store.create(store, exist_ok=True)
+    st.add_run(run.run_id, task=run.task, arch=run.arch, seed=run.seed, variant=run.variant,
+               model_config=run.model_config, task_config=run.task_config)
+    attrs = {"sites": [s for s, _ in plan.sites], "stream": "import",
+             "source": {"format": fmt, "what": what,
+                        "layers": {lay: list(src) for lay, src in plan.layers}}}
+    written = 0
+    with st.length_writer(run.run_id, L, n_sequences=n, n_features=width, labels=list(labels),
+                          layers=[lay for lay, _ in plan.layers], n_classes=n_classes, dtype=dtype,
+                          block_size=block_size, attrs=attrs, extra=extra or None) as w:
+        todo = w.missing_blocks()
+        for b in range(w.n_blocks) if after is not None else todo:
+            start, stop = w.block_range(b)
+            arrays = read(start, stop)
+            if b not in todo:
+                continue
+            m = stop - start
+            hidden = np.stack([_layer(arrays, src, m, L) for _lay, src in plan.layers], axis=2)
+            tok = lab.tokens[start:stop] if lab.tokens is not None else (
+                arrays[plan.tokens].reshape(m, L) if plan.tokens else np.full((m, L), -1))
+            block_labels = {k: (tok if v is None else v[start:stop]) for k, v in labels.items()}
+            w.write_block(
+                b, hidden=hidden, tokens=tok, labels=block_labels,
+                mask=None if lab.mask is None else lab.mask[start:stop],
+                logits=arrays[plan.logits].reshape(m, L, -1) if plan.logits else None,
+                extra={site_var(s): arrays[src].reshape(m, L, -1) for s, src in plan.sites} or None,
+            )
+            written += 1
+            if progress is not None:
+                progress(stop - start)
+        if after is not None:
+            after()
+        total = w.n_blocks
+    return ImportResult(str(st.location), run.run_id, L, n, [lay for lay, _ in plan.layers],
+                        [s for s, _ in plan.sites], list(labels), written, total, what)
+
+
+def _layer(arrays: Arrays, src: tuple[str, ...], m: int, L: int) -> np.ndarray:
+    first = arrays[src[0]].reshape(m, L, -1)
+    if len(src) == 1:
+        return first
+    total = first.astype("float32")
+    for s in src[1:]:
+        total = total + arrays[s].reshape(m, L, -1)
+    return total
+
+
+def format_import(res: ImportResult) -> str:
+    """One line: what was imported where."""
+    did = (f"{res.blocks_written} of {res.blocks_total} blocks written" if res.blocks_written != res.blocks_total
+           else f"{res.blocks_total} blocks")
+    sites = f", sites {', '.join(res.sites)}" if res.sites else ""
+    return (f"{res.store}: run {res.run_id!r} length {res.length}: {res.n_sequences} sequences, layers "
+            f"{', '.join(res.layers)}{sites}; labels {', '.join(res.labels)} ({did}) from {res.source}")

@@ -1,0 +1,207 @@
+"""Activations in files: safetensors files and directories of ``.npy`` arrays.
+
+Both hold ``(sequence, position, d)`` arrays by name, one per layer (plus, optionally,
+``tokens`` / ``token_ids`` / ``input_ids`` and ``logits``); several files are batches of
+sequences in file-name order (natural: ``part_2`` before ``part_10``), every file with the
+same names. Names become layers by :func:`~capture.importers.common.named_plan` (given
+``layers=``, else TransformerLens hook names, else ``embed, L0, …``); ``plan=`` overrides.
+
+Every file's header is read and checked before anything is written; each block of sequences
+is then read on its own (safetensors slices, memory-mapped ``.npy``), so memory stays
+bounded and a resumed import reads only the blocks not yet recorded. ``.npy`` files are
+opened with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store import InvalidArrayError, MissingError, Store
+
+from .common import Arrays, ImportResult, Plan, RunInfo, as_run, named_plan, natural, require, write
+
+
+class _Files:
+    """A ranged source over several files (batches), each holding every name."""
+
+    what: str
+    parts: list[dict[str, tuple[int, ...]]]
+    names: list[str]
+
+    def check(self, names: Sequence[str]) -> None:
+        """Every file holds ``names`` with agreeing shapes; sets the sequence offsets."""
+        ref = self.parts[0]
+        for i, shapes in enumerate(self.parts):
+            missing = [n for n in names if n not in shapes]
+            if missing:
+                had = " (the first file has it)" if i and missing[0] in ref else ""
+                raise MissingError(f"{self.part_name(i)}: hook {missing[0]!r} is missing{had}")
+            for n in names:
+                if shapes[n][1:] != ref[n][1:]:
+                    raise InvalidArrayError(f"{self.part_name(i)}: hook {n!r} has shape {shapes[n]}, the "
+                                            f"first file {ref[n]}: positions and widths must agree")
+            counts = {n: shapes[n][0] for n in names}
+            if len(set(counts.values())) > 1:
+                lo, hi = min(counts.items(), key=lambda kv: kv[1]), max(counts.items(), key=lambda kv: kv[1])
+                raise InvalidArrayError(f"{self.part_name(i)}: hook {lo[0]!r} has {lo[1]} sequences "
+                                        f"but {hi[0]!r} has {hi[1]}")
+        self.starts = [0]
+        for shapes in self.parts:
+            self.starts.append(self.starts[-1] + shapes[names[0]][0])
+        self.n_sequences = self.starts[-1]
+        self.shapes = {n: (self.n_sequences, *ref[n][1:]) for n in names}
+
+    def part_name(self, i: int) -> str:
+        return f"{self.what}, file {i}"
+
+    def _slice(self, i: int, name: str, lo: int, hi: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def read(self, names: Sequence[str], start: int, stop: int) -> Arrays:
+        out: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        for i in range(len(self.parts)):
+            a, b = self.starts[i], self.starts[i + 1]
+            lo, hi = max(start, a), min(stop, b)
+            if lo < hi:
+                for n in names:
+                    out[n].append(self._slice(i, n, lo - a, hi - a))
+        return {n: v[0] if len(v) == 1 else np.concatenate(v) for n, v in out.items()}
+
+
+class SafetensorsSource(_Files):
+    """safetensors files read by slices (``safe_open``; bfloat16 through torch)."""
+
+    def __init__(self, paths: list[Path], what: str) -> None:
+        st = require("safetensors", "importing safetensors files")
+        self.paths = paths
+        self.handles: list[Any] = []
+        parts = []
+        for p in paths:
+            try:
+                h = st.safe_open(str(p), framework="pt")
+            except Exception as exc:
+                raise InvalidArrayError(f"{p} is not a safetensors file ({type(exc).__name__}: "
+                                        f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+            self.handles.append(h)
+            parts.append({k: tuple(h.get_slice(k).get_shape()) for k in h.keys()})
+        self.what, self.parts, self.names = what, parts, sorted(parts[0], key=natural)
+
+    def part_name(self, i: int) -> str:
+        return str(self.paths[i])
+
+    def _slice(self, i: int, name: str, lo: int, hi: int) -> np.ndarray:
+        t = self.handles[i].get_slice(name)[lo:hi]
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.numpy()
+
+
+class NpySource(_Files):
+    """A directory of ``<name>.npy`` files (one batch), or of such directories (batches)."""
+
+    def __init__(self, dirs: list[Path], what: str) -> None:
+        self.dirs = dirs
+        self.arrays: list[dict[str, np.ndarray]] = []
+        parts = []
+        for d in dirs:
+            arrays = {}
+            for f in sorted(d.glob("*.npy")):
+                try:
+                    arrays[f.stem] = np.load(f, mmap_mode="r", allow_pickle=False)
+                except ValueError as exc:
+                    raise InvalidArrayError(f"{f}: cannot be read without pickle ({exc})") from None
+            if not arrays:
+                raise MissingError(f"{d} holds no .npy files")
+            self.arrays.append(arrays)
+            parts.append({k: tuple(v.shape) for k, v in arrays.items()})
+        self.what, self.parts, self.names = what, parts, sorted(parts[0], key=natural)
+
+    def part_name(self, i: int) -> str:
+        return str(self.dirs[i])
+
+    def _slice(self, i: int, name: str, lo: int, hi: int) -> np.ndarray:
+        return np.asarray(self.arrays[i][name][lo:hi])
+
+
+def safetensors_files(path: str | os.PathLike[str]) -> list[Path]:
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"), key=lambda f: natural(f.name))
+        if not files:
+            raise MissingError(f"{p} holds no .safetensors files")
+        return files
+    if not p.exists():
+        raise FileNotFoundError(f"{p} does not exist")
+    return [p]
+
+
+def npy_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    p = Path(path)
+    if not p.is_dir():
+        raise InvalidArrayError(f"{p} is not a directory of .npy files") if p.exists() else FileNotFoundError(
+            f"{p} does not exist")
+    if any(p.glob("*.npy")):
+        return [p]
+    subs = sorted((d for d in p.iterdir() if d.is_dir() and any(d.glob("*.npy"))), key=lambda d: natural(d.name))
+    if not subs:
+        raise MissingError(f"{p} holds no .npy files (nor directories of them)")
+    return subs
+
+
+def _import(source: _Files, store: Store | str, run: RunInfo | str, *, layers, sites, plan, labels,
+            tokens, mask, dtype, block_size, fmt, default_arch, run_fields) -> ImportResult:
+    plan = plan or named_plan(source.names, layers=layers, sites=sites)
+    source.check(plan.names())
+    return write(store, as_run(run, **{"arch": default_arch, **run_fields}), source, plan,
+                 labels=labels, tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt=fmt)
+
+
+def import_safetensors(
+    store: Store | str,
+    run: RunInfo | str,
+    path: str | os.PathLike[str],
+    *,
+    layers: Sequence[str] | None = None,
+    sites: Sequence[str] | None = None,
+    plan: Plan | None = None,
+    labels: Any = None,
+    tokens: Any = None,
+    mask: Any = None,
+    dtype: str = "float16",
+    block_size: int | None = None,
+    fmt: str = "safetensors",
+    **run_fields: Any,
+) -> ImportResult:
+    """Import a safetensors file, or a directory of them (batches in name order)."""
+    files = safetensors_files(path)
+    src = SafetensorsSource(files, str(path))
+    return _import(src, store, run, layers=layers, sites=sites, plan=plan, labels=labels, tokens=tokens,
+                   mask=mask, dtype=dtype, block_size=block_size, fmt=fmt, default_arch="unknown",
+                   run_fields=run_fields)
+
+
+def import_npy(
+    store: Store | str,
+    run: RunInfo | str,
+    path: str | os.PathLike[str],
+    *,
+    layers: Sequence[str] | None = None,
+    sites: Sequence[str] | None = None,
+    plan: Plan | None = None,
+    labels: Any = None,
+    tokens: Any = None,
+    mask: Any = None,
+    dtype: str = "float16",
+    block_size: int | None = None,
+    **run_fields: Any,
+) -> ImportResult:
+    """Import a directory of ``<layer>.npy`` files (or a directory of such directories)."""
+    src = NpySource(npy_dirs(path), str(path))
+    return _import(src, store, run, layers=layers, sites=sites, plan=plan, labels=labels, tokens=tokens,
+                   mask=mask, dtype=dtype, block_size=block_size, fmt="npy", default_arch="unknown",
+                   run_fields=run_fields)
