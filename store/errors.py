@@ -61,3 +61,7 @@ class ReadOnlyStoreError(LayerstateError, PermissionError):
 
 class ResultsMismatchError(LayerstateError, ValueError):
     """A results store was paired with a store other than the one its results belong to."""
+
+
+class MissingDependencyError(LayerstateError, ImportError):
+    """A store's location needs a package that is not installed (e.g. aiohttp for HTTP)."""

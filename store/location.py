@@ -6,10 +6,12 @@ filesystem view that ``pack``, ``inspect`` (sizes) and ``validate`` (chunk exist
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import fsspec
 import zarr.abc.store
 import zarr.storage
 
-from .errors import UnsafeArchiveError, WriterLockedError
+from .errors import MissingDependencyError, UnsafeArchiveError, WriterLockedError
 from .metadata import GuardedFsspecStore, GuardedLocalStore, GuardedZipStore
 
 
@@ -58,8 +60,21 @@ class Location:
         """The fsspec filesystem and root path of a directory-like store."""
         if self.is_local:
             return fsspec.filesystem("file"), str(self.local_path)
-        fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        with self._needs_packages():
+            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
         return fs, root
+
+    @contextlib.contextmanager
+    def _needs_packages(self) -> Iterator[None]:
+        """fsspec's ImportError for a protocol (HTTP needs aiohttp, s3 s3fs) as one line."""
+        try:
+            yield
+        except ImportError as exc:
+            protocol = self.url.split("://", 1)[0]
+            raise MissingDependencyError(
+                f"{self.url}: reading {protocol}:// stores needs a package that is not installed "
+                f"({exc}); install it, e.g. pip install 'fsspec[{protocol}]'"
+            ) from None
 
     def exists(self) -> bool:
         if self.is_local:
@@ -90,7 +105,9 @@ class Location:
             zs = local_cls(self.local_path, read_only=read_only)
         else:
             fs_cls = GuardedFsspecStore if guarded else zarr.storage.FsspecStore
-            zs = fs_cls.from_url(self.url, storage_options=self.storage_options or None, read_only=read_only)
+            with self._needs_packages():
+                zs = fs_cls.from_url(self.url, storage_options=self.storage_options or None,
+                                     read_only=read_only)
         if guarded:
             zs.where = self.url
         return zs

@@ -179,6 +179,7 @@ def served(shared):
 
 @pytest.mark.slow
 def test_a_store_served_over_http_is_analysed_into_a_local_results_store(shared, served, tmp_path):
+    pytest.importorskip("aiohttp")  # fsspec's HTTP filesystem (fsspec[http])
     res = cli("probe", served, "--positions", "pooled", "--folds", "2")
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
     assert "cannot be written (a read-only URL): give --results DIR|URL" in res.output
