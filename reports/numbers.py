@@ -200,9 +200,10 @@ def group_intervals(
 def _by_seed_dim(da: xr.DataArray, grp: pd.DataFrame) -> xr.DataArray:
     """``run`` -> ``seed`` (the runs of one task/arch/variant differ only in their seed)."""
     seeds = [int(s) for s in grp["seed"]]
-    out = da.rename(run="seed").assign_coords(seed=seeds)
-    drop = [c for c in out.coords if c not in out.dims]
-    return out.drop_vars(drop)
+    # Non-index coordinates go first: results may carry a per-run ``seed`` coordinate of
+    # their own, which would clash with the renamed dimension.
+    bare = da.drop_vars([c for c in da.coords if c not in da.dims])
+    return bare.rename(run="seed").assign_coords(seed=seeds)
 
 
 def _cells_for(num: xr.DataArray, den: xr.DataArray | None, method: str):
@@ -247,17 +248,3 @@ def read_result(store, name: str) -> xr.Dataset:
     """``store.read_result(name)`` with plain strings (see :func:`plain_strings`)."""
     return plain_strings(store.read_result(name))
 
-
-def clip_unit(frame: pd.DataFrame, prefixes: Sequence[str] = ("",)) -> pd.DataFrame:
-    """Clip the ``<prefix>lower``/``<prefix>upper`` columns of a proportion to [0, 1].
-
-    A t interval of an accuracy near 1 can reach past it; the parameter cannot, so the
-    clipped interval covers the truth whenever the unclipped one does.
-    """
-    frame = frame.copy()
-    for p in prefixes:
-        for end in ("lower", "upper"):
-            col = f"{p}{end}" if p == "" else f"{p}_{end}"
-            if col in frame:
-                frame[col] = frame[col].clip(0.0, 1.0)
-    return frame

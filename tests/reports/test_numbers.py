@@ -1,0 +1,25 @@
+"""reports.numbers: the run -> seed reshaping used by every interval in the report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from reports.numbers import _by_seed_dim
+
+
+def test_runs_become_seeds_even_when_the_result_carries_its_own_seed_coordinate():
+    # Intervention results carry per-run factor coordinates (task, arch, seed, ...); the
+    # rename of run -> seed must not clash with them.
+    runs = ["parity-lstm-default-s0", "parity-lstm-default-s1"]
+    da = xr.DataArray(
+        np.arange(6.0).reshape(2, 3), dims=("run", "sequence"),
+        coords={"run": runs, "seed": ("run", [0, 1]), "arch": ("run", ["lstm", "lstm"])},
+    )
+    grp = pd.DataFrame({"seed": [0, 1]}, index=runs)
+    out = _by_seed_dim(da, grp)
+    assert out.dims == ("seed", "sequence")
+    assert list(out["seed"].values) == [0, 1]
+    assert set(out.coords) == {"seed"}
+    np.testing.assert_array_equal(out.values, da.values)
