@@ -58,21 +58,115 @@ def probe_summary(name: str, ds: xr.Dataset, seconds: float) -> str:
 
 
 def ablation_lines(ds: xr.Dataset) -> Iterator[str]:
-    """The accuracy drop per layer, per run and setting (at the first length)."""
+    """The accuracy drop per layer, per run and setting (at the first length); where the result
+    says what each erasure removed, the share of variance beside it (``!`` marks a flagged
+    cell), a ``FLAG`` line naming each flagged layer and why, and each setting's drop beyond
+    its matched control (docs/interventions.md)."""
+    diagnosed = "variance_removed" in ds
     for r in ds.run.values:
         for setting in ds.setting.values:
-            vals = ds.accuracy_drop.sel(run=r, setting=setting).isel(length=0).values
-            line = " ".join(f"{lay}={v:+.3f}" for lay, v in zip(ds.layer.values, vals, strict=True))
+            cell = ds.sel(run=r, setting=setting).isel(length=0)
+            vals = cell.accuracy_drop.values
+            marks = _flags(cell) if diagnosed else [""] * len(vals)
+            line = " ".join(f"{lay}={v:+.3f}{m and '!'}"
+                            for lay, v, m in zip(ds.layer.values, vals, marks, strict=True))
+            if diagnosed:
+                line += " | variance removed: " + " ".join(
+                    f"{lay}={v:.2f}" for lay, v in zip(ds.layer.values, cell.variance_removed.values,
+                                                       strict=True))
             yield f"{r} [{setting}] accuracy drop: {line}"
+            for lay, why in zip(ds.layer.values, marks, strict=True):
+                if why:
+                    yield f"{r} [{setting}] FLAG {lay}: {why}"
+    if diagnosed:
+        yield from _matched_lines(ds)
+
+
+def _flags(cell: xr.Dataset) -> list[str]:
+    """Per layer of one (run, setting, length): why the erasure is flagged ("" if it is not)."""
+    out = []
+    limit = float(cell.attrs.get("max_variance_removed", 0.5)) if cell.attrs else 0.5
+    for i in range(cell.sizes["layer"]):
+        c = cell.isel(layer=i)
+        why = []
+        if bool(c.flag_variance):
+            why.append(f"removes {float(c.variance_removed):.0%} of the layer's variance (flag above "
+                       f"{limit:.0%}): the drop does not single out the concept")
+        if bool(c.degenerate):
+            why.append(f"the states take {int(c.distinct_states)} distinct value(s) and vary in "
+                       f"{int(c.state_rank)} dimension(s), no more than the {int(c.n_directions)} "
+                       "erased: the erasure can remove everything the layer varies in")
+        out.append("; ".join(why))
+    return out
+
+
+def _matched_lines(ds: xr.Dataset) -> Iterator[str]:
+    """``[leace - matched:leace] parity/lstm/default len40: embed=+0.000 [...] ...``: each
+    setting's drop minus its matched control's, paired by seed (a per-run line with one
+    seed)."""
+    from analysis.interventions import matched_comparison
+
+    names = [str(s) for s in ds.setting.values]
+    pairs = [s for s in names if f"matched:{s}" in names]
+    length = ds.length.values[0]
+    layers = ds.layer.values
+    for s in pairs:
+        diff = ds.accuracy_drop.sel(setting=s) - ds.accuracy_drop.sel(setting=f"matched:{s}")
+        try:
+            test = matched_comparison(ds, s, length=length)
+        except ValueError:  # one seed: no paired test, the runs' own differences
+            for r in ds.run.values:
+                vals = diff.sel(run=r, length=length).values
+                text = " ".join(f"{lay}={v:+.3f}" for lay, v in zip(layers, vals, strict=True))
+                yield f"{r} [{s} - matched:{s}] drop beyond the matched control: {text}"
+            continue
+        test = test.stack(model=[d for d in ("task", "arch", "variant") if d in test.dims])
+        for m in range(test.sizes["model"]):
+            t = test.isel(model=m)
+            if not np.isfinite(t.setting_drop.values).any():
+                continue
+            text = " ".join(f"{lay}={float(t.estimate.sel(layer=lay)):+.3f} "
+                            f"[{float(t.lower.sel(layer=lay)):+.3f}, {float(t.upper.sel(layer=lay)):+.3f}]"
+                            for lay in layers)
+            model = "/".join(str(v) for v in t.model.values.item())
+            yield (f"[{s} - matched:{s}] {model} len{length}: drop beyond the matched control {text} "
+                   f"(paired t over {test.attrs.get('n_seeds', '?')} seeds)")
 
 
 def patching_lines(ds: xr.Dataset) -> Iterator[str]:
-    """Each run's most restoring (layer, position)."""
+    """Each run's most restoring (layer, position); where both directions were measured, the
+    most damaging one when noised, both metrics there, the sites where denoising and noising
+    disagree, and a subspace's share of the whole component's effect."""
     for r in ds.run.values:
         rec = ds.recovery.sel(run=r)
-        best = rec.where(rec == rec.max()).argmax(...)
-        lay, pos = ds.layer.values[int(best["layer"])], ds.position.values[int(best["position"])]
-        yield f"{r}: max recovery {float(rec.max()):.3f} at layer {lay}, position {pos}"
+        lay, pos = _argmax(rec)
+        line = f"{r}: max recovery {float(rec.max()):.3f} at layer {lay}, position {pos}"
+        if "damage" in ds:
+            at = {"run": r, "layer": lay, "position": pos}
+            line += (f" (prob {float(ds.recovery_prob.sel(at)):.3f}; noising there: damage "
+                     f"{float(ds.damage.sel(at)):.3f}, prob {float(ds.damage_prob.sel(at)):.3f})")
+            dam = ds.damage.sel(run=r)
+            d_lay, d_pos = _argmax(dam)
+            line += f"; max damage (noising) {float(dam.max()):.3f} at layer {d_lay}, position {d_pos}"
+            where = ds.disagree.sel(run=r).stack(site=["layer", "position"])
+            sites = [f"{a}@{b}" for a, b in where.site.values[where.values.astype(bool)]]
+            line += (f"; denoising and noising disagree at {len(sites)} site(s)"
+                     + (f": {', '.join(sites[:6])}{' ...' if len(sites) > 6 else ''}" if sites else ""))
+        yield line
+        if "subspace_share" in ds:
+            at = {"run": r, "layer": lay, "position": pos}
+            yield (f"{r}: {ds.attrs.get('subspace', 'subspace')} subspace at layer {lay}, position {pos}: "
+                   f"recovery {float(ds.recovery_subspace.sel(at)):.3f} of the whole component's "
+                   f"{float(ds.recovery.sel(at)):.3f} (share {float(ds.subspace_share.sel(at)):.2f})"
+                   + ("; the subspace recovers MORE than the whole component at "
+                      f"{int(ds.subspace_exceeds.sel(run=r).sum())} site(s)"
+                      if bool(ds.subspace_exceeds.sel(run=r).any()) else ""))
+
+
+def _argmax(values: xr.DataArray) -> tuple[Any, Any]:
+    """(layer, position) of the largest value."""
+    best = values.where(values == values.max()).argmax(...)
+    return values.layer.values[int(best["layer"])], values.position.values[int(best["position"])]
 
 
 def interchange_lines(ds: xr.Dataset) -> Iterator[str]:

@@ -642,15 +642,33 @@ def _with_matched(settings: list[Setting]) -> list[Setting]:
     return out
 
 
+#: The run factors a result carries along ``run`` besides ``arch``, and their coordinate names
+#: (prefixed: a ``seed`` coordinate would clash with the ``seed`` dim that readers make of
+#: ``run``).
+RUN_FACTORS = {"task": "run_task", "variant": "run_variant", "seed": "run_seed"}
+
+
 def _run_factors(plan: Plan) -> dict[str, tuple[str, list]]:
-    """``task``, ``variant``, ``seed`` coordinates along ``run`` (``arch`` is the plan's), so
-    that results pair runs by seed without the store (`analysis.behaviour.by_factors`)."""
+    """``run_task``, ``run_variant``, ``run_seed`` coordinates along ``run`` (``arch`` is the
+    plan's), so that results pair runs by seed without the store (`matched_comparison`)."""
     attrs = [plan.store.run_attrs(r) for r in plan.runs]
     return {
-        "task": ("run", [str(a.get("task", "")) for a in attrs]),
-        "variant": ("run", [str(a.get("variant", "default")) for a in attrs]),
-        "seed": ("run", [int(a.get("seed", -1)) for a in attrs]),
+        "run_task": ("run", [str(a.get("task", "")) for a in attrs]),
+        "run_variant": ("run", [str(a.get("variant", "default")) for a in attrs]),
+        "run_seed": ("run", [int(a.get("seed", -1)) for a in attrs]),
     }
+
+
+def _factored(values: xr.DataArray, store: Store | None) -> xr.DataArray:
+    """``run`` -> task, arch, variant, seed dims, from the result's own run coordinates when
+    it has them, else from the store (`analysis.behaviour.by_factors`)."""
+    from analysis.behaviour import by_factors
+
+    own = {f: values[c].values for f, c in RUN_FACTORS.items() if c in values.coords}
+    values = values.drop_vars([c for c in RUN_FACTORS.values() if c in values.coords])
+    if len(own) == len(RUN_FACTORS) and "arch" in values.coords:
+        values = values.assign_coords({f: ("run", list(v)) for f, v in own.items()})
+    return by_factors(values, store)
 
 
 _PER_SETTING = ("run", "length", "layer", "setting", "sequence")
@@ -799,8 +817,8 @@ def matched_comparison(
         S (e.g. ``"leace"``); default every setting whose matched control is in `result`
         (then the output has a ``setting`` dim).
     store : Store, optional
-        Only for results stored before runs carried ``task``/``variant``/``seed``
-        coordinates: their factors are read from the run attributes.
+        Only for results without the ``run_task``/``run_variant``/``run_seed`` coordinates:
+        their runs' factors are read from the run attributes.
     length : int, optional
     layer : str, optional
         Select one length / layer (default all).
@@ -810,7 +828,7 @@ def matched_comparison(
     -------
     xarray.Dataset
         ``estimate``, ``lower``, ``upper``, ``statistic``, ``p``, ``sd`` of the paired
-        difference; ``drop`` and ``drop_matched`` (mean over seeds), ``variance_removed``
+        difference; ``setting_drop`` and ``matched_drop`` (mean over seeds), ``variance_removed``
         (mean over seeds, of S), ``flagged`` (S flagged for some seed: ``flag_variance`` or
         ``degenerate``); attrs ``method``, ``n_seeds``.
 
@@ -819,7 +837,6 @@ def matched_comparison(
     ValueError
         No matched control in `result` for `setting`, or fewer than two seeds.
     """
-    from analysis.behaviour import by_factors
     from analysis.stats import paired_difference
 
     names = [str(v) for v in result.setting.values]
@@ -847,12 +864,12 @@ def matched_comparison(
             values = values.sel(length=length)
         if layer is not None:
             values = values.sel(layer=layer)
-        picked[name] = by_factors(values, store)
+        picked[name] = _factored(values, store)
     treat = picked["drop"].sel(setting=pairs)
     ref = picked["drop"].sel(setting=[f"matched:{s}" for s in pairs]).assign_coords(setting=pairs)
     test = paired_difference(treat, ref, ci_level=ci_level)
-    test["drop"] = treat.mean("seed")
-    test["drop_matched"] = ref.mean("seed")
+    test["setting_drop"] = treat.mean("seed")
+    test["matched_drop"] = ref.mean("seed")
     test["variance_removed"] = picked["variance_removed"].sel(setting=pairs).mean("seed")
     test["flagged"] = picked["flagged"].sel(setting=pairs).max("seed") > 0
     if setting is not None:

@@ -141,7 +141,7 @@ def test_one_direction_of_many_removes_little_variance_and_its_matched_control_n
         assert int(res.state_rank.sel(at)) == 20
     test = matched_comparison(res, "leace", length=LENGTH, layer="L0").sel(
         task="parity", arch="lstm", variant="default")
-    assert float(test.estimate) > 0.3 and float(test.drop_matched) < 0.02
+    assert float(test.estimate) > 0.3 and float(test.matched_drop) < 0.02
     assert not bool(test.flagged)
 
 
@@ -331,3 +331,60 @@ def test_zoo_architectures_carry_the_recurrent_state_caveat():
         assert "recurrent state at later positions" in site_description(arch, "L1", "position 3")
     assert "recurrent" not in site_description("transformer", "L1", "position 3")
 
+
+
+# ----------------------------------------------------------------------------- shown to readers
+@pytest.fixture(scope="module")
+def two_valued_result(two_valued):
+    st, _ = two_valued
+    return st, computed(ablation(st, None, [LENGTH], settings=["leace", "random:1"], layers=["L0"],
+                                 refit=False, matched=True))
+
+
+def test_the_cli_lines_flag_the_degenerate_erasure_and_print_the_matched_difference(two_valued_result):
+    from layerstate import present
+
+    _, res = two_valued_result
+    lines = list(present.ablation_lines(res))
+    drop = next(x for x in lines if x.startswith("r0 [leace] accuracy drop:"))
+    assert "!" in drop and "variance removed: L0=1.00" in drop
+    flag = next(x for x in lines if x.startswith("r0 [leace] FLAG L0:"))
+    assert "removes 100% of the layer's variance" in flag and "2 distinct value(s)" in flag
+    assert not any(x.startswith("r0 [random:1] FLAG L0: removes") for x in lines)
+    matched = [x for x in lines if x.startswith("[leace - matched:leace] parity/lstm/default len8")]
+    assert matched and "L0=+0.000" in matched[0] and "paired t over 2 seeds" in matched[0]
+
+
+def test_the_report_shows_what_each_erasure_removed_beside_its_drop(two_valued_result):
+    from reports.interventions import ablation_frames, matched_table, removed_table
+
+    st, res = two_valued_result
+    drop = ablation_frames(res, st)["drop"]
+    table = removed_table(res, st, drop, LENGTH, "ablation/default", ["embed", "L0"])
+    row = table.display.set_index("setting").loc["leace"]
+    assert row["variance removed"] == "100.0%" and row["flag"] == "variance, degenerate"
+    assert row["states: rank (distinct)"] == "1 (2)" and row["rank removed / erased"] == "1 / 1"
+    matched = matched_table(res, st, LENGTH, "ablation/default")
+    assert matched is not None
+    assert float(matched.data.set_index("setting").loc["leace", "estimate"]) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_cli_and_report_put_both_patching_directions_side_by_side(ar):
+    from layerstate import present
+    from reports.interventions import PATCHING_PAIRS, directions_table, subspace_table
+    from reports.numbers import group_intervals
+
+    st, rid, _, _ = ar
+    res = computed(patching(st, [rid], 12, layers=["embed", "L0"], positions=[0, 3, 6, 9, 11],
+                            subspace="probe"))
+    lines = list(present.patching_lines(res))
+    assert "max damage (noising)" in lines[0] and "disagree at" in lines[0]
+    assert "probe subspace at layer" in lines[1]
+    table = directions_table(res, st, "patching/default", ["embed", "L0"], "position", PATCHING_PAIRS)
+    assert {"denoising (logit)", "noising (logit)", "denoising (prob)", "noising (prob)", "disagree"} <= set(
+        table.data.columns)
+    first = table.data.query("layer == 'L0' and position == '0'").iloc[0]
+    assert first["denoising (logit)"] == pytest.approx(0.0, abs=1e-6) and not first["disagree"]
+    whole = group_intervals(res["recovered"], res["gap"], st)
+    sub = subspace_table(res, st, "patching/default", ["embed", "L0"], whole)
+    assert {"whole", "subspace", "share"} <= set(sub.data.columns)
