@@ -386,21 +386,25 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
 @run_filters
 @click.option("--settings", type=SETTINGS, default="probe,leace,pca:1,random:1", show_default=True,
               help="Semicolon- or comma-separated: probe, stored, leace, inlp:k, pca:k, svd:k, random:k "
-                   "(k may be a list: pca:1,4).")
+                   "(k may be a list: pca:1,4), matched:SETTING.")
 @click.option("--fit-length", type=int, default=None, help="Fit directions at this length (default: the shortest).")
 @lengths_option
 @click.option("--mode", type=click.Choice(["zero", "mean"]), default="zero", show_default=True)
+@click.option("--matched/--no-matched", default=True, show_default=True,
+              help="Also erase, per fitted setting S, a random subspace of S's rank removing as much variance "
+                   "(matched:S), and print S's drop beyond it.")
 @click.option("--name", default="default", show_default=True, help="Result name: results/ablation/<name>.")
 @scheduler_option
 @results_option
-def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, name, scheduler, results) -> None:
+def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, matched, name, scheduler,
+           results) -> None:
     """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
     from analysis.interventions import run_ablation
     from store import open_analysis
 
     st = open_analysis(store_path, results=results, say=click.echo)
     ds = run_ablation(st, name, runs=_selected_runs(st, runs, tasks, archs), settings=settings,
-                      fit_length=fit_length, lengths=lengths, mode=mode, scheduler=scheduler)
+                      fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=scheduler)
     for line in present.ablation_lines(ds):
         click.echo(line)
     click.echo(present.stored(f"ablation/{name}"))
@@ -412,21 +416,30 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
 @click.option("--length", type=int, default=40, show_default=True, help="Length of the captured counterfactual twins.")
 @click.option("--positions", type=INTS, default=None, help="Comma-separated positions (default all).")
 @click.option("--interchange", is_flag=True, help="Interchange interventions at named sites (key, value, divider, query).")
+@click.option("--subspace", type=click.Choice(["probe", "stored"]), default=None,
+              help="Also patch only the target probe's directions (fitted here, or stored by `layerstate probe`), "
+                   "beside the whole component.")
+@click.option("--corruption", type=click.Choice(["token", "noise"]), default="token", show_default=True,
+              help="token: the stored counterfactual twins; noise: Gaussian noise at the edited embedding "
+                   "(refused without --allow-noise).")
+@click.option("--allow-noise", is_flag=True, help="Accept --corruption noise (off-distribution; docs/interventions.md).")
 @click.option("--name", default="default", show_default=True, help="Result name under results/patching or results/interchange.")
 @scheduler_option
 @results_option
-def patch(store_path, runs, tasks, archs, length, positions, interchange, name, scheduler, results) -> None:
-    """Patch clean activations into corrupted runs (layer x position) and measure recovery."""
+def patch(store_path, runs, tasks, archs, length, positions, interchange, subspace, corruption, allow_noise, name,
+          scheduler, results) -> None:
+    """Patch clean activations into corrupted runs and back (layer x position) and measure both."""
     from analysis.interventions import run_interchange, run_patching
     from store import open_analysis
 
     st = open_analysis(store_path, results=results, say=click.echo)
     sel = _selected_runs(st, runs, tasks, archs)
+    options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise}
     if interchange:
-        ds = run_interchange(st, length, name, runs=sel, scheduler=scheduler)
+        ds = run_interchange(st, length, name, runs=sel, scheduler=scheduler, **options)
         lines, stored = present.interchange_lines(ds), f"interchange/{name}"
     else:
-        ds = run_patching(st, length, name, runs=sel, positions=positions, scheduler=scheduler)
+        ds = run_patching(st, length, name, runs=sel, positions=positions, scheduler=scheduler, **options)
         lines, stored = present.patching_lines(ds), f"patching/{name}"
     for line in lines:
         click.echo(line)
