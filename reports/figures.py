@@ -42,8 +42,10 @@ DPI = 110
 #: The page's content width (``max-width`` 1180 px less padding) in inches at :data:`DPI`.
 PAGE_WIDTH_IN = 10.2
 LEGEND_ROW_IN = 0.24
-VERDICT_COLOURS = {"supported": "#1b7837", "contradicted": "#b2182b", "inconclusive": "#737373",
-                   "not evaluable": "#c2a5cf"}
+#: One colour per claim verdict (its legend order): an effect beyond the margin, a real effect
+#: inside it, equivalence, neither shown, the wrong direction, no answer.
+VERDICT_COLOURS = {"supported": "#1b7837", "negligible": "#35978f", "equivalent": "#2166ac",
+                   "inconclusive": "#737373", "contradicted": "#b2182b", "not evaluable": "#c2a5cf"}
 #: One colour per architecture in every figure (Okabe-Ito first, then Tol's dark colours).
 ARCH_COLOURS = {
     "transformer": "#0072B2",

@@ -126,3 +126,15 @@ def test_each_architecture_has_one_colour_in_every_figure(ten_arch_figures):
 def test_variants_differ_by_line_style_not_colour():
     assert F.variant_style("default", ["no_conv", "default"]) == "-"
     assert F.variant_style("no_conv", ["no_conv", "default"]) == "--"
+
+
+def test_every_verdict_has_its_own_colour_in_the_forest_legend():
+    verdicts = ["supported", "negligible", "equivalent", "inconclusive", "contradicted", "not evaluable"]
+    assert list(F.VERDICT_COLOURS) == verdicts
+    assert len({to_hex(c) for c in F.VERDICT_COLOURS.values()}) == len(verdicts)
+    frame = pd.DataFrame({"claim": verdicts, "kind": "difference", "verdict": verdicts, "estimate": 0.1,
+                          "lower": 0.0, "upper": 0.2, "margin": 0.05, "reference": 0.0})
+    fig = F.forest(frame)
+    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert labels[: len(verdicts)] == verdicts
+    assert F.legend_overflow(fig) == []
