@@ -8,6 +8,7 @@ produces them instead of failing. Intervals go through :func:`reports.intervals.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -204,10 +205,26 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
 CLAIMS_TITLE = "Claims: tests and power"
 CLAIMS_INTRO = (
     "Hypotheses declared before looking, each with its estimate, 95% interval, test, p-value, "
-    "p-value corrected across all claims (Holm), power at the achieved number of seeds, and a "
-    "verdict. A non-significant difference is reported as inconclusive, never as 'no effect': "
-    "only an equivalence test against a declared margin can support a null claim."
+    "p-value corrected across all claims (Holm), power and a verdict with its reason. A claim with a "
+    "margin ends in one of four outcomes: supported (different from zero and beyond the margin), "
+    "negligible (different from zero but inside the margin: real, too small to matter), equivalent "
+    "(inside the margin and not different from zero), or inconclusive (neither shown; its power and "
+    "minimum detectable effect say how far the data were from deciding); contradicted means the "
+    "interval lies on the wrong side. A non-significant difference is never read as 'no effect'. "
+    "Accuracy claims are fitted by one claim model: the paired t on per-seed differences (the default, "
+    "best calibrated), a binomial GEE with seeds as clusters, or a mixed model (MixedLM, Satterthwaite "
+    "degrees of freedom), which also runs beside the default as a cross-check; a GLMM gives estimates "
+    "and variance components only, never a verdict."
 )
+#: Said under the claims table when it shows variance components.
+SD_NOTE = (
+    "SD seed, SD model and SD sequence (accuracy claims, from the mixed model, accuracy scale) split "
+    "the spread between seeds, between a seed's trained models and between evaluation sequences: "
+    "when the seed and model SDs are large beside SD sequence / sqrt(sequences), more seeds narrow "
+    "the interval and more sequences barely do."
+)
+#: Marks a cross-check whose verdict differs from the claim's (the page colours the cell).
+DISAGREES = "⚠ disagrees"
 
 
 def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
@@ -222,22 +239,78 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
     sec.notes.append(f"alpha = {alpha}; correction: {ds.attrs.get('correction', 'holm')}. "
                      "Profile-match estimates are differences of profile-shape distances; their "
                      "evidence is the permutation p, not an interval.")
-    shown = pd.DataFrame({
-        "claim": frame["claim"],
-        "statement": frame["statement"],
-        "estimate [95% CI]": claim_texts(frame),
-        "test": frame["test"],
-        "p": [fmt_p(p) for p in frame["p"]],
-        "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
-        "power": [fmt(p, 2) if np.isfinite(p) else "– (no margin declared)" for p in frame["power"]],
-        "MDE": [fmt(m, 3) for m in frame["mde"]],
-        "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"]],
-        "verdict": frame["verdict"],
-    })
-    sec.tables.append(Table("claims", "Claims and their verdicts.", frame, shown))
+    shown = claims_display(frame)
+    if any(c.startswith("SD ") for c in shown.columns):
+        sec.notes.append(SD_NOTE)
+    if "cross-check verdict" in shown.columns:
+        n = int(frame["disagreement"].sum()) if "disagreement" in frame else 0
+        sec.notes.append("Cross-check: a second claim model fitted to the same data, its interval under the "
+                         "same rules; " + (f"{n} claim(s) where its verdict differs are marked '{DISAGREES}'."
+                                           if n else "its verdict agrees with every claim's."))
+    sec.tables.append(Table("claims", "Claims, their verdicts and why; the cross-check and variance components.",
+                            frame, shown))
     sec.figures.append(Figure("claims_forest", "Claim estimates with 95% intervals, coloured by verdict.",
                               F.forest(frame)))
     return sec
+
+
+def _text(frame: pd.DataFrame, col: str) -> pd.Series:
+    """A text column, '' where absent (stores written before the column existed)."""
+    if col not in frame:
+        return pd.Series([""] * len(frame), index=frame.index, dtype=str)
+    return frame[col].fillna("").astype(str).replace("nan", "")
+
+
+def _floats(frame: pd.DataFrame, col: str) -> pd.Series:
+    if col not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[col], errors="coerce").astype(float)
+
+
+def _power_text(power: float, at: float) -> str:
+    if not np.isfinite(power):
+        return "– (no margin declared)"
+    return fmt(power, 2) + (f" at {at:+.3g}" if np.isfinite(at) else "")
+
+
+def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
+    """The claims table as the page shows it: verdict and reason, the test, power at its effect,
+    the cross-check, and (when any claim has them) variance components, dropped data and the
+    GLMM's text."""
+    shown = pd.DataFrame({
+        "claim": frame["claim"],
+        "statement": frame["statement"],
+        "verdict": frame["verdict"],
+        "reason": reason_texts(frame),
+        "estimate [95% CI]": claim_texts(frame),
+        "model": _text(frame, "model"),
+        "test": frame["test"],
+        "p": [fmt_p(p) for p in frame["p"]],
+        "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
+        "power at effect": [_power_text(p, a) for p, a in zip(frame["power"], _floats(frame, "power_at"), strict=True)],
+        "MDE": [fmt(m, 3) for m in frame["mde"]],
+        "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"]],
+    }, index=frame.index)
+    if (_text(frame, "model") == "").all():
+        shown = shown.drop(columns=["model"])
+    cross = _text(frame, "crosscheck_model")
+    if (cross != "").any():
+        verdicts = _text(frame, "crosscheck_verdict")
+        disagree = frame["disagreement"].astype(bool) if "disagreement" in frame else pd.Series(False, index=frame.index)
+        shown["cross-check"] = cross.replace("", "–")
+        shown["cross-check [95% CI]"] = claim_texts(frame, prefix="crosscheck_")
+        shown["cross-check p"] = [fmt_p(p) for p in _floats(frame, "crosscheck_p")]
+        shown["cross-check verdict"] = [f"{DISAGREES}: {v}" if d else (v or "–")
+                                        for v, d in zip(verdicts, disagree, strict=True)]
+    for col, head in (("sd_seed", "SD seed"), ("sd_model", "SD model"), ("sd_sequence", "SD sequence")):
+        values = _floats(frame, col)
+        if np.isfinite(values).any():
+            shown[head] = [fmt(v, 3) for v in values]
+    for col, head in (("dropped", "dropped"), ("variance", "variance (GLMM)")):
+        values = _text(frame, col)
+        if (values != "").any():
+            shown[head] = values.replace("", "–")
+    return shown.reset_index(drop=True)
 
 
 def claim_metrics(experiment: dict | None) -> dict[str, str]:
@@ -271,7 +344,8 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
     ``metric`` variable in the Dataset is used where present.
     """
     frame = ds.to_dataframe().reset_index()
-    for col in ("statement", "kind", "test", "verdict", "claim"):
+    for col in ("statement", "kind", "test", "verdict", "claim", "reason", "outcome", "model",
+                "crosscheck_model", "crosscheck_verdict", "dropped", "variance"):
         if col in frame:
             frame[col] = frame[col].astype(str)
     ref = np.where(frame["kind"].isin(["difference", "equivalence"]), 0.0, np.nan)
@@ -291,19 +365,47 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
             frame = I.apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",
                                   upper=f"{other}_upper", note=f"{other}_interval_note",
                                   seed_values=None)
-    first = ["claim", "statement", "kind", "estimate", "lower", "upper", "interval_note", "test", "p",
-             "p_adjusted", "power", "mde", "n_seeds", "margin", "verdict"]
+    first = ["claim", "statement", "kind", "verdict", "outcome", "reason", "estimate", "lower", "upper",
+             "interval_note", "model", "test", "p", "p_adjusted", "power", "power_at", "mde", "n_seeds", "margin",
+             "crosscheck_model", "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper",
+             "crosscheck_interval_note", "crosscheck_p", "crosscheck_verdict", "disagreement",
+             "sd_seed", "sd_model", "sd_sequence", "variance", "dropped"]
     return frame[[c for c in first if c in frame] + [c for c in frame if c not in first]]
 
 
-def claim_texts(frame: pd.DataFrame) -> list[str]:
-    """Estimate and interval of each claim (signed for differences)."""
+def reason_texts(frame: pd.DataFrame) -> list[str]:
+    """Each claim's ``reason``, with the interval it quotes shown as the table shows it: an
+    interval the rules of :mod:`reports.intervals` hide (too few seeds, spans the whole range)
+    or clip is not quoted raw in the sentence beside it; '–' where there is no reason."""
+    out = []
+    for r, text, shown in zip(frame.itertuples(index=False), _text(frame, "reason"), claim_texts(frame), strict=True):
+        note = str(getattr(r, "interval_note", "") or "")
+        if note and " [" in shown:
+            bracket = shown[shown.index(" [") + 1:].replace("\\", "\\\\")
+            text = _RAW_INTERVAL.sub(f"95% interval {bracket}", text)
+        out.append(text or "–")
+    return out
+
+
+_RAW_INTERVAL = re.compile(r"95% interval \[[^\]]*\]")
+
+
+def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
+    """Estimate and interval of each claim (signed for differences); ``prefix="crosscheck_"``
+    gives the cross-check's (its interval went through the same rules, :func:`claims_frame`;
+    without the two seeds' values, which only a paired t interval gives back)."""
     out = []
     for _, r in frame.iterrows():
-        out.append(I.interval_text(
-            float(r.estimate), float(r.lower), float(r.upper), str(r.interval_note),
-            (r.seed_a, r.seed_b), signed=r.kind in ("difference", "equivalence"),
-            why_none="permutation test: no interval" if r.kind == "profile_match" else "no interval"))
+        if prefix:
+            est, lo, hi = (float(r.get(f"{prefix}{k}", np.nan)) for k in ("estimate", "lower", "upper"))
+            note, seeds = str(r.get(f"{prefix}interval_note", "") or ""), None
+            why = "no interval" if str(r.get(f"{prefix}model", "")) != "glmm" else "GLMM: estimate only"
+        else:
+            est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
+            note, seeds = str(r.interval_note), (r.seed_a, r.seed_b)
+            why = "permutation test: no interval" if r.kind == "profile_match" else "no interval"
+        out.append(I.interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
+                                   why_none=why))
     return out
 
 

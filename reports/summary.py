@@ -2,13 +2,12 @@
 
 Built last, from the other sections: it takes the behaviour table and the probe-profile grid
 out of their sections (each is shown once, here, and its section points to it) and condenses
-the claims table to verdict, estimate and interval. How intervals are shown is said here once
-(:data:`reports.intervals.RULES_NOTE`).
+the claims table to verdict, estimate, interval and the verdict's reason. How intervals are
+shown is said here once (:data:`reports.intervals.RULES_NOTE`).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from reports import intervals as I
@@ -18,7 +17,7 @@ from reports.snapshot import Snapshot
 
 TITLE = "Summary"
 INTRO = (
-    "The findings first: each declared claim's verdict with its estimate and 95% interval, published "
+    "The findings first: each declared claim's verdict with its estimate, 95% interval and reason, published "
     "values beside ours where the experiment declares them, how accurate each model is, and where "
     "in the network each task's state becomes linearly readable. The sections after this one give "
     "the tests, the evidence and the interventions; the appendix says what was run and where."
@@ -28,7 +27,7 @@ INTRO = (
 def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None = None) -> Section:
     """The summary section; moves the behaviour table and probe grid out of ``built``.
 
-    Parts, in order: the claims (verdict, estimate, interval), published values beside ours
+    Parts, in order: the claims (verdict, estimate, interval, reason), published values beside ours
     (when the experiment declares ``[[reference]]`` tables), the behaviour table and the
     probe-profile grid.
     """
@@ -100,19 +99,21 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
 
 
 def _claims_table(frame: pd.DataFrame) -> Table:
-    from reports.sections import claim_texts
+    """Compact: each claim's verdict, estimate [interval] and the reason for its verdict (the
+    tests, power, cross-check and variance components are in the claims section)."""
+    from reports.sections import claim_texts, reason_texts
 
     shown = pd.DataFrame({
         "claim": frame["claim"],
         "statement": frame["statement"],
         "verdict": frame["verdict"],
         "estimate [95% CI]": claim_texts(frame),
-        "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"].astype(float)],
+        "reason": reason_texts(frame),
     })
-    data = frame[[c for c in ("claim", "statement", "kind", "verdict", "estimate", "lower", "upper",
-                              "interval_note", "seed_a", "seed_b", "n_seeds", "p_adjusted") if c in frame]]
-    return Table("summary_claims", "Claims: verdict, estimate and 95% interval (tests, p-values and power in "
-                 "section 2).", data, shown)
+    data = frame[[c for c in ("claim", "statement", "kind", "verdict", "outcome", "reason", "estimate", "lower",
+                              "upper", "interval_note", "seed_a", "seed_b", "n_seeds", "p_adjusted") if c in frame]]
+    return Table("summary_claims", "Claims: verdict, estimate with 95% interval, and why (tests, power, the "
+                 "cross-check and variance components in section 2).", data, shown)
 
 
 def _seed_counts(snap: Snapshot) -> list[int]:

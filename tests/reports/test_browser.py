@@ -154,3 +154,43 @@ def test_report_screenshot_is_readable(full_report, chromium, tmp_path):
     if artifacts:
         os.makedirs(artifacts, exist_ok=True)
         shutil.copy(shot, os.path.join(artifacts, "report-screenshot.png"))
+
+
+#: Every table either fits its box or scrolls inside it, and no box reaches past the page's text
+#: column; the control (a wide table in a box that does not scroll) must be caught.
+TABLE_SCRIPT = """
+<div style="overflow: hidden; width: 300px"><div class="table-wrap" style="overflow-x: visible">
+<table id="table-control"><tr><td style="white-space: nowrap">""" + "a wide control cell " * 30 + """</td></tr></table>
+</div></div>
+<script>
+window.addEventListener('load', () => {
+  const main = document.querySelector('main').getBoundingClientRect(), bad = [], wide = [];
+  document.querySelectorAll('.table-wrap').forEach(wrap => {
+    const t = wrap.querySelector('table'), w = wrap.getBoundingClientRect(), tb = t.getBoundingClientRect();
+    const scrolls = ['auto', 'scroll'].includes(getComputedStyle(wrap).overflowX);
+    const name = t.id.replace('table-', '');
+    if (tb.width > w.width + 1) wide.push(name);
+    if (w.left < main.left - 1 || w.right > main.right + 1 || (tb.right > w.right + 1 && !scrolls)) bad.push(name);
+  });
+  document.body.dataset.wideTables = wide.join(' ');
+  document.body.dataset.badTables = bad.join(' ');
+  document.body.dataset.pageScrolls = document.documentElement.scrollWidth > window.innerWidth ? 'yes' : 'no';
+});
+</script>
+"""
+
+
+def test_claims_table_fits_or_scrolls_inside_its_box(full_report, chromium, tmp_path):
+    folder, index = full_report
+    site = tmp_path / "site"
+    shutil.copytree(folder, site)
+    page = site / "tables.html"
+    page.write_text(index.read_text().replace("</main>", TABLE_SCRIPT + "</main>"))
+    res = _run(chromium, tmp_path / "profile", "--window-size=1280,2000", "--virtual-time-budget=10000",
+               "--dump-dom", page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", res.stdout).group(0)
+    assert re.search(r'data-bad-tables="([^"]*)"', body).group(1).split() == ["control"]
+    # the full claims table (cross-checks, variance components) is wider than the page: it scrolls
+    assert "claims" in re.search(r'data-wide-tables="([^"]*)"', body).group(1).split()
+    assert 'data-page-scrolls="no"' in body

@@ -405,3 +405,108 @@ def test_a_failing_section_shows_its_error_in_the_summary_too(bare_store, monkey
     parts = {p.key: p for p in built[0].parts}
     assert parts["summary-probes"].error == "the probe-profile section failed: RuntimeError: probe results unreadable"
     assert parts["summary-behaviour"].status == "ok" and parts["summary-claims"].status == "missing"
+
+
+# ---------------------------------------------------------------------- claims: outcomes, cross-check, variance
+CLAIM_COLUMNS = ["verdict", "outcome", "reason", "model", "power", "power_at", "crosscheck_model",
+                 "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_interval_note",
+                 "crosscheck_p", "crosscheck_verdict", "disagreement", "sd_seed", "sd_model", "sd_sequence",
+                 "dropped", "variance"]
+
+
+def _page_table(index, name) -> str:
+    html = index.read_text()
+    start = html.index(f'<table id="table-{name}">')
+    return html[start: html.index("</table>", start)]
+
+
+def test_claims_csv_carries_every_column_of_the_result(full_store, full_report):
+    folder, _ = full_report
+    table = _csv(folder, "claims").set_index("claim")
+    res = full_store.read_result("claims")
+    assert set(CLAIM_COLUMNS) <= set(table.columns)
+    for cid in res.claim.values:
+        r, row = res.sel(claim=cid), table.loc[str(cid)]
+        assert row.reason == str(r.reason.values) and row.crosscheck_verdict == str(r.crosscheck_verdict.values)
+        assert (row.crosscheck_p, row.sd_sequence, row.power_at) == pytest.approx(
+            (float(r.crosscheck_p), float(r.sd_sequence), float(r.power_at)))
+        assert bool(row.disagreement) == bool(r.disagreement)
+
+
+def test_claims_table_shows_reason_crosscheck_power_at_and_variance_components(full_report):
+    folder, index = full_report
+    page = _page_table(index, "claims")
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", page)
+    assert heads[:5] == ["claim", "statement", "verdict", "reason", "estimate [95% CI]"]
+    assert {"power at effect", "cross-check", "cross-check [95% CI]", "cross-check p", "cross-check verdict",
+            "SD seed", "SD model", "SD sequence"} <= set(heads)
+    assert "dropped" not in heads and "variance (GLMM)" not in heads  # empty for every claim here
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "0.42 at +0.05" in text or re.search(r"\d\.\d\d at \+0\.05", text)  # power at the margin
+    assert "mixedlm" in text
+    # the cross-check's interval went through the same rules: dyck has 2 seeds
+    claims = _csv(folder, "claims").set_index("claim")
+    assert claims.loc["dyck-equal", "crosscheck_interval_note"] == I.TOO_FEW
+    assert np.isnan(claims.loc["dyck-equal", "crosscheck_lower"])
+    assert "[too few seeds]" in text
+    # no raw 2-seed interval quoted in a reason either
+    assert "[-0.453" not in _page_text(index)
+    notes = json.loads((folder / "report.json").read_text())
+    claims_notes = next(s for s in notes["sections"] if s["key"] == "claims")["notes"]
+    assert any("more seeds" in n and "sequences" in n for n in claims_notes)
+
+
+def test_summary_claims_stay_compact_verdict_estimate_reason(full_store, full_report):
+    folder, index = full_report
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", _page_table(index, "summary_claims"))
+    assert heads == ["claim", "statement", "verdict", "estimate [95% CI]", "reason"]
+    text = re.sub(r"<[^>]+>", "", _page_table(index, "summary_claims"))
+    reason = str(full_store.read_result("claims").sel(claim="parity-lstm-beats-transformer").reason.values)
+    assert reason in text
+    assert "reason" in _csv(folder, "summary_claims").columns
+
+
+def _claims_row(**over) -> dict:
+    row = {"claim": "c", "statement": "s", "kind": "difference", "verdict": "supported", "outcome": "effect",
+           "reason": "above zero (Holm p = 0.010) and not within ±0.05 (95% interval [+0.060, +0.258])",
+           "estimate": 0.16, "lower": 0.06, "upper": 0.26, "n_seeds": 5.0, "model": "paired_t", "test": "t",
+           "p": 0.01, "p_adjusted": 0.01, "power": 0.8, "power_at": 0.05, "mde": 0.09, "margin": 0.05,
+           "crosscheck_model": "mixedlm", "crosscheck_estimate": 0.15, "crosscheck_lower": -0.01,
+           "crosscheck_upper": 0.31, "crosscheck_p": 0.07, "crosscheck_verdict": "inconclusive",
+           "disagreement": True, "sd_seed": 0.02, "sd_model": 0.01, "sd_sequence": 0.1, "dropped": "",
+           "variance": ""}
+    return row | over
+
+
+def test_a_disagreeing_crosscheck_is_flagged_and_glmm_text_and_drops_are_shown():
+    import xarray as xr
+
+    from reports import render
+    from reports.model import Section, Table
+    from reports.sections import DISAGREES, claims_display, claims_frame
+
+    rows = [_claims_row(),
+            _claims_row(claim="g", verdict="negligible", outcome="negligible", disagreement=False,
+                        crosscheck_model="glmm", crosscheck_lower=np.nan, crosscheck_upper=np.nan,
+                        crosscheck_p=np.nan, crosscheck_verdict="", dropped="paired_t dropped seed 3",
+                        variance="GLMM (logit scale): seed SD 0.100"),
+            _claims_row(claim="e", verdict="equivalent", outcome="equivalent", disagreement=False,
+                        crosscheck_verdict="equivalent", n_seeds=2.0, lower=-0.9, upper=0.9,
+                        reason="inside ±0.05 (95% interval [-0.900, +0.900])")]
+    frame = pd.DataFrame(rows)
+    ds = xr.Dataset({k: ("claim", frame[k].to_numpy()) for k in frame if k != "claim"},
+                    coords={"claim": frame["claim"].to_numpy()})
+    full = claims_frame(ds, {"c": "accuracy", "g": "accuracy", "e": "accuracy"})
+    shown = claims_display(full).set_index("claim")
+    assert shown.loc["c", "cross-check verdict"] == f"{DISAGREES}: inconclusive"
+    assert shown.loc["g", "cross-check verdict"] == "–" and "estimate only" in shown.loc["g", "cross-check [95% CI]"]
+    assert shown.loc["g", "dropped"] == "paired_t dropped seed 3" and shown.loc["c", "dropped"] == "–"
+    assert shown.loc["g", "variance (GLMM)"].startswith("GLMM")
+    assert shown.loc["c", "power at effect"] == "0.80 at +0.05"
+    assert "too few seeds" in shown.loc["e", "reason"] and "-0.900" not in shown.loc["e", "reason"]
+    sec = Section("claims", "Claims", tables=[Table("claims", "t", full, claims_display(full))])
+    html = render._environment().get_template("report.html.j2").render(
+        title="t", meta={"built": "now"}, info={"location": "x", "schema": "s", "tool_version": "v"},
+        all_stages="run", sections=[render.section_view(sec, "2")])
+    assert html.count('class="flag">⚠ disagrees') == 1
+    assert 'class="v-negligible"' in html and 'class="v-equivalent"' in html
