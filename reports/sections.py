@@ -325,13 +325,21 @@ def claim_metrics(experiment: dict | None) -> dict[str, str]:
 
 def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
     """What a claim's estimate can take: differences of accuracies [-1, 1], probe accuracy
-    [0, 1], profile-shape distance [0, 1]; restoration differences, and comparisons whose
-    metric is not known (no experiment given), are not bounded."""
+    [0, 1], profile-shape distance [0, 1]; a bound claim's estimate is the metric itself
+    (accuracies [0, 1], ablation drops and refitted accuracies above chance [-1, 1], patching
+    recovery unbounded); restoration and drop differences, and comparisons whose metric is
+    not known (no experiment given), are not bounded."""
     if kind == "readable_by":
         return I.RANGES["probe_accuracy"]
     if kind == "profile_match":
         return I.RANGES["shape_distance"]
-    if metric == "accuracy":
+    if kind == "bound":
+        if metric in ("accuracy", "probe_accuracy"):
+            return I.RANGES["accuracy"]
+        if metric in ("ablation_drop", "refit_accuracy"):
+            return I.RANGES["drop"]
+        return I.RANGES["recovery"]
+    if metric in ("accuracy", "probe_accuracy", "refit_accuracy"):
         return I.RANGES["accuracy_difference"]
     return I.RANGES["restoration_difference"]
 
@@ -350,7 +358,8 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
             frame[col] = frame[col].astype(str)
     ref = np.where(frame["kind"].isin(["difference", "equivalence"]), 0.0, np.nan)
     if "reference_mean" in frame:
-        ref = np.where(frame["kind"] == "readable_by", frame["reference_mean"], ref)
+        # readable_by and bound claims are judged against their threshold
+        ref = np.where(frame["kind"].isin(["readable_by", "bound"]), frame["reference_mean"], ref)
     frame["reference"] = ref
     metrics = metrics or {}
     if "metric" in frame:

@@ -23,3 +23,29 @@ def test_runs_become_seeds_even_when_the_result_carries_its_own_seed_coordinate(
     assert list(out["seed"].values) == [0, 1]
     assert set(out.coords) == {"seed"}
     np.testing.assert_array_equal(out.values, da.values)
+
+
+def test_bound_claims_are_judged_against_their_threshold_within_their_metrics_range():
+    from reports.sections import claim_range, claims_frame
+
+    assert claim_range("bound", "accuracy") == (0.0, 1.0)
+    assert claim_range("bound", "ablation_drop") == (-1.0, 1.0)
+    assert claim_range("difference", "probe_accuracy") == (-1.0, 1.0)
+    ds = xr.Dataset(
+        {
+            "statement": ("claim", ["LSTM perfect at len120"]),
+            "kind": ("claim", ["bound"]),
+            "test": ("claim", ["one-sided t"]),
+            "verdict": ("claim", ["supported"]),
+            "estimate": ("claim", [0.995]),
+            "lower": ("claim", [0.97]),
+            "upper": ("claim", [1.02]),
+            "reference_mean": ("claim", [0.99]),
+            "n_seeds": ("claim", [3]),
+            "metric": ("claim", ["accuracy"]),
+        },
+        coords={"claim": ["f1-lstm"]},
+    )
+    row = claims_frame(ds).iloc[0]
+    assert row["reference"] == 0.99
+    assert row["upper"] <= 1.0  # clipped to what an accuracy can take
