@@ -388,3 +388,17 @@ def test_the_cli_and_report_put_both_patching_directions_side_by_side(ar):
     whole = group_intervals(res["recovered"], res["gap"], st)
     sub = subspace_table(res, st, "patching/default", ["embed", "L0"], whole)
     assert {"whole", "subspace", "share"} <= set(sub.data.columns)
+
+
+def test_a_given_direction_gets_its_matched_control_too(one_of_many):
+    st, u = one_of_many
+    directions = xr.DataArray(u[None, None], dims=("layer", "direction", "feature"), coords={"layer": ["L0"]})
+    res = computed(ablation(st, ["r0"], [LENGTH], settings=["given"], layers=["L0"], refit=False,
+                            matched=True, directions=directions))
+    at = dict(run="r0", length=LENGTH, layer="L0")
+    assert list(res.setting.values) == ["given", "matched:given"]
+    assert list(res.matched_to.values) == ["", "given"]
+    assert float(res.accuracy_drop.sel(dict(at, setting="given"))) > 0.3
+    assert abs(float(res.accuracy_drop.sel(dict(at, setting="matched:given")))) < 0.02
+    # zero ablation of u: the states' mean along u is ~0, so the mean barely moves
+    assert float(res.mean_shift.sel(dict(at, setting="given"))) < 0.05
