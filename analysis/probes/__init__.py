@@ -18,8 +18,14 @@ Folds split *sequences*, never positions of one sequence across sides. Per run: 
 ``labelled`` count, per sequence, the held-out hits and labelled positions: the per-sequence sums
 that :mod:`analysis.stats` resamples.
 
-Three solvers, one signature (STYLE rule 3): ``method="exact"`` (lockstep L-BFGS, the default),
-``"reference"`` (scikit-learn, one fit at a time) and ``"screen"`` (closed-form shrinkage LDA).
+Regularisation is chosen, not fixed: by default each cell's C comes from a small grid by inner
+cross-validation grouped by sequence and nested inside the scoring folds (the control task too),
+and only converged fits are eligible; the chosen C is part of the result (``C``, ``fold_C``).
+Hewitt & Liang (2019) show why it matters: a probe's capacity changes what "readable" means.
+
+Three solvers, one signature (STYLE rule 3): ``method="exact"`` (lockstep preconditioned L-BFGS
+along the C path, the default), ``"reference"`` (scikit-learn, one fit at a time) and
+``"screen"`` (closed-form shrinkage LDA, no C).
 The sweep is a dask graph over the store's chunks, one layer and a block of positions at a time;
 :func:`analysis.compute.compute` runs it (local threads, a local cluster, a ``dask.distributed``
 cluster or scheduler address; one BLAS thread per task).
@@ -27,16 +33,26 @@ cluster or scheduler address; one BLAS thread per task).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import xarray as xr
 
 from . import plan as _plan
-from .cells import classification_metrics, fit_cell, score_cell
-from .solvers import Params, fit_exact, fit_reference, fit_screen, logits
+from .cells import C_GRID, classification_metrics, fit_cell, score_cell
+from .solvers import (
+    Params,
+    fit_exact,
+    fit_reference,
+    fit_screen,
+    logits,
+    path_exact,
+    path_reference,
+)
 from .sweep import ProbePlan, build
 
 __all__ = [
+    "C_GRID",
     "Params",
     "ProbePlan",
     "classification_metrics",
@@ -45,6 +61,8 @@ __all__ = [
     "fit_reference",
     "fit_screen",
     "logits",
+    "path_exact",
+    "path_reference",
     "plan_probes",
     "probe",
     "result_name",
@@ -63,7 +81,7 @@ def plan_probes(
     lengths: Any = None,
     train_length: int | None = None,
     folds: int = 5,
-    C: float = 1.0,
+    C: float | Sequence[float] | None = None,
     method: str = "exact",
     control: bool | str = True,
     seed: int = 0,
@@ -90,7 +108,7 @@ def plan_probes(
         lengths=lengths,
         train_length=train_length,
         folds=int(folds),
-        C=float(C),
+        C=_plan.check_C(C),
         method=method,
         control=control_kind,
         seed=int(seed),
@@ -108,7 +126,7 @@ def probe(
     lengths: Any = None,
     train_length: int | None = None,
     folds: int = 5,
-    C: float = 1.0,
+    C: float | Sequence[float] | None = None,
     method: str = "exact",
     control: bool | str = True,
     scheduler: Any = None,
@@ -142,8 +160,14 @@ def probe(
         ``transfer_rule`` attr and ``probe_position``).
     folds : int
         k of the k-fold split by sequence (default 5).
-    C : float
-        Inverse L2 strength, scikit-learn's convention (``C * sum(loss) + ||w||^2 / 2``).
+    C : float, list of float, or None
+        Inverse L2 strength, scikit-learn's convention (``C * sum(loss) + ||w||^2 / 2``). A list
+        is a grid: each cell's C is chosen from it by inner cross-validation (grouped by
+        sequence, nested inside the folds that score the probe; lowest held-out log-loss, ties
+        within 0.1% to the smaller C, only values whose fits converged), separately for each
+        fold's probe, the stored probe and the control task. ``None`` (default) is the grid
+        :data:`~analysis.probes.cells.C_GRID` (1e-3 ... 10, one decade apart); a number fixes C.
+        The screening solver has no C.
     method : {"exact", "screen", "reference"}
         Solver: the fast lockstep L-BFGS, closed-form shrinkage LDA, or scikit-learn's
         ``LogisticRegression`` one fit at a time. Same outputs.
@@ -172,7 +196,9 @@ def probe(
         layer, [position], fold`` and ``n_test``; NaN with ``n_test = 0`` where a length lacks the
         position or nothing is labelled. Probes fitted on every sequence of a fit length
         (``weights (run, fit_length, layer, [position], class, feature)``, ``intercept``,
-        ``scaler_mean``, ``scaler_scale``, ``n_iter``, ``converged``): raw-feature logits are
+        ``scaler_mean``, ``scaler_scale``, ``n_iter``, ``converged``) and how C was chosen
+        (``C`` of the stored probe, ``fold_C``/``control_fold_C`` per fold; with a grid also
+        ``cv_log_loss`` and ``path_converged`` along ``C_grid``): raw-feature logits are
         ``hidden @ weights.T + intercept``; runs narrower than the widest are NaN-padded
         (``n_features``). With ``train_length``: ``probe_position`` and ``pooled_weights``.
         ``correct``/``labelled (..., sequence)`` per-sequence counts; ``profile``,

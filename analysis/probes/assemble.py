@@ -48,8 +48,14 @@ def assemble(plan: Any, outs: list) -> xr.Dataset:
     ds = tables.dataset()
     _summary(ds, per_position, plan.options["control"] is not None)
     ds.attrs.update(_attrs(plan.options))
-    _warn_unconverged(ds)
+    _warn_unconverged(ds, searched=_grid(plan.options) is not None)
     return ds
+
+
+def _grid(options: dict) -> tuple[float, ...] | None:
+    """The C grid of a sweep that chose C (not the screening solver), else None."""
+    C = options["C"]
+    return tuple(C) if isinstance(C, tuple) and options["method"] != "screen" else None
 
 
 # dims of each result variable; "cell" is "position" in per-position sweeps, else absent
@@ -62,6 +68,15 @@ _FIT_VARS = {  # name: (trailing dims, fill, dtype)
     "scaler_scale": (("feature",), np.nan, np.float32),
     "n_iter": ((), -1, np.int32),
     "converged": ((), True, bool),
+    "C": ((), np.nan, np.float64),
+    "fold_C": (("fold",), np.nan, np.float64),
+}
+#: with a control task
+_CONTROL_FIT_VARS = {"control_fold_C": (("fold",), np.nan, np.float64)}
+#: with a C grid: per grid value
+_GRID_VARS = {
+    "cv_log_loss": (("C_grid",), np.nan, np.float64),
+    "path_converged": (("C_grid",), True, bool),
 }
 _POOLED_DIMS = ("run", "fit_length", "layer")
 
@@ -73,8 +88,14 @@ class _Tables:
         self.grid, self.plan, opt = grid, plan, plan.options
         self.metrics = {m: grid.full(_METRIC_DIMS, np.nan) for m in METRICS}
         self.n_test = grid.full(("run", "length", "cell", "fold"), 0, np.int32)
+        self.fit_vars = dict(_FIT_VARS)
+        if opt["control"] is not None:
+            self.fit_vars.update(_CONTROL_FIT_VARS)
+        if "C_grid" in grid.coords:
+            self.fit_vars.update(_GRID_VARS)
         self.fit = {
-            k: grid.full(_FIT_DIMS + tail, fill, dt) for k, (tail, fill, dt) in _FIT_VARS.items()
+            k: grid.full(_FIT_DIMS + tail, fill, dt)
+            for k, (tail, fill, dt) in self.fit_vars.items()
         }
         self.transfer = grid.per_position and any(plan.test_lengths.values())
         if self.transfer:
@@ -112,6 +133,14 @@ class _Tables:
         self.fit["scaler_scale"][at][:d] = o.scale
         self.fit["n_iter"][at] = o.n_iter
         self.fit["converged"][at] = o.converged
+        sel = o.selection
+        self.fit["C"][at] = sel.C
+        self.fit["fold_C"][at] = sel.fold_C
+        if "control_fold_C" in self.fit and sel.control_fold_C is not None:
+            self.fit["control_fold_C"][at] = sel.control_fold_C
+        if "cv_log_loss" in self.fit:
+            self.fit["cv_log_loss"][at] = sel.cv_log_loss
+            self.fit["path_converged"][at] = sel.path_converged
 
     def dataset(self) -> xr.Dataset:
         g, opt = self.grid, self.plan.options
@@ -123,7 +152,7 @@ class _Tables:
             ds["selectivity"] = ds["accuracy"] - ds["control_accuracy"]
         ds["n_test"] = (g.dims(("run", "length", "cell", "fold")), self.n_test)
         for name, arr in self.fit.items():
-            ds[name] = (g.dims(_FIT_DIMS + _FIT_VARS[name][0]), arr)
+            ds[name] = (g.dims(_FIT_DIMS + self.fit_vars[name][0]), arr)
         if self.transfer:
             ds["pooled_weights"] = (_POOLED_DIMS + ("class", "feature"), self.pooled_weights)
             ds["pooled_intercept"] = (_POOLED_DIMS + ("class",), self.pooled_intercept)
@@ -139,16 +168,29 @@ class _Tables:
         return ds
 
 
-def _warn_unconverged(ds: xr.Dataset) -> None:
+def _warn_unconverged(ds: xr.Dataset, searched: bool) -> None:
+    """Warn when a probe that is scored or stored did not meet its tolerance. With a C grid that
+    happens only when no C of the grid converged (larger C that did not are merely avoided:
+    ``path_converged`` and the report count those cells)."""
     stopped = int((~ds["converged"]).sum())
-    if stopped:
-        warnings.warn(
-            f"{stopped} cell(s) have probes that stopped before the gradient fell below 1e-4 "
-            "(see the `converged` and `n_iter` variables); their scores are those of the last "
-            "iterate. Separable data at a large C can do this: lower C",
-            RuntimeWarning,
-            stacklevel=4,
+    if not stopped:
+        return
+    if searched:
+        why = (
+            "no C of the grid let every fit converge, so the smallest C was used; its scores are "
+            "those of the last iterate. Add smaller values to the grid"
         )
+    else:
+        why = (
+            "their scores are those of the last iterate. Separable data at a large C can do "
+            "this: lower C, or let a grid choose it (C=None)"
+        )
+    warnings.warn(
+        f"{stopped} cell(s) have probes that stopped before the gradient fell below 1e-4 "
+        f"(see the `converged`, `n_iter` and `C` variables); {why}",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 class _Grid:
@@ -198,6 +240,9 @@ def _coords(plan: Any, per_position: bool) -> dict[str, Any]:
             sorted({L for r in runs for L in plan.fit_lengths[r]}), dtype=np.int64
         ),
     }
+    grid = _grid(plan.options)
+    if grid is not None:
+        c["C_grid"] = np.array(grid, dtype=np.float64)
     if per_position:
         pos = plan.options["positions"] if plan.options["mode"] == "list" else range(max(lengths))
         c["position"] = np.array(list(pos), dtype=np.int64)
@@ -272,7 +317,8 @@ def _attrs(opt: dict) -> dict[str, Any]:
         "analysis": "linear probes",
         "target": opt["target"],
         "method": opt["method"],
-        "C": opt["C"],
+        "C": _C_attr(opt),
+        "C_selection": _C_text(opt),
         "folds": opt["folds"],
         "seed": opt["seed"],
         "positions": mode if mode != "list" else "list",
@@ -291,9 +337,40 @@ def _attrs(opt: dict) -> dict[str, Any]:
         "transfer_rule": TRANSFER_TEXT if opt["train_length"] is not None else "none",
         "weights": WEIGHTS_TEXT,
         "solver": {
-            "exact": "lockstep L-BFGS (float32, gtol 1e-4 on the mean-loss gradient)",
+            "exact": "lockstep preconditioned L-BFGS along the C path with warm starts "
+            "(float32, gtol 1e-4 on the mean-loss gradient)",
             "screen": "shrinkage LDA (closed form, shrinkage 0.1)",
-            "reference": "scikit-learn LogisticRegression (lbfgs) per problem",
+            "reference": "scikit-learn LogisticRegression (lbfgs, warm starts along the C path) "
+            "per problem",
         }[opt["method"]],
         "missing": "NaN metrics with n_test = 0: the length lacks the position or nothing is labelled there",
     }
+
+
+def _C_attr(opt: dict) -> Any:
+    """The ``C`` attribute: the fixed C, or ``"chosen per cell"`` (the grid is ``C_grid``)."""
+    if opt["method"] == "screen":
+        return "none (screening solver)"
+    return "chosen per cell" if _grid(opt) is not None else float(opt["C"])
+
+
+def _C_text(opt: dict) -> str:
+    if opt["method"] == "screen":
+        return "the screening solver (shrinkage LDA) has no C"
+    grid = _grid(opt)
+    if grid is None:
+        return f"fixed C = {float(opt['C']):g} (inverse L2 strength, scikit-learn's convention)"
+    inner = (
+        "the other outer folds"
+        if opt["folds"] >= 3
+        else "the two halves (by sequence) of the other fold"
+    )
+    return (
+        f"C chosen per cell from the grid {', '.join(f'{c:g}' for c in grid)} by inner "
+        f"cross-validation nested in the {opt['folds']} outer folds and grouped by sequence: each "
+        f"outer fold's probe (target and control alike) takes the C with the lowest held-out "
+        f"log-loss on its inner folds ({inner}); the stored probe takes the C with the lowest "
+        "log-loss of the outer folds' probes. Only C values at which those fits converged are "
+        "eligible; log-losses within 0.1% count as tied and the smaller C wins. Per cell: C, "
+        "fold_C, control_fold_C, cv_log_loss and path_converged"
+    )

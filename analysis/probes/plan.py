@@ -24,7 +24,8 @@ class LengthLabels:
     """Labels of one (run, length), as class indices of the run (``-1`` = not labelled).
 
     ``y`` and ``control`` (sequence, position), ``control`` None without a control task;
-    ``fold`` (sequence,) the fold of each sequence (``-1`` where the length is only scored).
+    ``fold`` (sequence,) the fold of each sequence (``-1`` where the length is only scored);
+    ``inner`` (sequence,) its inner group for choosing C (see :func:`inner_groups`).
     """
 
     run: str
@@ -32,6 +33,7 @@ class LengthLabels:
     y: np.ndarray
     control: np.ndarray | None
     fold: np.ndarray
+    inner: np.ndarray
 
     @property
     def labelled(self) -> np.ndarray:
@@ -133,8 +135,28 @@ def choose_layers(available: list[str], layers: Any, run: str) -> list[str]:
     return out
 
 
+def check_C(C: Any) -> float | tuple[float, ...]:
+    """A fixed C (a positive number, or a one-value list) or a grid to choose from (ascending,
+    distinct); ``None`` is the default grid :data:`analysis.probes.cells.C_GRID`."""
+    from .cells import C_GRID
+
+    if C is None:
+        return tuple(C_GRID)
+    values = [C] if isinstance(C, int | float | np.integer | np.floating) else C
+    try:
+        grid = sorted({float(c) for c in values})
+    except (TypeError, ValueError):
+        grid = []
+    if not grid or any(not (c > 0 and np.isfinite(c)) for c in grid) or isinstance(C, bool | str):
+        raise ValueError(
+            f"C (inverse L2 strength) must be a positive number (a fixed C) or a list of them "
+            f"(a grid to choose from by inner cross-validation), got {C!r}"
+        )
+    return grid[0] if len(grid) == 1 else tuple(grid)
+
+
 def check_options(
-    positions: Any, method: str, control: Any, folds: int, C: float
+    positions: Any, method: str, control: Any, folds: int, C: Any
 ) -> tuple[str, list[int] | None, str | None]:
     """Validate the sweep options; returns (position mode, explicit positions, control kind)."""
     if method not in METHODS:
@@ -143,8 +165,7 @@ def check_options(
         raise ValueError(
             f"folds must be an integer from 2 to 1000 (k-fold cross-validation by sequence), got {folds!r}"
         )
-    if not C > 0:
-        raise ValueError(f"C (inverse L2 strength) must be positive, got {C!r}")
+    check_C(C)
     if control is True:
         kind = "token"
     elif control is False or control is None:
@@ -234,6 +255,20 @@ def assign_folds(n: int, folds: int, rng: np.random.Generator) -> np.ndarray:
     return rng.permutation(np.arange(n) % folds)
 
 
+def inner_groups(fold: np.ndarray, folds: int, rng: np.random.Generator) -> np.ndarray:
+    """Each sequence's inner group for choosing C inside outer fold f: with 3 or more folds the
+    sequence's own fold (the inner folds of f are the other outer folds); with 2, the fold split
+    into two random halves of its sequences (``2 * fold + half``), so the one training fold still
+    has two inner folds. Sequences never straddle groups."""
+    if folds >= 3:
+        return fold.copy()
+    out = np.full_like(fold, -1)
+    for f in range(folds):
+        members = np.flatnonzero(fold == f)
+        out[members] = 2 * f + rng.permutation(np.arange(members.size) % 2)
+    return out
+
+
 def build_labels(
     store: Any,
     run: str,
@@ -271,7 +306,10 @@ def build_labels(
         fold = (
             assign_folds(n, folds, rng_for(seed, run, L, 3)) if L in fit_lengths else np.full(n, -1)
         )
-        out[L] = LengthLabels(run, L, idx[L], ctrl, fold)
+        inner = (
+            inner_groups(fold, folds, rng_for(seed, run, L, 4)) if L in fit_lengths else fold.copy()
+        )
+        out[L] = LengthLabels(run, L, idx[L], ctrl, fold, inner)
     return classes, out
 
 

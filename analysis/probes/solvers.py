@@ -1,40 +1,67 @@
 """Probe solvers: three ways to fit the same set of linear probes, one signature.
 
 A *cell* is one (run, length, layer, position) -- or position pool -- with its design matrix
-``X (row, feature)``. Every cell fits a small batch of *problems* that share ``X`` but differ
-in which rows they train on and which labels they fit: the cross-validation folds, the same
-folds on the control labelling, and one fit on all rows. Each problem is an L2-regularised
-multinomial logistic regression on features standardised with the problem's own training rows,
-exactly scikit-learn's ``StandardScaler`` + ``LogisticRegression(C=C)``::
+``X (row, feature)``. Every cell fits a batch of *problems* that share ``X`` but differ in which
+rows they train on and which labels they fit: the cross-validation folds (and, when C is chosen
+by inner cross-validation, the inner folds), the same folds on the control labelling, and one fit
+on all rows. Each problem is an L2-regularised multinomial logistic regression on features
+standardised with the problem's own training rows, exactly scikit-learn's ``StandardScaler`` +
+``LogisticRegression(C=C)``::
 
     minimise  C * sum_i -log softmax(W' x_i + b)[y_i] + 0.5 * ||W||^2      (b not penalised)
 
-All three solvers return :class:`Params`: per problem the scaler (``mean``, ``scale``) and the
+A solver fits every problem along a *path* of C values (ascending), each C starting from the
+previous one's solution (a warm start), and returns one :class:`Params` per C. A problem that
+does not meet its tolerance at some C is not fitted at the larger ones (weaker regularisation
+only makes it harder); it is reported as not converged there (``n_iter`` 0), so that a choice of
+C can avoid it.
+
+All solvers return :class:`Params`: per problem the scaler (``mean``, ``scale``) and the
 coefficients in standardised space, canonicalised (centred over the problem's classes), so that
 ``logits = ((x - mean) / scale) @ coef + intercept``; classes a problem never saw in training
 have ``intercept = -inf`` (probability 0), as in scikit-learn, which fits only the classes it sees.
 
-* :func:`fit_reference` -- the plain scikit-learn loop, one problem at a time (float64).
-* :func:`fit_exact` -- the fast path: all problems of a cell in lockstep L-BFGS, float32. The
-  problems share ``X``, so each iteration is two matrix products with ``problems * classes``
-  columns instead of many skinny ones; the per-problem standardisation is folded into the
-  parameters (an affine reparametrisation), so ``X`` is standardised once. Binary problems use
-  the two-class softmax with twice the penalty, which is exactly scikit-learn's one-vector
-  binary model (the optimum has ``w1 = -w0``; see :func:`_penalty_multiplier`). It stops, like
-  scikit-learn's ``lbfgs``, when the largest gradient entry of the mean-loss objective is below
-  ``tol``.
+* :func:`path_reference` -- the plain scikit-learn loop, one problem at a time (float64,
+  ``warm_start`` along the path, as ``LogisticRegressionCV`` does internally).
+* :func:`path_exact` -- the fast path: all problems of a cell in lockstep, preconditioned
+  L-BFGS in float32. The problems share ``X``, so each iteration is two matrix products with
+  ``problems * classes`` columns per fold of rows (a problem multiplies only the folds it trains
+  on); the per-problem standardisation is folded into the parameters (an affine
+  reparametrisation), so ``X`` is standardised once. The preconditioner is the inverse of
+  ``G + lambda I``, ``G`` the curvature-weighted Gram matrix of the standardised features at the
+  current iterate (one per labelling, refreshed every few iterations): the same objective, the
+  same optimum and stopping rule, in a fraction of the iterations (hidden states are strongly
+  correlated, which makes plain L-BFGS crawl: bench/probes.py). Binary problems use the two-class
+  softmax with twice the penalty, which is exactly scikit-learn's one-vector binary model (the
+  optimum has ``w1 = -w0``; see :func:`_penalty_multiplier`). It stops, like scikit-learn's
+  ``lbfgs``, when the largest gradient entry of the mean-loss objective is below ``tol``.
 * :func:`fit_screen` -- closed form: shrinkage LDA (shared within-class covariance, Gaussian
-  class posteriors) from per-fold sufficient statistics, one batched solve. Its accuracy gap to
-  the exact probe is measured, not assumed (``bench/probes.py``).
+  class posteriors) from per-fold sufficient statistics, one batched solve; it has no C. Its
+  accuracy gap to the exact probe is measured, not assumed (``bench/probes.py``).
+
+:func:`fit_exact` and :func:`fit_reference` fit one C (a path of one).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+#: The stopping threshold on the largest gradient entry of the mean-loss objective
+#: (scikit-learn's default ``tol``).
+TOL = 1e-4
+#: Iterations per problem and C. Warm-started and preconditioned fits of captured hidden
+#: states need 5-70; a problem still short of ``TOL`` after this many counts as not converged
+#: at that C (and the choice of C avoids it).
+MAX_ITER = 200
+#: Refresh the exact path's preconditioner every this many iterations (and at every C).
+REFRESH_EVERY = 10
+#: Rows (at most) that estimate the preconditioner's Gram matrix: it only has to be close.
+PRECONDITIONER_ROWS = 4096
+
 
 #: Logit offset for classes absent from a problem's training rows: exp() of it is exactly 0 in
 #: float32, and unlike -inf it keeps 0 * offset finite inside the solver.
@@ -64,6 +91,11 @@ class Params:
     def take(self, index) -> Params:
         """The problems ``index`` (an int array or slice) of this batch."""
         return Params(*(getattr(self, f)[index] for f in _FIELDS))
+
+    @staticmethod
+    def concat(parts: Sequence[Params]) -> Params:
+        """The problems of several batches, in order, as one batch."""
+        return Params(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
 
     def original_space(self) -> tuple[np.ndarray, np.ndarray]:
         """Coefficients for raw features: ``logits = x @ weights + bias``.
@@ -194,11 +226,19 @@ def _canonical(
 # ----------------------------------------------------------------------------- reference
 
 
-def fit_reference(
-    X: np.ndarray, targets: np.ndarray, train: np.ndarray, n_classes: int, C: float, **_: object
-) -> Params:
+def path_reference(
+    X: np.ndarray,
+    targets: np.ndarray,
+    train: np.ndarray,
+    n_classes: int,
+    Cs: Sequence[float],
+    *,
+    tol: float = TOL,
+    max_iter: int = MAX_ITER,
+) -> list[Params]:
     """The obvious loop: for each problem, ``StandardScaler`` then scikit-learn's
-    ``LogisticRegression(C=C)`` (lbfgs, defaults) on its training rows, in float64.
+    ``LogisticRegression`` (lbfgs) on its training rows, in float64, at each C of the path
+    (ascending), each fit starting from the previous one (``warm_start``).
 
     Parameters
     ----------
@@ -210,18 +250,29 @@ def fit_reference(
         The rows each problem trains on.
     n_classes : int
         Width of the class axis ``K``.
-    C : float
-        Inverse L2 strength, as in scikit-learn.
+    Cs : sequence of float
+        Inverse L2 strengths, ascending, as in scikit-learn.
+    tol, max_iter : float, int
+        scikit-learn's ``tol`` and ``max_iter``; a fit that uses all ``max_iter`` iterations
+        is not converged, and the problem is not fitted at larger C.
+
+    Returns
+    -------
+    list of Params
+        One per C.
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
+    Cs = _ascending(Cs)
     P, d = targets.shape[0], X.shape[1]
     active = class_presence(targets, train, n_classes)
-    coef = np.zeros((P, d, n_classes))
-    intercept = np.zeros((P, n_classes))
+    nC = len(Cs)
+    coef = np.zeros((nC, P, d, n_classes))
+    intercept = np.zeros((nC, P, n_classes))
     mean, scale = np.zeros((P, d)), np.ones((P, d))
-    n_iter = np.zeros(P, dtype=np.int32)
+    n_iter = np.zeros((nC, P), dtype=np.int32)
+    converged = np.ones((nC, P), dtype=bool)
     X64 = X.astype(np.float64)
     for p in range(P):
         rows = X64[train[p]]
@@ -230,18 +281,50 @@ def fit_reference(
         classes = np.flatnonzero(active[p])
         if classes.size < 2:  # one class: the constant predictor (a control labelling may do this)
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # non-convergence is reported through n_iter
-            lr = LogisticRegression(C=C).fit(sc.transform(rows), targets[p, train[p]])
-        n_iter[p] = int(np.max(lr.n_iter_))
-        if classes.size == 2:  # one vector w: the softmax pair (-w/2, +w/2)
-            coef[p][:, classes] = np.stack([-lr.coef_[0], lr.coef_[0]], axis=1) / 2
-            intercept[p, classes] = np.array([-lr.intercept_[0], lr.intercept_[0]]) / 2
-        else:
-            coef[p][:, lr.classes_] = lr.coef_.T
-            intercept[p, lr.classes_] = lr.intercept_
-    coef, intercept = _canonical(coef, intercept, active)
-    return Params(mean, scale, coef, intercept, n_iter, n_iter < 100)
+        Xs, yp = sc.transform(rows), targets[p, train[p]]
+        lr = LogisticRegression(warm_start=True, tol=tol, max_iter=max_iter)
+        for j, C in enumerate(Cs):
+            if j and not converged[j - 1, p]:  # not converged at a smaller C: not fitted here
+                converged[j:, p] = False
+                coef[j:, p], intercept[j:, p] = coef[j - 1, p], intercept[j - 1, p]
+                break
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # non-convergence is reported through converged
+                lr.set_params(C=C).fit(Xs, yp)
+            n_iter[j, p] = int(np.max(lr.n_iter_))
+            converged[j, p] = n_iter[j, p] < max_iter
+            if classes.size == 2:  # one vector w: the softmax pair (-w/2, +w/2)
+                coef[j, p][:, classes] = np.stack([-lr.coef_[0], lr.coef_[0]], axis=1) / 2
+                intercept[j, p, classes] = np.array([-lr.intercept_[0], lr.intercept_[0]]) / 2
+            else:
+                coef[j, p][:, lr.classes_] = lr.coef_.T
+                intercept[j, p, lr.classes_] = lr.intercept_
+    out = []
+    for j in range(nC):
+        c, b = _canonical(coef[j], intercept[j], active)
+        out.append(Params(mean.copy(), scale.copy(), c, b, n_iter[j], converged[j]))
+    return out
+
+
+def fit_reference(
+    X: np.ndarray,
+    targets: np.ndarray,
+    train: np.ndarray,
+    n_classes: int,
+    C: float,
+    *,
+    tol: float = TOL,
+    max_iter: int = MAX_ITER,
+) -> Params:
+    """:func:`path_reference` at one C."""
+    return path_reference(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
+
+
+def _ascending(Cs: Sequence[float]) -> list[float]:
+    out = [float(c) for c in Cs]
+    if not out or any(not c > 0 for c in out) or out != sorted(set(out)):
+        raise ValueError(f"a C path must be positive, strictly ascending values, got {list(Cs)!r}")
+    return out
 
 
 # ----------------------------------------------------------------------------- exact (fast)
@@ -252,105 +335,217 @@ class _Objective:
 
     Problem p's parameters ``x[p] (d+1, K)`` are standardised-space coefficients and intercept;
     its raw-space weights are ``coef / sd_p`` with offset ``b - mu_p @ (coef / sd_p)``, so one
-    matrix product serves every problem whatever its scaler.
+    matrix product serves every problem whatever its scaler. Rows are grouped into *atoms* (rows
+    every problem either trains on or not: the folds), and each atom's product includes only the
+    problems that train on it, so a problem costs its own training rows, not all ``m``.
     """
 
-    def __init__(self, Xc, targets, train, active, C):
+    def __init__(self, Xc: np.ndarray, targets: np.ndarray, train: np.ndarray, active: np.ndarray):
         m, d = Xc.shape
-        self.XT = np.ascontiguousarray(Xc.T)  # (d, m): both products then run at BLAS speed
-        self.X = Xc
-        n_p = train.sum(1).astype(np.float64)
-        self.w = (train / n_p[:, None]).astype(np.float32)  # (P, m): 1/n_p on training rows
-        mu, sd = _Atoms(train).scalers(Xc)
+        atoms = _Atoms(train)
+        self.member = atoms.member > 0  # (P, A)
+        n_p = atoms.member @ atoms.count
+        self.inv_n = (1.0 / n_p).astype(np.float32)
+        mu, sd = atoms.scalers(Xc)
         self.mu, self.sd = mu.astype(np.float32), sd.astype(np.float32)
-        self.lam = (_penalty_multiplier(active) / (C * n_p)).astype(np.float32)
+        self._penalty = _penalty_multiplier(active) / n_p  # lambda = this / C
+        self.lam = self._penalty.astype(np.float32)
         self.mask = np.where(active, 0.0, _MASKED).astype(np.float32)  # (P, K)
-        K = active.shape[1]
-        t = np.where(train, targets, 0)  # rows outside training: any class, weight 0
-        # offset of each row's target logit inside its problem's (K, m) block: gather/scatter
-        self.target_offset = t * m + np.arange(m)[None, :]
-        self.d, self.K, self.m = d, K, m
+        self.d, self.K = d, active.shape[1]
+        self.blocks = []  # per atom: rows (m_a, d), their transpose, targets (P, m_a)
+        for a in range(atoms.n_atoms):
+            rows = atoms.rows(a)
+            Xa = np.ascontiguousarray(Xc[rows])
+            self.blocks.append((Xa, np.ascontiguousarray(Xa.T), targets[:, rows]))
+
+    def set_C(self, C: float) -> None:
+        """Every problem's penalty for inverse strength ``C``."""
+        self.lam = (self._penalty / C).astype(np.float32)
+
+    def raw(self, x: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw-space weights (p, K, d) and offsets (p, K) of problems ``idx`` at ``x``."""
+        d = self.d
+        V = x[:, :d, :] / self.sd[idx][:, :, None]
+        c = x[:, d, :] - np.einsum("pd,pdk->pk", self.mu[idx], V) + self.mask[idx]
+        return np.ascontiguousarray(V.transpose(0, 2, 1)), c
 
     def __call__(self, x: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Loss (p,) and gradient (p, d+1, K) of problems ``idx`` at parameters ``x``."""
-        d, K, m = self.d, self.K, self.m
+        d, K = self.d, self.K
         P = idx.size
-        mu, sd, w = self.mu[idx], self.sd[idx], self.w[idx]
-        W, b = x[:, :d, :], x[:, d, :]
-        V = W / sd[:, :, None]  # (p, d, K) raw-space weights
-        c = b - np.einsum("pd,pdk->pk", mu, V) + self.mask[idx]  # (p, K)
-        Z = (V.transpose(0, 2, 1).reshape(P * K, d) @ self.XT).reshape(P, K, m)
-        Z += c[:, :, None]
-        shift = None
-        if Z.max() > 60.0:  # exp would overflow float32 somewhere: stabilise row by row
-            shift = Z.max(1, keepdims=True)
-            Z -= shift
-        E = np.exp(Z)
-        s = E.sum(1, keepdims=True)  # (p, 1, m)
-        if shift is None and s.min() < 1e-30:  # every logit tiny: rescale
-            shift = Z.max(1, keepdims=True)
-            Z -= shift
-            np.exp(Z, out=E)
-            s = E.sum(1, keepdims=True)
-        lse = np.log(s)[:, 0, :]
-        if shift is not None:
-            lse += shift[:, 0, :]
-            Z += shift
-        flat = self.target_offset[idx] + (np.arange(P) * (K * m))[:, None]  # into (p, K, m)
-        z_true = Z.reshape(-1)[flat]  # (p, m)
-        loss = np.einsum("pm,pm->p", w, lse - z_true, dtype=np.float64)
-        E *= w[:, None, :] / s  # softmax, weighted by 1/n_p
-        E.reshape(-1)[flat] -= w  # minus the one-hot target
-        rs = E.sum(2)  # (p, K): intercept gradient
-        G = (E.reshape(P * K, m) @ self.X).reshape(P, K, d)
+        VT, c = self.raw(x, idx)
+        loss = np.zeros(P)
+        G = np.zeros((P, K, d), np.float32)
+        rs = np.zeros((P, K), np.float32)
+        inv_n = self.inv_n[idx]
+        member = self.member[idx]
+        for a, (Xa, XTa, ta) in enumerate(self.blocks):
+            sel = np.flatnonzero(member[:, a])
+            if sel.size == 0:
+                continue
+            n, ma = sel.size, Xa.shape[0]
+            Z = (VT[sel].reshape(n * K, d) @ XTa).reshape(n, K, ma)
+            Z += c[sel][:, :, None]
+            shift = None
+            if Z.max() > 60.0:  # exp would overflow float32 somewhere: stabilise row by row
+                shift = Z.max(1, keepdims=True)
+                Z -= shift
+            E = np.exp(Z)
+            s = E.sum(1, keepdims=True)  # (n, 1, ma)
+            if shift is None and s.min() < 1e-30:  # every logit tiny: rescale
+                shift = Z.max(1, keepdims=True)
+                Z -= shift
+                np.exp(Z, out=E)
+                s = E.sum(1, keepdims=True)
+            lse = np.log(s)[:, 0, :]
+            if shift is not None:
+                lse += shift[:, 0, :]
+                Z += shift
+            # offset of each row's target logit inside the (n, K, ma) block
+            flat = ta[idx[sel]] * ma + np.arange(ma) + (np.arange(n) * (K * ma))[:, None]
+            z_true = Z.reshape(-1)[flat]  # (n, ma)
+            w = inv_n[sel]
+            loss[sel] += (lse - z_true).sum(1, dtype=np.float64) * w
+            E *= w[:, None, None] / s  # softmax, weighted by 1/n_p
+            E.reshape(-1)[flat] -= w[:, None]  # minus the one-hot target
+            rs[sel] += E.sum(2)
+            G[sel] += (E.reshape(n * K, ma) @ Xa).reshape(n, K, d)
+        mu, sd = self.mu[idx], self.sd[idx]
         G -= rs[:, :, None] * mu[:, None, :]  # the scaler's centring
         G /= sd[:, None, :]
-        G = G.transpose(0, 2, 1)  # (p, d, K)
+        W = x[:, :d, :]
         lam = self.lam[idx]
-        G += lam[:, None, None] * W
-        loss += 0.5 * lam * np.einsum("pdk,pdk->p", W, W, dtype=np.float64)
         g = np.empty_like(x)
-        g[:, :d] = G
+        g[:, :d] = G.transpose(0, 2, 1) + lam[:, None, None] * W
         g[:, d] = rs
+        loss += 0.5 * lam * np.einsum("pdk,pdk->p", W, W, dtype=np.float64)
         return loss, g
 
 
-def _lbfgs(fun, x0: np.ndarray, tol: float, max_iter: int, memory: int = 10):
-    """L-BFGS on P independent problems in lockstep; returns ``x, n_iter, converged``.
+class _Preconditioner:
+    """``M ~ H^-1`` for each problem: ``U diag(1 / (e + lambda_p)) U'`` on every class's weights
+    and ``1 / c`` on the intercepts, where ``U diag(e) U'`` is the Gram matrix of the standardised
+    features weighted by each row's softmax curvature ``sum_k p_k (1 - p_k) / (K - 1)`` and ``c``
+    the mean curvature, at the current iterate of one problem per labelling (the one with the most
+    training rows). The curvature weights matter: rows the probe already gets right with
+    confidence stop contributing, so the unweighted covariance preconditions badly near the
+    optimum of a well-separated cell.
+    """
+
+    def __init__(self, Xc: np.ndarray, targets: np.ndarray, train: np.ndarray, obj: _Objective):
+        self.Xc, self.obj, self.train = Xc, obj, train
+        keys: dict[bytes, int] = {}
+        self.group = np.array(
+            [keys.setdefault(targets[p].tobytes(), len(keys)) for p in range(targets.shape[0])]
+        )
+        n_p = train.sum(1)
+        self.rep = []  # per labelling: the problem it is estimated from, and its rows
+        for g in range(len(keys)):
+            members = np.flatnonzero(self.group == g)
+            p = int(members[np.argmax(n_p[members])])
+            rows = np.flatnonzero(train[p])
+            rows = rows[:: max(1, rows.size // PRECONDITIONER_ROWS)]
+            self.rep.append((p, rows, targets[p, rows]))
+        d = obj.d
+        self.U = np.zeros((len(keys), d, d), np.float32)
+        self.e = np.zeros((len(keys), d), np.float32)
+        self.c = np.ones(len(keys), np.float32)
+
+    def refresh(self, x: np.ndarray) -> None:
+        """Re-estimate the curvature at parameters ``x`` (all problems)."""
+        obj = self.obj
+        for g, (p, rows, _) in enumerate(self.rep):
+            Xr = self.Xc[rows]
+            VT, c = obj.raw(x[p : p + 1], np.array([p]))
+            Z = Xr @ VT[0].T + c[0]
+            Z -= Z.max(1, keepdims=True)
+            E = np.exp(Z)
+            E /= E.sum(1, keepdims=True)
+            k_act = max(int((obj.mask[p] == 0).sum()) - 1, 1)
+            s = (E * (1 - E)).sum(1) / k_act  # (rows,)
+            Xs = (Xr - obj.mu[p]) / obj.sd[p]
+            gram = (Xs * s[:, None]).T @ Xs / rows.size
+            e, U = np.linalg.eigh(gram.astype(np.float64))
+            self.U[g], self.e[g] = U, np.maximum(e, 0.0)
+            self.c[g] = max(float(s.mean()), 1e-3)
+
+    def __call__(self, q: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """``M q`` for problems ``idx``; ``q`` (p, (d+1) * K)."""
+        d, K = self.obj.d, self.obj.K
+        q = q.reshape(idx.size, d + 1, K)
+        out = np.empty_like(q)
+        lam = self.obj.lam[idx]
+        groups = self.group[idx]
+        for g in np.unique(groups):
+            sel = np.flatnonzero(groups == g)
+            n = sel.size
+            W = q[sel, :d, :].transpose(1, 0, 2).reshape(d, n * K)
+            R = (self.U[g].T @ W).reshape(d, n, K)
+            R /= self.e[g][:, None, None] + lam[sel][None, :, None]
+            out[sel, :d, :] = (self.U[g] @ R.reshape(d, n * K)).reshape(d, n, K).transpose(1, 0, 2)
+            out[sel, d, :] = q[sel, d, :] / self.c[g]
+        return out.reshape(idx.size, -1)
+
+
+def _lbfgs(
+    fun: _Objective,
+    M: _Preconditioner,
+    x0: np.ndarray,
+    live: np.ndarray,
+    tol: float,
+    max_iter: int,
+    memory: int = 10,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Preconditioned L-BFGS on P independent problems in lockstep, starting from ``x0``;
+    only problems ``live`` (P,) bool are fitted. Returns ``x, n_iter, converged``.
 
     Each problem keeps its own history, step length and stopping test (largest gradient entry
     below ``tol``, scikit-learn's ``gtol``); converged problems drop out of the products, and so
-    do problems whose line search finds no decrease (float32 resolution reached; reported as not
-    converged). The
-    line search is Armijo backtracking: the objectives are strongly convex, so every step keeps
-    the curvature ``s.y > 0`` that L-BFGS needs.
+    do problems whose line search finds no decrease (reported as not converged). The initial
+    inverse Hessian is ``gamma M`` (``gamma = s'y / y'My``, the usual scaling), ``M`` refreshed
+    every :data:`REFRESH_EVERY` iterations. The line search backtracks until Armijo's condition
+    holds or the directional derivative at the trial point is still negative (the objectives are
+    convex, so the loss then decreased; this test does not depend on resolving the loss in float32).
     """
     P = x0.shape[0]
     shape, D = x0.shape[1:], x0[0].size
     x = x0.reshape(P, D).astype(np.float32).copy()
-    idx_all = np.arange(P)
-    f, g = fun(x.reshape(P, *shape), idx_all)
-    g = g.reshape(P, D)
+    f = np.zeros(P)
+    g = np.zeros((P, D), np.float32)
+    n_iter = np.zeros(P, dtype=np.int32)
+    done = np.zeros(P, dtype=bool)
+    idx0 = np.flatnonzero(live)
+    if idx0.size == 0:
+        return x.reshape(P, *shape), n_iter, done
+    M.refresh(x.reshape(P, *shape))
+    f[idx0], g0 = fun(x[idx0].reshape(idx0.size, *shape), idx0)
+    g[idx0] = g0.reshape(idx0.size, D)
+    done[idx0] = np.abs(g[idx0]).max(1) <= tol
+    live = live & ~done
     S = np.zeros((memory, P, D), np.float32)
     Y = np.zeros((memory, P, D), np.float32)
     rho = np.zeros((memory, P), np.float32)
     n_hist = np.zeros(P, dtype=np.int64)
-    n_iter = np.zeros(P, dtype=np.int32)
-    done = np.abs(g).max(1) <= tol
-    live = ~done
     for it in range(max_iter):
         idx = np.flatnonzero(live)
         if idx.size == 0:
             break
+        if it and it % REFRESH_EVERY == 0:
+            M.refresh(x.reshape(P, *shape))
         gi = g[idx]
-        q = _two_loop(gi, S[:, idx], Y[:, idx], rho[:, idx], n_hist[idx], it, memory)
+        q = _two_loop(gi, S[:, idx], Y[:, idx], rho[:, idx], n_hist[idx], it, memory, M, idx)
         slope = np.einsum("pd,pd->p", gi, q)  # q is the descent direction: slope < 0
         bad = ~(slope < 0)
-        if bad.any():  # numerically lost direction: restart those problems from steepest descent
-            q[bad] = -gi[bad] / np.maximum(1.0, np.linalg.norm(gi[bad], axis=1))[:, None]
+        if bad.any():  # numerically lost direction: restart those problems from M's direction
+            q[bad] = -M(gi[bad], idx[bad])
             slope[bad] = np.einsum("pd,pd->p", gi[bad], q[bad])
             n_hist[idx[bad]] = 0
-        x_new, f_new, g_new, stalled = _armijo(fun, x[idx], f[idx], q, slope, idx, shape)
+        first = n_hist[idx] == 0  # no curvature pairs yet: keep the first step moderate
+        if first.any():
+            big = np.abs(q[first]).max(1)
+            q[first] *= np.minimum(1.0, 10.0 / np.maximum(big, 1e-30))[:, None]
+            slope[first] = np.einsum("pd,pd->p", gi[first], q[first])
+        x_new, f_new, g_new, stalled = _line_search(fun, x[idx], f[idx], q, slope, idx, shape)
         s, y = x_new - x[idx], g_new - g[idx]
         sy = np.einsum("pd,pd->p", s, y)
         slot = it % memory
@@ -361,12 +556,13 @@ def _lbfgs(fun, x0: np.ndarray, tol: float, max_iter: int, memory: int = 10):
         n_iter[idx] += 1
         converged = np.abs(g_new).max(1) <= tol
         done[idx] = converged
-        live[idx] = ~converged & ~stalled  # stalled: float32 can resolve no further decrease
+        live[idx] = ~converged & ~stalled
     return x.reshape(P, *shape), n_iter, done
 
 
-def _two_loop(g, S, Y, rho, n_hist, it, memory):
-    """The L-BFGS direction ``-H g`` for each problem from its last ``min(n_hist, memory)`` pairs."""
+def _two_loop(g, S, Y, rho, n_hist, it, memory, M, idx):
+    """The L-BFGS direction ``-H g`` for each problem from its last ``min(n_hist, memory)``
+    pairs, with initial inverse Hessian ``gamma M``."""
     q = g.copy()
     h = int(min(it, memory))
     order = [(it - 1 - j) % memory for j in range(h)]  # newest first
@@ -375,29 +571,26 @@ def _two_loop(g, S, Y, rho, n_hist, it, memory):
         use = (n_hist > j).astype(np.float32)  # problems restarted recently have fewer pairs
         alpha[j] = use * rho[slot] * np.einsum("pd,pd->p", S[slot], q)
         q -= alpha[j][:, None] * Y[slot]
+    r = M(q, idx)
     if h:
         s0, y0 = S[order[0]], Y[order[0]]
-        yy = np.einsum("pd,pd->p", y0, y0)
-        gamma = np.where(
-            (n_hist > 0) & (yy > 0), np.einsum("pd,pd->p", s0, y0) / np.where(yy > 0, yy, 1), 0
-        )
-        first = n_hist == 0
-        gamma = np.where(first, 1.0 / np.maximum(1.0, np.linalg.norm(g, axis=1)), gamma)
-        q *= gamma[:, None]
-    else:
-        q /= np.maximum(1.0, np.linalg.norm(q, axis=1))[:, None]
+        yMy = np.einsum("pd,pd->p", y0, M(y0, idx))
+        sy = np.einsum("pd,pd->p", s0, y0)
+        ok = (n_hist > 0) & (yMy > 0) & (sy > 0)
+        r *= np.where(ok, sy / np.where(ok, yMy, 1.0), 1.0)[:, None]
     for j, slot in reversed(list(enumerate(order))):
         use = (n_hist > j).astype(np.float32)
-        beta = use * rho[slot] * np.einsum("pd,pd->p", Y[slot], q)
-        q += (alpha[j] - beta)[:, None] * S[slot]
-    return -q
+        beta = use * rho[slot] * np.einsum("pd,pd->p", Y[slot], r)
+        r += (alpha[j] - beta)[:, None] * S[slot]
+    return -r
 
 
-def _armijo(fun, x, f, q, slope, idx, shape, c1=1e-4, max_halvings=20):
-    """Backtrack each problem's step from 1 until ``f(x + t q) <= f(x) + c1 t slope``.
+def _line_search(fun, x, f, q, slope, idx, shape, c1=1e-4, max_halvings=30):
+    """Backtrack each problem's step from 1 until ``f(x + t q) <= f(x) + c1 t slope`` or the
+    directional derivative ``q . g(x + t q)`` is not positive (convexity: then ``f`` decreased).
 
-    Returns the new points, losses and gradients, and which problems found no decrease at all
-    (``stalled``: the predicted decrease is below float32 resolution; they stay put).
+    Returns the new points, losses and gradients, and which problems found no acceptable step
+    (``stalled``; they stay put).
     """
     t = np.ones(x.shape[0], np.float32)
     x_new, f_new = x.copy(), f.copy()
@@ -407,9 +600,10 @@ def _armijo(fun, x, f, q, slope, idx, shape, c1=1e-4, max_halvings=20):
         sub = np.flatnonzero(todo)
         xt = x[sub] + t[sub, None] * q[sub]
         ft, gt = fun(xt.reshape(sub.size, *shape), idx[sub])
-        ok = ft <= f[sub] + c1 * t[sub] * slope[sub]
+        gt = gt.reshape(sub.size, -1)
+        ok = (ft <= f[sub] + c1 * t[sub] * slope[sub]) | (np.einsum("pd,pd->p", gt, q[sub]) <= 0)
         acc = sub[ok]
-        x_new[acc], f_new[acc], g_new[acc] = xt[ok], ft[ok], gt.reshape(sub.size, -1)[ok]
+        x_new[acc], f_new[acc], g_new[acc] = xt[ok], ft[ok], gt[ok]
         todo[acc] = False
         if not todo.any():
             return x_new, f_new, g_new, todo
@@ -420,6 +614,45 @@ def _armijo(fun, x, f, q, slope, idx, shape, c1=1e-4, max_halvings=20):
     return x_new, f_new, g_new, todo
 
 
+def path_exact(
+    X: np.ndarray,
+    targets: np.ndarray,
+    train: np.ndarray,
+    n_classes: int,
+    Cs: Sequence[float],
+    *,
+    tol: float = TOL,
+    max_iter: int = MAX_ITER,
+) -> list[Params]:
+    """The same probes as :func:`path_reference`, all problems in lockstep preconditioned L-BFGS
+    (float32), along the path ``Cs`` (ascending) with warm starts; the first C starts from zero,
+    like scikit-learn. Parameters are those of :func:`path_reference`; ``max_iter`` caps the
+    iterations per problem and C.
+    """
+    Cs = _ascending(Cs)
+    P = targets.shape[0]
+    Xc, m0, s0 = _standardise_design(X)
+    active = class_presence(targets, train, n_classes)
+    obj = _Objective(Xc, targets, train, active)
+    M = _Preconditioner(Xc, targets, train, obj)
+    # the scaler in raw space: standardising by (mu, sd) in the centred space is standardising
+    # raw features by (m0 + s0 mu, s0 sd)
+    mean = m0[None, :] + s0[None, :] * obj.mu
+    scale = s0[None, :] * obj.sd
+    x = np.zeros((P, Xc.shape[1] + 1, n_classes), np.float32)
+    ok = np.ones(P, dtype=bool)  # converged at every smaller C
+    out = []
+    for C in Cs:
+        obj.set_C(C)
+        x, n_iter, converged = _lbfgs(obj, M, x, ok.copy(), tol, max_iter)
+        ok &= converged
+        coef, intercept = _canonical(
+            x[:, :-1].astype(np.float64), x[:, -1].astype(np.float64), active
+        )
+        out.append(Params(mean, scale, coef, intercept, n_iter, ok.copy()))
+    return out
+
+
 def fit_exact(
     X: np.ndarray,
     targets: np.ndarray,
@@ -427,27 +660,11 @@ def fit_exact(
     n_classes: int,
     C: float,
     *,
-    tol: float = 1e-4,
-    max_iter: int = 100,
+    tol: float = TOL,
+    max_iter: int = MAX_ITER,
 ) -> Params:
-    """The same probes as :func:`fit_reference`, all problems in lockstep L-BFGS (float32).
-
-    Parameters are those of :func:`fit_reference`; ``tol`` is the stopping threshold on the
-    largest gradient entry (scikit-learn's default 1e-4) and ``max_iter`` the iteration cap per
-    problem (scikit-learn's default 100). Starts from zero, like scikit-learn.
-    """
-    P = targets.shape[0]
-    Xc, m0, s0 = _standardise_design(X)
-    active = class_presence(targets, train, n_classes)
-    obj = _Objective(Xc, targets, train, active, C)
-    x0 = np.zeros((P, Xc.shape[1] + 1, n_classes), np.float32)
-    x, n_iter, converged = _lbfgs(obj, x0, tol, max_iter)
-    coef, intercept = _canonical(x[:, :-1].astype(np.float64), x[:, -1].astype(np.float64), active)
-    # the scaler in raw space: standardising by (mu, sd) in the centred space is standardising
-    # raw features by (m0 + s0 mu, s0 sd)
-    mean = m0[None, :] + s0[None, :] * obj.mu
-    scale = s0[None, :] * obj.sd
-    return Params(mean, scale, coef, intercept, n_iter, converged)
+    """:func:`path_exact` at one C (starting from zero, like scikit-learn)."""
+    return path_exact(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
 
 
 # ----------------------------------------------------------------------------- screen (LDA)
@@ -532,7 +749,31 @@ def _class_sums(
 
 
 #: Solver name -> fit(X, targets, train, n_classes, C); extra options keep their defaults.
-SOLVERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray, int, float], Params]] = {
+
+
+def path_screen(
+    X: np.ndarray,
+    targets: np.ndarray,
+    train: np.ndarray,
+    n_classes: int,
+    Cs: Sequence[float],
+    *,
+    shrinkage: float = 0.1,
+    **_: object,
+) -> list[Params]:
+    """:func:`fit_screen` has no C: the same probes for every value of the path."""
+    fitted = fit_screen(X, targets, train, n_classes, 1.0, shrinkage=shrinkage)
+    return [fitted] * len(Cs)
+
+
+#: Solver name -> path(X, targets, train, n_classes, Cs) -> one Params per C (ascending).
+PATHS: dict[str, Callable[..., list[Params]]] = {
+    "exact": path_exact,
+    "screen": path_screen,
+    "reference": path_reference,
+}
+#: Solver name -> fit(X, targets, train, n_classes, C) at one C; extra options keep their defaults.
+SOLVERS: dict[str, Callable[..., Params]] = {
     "exact": fit_exact,
     "screen": fit_screen,
     "reference": fit_reference,

@@ -18,7 +18,7 @@ import numpy as np
 from analysis.compute import compute
 
 from . import plan as P
-from .cells import CellModels, fit_cell, score_cell
+from .cells import CellModels, Selection, fit_cell, score_cell
 
 #: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
 #: chunks, the float32 rows of a cell); two worker threads then hold a few of these at a time.
@@ -31,7 +31,7 @@ MAX_BLOCK_POSITIONS = 8
 @dataclass
 class Cell:
     """The rows of one cell: sequences ``seq`` and positions ``pos`` (m,), their target and
-    control class indices and folds. ``kind`` is ``"position"`` (one position; data come as a
+    control class indices, folds and inner groups (for choosing C). ``kind`` is ``"position"`` (one position; data come as a
     slab and ``col`` is the slab column), ``"last"`` or ``"pooled"`` (data are the gathered
     rows). ``source`` is, for cells scored at another length, the key of the fitted cell whose
     probes score them."""
@@ -46,6 +46,7 @@ class Cell:
     y: np.ndarray
     control: np.ndarray | None
     fold: np.ndarray
+    inner: np.ndarray
     col: int | None = None
     source: Any = None
 
@@ -65,7 +66,7 @@ class Job:
 
     cells: list[Cell]
     method: str
-    C: float
+    C: float | tuple[float, ...]
     folds: int
     n_classes: int
     n_sequences: int
@@ -77,7 +78,7 @@ class _JobSettings(TypedDict):
     """The :class:`Job` fields shared by every task of one run."""
 
     method: str
-    C: float
+    C: float | tuple[float, ...]
     folds: int
     n_classes: int
     per_sequence: bool
@@ -86,7 +87,8 @@ class _JobSettings(TypedDict):
 @dataclass
 class CellOut:
     """What a task returns per cell (all small). ``weights`` (d, K) and ``bias`` (K,) are the
-    probe fitted on all rows, in raw-feature space; ``mean``/``scale`` (d,) its scaler."""
+    probe fitted on all rows, in raw-feature space; ``mean``/``scale`` (d,) its scaler;
+    ``selection`` how its C and its folds' C were chosen (fit tasks only)."""
 
     run: str
     length: int
@@ -103,6 +105,7 @@ class CellOut:
     n_iter: int = 0
     converged: bool = True
     fitted: bool = False
+    selection: Selection | None = None
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -142,9 +145,10 @@ def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
     """Fit and cross-validate every cell of ``job`` on its data (a slab or gathered pieces).
 
     Returns the cells' outputs and, if ``job.keep_models``, their fitted probes by
-    :attr:`Cell.key` (for scoring other lengths). Every cell starts from zero: warm starts from
-    the neighbouring position saved no iterations (measured), and without them a cell's result
-    does not depend on how positions were grouped into tasks.
+    :attr:`Cell.key` (for scoring other lengths). Every cell starts from zero (and warm-starts
+    only along its own C path): warm starts from the neighbouring position saved no iterations
+    (measured), and without them a cell's result does not depend on how positions were grouped
+    into tasks.
     """
     data = np.concatenate(data) if isinstance(data, list) else data
     outs, models = [], {}
@@ -159,14 +163,16 @@ def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
             n_classes=job.n_classes,
             method=job.method,
             C=job.C,
+            inner=cell.inner,
         )
         out = _out(cell, scores, job)
         full = fitted.params.take(slice(job.folds, job.folds + 1))  # fitted on every row
         w, b = full.original_space()
         out.weights, out.bias = w[0].astype(np.float32), b[0].astype(np.float32)
         out.mean, out.scale = full.mean[0].astype(np.float32), full.scale[0].astype(np.float32)
-        out.n_iter, out.fitted = int(fitted.params.n_iter.max()), True
-        out.converged = bool(fitted.params.converged.all())
+        out.n_iter, out.fitted = fitted.selection.n_iter, True
+        out.converged = fitted.selection.converged
+        out.selection = fitted.selection
         outs.append(out)
         if job.keep_models:
             models[cell.key] = fitted
@@ -270,7 +276,7 @@ def build_graph(
     test_lengths: dict[str, list[int]],
     *,
     method: str,
-    C: float,
+    C: float | tuple[float, ...],
     folds: int,
     per_sequence: bool,
 ) -> list:
@@ -390,6 +396,7 @@ def _cell(lab: P.LengthLabels, kind: str, position: int | None) -> Cell:
         y=lab.y[seq, pos].astype(np.int32),
         control=None if lab.control is None else lab.control[seq, pos].astype(np.int32),
         fold=lab.fold[seq].astype(np.int16),
+        inner=lab.inner[seq].astype(np.int16),
     )
 
 
@@ -422,7 +429,7 @@ def build(
     lengths: Any,
     train_length: int | None,
     folds: int,
-    C: float,
+    C: float | tuple[float, ...],
     method: str,
     control: str | None,
     seed: int,
@@ -461,7 +468,7 @@ def build(
     options = {
         "target": target,
         "method": method,
-        "C": float(C),
+        "C": C,
         "folds": int(folds),
         "seed": int(seed),
         "control": control,

@@ -100,16 +100,23 @@ def test_exact_solver_matches_sklearn_probabilities(n_classes, kw):
     X, targets, train = random_problem(rng, n_classes, **kw)
     ref = fit_reference(X, targets, train, n_classes, 1.0)
     fast = fit_exact(X, targets, train, n_classes, 1.0)
-    p_ref = np.exp(logits(ref, X) - logits(ref, X).max(-1, keepdims=True))
-    p_fast = np.exp(logits(fast, X) - logits(fast, X).max(-1, keepdims=True))
-    p_ref /= p_ref.sum(-1, keepdims=True)
-    p_fast /= p_fast.sum(-1, keepdims=True)
-    assert np.abs(p_ref - p_fast).max() < 5e-3
+    optimum = fit_reference(X, targets, train, n_classes, 1.0, tol=1e-9, max_iter=10_000)
+    p_ref, p_fast, p_opt = (_probabilities(p, X) for p in (ref, fast, optimum))
+    # both stop at a gradient of 1e-4 (scikit-learn's tol) from different directions; on the
+    # separable binary problems that leaves scikit-learn itself ~6e-3 from the optimum
+    assert np.abs(p_fast - p_opt).max() < 5e-3
+    assert np.abs(p_fast - p_opt).max() <= np.abs(p_ref - p_opt).max() + 1e-3
     assert (np.isinf(ref.intercept) == np.isinf(fast.intercept)).all()  # same classes seen
-    w_ref, _ = ref.original_space()
-    w_fast, _ = fast.original_space()
-    # both stop at a gradient of 1e-4 (scikit-learn's tol), which leaves ~1e-3 in the weights
-    assert np.allclose(w_fast, w_ref, atol=1e-2 * np.abs(w_ref).max())
+    assert fast.converged.all() and ref.converged.all()
+    (w_ref, _), (w_fast, _), (w_opt, _) = (p.original_space() for p in (ref, fast, optimum))
+    # a gradient of 1e-4 leaves ~1% of the largest weight (scikit-learn: up to 1.1%)
+    assert np.abs(w_fast - w_opt).max() <= max(np.abs(w_ref - w_opt).max(), 2e-2 * np.abs(w_opt).max())
+
+
+def _probabilities(params, X):
+    z = logits(params, X)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
 
 
 def test_screen_solver_gives_a_linear_probe_close_to_logistic():
