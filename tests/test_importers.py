@@ -168,11 +168,11 @@ def test_safetensors_import_resumes_after_a_crash(tmp_path, monkeypatch):
     calls = {"n": 0}
     real = files.SafetensorsSource._slice
 
-    def flaky(self, i, name, lo, hi):
+    def flaky(self, i, name, lo, hi, out=None):
         calls["n"] += 1
         if calls["n"] > 9:
             raise OSError("disk went away")
-        return real(self, i, name, lo, hi)
+        return real(self, i, name, lo, hi, out)
 
     monkeypatch.setattr(files.SafetensorsSource, "_slice", flaky)
     with pytest.raises(OSError):

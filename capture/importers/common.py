@@ -265,6 +265,8 @@ class Ranged(Protocol):
 
     def read(self, names: Sequence[str], start: int, stop: int) -> Arrays: ...
 
+    def dtype(self, name: str) -> np.dtype: ...
+
 
 @dataclass
 class Batches:
@@ -395,8 +397,26 @@ def write(
     if isinstance(source, Batches):
         return _write_batches(store, run, source, plan, lab, dtype, block_size, fmt, progress)
     n = check_shapes(source.shapes, plan, source.what)
-    return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what,
-                  lambda start, stop: source.read(plan.names(), start, stop), progress)
+    direct = getattr(source, "read_into", None)
+    singles = [src[0] for _lay, src in plan.layers if len(src) == 1]
+    if direct is None or len(singles) != len(plan.layers) or len({source.dtype(n) for n in singles}) != 1:
+        return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what,
+                      lambda start, stop: source.read(plan.names(), start, stop), progress)
+    layers_dtype = source.dtype(singles[0])
+    others = [k for k in plan.names() if k not in singles]
+
+    def read(start: int, stop: int) -> Arrays:
+        # each layer read from its file straight into the layer-major buffer of hidden
+        m, (_n, L, width) = stop - start, _dims(source.shapes[singles[0]])
+        buf = np.empty((len(singles), m, L, width), layers_dtype)
+        for j, name in enumerate(singles):
+            direct(name, start, stop, buf[j])
+        out = source.read(others, start, stop) if others else {}
+        out[_HIDDEN] = buf.transpose(1, 2, 0, 3)
+        return out
+
+    return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what, read,
+                  progress)
 
 
 def _write_batches(store, run, source: Batches, plan: Plan, lab: tuple[Any, Any, Any], dtype: str,
@@ -537,7 +557,7 @@ def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, 
             if b not in todo:
                 continue
             m = stop - start
-            hidden = np.stack([_layer(arrays, src, m, L) for _lay, src in plan.layers], axis=2)
+            hidden = arrays[_HIDDEN] if _HIDDEN in arrays else _hidden(arrays, plan, m, L, width)
             tok = lab.tokens[start:stop] if lab.tokens is not None else (
                 arrays[plan.tokens].reshape(m, L) if plan.tokens else np.full((m, L), -1))
             block_labels = {k: (tok if v is None else v[start:stop]) for k, v in labels.items()}
@@ -557,14 +577,29 @@ def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, 
                         [s for s, _ in plan.sites], list(labels), written, total, what)
 
 
-def _layer(arrays: Arrays, src: tuple[str, ...], m: int, L: int) -> np.ndarray:
-    first = arrays[src[0]].reshape(m, L, -1)
-    if len(src) == 1:
-        return first
-    total = first.astype("float32")
-    for s in src[1:]:
-        total = total + arrays[s].reshape(m, L, -1)
-    return total
+#: Key of a ``hidden`` a source assembled itself (read straight into its buffer).
+_HIDDEN = "\0hidden"
+
+
+def _hidden(arrays: Arrays, plan: Plan, m: int, L: int, width: int) -> np.ndarray:
+    """``(sequence, position, layer, feature)`` from the plan's arrays, laid out layer-major
+    underneath (a transposed view): each layer is filled by one contiguous copy and each
+    chunk (one layer) is read back contiguously by the writer; ``np.stack`` along axis 2
+    made one strided copy of everything, the slowest step of an import."""
+    dtypes = [arrays[s].dtype for _lay, src in plan.layers for s in src]
+    dt = np.result_type(*dtypes)
+    if dt.kind != "f" or any(len(src) > 1 for _lay, src in plan.layers):
+        dt = np.promote_types(dt, np.float32)
+    buf = np.empty((len(plan.layers), m, L, width), dt)
+    for j, (_lay, src) in enumerate(plan.layers):
+        first = arrays[src[0]].reshape(m, L, width)
+        if len(src) == 1:
+            buf[j] = first
+            continue
+        np.add(first, arrays[src[1]].reshape(m, L, width), out=buf[j], dtype=dt)
+        for s in src[2:]:
+            buf[j] += arrays[s].reshape(m, L, width)
+    return buf.transpose(1, 2, 0, 3)
 
 
 def format_import(res: ImportResult) -> str:

@@ -75,6 +75,9 @@ class DatasetSource:
     def read(self, names: Sequence[str], start: int, stop: int) -> Arrays:
         return {n: self.column(n, start, stop) for n in names}
 
+    def dtype(self, name: str) -> np.dtype:
+        return np.dtype(self.ds.features[name].dtype)
+
     def column(self, name: str, start: int, stop: int) -> np.ndarray:
         m = stop - start
         if self.fast:  # the Arrow buffers themselves: no per-row Python objects
