@@ -143,6 +143,11 @@ def test_saelens_cache_directory_and_export_round_trip(tmp_path):
                                   ds.hidden.values)
     res = CliRunner().invoke(main, ["export", str(tmp_path / "s.zarr"), str(tmp_path / "out")])
     assert res.exit_code == 2 and "exists" in res.output
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "s.zarr"), str(tmp_path / "out2"), "--runs", "sae",
+                                    "--layers", "L0", "--format", "hf-datasets"])
+    assert res.exit_code == 0 and "1 dataset(s) (sae/len_007)" in res.output, res.output
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "s.zarr"), str(tmp_path / "out3"), "--layers", "L5"])
+    assert res.exit_code == 2 and "layers stored: L0" in res.output and not (tmp_path / "out3").exists()
 
 
 def _write_parts(path: Path, rng: np.random.Generator, sizes=(6, 6, 5), width=8, drop=None) -> dict:
@@ -231,7 +236,10 @@ def test_cli_bad_import_input(tmp_path, make_store):
     st = make_store(n=40)
     before = _files(Path(str(st.location)))
     (tmp_path / "x.txt").write_text("not activations")
+    _write_parts(tmp_path / "parts", np.random.default_rng(4), drop=(1, "L0"))
     for args, msg in [
+        (["import", "safetensors", str(tmp_path / "parts"), str(st.location), "--run", "z"],
+         "part_1.safetensors: hook 'L0' is missing (the first file has it)"),
         (["import", "pickle", str(tmp_path / "x.txt"), str(st.location), "--run", "z"],
          "unknown import format 'pickle'; formats: transformer-lens, nnsight, saelens, safetensors, npy"),
         (["import", "safetensors", str(tmp_path / "x.txt"), str(st.location), "--run", "z"],
