@@ -32,6 +32,7 @@ Modules (each imports only those listed above it, never one that imports it back
     repair     rebuild damaged metadata from its intact copy
     inspect    summary of what a store holds
     pack       pack a store into one zip, unpack it safely
+    transfer   pull/push: copy a subset of a store between locations, checked and resumable
 
 This package imports nothing else of layerstate's.
 """
