@@ -234,7 +234,7 @@ def path_reference(
     Cs: Sequence[float],
     *,
     tol: float = TOL,
-    max_iter: int = MAX_ITER,
+    max_iter: int | None = None,
 ) -> list[Params]:
     """The obvious loop: for each problem, ``StandardScaler`` then scikit-learn's
     ``LogisticRegression`` (lbfgs) on its training rows, in float64, at each C of the path
@@ -253,8 +253,9 @@ def path_reference(
     Cs : sequence of float
         Inverse L2 strengths, ascending, as in scikit-learn.
     tol, max_iter : float, int
-        scikit-learn's ``tol`` and ``max_iter``; a fit that uses all ``max_iter`` iterations
-        is not converged, and the problem is not fitted at larger C.
+        scikit-learn's ``tol`` and ``max_iter`` (default :data:`MAX_ITER`, per C); a fit that
+        uses all ``max_iter`` iterations is not converged, and the problem is not fitted at
+        larger C.
 
     Returns
     -------
@@ -265,6 +266,7 @@ def path_reference(
     from sklearn.preprocessing import StandardScaler
 
     Cs = _ascending(Cs)
+    max_iter = MAX_ITER if max_iter is None else int(max_iter)
     P, d = targets.shape[0], X.shape[1]
     active = class_presence(targets, train, n_classes)
     nC = len(Cs)
@@ -314,7 +316,7 @@ def fit_reference(
     C: float,
     *,
     tol: float = TOL,
-    max_iter: int = MAX_ITER,
+    max_iter: int | None = None,
 ) -> Params:
     """:func:`path_reference` at one C."""
     return path_reference(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
@@ -622,7 +624,7 @@ def path_exact(
     Cs: Sequence[float],
     *,
     tol: float = TOL,
-    max_iter: int = MAX_ITER,
+    max_iter: int | None = None,
 ) -> list[Params]:
     """The same probes as :func:`path_reference`, all problems in lockstep preconditioned L-BFGS
     (float32), along the path ``Cs`` (ascending) with warm starts; the first C starts from zero,
@@ -630,6 +632,7 @@ def path_exact(
     iterations per problem and C.
     """
     Cs = _ascending(Cs)
+    max_iter = MAX_ITER if max_iter is None else int(max_iter)
     P = targets.shape[0]
     Xc, m0, s0 = _standardise_design(X)
     active = class_presence(targets, train, n_classes)
@@ -661,7 +664,7 @@ def fit_exact(
     C: float,
     *,
     tol: float = TOL,
-    max_iter: int = MAX_ITER,
+    max_iter: int | None = None,
 ) -> Params:
     """:func:`path_exact` at one C (starting from zero, like scikit-learn)."""
     return path_exact(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
