@@ -7,6 +7,12 @@ probe``). Layout used (see :func:`analysis.probes.probe`): metrics ``accuracy``,
 and ``labelled`` (run, length, [position], sequence); ``n_test`` (run, length, [position],
 fold); the ``evaluation`` coordinate along ``length`` (cross-validation or transfer).
 
+Regularisation: ``C`` (the stored probe's C, run x fit_length x layer x [position]),
+``path_converged`` (along ``C_grid``) and ``converged`` give the chosen C per layer (median over
+seeds and positions, with its range) and the counts of cells whose grid had values that could
+not be fitted (avoided by the choice) and of probes that did not converge
+(:func:`regularisation_frame`).
+
 Per seed (one run), a layer's readability is the probe's held-out accuracy pooled over
 positions and sequences (``sum correct / sum labelled``); its interval comes from
 :func:`reports.numbers.group_intervals` (seed-level t; one seed: sequences only). Without
@@ -52,7 +58,7 @@ def probes(snap: Snapshot) -> Section:
     if not names:
         return missing_section("probes", "Probe profiles", "No probe results in this store.", "probe", PROBES_INTRO)
     sec = Section("probes", "Probe profiles", intro=PROBES_INTRO)
-    frames, summaries, notes = [], [], []
+    frames, summaries, notes, regs = [], [], [], []
     for name in names:
         ds = read_result(snap.store, name)
         if "accuracy" not in ds:
@@ -61,6 +67,7 @@ def probes(snap: Snapshot) -> Section:
         target = str(ds.attrs.get("target", name.split("/", 1)[-1]))
         frames.append(profile_frame(ds, snap.store, target=target))
         summaries.append(summary_frame(ds, snap.store, target=target))
+        regs.append(regularisation_frame(ds, snap.store, target=target))
         notes.extend(_describe(name, ds))
     if not frames:
         return missing_section("probes", "Probe profiles", "; ".join(notes), "probe", PROBES_INTRO)
@@ -87,6 +94,19 @@ def probes(snap: Snapshot) -> Section:
                    "selectivity_upper", "selectivity_interval_note", "selectivity_seed_a", "selectivity_seed_b",
                    "control", "control_lower", "control_upper", "baseline", "n_seeds"]],
             _profile_pivot(at_fit, layers, signed=True, value="selectivity")))
+    reg = pd.concat(regs, ignore_index=True)
+    if len(reg):
+        reg = _panel_names(reg)
+        at_fit_reg = reg[reg["fit_length"] == shown_length]
+        sec.tables.append(Table(
+            "probe_regularisation",
+            f"Inverse L2 strength C of the stored probes per layer, fitted at length {shown_length}: "
+            "median over seeds and positions [range], chosen per cell by inner cross-validation "
+            "grouped by sequence (see the notes); a probe's capacity changes what is readable "
+            "(Hewitt & Liang 2019); a C at the grid's end means the best value may lie beyond it. "
+            "The CSV also counts, per layer, the cells whose grid had C values "
+            "that could not be fitted to tolerance (never chosen) and probes that did not converge.",
+            reg, _regularisation_pivot(at_fit_reg if len(at_fit_reg) else reg, layers)))
     summary = pd.concat(summaries, ignore_index=True)
     if len(summary):
         summary = _panel_names(summary)
@@ -296,4 +316,73 @@ def _describe(name: str, ds: xr.Dataset) -> list[str]:
             bits.append(f"{key}: {a[key]}")
     if int(a.get("train_length", -1)) > 0:
         bits.append(f"fitted at length {a['train_length']}, other lengths scored by transfer")
-    return ["; ".join(bits)]
+    if "C_selection" in a:
+        bits.append(f"regularisation: {a['C_selection']}")
+    out = ["; ".join(bits)]
+    counts = _convergence_counts(ds)
+    if counts is not None:
+        cells, unfittable, stopped = counts
+        out.append(
+            f"results/{name}: {unfittable} of {cells} probe cells had C values in the grid whose fits "
+            f"did not converge (not eligible, so the chosen C moved away from them); {stopped} "
+            "stored or scored probes did not converge"
+            + (" (their scores are those of the last iterate)." if stopped else ".")
+        )
+    return out
+
+
+# ---------------------------------------------------------------------- regularisation
+def _convergence_counts(ds: xr.Dataset) -> tuple[int, int, int] | None:
+    """(cells, cells with an unfittable grid value, unconverged kept probes) of a result."""
+    if "converged" not in ds or "C" not in ds:
+        return None
+    fitted = ds["C"].notnull() | ~ds["converged"]
+    cells = int(fitted.sum())
+    if cells == 0:  # no C (the screening solver)
+        return None
+    unfittable = 0
+    if "path_converged" in ds:
+        unfittable = int(((~ds["path_converged"]).any("C_grid") & fitted).sum())
+    return cells, unfittable, int((~ds["converged"] & fitted).sum())
+
+
+def regularisation_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
+    """One row per (task, arch, variant, fit length, layer): the C chosen for the stored probes
+    (median, min and max over seeds and positions), the number of cells, of cells whose grid had
+    C values that could not be fitted (``unfittable_C_cells``) and of probes that did not
+    converge. Empty for results without a chosen C (the screening solver, older results)."""
+    if "C" not in ds or not bool(ds["C"].notnull().any()):
+        return pd.DataFrame()
+    cols = {"C": ds["C"], "converged": ds["converged"].astype(float)}
+    if "path_converged" in ds:
+        cols["unfittable"] = (~ds["path_converged"]).any("C_grid").astype(float)
+    frame = by_seed(xr.Dataset(cols), store).to_dataframe().reset_index()
+    frame = frame[np.isfinite(frame["C"])]
+    if "unfittable" not in frame:
+        frame["unfittable"] = 0.0
+    keys = ["task", "arch", "variant", "fit_length", "layer"]
+    out = frame.groupby(keys, sort=False).agg(
+        C_median=("C", "median"), C_min=("C", "min"), C_max=("C", "max"), cells=("C", "size"),
+        unfittable_C_cells=("unfittable", "sum"), unconverged=("converged", lambda v: int((v < 1).sum())),
+    ).reset_index()
+    out["unfittable_C_cells"] = out["unfittable_C_cells"].astype(int)
+    layer_order = [str(v) for v in ds["layer"].values]
+    out["layer"] = out["layer"].astype(str)
+    out["layer_pos"] = [layer_order.index(v) for v in out["layer"]]
+    out["target"] = target
+    return out.sort_values(["task", "arch", "variant", "fit_length", "layer_pos"]).reset_index(drop=True)
+
+
+def _regularisation_pivot(frame: pd.DataFrame, layers: list[str]) -> pd.DataFrame:
+    """Cells ``median [min-max]`` of the chosen C per layer, and the per-row counts."""
+    def text(row) -> str:
+        med = f"{row.C_median:g}"
+        return med if row.C_min == row.C_max else f"{med} [{row.C_min:g}–{row.C_max:g}]"
+
+    shown = frame.assign(text=[text(r) for r in frame.itertuples()])
+    pivot = shown.pivot_table(index=["task", "arch", "variant"], columns="layer", values="text", aggfunc="first")
+    pivot = pivot[[c for c in layers if c in pivot.columns]].reset_index()
+    counts = frame.groupby(["task", "arch", "variant"]).agg(
+        cells=("cells", "sum"), unfittable=("unfittable_C_cells", "sum"), unconverged=("unconverged", "sum"),
+    ).reset_index().rename(columns={"unfittable": "cells with unfittable C", "unconverged": "unconverged probes"})
+    return pivot.merge(counts, on=["task", "arch", "variant"]).fillna("–")

@@ -232,3 +232,24 @@ def test_fit_cell_reports_the_selection_for_one_cell():
     assert sel.converged and sel.path_converged.all() and sel.C == max(C_GRID)
     assert models.params.coef.shape[0] == 3 + 1  # the chosen problems in fixed-C order
     assert scores.metrics["accuracy"].mean() > 0.95
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def test_report_shows_the_chosen_C_and_counts_unfittable_cells(tmp_path, monkeypatch):
+    from reports import readout
+    from reports.snapshot import take_snapshot
+
+    st = one_cell_store(tmp_path, n=300, d=16, strength=6.0, seed=5)
+    monkeypatch.setattr(solvers, "MAX_ITER", 5)  # weak penalties cannot be fitted
+    probe(st, "y", positions="pooled", C=[1e-3, 1e-2, 1e-1, 1.0, 10.0], save=True)
+    sec = readout.probes(take_snapshot(st))
+    table = next(t for t in sec.tables if t.name == "probe_regularisation")
+    row = table.data.set_index("layer").loc["L1"]
+    assert row["C_median"] <= 0.1 and row["cells"] == 1 and row["unfittable_C_cells"] == 1
+    assert row["unconverged"] == 0
+    assert list(table.shown().columns[:3]) == ["task", "arch", "variant"]
+    note = next(n for n in sec.notes if "probe cells had C values" in n)
+    assert "1 of 3 probe cells" in note and "0 stored or scored probes did not converge" in note
+    assert any("C chosen per cell from the grid 0.001, 0.01, 0.1, 1, 10" in n for n in sec.notes)
