@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .solvers import PATHS, Params, logits
+from .solvers import PATHS, Params, logits, logits_by_class
 
 #: Default C grid: log-spaced, one decade apart (scikit-learn's convention, ``C * sum(loss)``).
 C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
@@ -208,21 +208,29 @@ def baseline_metrics(counts: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def group_log_loss(
-    params: Params, X: np.ndarray, targets: np.ndarray, groups: np.ndarray, n_groups: int
+    params: Params,
+    X: np.ndarray,
+    targets: np.ndarray,
+    groups: np.ndarray,
+    n_groups: int,
+    wanted: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each problem's summed log-loss (floored like :func:`classification_metrics`) over the
-    rows of each group: (P, n_groups), float64."""
+    rows of each group: (P, n_groups), float64 sums of float32 row losses. ``wanted`` (P,) bool
+    skips problems whose losses are not needed (left 0)."""
     P = targets.shape[0]
     onehot = np.zeros((X.shape[0], n_groups))
     onehot[np.arange(X.shape[0]), groups] = 1.0
     out = np.zeros((P, n_groups))
-    for lo in range(0, P, 16):  # a few problems at a time bounds the (p, m, K) logits
-        hi = min(P, lo + 16)
-        z = logits(params.take(slice(lo, hi)), X).astype(np.float64)
-        zmax = z.max(-1, keepdims=True)
-        lse = np.log(np.exp(z - zmax).sum(-1)) + zmax[..., 0]
-        z_true = np.take_along_axis(z, targets[lo:hi, :, None], -1)[..., 0]
-        out[lo:hi] = np.minimum(lse - z_true, -np.log(LOG_EPS)) @ onehot
+    todo = np.flatnonzero(np.ones(P, dtype=bool) if wanted is None else wanted)
+    for lo in range(0, todo.size, 16):  # a few problems at a time bounds the (p, m, K) logits
+        ps = todo[lo : lo + 16]
+        z = logits_by_class(params.take(ps), X)  # (p, K, m) float32; -inf: classes never seen
+        zmax = z.max(1, keepdims=True)
+        lse = np.log(np.exp(z - zmax).sum(1)) + zmax[:, 0]
+        z_true = np.take_along_axis(z, targets[ps, None, :], 1)[:, 0]
+        loss = np.minimum(lse - z_true, np.float32(-np.log(LOG_EPS)))
+        out[ps] = loss.astype(np.float64) @ onehot
     return out
 
 
@@ -323,7 +331,9 @@ def _fit_search(X, y, control, fold, inner, folds, n_classes, method, grid):
     group_fold[group_id] = fold
     size = np.bincount(group_id, minlength=n_groups).astype(np.float64)
     conv = np.stack([p.converged for p in path])  # (nC, P)
-    loss = np.stack([group_log_loss(p, X, lay.targets, group_id, n_groups) for p in path])
+    wanted = np.ones(lay.targets.shape[0], dtype=bool)
+    wanted[lay.full] = False  # trained on every row: validates nothing
+    loss = np.stack([group_log_loss(p, X, lay.targets, group_id, n_groups, wanted) for p in path])
     h_index = {int(h): i for i, h in enumerate(groups)}
 
     # the stored probe: plain k-fold cross-validation of the outer probes on every row

@@ -142,12 +142,14 @@ def check_C(C: Any) -> float | tuple[float, ...]:
 
     if C is None:
         return tuple(C_GRID)
-    values = [C] if isinstance(C, int | float | np.integer | np.floating) else C
-    try:
-        grid = sorted({float(c) for c in values})
-    except (TypeError, ValueError):
-        grid = []
-    if not grid or any(not (c > 0 and np.isfinite(c)) for c in grid) or isinstance(C, bool | str):
+    grid: list[float] = []
+    if not isinstance(C, bool | str):
+        values = [C] if isinstance(C, int | float | np.integer | np.floating) else C
+        try:
+            grid = sorted({float(c) for c in values})
+        except (TypeError, ValueError):
+            grid = []
+    if not grid or any(not (c > 0 and np.isfinite(c)) for c in grid):
         raise ValueError(
             f"C (inverse L2 strength) must be a positive number (a fixed C) or a list of them "
             f"(a grid to choose from by inner cross-validation), got {C!r}"

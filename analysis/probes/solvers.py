@@ -58,7 +58,7 @@ TOL = 1e-4
 #: at that C (and the choice of C avoids it).
 MAX_ITER = 200
 #: Refresh the exact path's preconditioner every this many iterations (and at every C).
-REFRESH_EVERY = 10
+REFRESH_EVERY = 20
 #: Rows (at most) that estimate the preconditioner's Gram matrix: it only has to be close.
 PRECONDITIONER_ROWS = 4096
 
@@ -126,6 +126,18 @@ def logits(params: Params, X: np.ndarray) -> np.ndarray:
     c = params.intercept - np.einsum("pd,pdk->pk", params.mean - centre, V)
     Z = Xc @ V.transpose(1, 0, 2).reshape(d, P * K).astype(np.float32)  # (m, P*K)
     return Z.reshape(-1, P, K).transpose(1, 0, 2) + c[:, None, :].astype(np.float32)
+
+
+def logits_by_class(params: Params, X: np.ndarray) -> np.ndarray:
+    """:func:`logits` laid out (P, K, m): reductions over classes then run along contiguous
+    rows (over a last axis of 2-16 classes numpy is several times slower)."""
+    P, d, K = params.coef.shape
+    centre = params.mean.mean(0)
+    XcT = np.ascontiguousarray((X - centre).astype(np.float32).T)  # (d, m)
+    V = params.coef / params.scale[:, :, None]
+    c = params.intercept - np.einsum("pd,pdk->pk", params.mean - centre, V)
+    VT = V.transpose(0, 2, 1).reshape(P * K, d).astype(np.float32)
+    return (VT @ XcT).reshape(P, K, -1) + c[:, :, None].astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- problem setup
@@ -447,7 +459,7 @@ class _Preconditioner:
             p = int(members[np.argmax(n_p[members])])
             rows = np.flatnonzero(train[p])
             rows = rows[:: max(1, rows.size // PRECONDITIONER_ROWS)]
-            self.rep.append((p, rows, targets[p, rows]))
+            self.rep.append((p, rows))
         d = obj.d
         self.U = np.zeros((len(keys), d, d), np.float32)
         self.e = np.zeros((len(keys), d), np.float32)
@@ -456,15 +468,15 @@ class _Preconditioner:
     def refresh(self, x: np.ndarray) -> None:
         """Re-estimate the curvature at parameters ``x`` (all problems)."""
         obj = self.obj
-        for g, (p, rows, _) in enumerate(self.rep):
+        for g, (p, rows) in enumerate(self.rep):
             Xr = self.Xc[rows]
             VT, c = obj.raw(x[p : p + 1], np.array([p]))
-            Z = Xr @ VT[0].T + c[0]
-            Z -= Z.max(1, keepdims=True)
+            Z = VT[0] @ Xr.T + c[0][:, None]  # (K, rows): class reductions along rows
+            Z -= Z.max(0, keepdims=True)
             E = np.exp(Z)
-            E /= E.sum(1, keepdims=True)
+            E /= E.sum(0, keepdims=True)
             k_act = max(int((obj.mask[p] == 0).sum()) - 1, 1)
-            s = (E * (1 - E)).sum(1) / k_act  # (rows,)
+            s = (E * (1 - E)).sum(0) / k_act  # (rows,)
             Xs = (Xr - obj.mu[p]) / obj.sd[p]
             gram = (Xs * s[:, None]).T @ Xs / rows.size
             e, U = np.linalg.eigh(gram.astype(np.float64))
