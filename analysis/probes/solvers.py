@@ -30,8 +30,7 @@ have ``intercept = -inf`` (probability 0), as in scikit-learn, which fits only t
   reparametrisation), so ``X`` is standardised once. The preconditioner is the inverse of
   ``G + lambda I``, ``G`` the curvature-weighted Gram matrix of the standardised features at the
   current iterate (one per labelling, refreshed every few iterations): the same objective, the
-  same optimum and stopping rule, in a fraction of the iterations (hidden states are strongly
-  correlated, which makes plain L-BFGS crawl: bench/probes.py). Binary problems use the two-class
+  same optimum and stopping rule, in a fraction of the iterations. Binary problems use the two-class
   softmax with twice the penalty, which is exactly scikit-learn's one-vector binary model (the
   optimum has ``w1 = -w0``; see :func:`_penalty_multiplier`). It stops, like scikit-learn's
   ``lbfgs``, when the largest gradient entry of the mean-loss objective is below ``tol``.
@@ -40,6 +39,21 @@ have ``intercept = -inf`` (probability 0), as in scikit-learn, which fits only t
   accuracy gap to the exact probe is measured, not assumed (``bench/probes.py``).
 
 :func:`fit_exact` and :func:`fit_reference` fit one C (a path of one).
+
+Why this solver (measured on 2 shared cores, pooled cells of captured demo runs: 7680 rows,
+d 32-80, 2-6 classes, 3 folds, 13 problems per C):
+
+* Captured hidden states are strongly correlated, so plain L-BFGS crawls: warm-started along
+  1e-3 ... 100 it needed 100-300+ iterations per C from C = 1 up (19 of 45 cells hit 300 at
+  C >= 1; 375 s for the 45 cells). Preconditioned as here: 5-70 iterations, every fit converged,
+  73 s for C = 1e-3 ... 10 -- against 55 s for the old single fit at C = 1, 32 of 45 of which
+  had stopped at 100 iterations unconverged.
+* Batched Newton (IRLS; binary problems, the cheapest case): 10-20x slower than warm-started
+  L-BFGS along the same path on synthetic 3000-20000 rows x 64 features (3-4 Newton steps per
+  C, but each builds a d x d Hessian per problem, m d^2 against m d K for a gradient); a
+  multinomial Newton step would cost (d K)^3 per problem.
+* Warm starts along the path took 1.4-1.7x less time than starting each C from zero
+  (synthetic cells, plain L-BFGS).
 """
 
 from __future__ import annotations
