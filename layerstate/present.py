@@ -60,9 +60,10 @@ def probe_summary(name: str, ds: xr.Dataset, seconds: float) -> str:
 def ablation_lines(ds: xr.Dataset) -> Iterator[str]:
     """The accuracy drop per layer, per run and setting (at the first length); where the result
     says what each erasure removed, the share of variance beside it (``!`` marks a flagged
-    cell), a ``FLAG`` line naming each flagged layer and why, and each setting's drop beyond
-    its matched control (docs/interventions.md)."""
+    cell), one ``FLAG`` line per run and setting naming each flagged layer and why (explained
+    once at the end), and each setting's drop beyond its matched control (docs/interventions.md)."""
     diagnosed = "variance_removed" in ds
+    flagged = False
     for r in ds.run.values:
         for setting in ds.setting.values:
             cell = ds.sel(run=r, setting=setting).isel(length=0)
@@ -75,9 +76,16 @@ def ablation_lines(ds: xr.Dataset) -> Iterator[str]:
                     f"{lay}={v:.2f}" for lay, v in zip(ds.layer.values, cell.variance_removed.values,
                                                        strict=True))
             yield f"{r} [{setting}] accuracy drop: {line}"
-            for lay, why in zip(ds.layer.values, marks, strict=True):
-                if why:
-                    yield f"{r} [{setting}] FLAG {lay}: {why}"
+            why = [f"{lay} ({m})" for lay, m in zip(ds.layer.values, marks, strict=True) if m]
+            if why:
+                flagged = True
+                yield f"{r} [{setting}] FLAG {'; '.join(why)}"
+    if flagged:
+        limit = float(ds.attrs.get("max_variance_removed", 0.5))
+        yield (f"FLAG: 'variance' = the erasure removes more than {limit:.0%} of the layer's variance, so its "
+               "drop does not single out the concept; 'degenerate' = the layer's states vary in no more "
+               "dimensions than the erasure removes (e.g. an embedding of 2 tokens), so erasing the concept "
+               "erases the input. Compare with the matched control (docs/interventions.md).")
     if diagnosed:
         yield from _matched_lines(ds)
 
@@ -85,18 +93,15 @@ def ablation_lines(ds: xr.Dataset) -> Iterator[str]:
 def _flags(cell: xr.Dataset) -> list[str]:
     """Per layer of one (run, setting, length): why the erasure is flagged ("" if it is not)."""
     out = []
-    limit = float(cell.attrs.get("max_variance_removed", 0.5)) if cell.attrs else 0.5
     for i in range(cell.sizes["layer"]):
         c = cell.isel(layer=i)
         why = []
         if bool(c.flag_variance):
-            why.append(f"removes {float(c.variance_removed):.0%} of the layer's variance (flag above "
-                       f"{limit:.0%}): the drop does not single out the concept")
+            why.append(f"variance: removes {float(c.variance_removed):.0%}")
         if bool(c.degenerate):
-            why.append(f"the states take {int(c.distinct_states)} distinct value(s) and vary in "
-                       f"{int(c.state_rank)} dimension(s), no more than the {int(c.n_directions)} "
-                       "erased: the erasure can remove everything the layer varies in")
-        out.append("; ".join(why))
+            why.append(f"degenerate: {int(c.distinct_states)} distinct states, rank {int(c.state_rank)} <= "
+                       f"{int(c.n_directions)} erased")
+        out.append(", ".join(why))
     return out
 
 

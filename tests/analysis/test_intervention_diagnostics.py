@@ -348,9 +348,11 @@ def test_the_cli_lines_flag_the_degenerate_erasure_and_print_the_matched_differe
     lines = list(present.ablation_lines(res))
     drop = next(x for x in lines if x.startswith("r0 [leace] accuracy drop:"))
     assert "!" in drop and "variance removed: L0=1.00" in drop
-    flag = next(x for x in lines if x.startswith("r0 [leace] FLAG L0:"))
-    assert "removes 100% of the layer's variance" in flag and "2 distinct value(s)" in flag
-    assert not any(x.startswith("r0 [random:1] FLAG L0: removes") for x in lines)
+    flag = next(x for x in lines if x.startswith("r0 [leace] FLAG"))
+    assert flag == ("r0 [leace] FLAG L0 (variance: removes 100%, degenerate: 2 distinct states, "
+                    "rank 1 <= 1 erased)")
+    assert "variance" not in next(x for x in lines if x.startswith("r0 [random:1] FLAG"))
+    assert any(x.startswith("FLAG: 'variance' = the erasure removes more than 50%") for x in lines)
     matched = [x for x in lines if x.startswith("[leace - matched:leace] parity/lstm/default len8")]
     assert matched and "L0=+0.000" in matched[0] and "paired t over 2 seeds" in matched[0]
 
