@@ -47,7 +47,7 @@ def probe_lines(ds: xr.Dataset) -> Iterator[str]:
         for L in ds.length.values:
             p = ds.profile.sel(run=r, length=L)
             line = " ".join(f"{lay}={v:.3f}" for lay, v in zip(ds.layer.values, p.values, strict=True))
-            yield f"{r} L={L}: {line}  best {ds.best_layer.sel(run=r, length=L).item()}"
+            yield f"{r} len{L}: {line}  best {ds.best_layer.sel(run=r, length=L).item()}"
 
 
 def probe_summary(name: str, ds: xr.Dataset, seconds: float) -> str:
