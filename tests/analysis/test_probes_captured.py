@@ -43,7 +43,7 @@ def test_probe_cli_stores_results_and_prints_profiles(captured, tmp_path):
     res = CliRunner().invoke(main, ["probe", str(tmp_path / "s.zarr"), "--positions", "pooled",
                                     "--folds", "3", "--name", "probes/cli"])
     assert res.exit_code == 0, res.output
-    assert f"{rid} len12: embed=" in res.output and "best L" in res.output
+    assert f"{rid} len12: embed=" in res.output and "  best " in res.output
     assert "probes/cli" in Store.open(str(tmp_path / "s.zarr")).results()
     res = CliRunner().invoke(main, ["probe", str(tmp_path / "s.zarr"), "--target", "nope"])
     assert res.exit_code == 2 and "nope" in res.output
