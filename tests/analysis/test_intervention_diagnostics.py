@@ -404,3 +404,24 @@ def test_a_given_direction_gets_its_matched_control_too(one_of_many):
     assert abs(float(res.accuracy_drop.sel(dict(at, setting="matched:given")))) < 0.02
     # zero ablation of u: the states' mean along u is ~0, so the mean barely moves
     assert float(res.mean_shift.sel(dict(at, setting="given"))) < 0.05
+
+
+def test_a_difference_claim_between_a_setting_and_its_matched_control_is_the_paired_comparison(
+        one_of_many):
+    """The claim "erasing the concept hurts more than erasing as much variance elsewhere" is a
+    difference claim on ablation_drop comparing a setting with its matched control."""
+    from analysis.claims import Claim, evaluate_claims
+    from analysis.interventions import run_ablation
+
+    st, _ = one_of_many
+    res = run_ablation(st, "matched", runs=None, lengths=[LENGTH], settings=["leace"], layers=["L0"],
+                       refit=False, matched=True)
+    claim = Claim(id="beyond-variance", statement="LEACE at L0 hurts more than its matched control",
+                  kind="difference", metric="ablation_drop", compare="setting", treatment="leace",
+                  reference="matched:leace", task="parity", arch="lstm", layer="L0", length=LENGTH,
+                  result="matched", direction="greater", margin=0.05)
+    row = evaluate_claims(st, [claim]).isel(claim=0)
+    test = matched_comparison(res, "leace", length=LENGTH, layer="L0").sel(
+        task="parity", arch="lstm", variant="default")
+    assert float(row.estimate) == pytest.approx(float(test.estimate), abs=1e-12)
+    assert float(row.p) == pytest.approx(float(test.p) / 2, rel=1e-6)  # one-sided vs two-sided
