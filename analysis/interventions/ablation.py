@@ -807,7 +807,9 @@ def matched_comparison(
     (:func:`analysis.stats.paired_difference`; runs are paired by seed within a task, arch
     and variant). A positive, significant difference says the erased concept matters beyond
     the amount of variance removed; a difference near zero (as at a degenerate layer, where
-    the matched control erases the same direction) says it does not.
+    the matched control erases the same direction) says it does not. Declared as a claim it is
+    a ``difference`` claim with ``metric = "ablation_drop"``, ``compare = "setting"``,
+    ``treatment = S``, ``reference = "matched:S"`` (docs/interventions.md, "Matched controls").
 
     Parameters
     ----------
