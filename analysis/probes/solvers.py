@@ -380,11 +380,15 @@ class _Objective:
         self.lam = self._penalty.astype(np.float32)
         self.mask = np.where(active, 0.0, _MASKED).astype(np.float32)  # (P, K)
         self.d, self.K = d, active.shape[1]
-        self.blocks = []  # per atom: rows (m_a, d), their transpose, targets (P, m_a)
+        # per atom: rows (m_a, d), their transpose, and each problem's target-logit offsets
+        # (P, m_a) inside a (K, m_a) block of logits: gathers and scatters of the true class
+        self.blocks = []
         for a in range(atoms.n_atoms):
             rows = atoms.rows(a)
             Xa = np.ascontiguousarray(Xc[rows])
-            self.blocks.append((Xa, np.ascontiguousarray(Xa.T), targets[:, rows]))
+            offsets = targets[:, rows].astype(np.int64) * rows.size + np.arange(rows.size)
+            self.blocks.append((Xa, np.ascontiguousarray(Xa.T), offsets))
+        self._ones = np.ones(max((b[0].shape[0] for b in self.blocks), default=0), np.float32)
 
     def set_C(self, C: float) -> None:
         """Every problem's penalty for inverse strength ``C``."""
@@ -407,7 +411,7 @@ class _Objective:
         rs = np.zeros((P, K), np.float32)
         inv_n = self.inv_n[idx]
         member = self.member[idx]
-        for a, (Xa, XTa, ta) in enumerate(self.blocks):
+        for a, (Xa, XTa, offsets) in enumerate(self.blocks):
             sel = np.flatnonzero(member[:, a])
             if sel.size == 0:
                 continue
@@ -430,14 +434,16 @@ class _Objective:
                 lse += shift[:, 0, :]
                 Z += shift
             # offset of each row's target logit inside the (n, K, ma) block
-            flat = ta[idx[sel]] * ma + np.arange(ma) + (np.arange(n) * (K * ma))[:, None]
+            flat = offsets[idx[sel]]
+            flat += (np.arange(n) * (K * ma))[:, None]
             z_true = Z.reshape(-1)[flat]  # (n, ma)
             w = inv_n[sel]
             loss[sel] += (lse - z_true).sum(1, dtype=np.float64) * w
             E *= w[:, None, None] / s  # softmax, weighted by 1/n_p
             E.reshape(-1)[flat] -= w[:, None]  # minus the one-hot target
-            rs[sel] += E.sum(2)
-            G[sel] += (E.reshape(n * K, ma) @ Xa).reshape(n, K, d)
+            E2 = E.reshape(n * K, ma)
+            rs[sel] += (E2 @ self._ones[:ma]).reshape(n, K)  # a matrix-vector product: fast
+            G[sel] += (E2 @ Xa).reshape(n, K, d)
         mu, sd = self.mu[idx], self.sd[idx]
         G -= rs[:, :, None] * mu[:, None, :]  # the scaler's centring
         G /= sd[:, None, :]
