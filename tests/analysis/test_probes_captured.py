@@ -30,8 +30,12 @@ def test_exact_probes_equal_sklearn_on_captured_activations(captured):
     kw = dict(runs=[rid], positions=[2, 6, 11], folds=3, control=False, per_sequence=False)
     fast = probe(st, method="exact", **kw)
     ref = probe(st, method="reference", **kw)
-    gap = np.abs(fast.accuracy - ref.accuracy).max().item()
+    # The probe's accuracy is its mean over the outer folds (0.5 pp, as the issue asks); a
+    # single fold of 100 test rows moves in steps of 0.01, so one near-tie prediction that
+    # the two solvers break differently cannot be told from a real gap there.
+    gap = np.abs(fast.accuracy.mean("fold") - ref.accuracy.mean("fold")).max().item()
     assert gap <= 0.005, gap
+    np.testing.assert_array_equal(fast.C.values, ref.C.values)  # the same C chosen per cell
     assert np.isfinite(fast.accuracy).all()
 
 
