@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .solvers import PATHS, Params, logits, logits_by_class
+from .solvers import PATHS, Params, logits, logits_by_class, path_exact_many
 
 #: Default C grid: log-spaced, one decade apart (scikit-learn's convention, ``C * sum(loss)``).
 C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
@@ -243,6 +243,19 @@ def choose(loss: np.ndarray, eligible: np.ndarray) -> int:
     return int(np.flatnonzero(eligible & (loss <= best + TIE * abs(best)))[0])
 
 
+@dataclass
+class CellInput:
+    """One cell's rows for :func:`fit_cells`: hidden states ``X`` (m, d), target ``y`` and
+    ``control`` (or None) class indices, ``fold`` and (for a C search with 2 folds) ``inner``
+    group of each row's sequence."""
+
+    X: np.ndarray
+    y: np.ndarray
+    control: np.ndarray | None
+    fold: np.ndarray
+    inner: np.ndarray | None = None
+
+
 def fit_cell(
     X: np.ndarray,
     y: np.ndarray,
@@ -271,16 +284,57 @@ def fit_cell(
         Each row's inner group (by sequence, nested in its fold) for the C search; default the
         fold itself, which needs ``folds >= 3``.
     """
-    X = X.astype(np.float32)
-    grid = np.atleast_1d(np.asarray(C, dtype=np.float64))
-    if method == "screen" or grid.size == 1:
-        params, selection = _fit_fixed(X, y, control, fold, folds, n_classes, method, grid)
-    else:
+    cell = CellInput(X, y, control, fold, inner)
+    return fit_cells([cell], folds=folds, n_classes=n_classes, method=method, C=C)[0]
+
+
+def fit_cells(
+    cells: Sequence[CellInput],
+    *,
+    folds: int,
+    n_classes: int,
+    method: str,
+    C: float | Sequence[float],
+) -> list[tuple[CellScores, CellModels]]:
+    """:func:`fit_cell` for several cells of one width (one layer of one run); the exact solver
+    fits all their problems in one lockstep batch (:func:`~analysis.probes.solvers.path_exact_many`),
+    with the same result as one cell at a time."""
+    grid = np.sort(np.atleast_1d(np.asarray(C, dtype=np.float64)))
+    fixed = method == "screen" or grid.size == 1
+    path_grid = [float(c) for c in (grid[:1] if fixed else grid)]
+    layouts: list[Layout | None] = []
+    problem_sets = []
+    for c in cells:
+        X = c.X.astype(np.float32)
+        if fixed:
+            layouts.append(None)
+            problem_sets.append((X, *problems(c.y, c.control, c.fold, folds)))
+            continue
+        inner = c.inner
         if inner is None:
             if folds < 3:
                 raise ValueError("choosing C with 2 folds needs inner groups (inner=...)")
-            inner = fold
-        params, selection = _fit_search(X, y, control, fold, inner, folds, n_classes, method, grid)
+            inner = c.fold
+        search = search_problems(c.y, c.control, c.fold, inner, folds)
+        layouts.append(search)
+        problem_sets.append((X, search.targets, search.train))
+    if method == "exact":
+        paths = path_exact_many(problem_sets, n_classes, path_grid)
+    else:
+        paths = [PATHS[method](X, t, r, n_classes, path_grid) for X, t, r in problem_sets]
+    out = []
+    for c, lay, (X, _, _), path in zip(cells, layouts, problem_sets, paths, strict=True):
+        if lay is None:
+            params, selection = _fixed_selection(path[0], c.control, folds, method, grid)
+        else:
+            inner = c.fold if c.inner is None else c.inner
+            params, selection = _choose_C(X, c.y, c.fold, inner, folds, lay, path, grid)
+        out.append(_score(X, c.y, c.control, c.fold, folds, n_classes, params, selection))
+    return out
+
+
+def _score(X, y, control, fold, folds, n_classes, params, selection):
+    """Held-out metrics of the chosen probes (fixed-C order) on their folds."""
     z = logits(params, X)  # (2k+1, m, K)
     counts = np.stack([np.bincount(y[fold != f], minlength=n_classes) for f in range(folds)])
     out = {k: np.full(folds, np.nan) for k in METRICS}
@@ -300,10 +354,8 @@ def fit_cell(
     return CellScores(out, n_test, correct), CellModels(params, counts, selection)
 
 
-def _fit_fixed(X, y, control, fold, folds, n_classes, method, grid):
+def _fixed_selection(params, control, folds, method, grid):
     """The ``2k + 1`` problems at one C (or the screening solver, which has no C)."""
-    targets, train = problems(y, control, fold, folds)
-    params = PATHS[method](X, targets, train, n_classes, grid[:1])[0]
     C = np.nan if method == "screen" else float(grid[0])
     both = params.converged.all()
     selection = Selection(
@@ -319,12 +371,9 @@ def _fit_fixed(X, y, control, fold, folds, n_classes, method, grid):
     return params, selection
 
 
-def _fit_search(X, y, control, fold, inner, folds, n_classes, method, grid):
-    """Every problem of the nested search along ``grid``; the chosen ones in fixed-C order."""
-    order = np.argsort(grid)
-    grid = grid[order]
-    lay = search_problems(y, control, fold, inner, folds)
-    path = PATHS[method](X, lay.targets, lay.train, n_classes, grid)
+def _choose_C(X, y, fold, inner, folds, lay, path, grid):
+    """Choose every C of a nested search from its fitted ``path`` (one Params per C of the
+    ascending ``grid``); returns the chosen problems in fixed-C order and the selection."""
     groups, group_id = np.unique(inner, return_inverse=True)
     n_groups = groups.size
     group_fold = np.zeros(n_groups, dtype=np.int64)

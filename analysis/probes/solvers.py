@@ -71,8 +71,11 @@ TOL = 1e-4
 #: states need 5-70; a problem still short of ``TOL`` after this many counts as not converged
 #: at that C (and the choice of C avoids it).
 MAX_ITER = 200
-#: Refresh the exact path's preconditioner every this many iterations (and at every C).
+#: Refresh the exact path's preconditioner every this many iterations, counted along the path
+#: (a new C that starts within this many iterations of the last refresh keeps it).
 REFRESH_EVERY = 20
+#: A new C refreshes a preconditioner at least this many iterations old.
+REFRESH_AT_NEW_C = 10
 #: Rows (at most) that estimate the preconditioner's Gram matrix: it only has to be close.
 PRECONDITIONER_ROWS = 4096
 
@@ -521,9 +524,65 @@ class _Preconditioner:
         return out.reshape(idx.size, -1)
 
 
+class _Batch:
+    """The problems of several cells (same features and classes: one layer of one run) as one
+    lockstep batch: each cell keeps its own rows, objective and preconditioner, and problem
+    ``i`` of the batch is problem ``i - start`` of the cell whose range holds it. The L-BFGS
+    bookkeeping (two-loop recursion, line search, stopping) then runs once for all cells, which
+    is what small cells spend most of their time on.
+    """
+
+    def __init__(self, parts: list[tuple[_Objective, _Preconditioner]]):
+        self.parts = parts
+        self.bounds = np.cumsum([0] + [obj.mu.shape[0] for obj, _ in parts])
+        # per cell: iterations since its preconditioner's last refresh (-1: never), counted
+        # only while the cell has live problems, so a cell's fit does not depend on its batch
+        self.age = np.full(len(parts), -1)
+
+    def set_C(self, C: float) -> None:
+        for obj, _ in self.parts:
+            obj.set_C(C)
+
+    def _pieces(self, idx: np.ndarray):
+        """(part, positions in idx, the part's own problem indices) for sorted ``idx``."""
+        cut = np.searchsorted(idx, self.bounds)
+        for i, (obj, M) in enumerate(self.parts):
+            if cut[i + 1] > cut[i]:
+                pos = slice(cut[i], cut[i + 1])
+                yield obj, M, pos, idx[pos] - self.bounds[i]
+
+    def __call__(self, x: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        loss = np.zeros(idx.size)
+        g = np.empty_like(x)
+        for obj, _, pos, local in self._pieces(idx):
+            loss[pos], g[pos] = obj(x[pos], local)
+        return loss, g
+
+    def precondition(self, q: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        out = np.empty_like(q)
+        for _, M, pos, local in self._pieces(idx):
+            out[pos] = M(q[pos], local)
+        return out
+
+    def refresh(self, x: np.ndarray, idx: np.ndarray, older_than: int) -> None:
+        """Refresh the preconditioners of cells with live problems (``idx``) that were never
+        refreshed or are at least ``older_than`` iterations old."""
+        for i in np.flatnonzero(self._live(idx)):
+            if self.age[i] < 0 or self.age[i] >= older_than:
+                self.parts[i][1].refresh(x[self.bounds[i] : self.bounds[i + 1]])
+                self.age[i] = 0
+
+    def tick(self, idx: np.ndarray) -> None:
+        """One iteration for the cells with live problems."""
+        self.age[self._live(idx)] += 1
+
+    def _live(self, idx: np.ndarray) -> np.ndarray:
+        cut = np.searchsorted(idx, self.bounds)
+        return cut[1:] > cut[:-1]
+
+
 def _lbfgs(
-    fun: _Objective,
-    M: _Preconditioner,
+    fun: _Batch,
     x0: np.ndarray,
     live: np.ndarray,
     tol: float,
@@ -551,7 +610,8 @@ def _lbfgs(
     idx0 = np.flatnonzero(live)
     if idx0.size == 0:
         return x.reshape(P, *shape), n_iter, done
-    M.refresh(x.reshape(P, *shape))
+    M = fun.precondition
+    fun.refresh(x.reshape(P, *shape), idx0, REFRESH_AT_NEW_C)
     f[idx0], g0 = fun(x[idx0].reshape(idx0.size, *shape), idx0)
     g[idx0] = g0.reshape(idx0.size, D)
     done[idx0] = np.abs(g[idx0]).max(1) <= tol
@@ -564,8 +624,8 @@ def _lbfgs(
         idx = np.flatnonzero(live)
         if idx.size == 0:
             break
-        if it and it % REFRESH_EVERY == 0:
-            M.refresh(x.reshape(P, *shape))
+        fun.refresh(x.reshape(P, *shape), idx, REFRESH_EVERY)
+        fun.tick(idx)
         gi = g[idx]
         q = _two_loop(gi, S[:, idx], Y[:, idx], rho[:, idx], n_hist[idx], it, memory, M, idx)
         slope = np.einsum("pd,pd->p", gi, q)  # q is the descent direction: slope < 0
@@ -663,28 +723,50 @@ def path_exact(
     like scikit-learn. Parameters are those of :func:`path_reference`; ``max_iter`` caps the
     iterations per problem and C.
     """
+    return path_exact_many([(X, targets, train)], n_classes, Cs, tol=tol, max_iter=max_iter)[0]
+
+
+def path_exact_many(
+    cells: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    n_classes: int,
+    Cs: Sequence[float],
+    *,
+    tol: float = TOL,
+    max_iter: int | None = None,
+) -> list[list[Params]]:
+    """:func:`path_exact` for several cells ``(X, targets, train)`` of the same width and
+    classes in one lockstep batch (see :class:`_Batch`); each cell's result is the one it gets
+    alone (every problem keeps its own state). Returns, per cell, one :class:`Params` per C."""
     Cs = _ascending(Cs)
     max_iter = MAX_ITER if max_iter is None else int(max_iter)
-    P = targets.shape[0]
-    Xc, m0, s0 = _standardise_design(X)
-    active = class_presence(targets, train, n_classes)
-    obj = _Objective(Xc, targets, train, active)
-    M = _Preconditioner(Xc, targets, train, obj)
-    # the scaler in raw space: standardising by (mu, sd) in the centred space is standardising
-    # raw features by (m0 + s0 mu, s0 sd)
-    mean = m0[None, :] + s0[None, :] * obj.mu
-    scale = s0[None, :] * obj.sd
-    x = np.zeros((P, Xc.shape[1] + 1, n_classes), np.float32)
+    parts, scalers, actives = [], [], []
+    for X, targets, train in cells:
+        Xc, m0, s0 = _standardise_design(X)
+        active = class_presence(targets, train, n_classes)
+        obj = _Objective(Xc, targets, train, active)
+        parts.append((obj, _Preconditioner(Xc, targets, train, obj)))
+        # the scaler in raw space: standardising by (mu, sd) in the centred space is
+        # standardising raw features by (m0 + s0 mu, s0 sd)
+        scalers.append((m0[None, :] + s0[None, :] * obj.mu, s0[None, :] * obj.sd))
+        actives.append(active)
+    widths = {obj.d for obj, _ in parts}
+    if len(widths) != 1:
+        raise ValueError(f"cells fitted in one batch need one feature width, got {sorted(widths)}")
+    batch = _Batch(parts)
+    P, d = int(batch.bounds[-1]), widths.pop()
+    x = np.zeros((P, d + 1, n_classes), np.float32)
     ok = np.ones(P, dtype=bool)  # converged at every smaller C
-    out = []
+    out: list[list[Params]] = [[] for _ in cells]
     for C in Cs:
-        obj.set_C(C)
-        x, n_iter, converged = _lbfgs(obj, M, x, ok.copy(), tol, max_iter)
+        batch.set_C(C)
+        x, n_iter, converged = _lbfgs(batch, x, ok.copy(), tol, max_iter)
         ok &= converged
-        coef, intercept = _canonical(
-            x[:, :-1].astype(np.float64), x[:, -1].astype(np.float64), active
-        )
-        out.append(Params(mean, scale, coef, intercept, n_iter, ok.copy()))
+        for i, (active, (mean, scale)) in enumerate(zip(actives, scalers, strict=True)):
+            span = slice(batch.bounds[i], batch.bounds[i + 1])
+            coef, intercept = _canonical(
+                x[span, :-1].astype(np.float64), x[span, -1].astype(np.float64), active
+            )
+            out[i].append(Params(mean, scale, coef, intercept, n_iter[span], ok[span].copy()))
     return out
 
 

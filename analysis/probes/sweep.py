@@ -18,7 +18,7 @@ import numpy as np
 from analysis.compute import compute
 
 from . import plan as P
-from .cells import CellModels, Selection, fit_cell, score_cell
+from .cells import CellInput, CellModels, Selection, fit_cells, score_cell
 
 #: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
 #: chunks, the float32 rows of a cell); two worker threads then hold a few of these at a time.
@@ -145,26 +145,17 @@ def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
     """Fit and cross-validate every cell of ``job`` on its data (a slab or gathered pieces).
 
     Returns the cells' outputs and, if ``job.keep_models``, their fitted probes by
-    :attr:`Cell.key` (for scoring other lengths). Every cell starts from zero (and warm-starts
-    only along its own C path): warm starts from the neighbouring position saved no iterations
-    (measured), and without them a cell's result does not depend on how positions were grouped
-    into tasks.
+    :attr:`Cell.key` (for scoring other lengths). The task's cells are fitted in one lockstep
+    batch (:func:`~analysis.probes.cells.fit_cells`), but every cell starts from zero (and
+    warm-starts only along its own C path) and keeps its own solver state: warm starts from the
+    neighbouring position saved no iterations (measured), and without them a cell's result does
+    not depend on how positions were grouped into tasks.
     """
     data = np.concatenate(data) if isinstance(data, list) else data
+    inputs = [CellInput(_rows(data, c), c.y, c.control, c.fold, c.inner) for c in job.cells]
+    fits = fit_cells(inputs, folds=job.folds, n_classes=job.n_classes, method=job.method, C=job.C)
     outs, models = [], {}
-    for cell in job.cells:
-        X = _rows(data, cell)
-        scores, fitted = fit_cell(
-            X,
-            cell.y,
-            cell.control,
-            cell.fold,
-            folds=job.folds,
-            n_classes=job.n_classes,
-            method=job.method,
-            C=job.C,
-            inner=cell.inner,
-        )
+    for cell, (scores, fitted) in zip(job.cells, fits, strict=True):
         out = _out(cell, scores, job)
         full = fitted.params.take(slice(job.folds, job.folds + 1))  # fitted on every row
         w, b = full.original_space()

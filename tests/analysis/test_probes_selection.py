@@ -253,3 +253,23 @@ def test_report_shows_the_chosen_C_and_counts_unfittable_cells(tmp_path, monkeyp
     note = next(n for n in sec.notes if "probe cells had C values" in n)
     assert "1 of 3 probe cells" in note and "0 stored or scored probes did not converge" in note
     assert any("C chosen per cell from the grid 0.001, 0.01, 0.1, 1, 10" in n for n in sec.notes)
+
+
+def test_cells_fitted_in_one_batch_get_the_result_they_get_alone():
+    from analysis.probes import path_exact
+    from analysis.probes.solvers import path_exact_many
+
+    rng = np.random.default_rng(2)
+    fold = rng.permutation(np.arange(240) % 3)
+    cells = []
+    for strength in (0.3, 1.0, 3.0):  # cells converging at different speeds
+        y = rng.integers(0, 3, 240)
+        X = (rng.standard_normal((240, 12)) + strength * np.eye(3, 12)[y]).astype(np.float32)
+        lay = search_problems(y, rng.permutation(y), fold, fold, 3)
+        cells.append((X, lay.targets, lay.train))
+    alone = [path_exact(*c, 3, C_GRID) for c in cells]
+    together = path_exact_many(cells, 3, C_GRID)
+    for a_path, b_path in zip(alone, together, strict=True):
+        for a, b in zip(a_path, b_path, strict=True):
+            assert np.array_equal(a.coef, b.coef) and np.array_equal(a.n_iter, b.n_iter)
+            assert np.array_equal(a.converged, b.converged)
