@@ -1,40 +1,41 @@
-"""Probe sweep against a sequential scikit-learn loop, side by side in one process.
+"""Probe sweep against scikit-learn doing the same C search, side by side in one process.
 
-Prints one JSON line. The store is shaped like a capture: 4 layers + embedding, 40 positions,
+Prints one JSON line. Two stores shaped like a capture: 4 layers + embedding, 40 positions,
 2000 sequences, d = 128, float16, and a 6-class running-state label made decodable with noise
 (class mean directions that grow with depth, a token signal and the previous state), so accuracy
-sits between chance and 100%.
+sits between chance and 100%. ``independent_features``: the features are independent noise plus
+the signals. ``correlated_features``: the same mixed through a fixed matrix whose singular values
+span 3 decades (:func:`make_arrays`), so standardised features are as correlated as captured
+hidden states are (condition numbers near 1e6; captured demo cells: 1e3-1e7).
 
-Both sides do the full sweep *including the choice of C*: for every cell (layer x position) the
-default grid ``C_GRID`` (5 values) by inner cross-validation nested in 5 outer folds and grouped
-by sequence, for the target and the control task -- per cell 10 inner + 5 outer problems per
-labelling and one fit on every row, each along the 5 C values (155 fits) -- then scoring:
+Every sweep includes *the choice of C*: for every cell (layer x position) the default grid
+``C_GRID`` (5 values) by inner cross-validation nested in 5 outer folds and grouped by sequence,
+for the target and the control task, then scoring:
 
-* ``exact``: ``probe(method="exact")`` on local threads (one BLAS thread each): lockstep
-  preconditioned L-BFGS along the C path;
+* ``exact``: ``probe(method="exact")`` on local threads (one BLAS thread each): per cell 10
+  inner + 5 outer problems per labelling and one fit on every row, each along the grid (155
+  fits), in lockstep preconditioned L-BFGS;
 * ``sklearn_loop``: the same search written the plain scikit-learn way (:func:`sklearn_loop`):
   per outer fold, ``GroupKFold`` over the other folds, a ``StandardScaler`` +
-  ``LogisticRegression`` pipeline per inner fold warm-started along the grid (what
-  ``LogisticRegressionCV`` does inside), the chosen C refitted and scored; the control task alike;
-  the stored probe by ``LogisticRegressionCV``-style search over the outer folds and a refit on
-  every row: 236 fits per cell, one after another on one BLAS thread. Same choices and scores
-  as the exact path (``C_identical``, ``*_gap_pp``); this is the headline ratio;
-* ``reference``: ``probe(method="reference", scheduler="sync")``, scikit-learn fitting exactly
-  the exact path's 155 problems (the inner problems "everything but folds f and g" shared by
-  outer folds f and g), ``warm_start`` along the grid: the solver's own gain, without the
-  sharing;
+  ``LogisticRegression`` per inner fold warm-started along the grid (what
+  ``LogisticRegressionCV`` does inside), only converged C eligible, the chosen C refitted and
+  scored; the control task alike; the stored probe by a ``LogisticRegressionCV``-style search
+  over the outer folds and a refit on every row: 236 fits per cell, one after another on one BLAS
+  thread. This is the headline comparison (``speedup_vs_sklearn_loop``), with the gap in
+  accuracy per cell and the share of identical choices of C (``C_identical``);
+* ``reference`` (independent features only): ``probe(method="reference", scheduler="sync")``,
+  scikit-learn fitting exactly the exact path's 155 problems (the inner problem "everything but
+  folds f and g" is shared by outer folds f and g) with ``warm_start`` along the grid: the
+  solver's own gain, without that sharing;
+* ``screen``: closed-form shrinkage LDA (no C); ``exact_fixed_C``: the exact path at C = 1
+  (no search), for scale.
 
-both scikit-learn variants run on a subset of positions (``LAYERSTATE_BENCH_REF_POSITIONS``,
-default every 10th) and their time is extrapolated per cell to the whole sweep;
-* ``screen``: ``probe(method="screen")``, closed-form shrinkage LDA (no C);
-* ``exact_fixed_C``: the exact path at one fixed C = 1 (no search), for scale.
-
-Each is timed twice, in interleaved rounds, and its faster run kept (the machine is shared).
-``speedup_*`` are wall-clock ratios (what a user waits; the sweep uses every core);
-``cpu_ratio_*`` compare CPU seconds of all threads (the algorithmic gain, steadier under load).
-Accuracy gaps are per cell (mean over folds), in percentage points, over the reference cells;
-``C_identical`` is the fraction of (cell, fold) choices of C the two paths share, and
-``unconverged_cells`` counts probes that did not meet their tolerance.
+The scikit-learn sweeps run on a subset of positions (``LAYERSTATE_BENCH_REF_POSITIONS``,
+default every 10th) and their time is extrapolated per cell to the whole sweep. Each sweep is
+timed twice, in interleaved rounds, and its faster run kept (the machine is shared).
+``speedup_*`` are wall-clock ratios (what a user waits; the exact sweep uses every core, the
+scikit-learn loops one); ``cpu_ratio_*`` compare CPU seconds of all threads (the algorithmic
+gain, steadier under load). Accuracy gaps are per cell (mean over folds), in percentage points.
 ``time_split`` says where the exact sweep's time goes: reading slabs from the store, and fitting,
 choosing and scoring (measured on a sample of cells, scaled to the sweep).
 """
@@ -55,8 +56,26 @@ from store import Store
 N_SEQ, LENGTH, N_LAYERS, D, K = 2000, 40, 4, 128, 6
 
 
-def make_arrays(rng: np.random.Generator, n: int = N_SEQ, length: int = LENGTH, d: int = D):
-    """Hidden (sequence, position, layer, feature) float16 with a 6-class running state."""
+def make_arrays(
+    rng: np.random.Generator,
+    n: int = N_SEQ,
+    length: int = LENGTH,
+    d: int = D,
+    decades: float = 0.0,
+):
+    """Hidden (sequence, position, layer, feature) float16 with a 6-class running state.
+
+    ``decades`` > 0 mixes each layer's features through a fixed random matrix whose singular
+    values fall log-evenly over that many decades, so the standardised features are correlated
+    like captured hidden states (``decades=3``: correlation condition numbers near 1e5-1e6, a
+    handful of directions holding most variance; captured demo cells measured 1e3-1e7, median
+    3e6, with 4-40 of 32-80 eigenvalues above 1% of the largest). 0: independent features.
+    """
+    mix = None
+    if decades > 0:
+        q1, _ = np.linalg.qr(rng.standard_normal((d, d)))
+        q2, _ = np.linalg.qr(rng.standard_normal((d, d)))
+        mix = ((q1 * np.logspace(0, -decades, d)) @ q2.T).astype(np.float32)
     tokens = rng.integers(0, K, size=(n, length))
     state = np.cumsum(tokens, axis=1) % K  # running state, 6 classes
     prev = np.concatenate([np.zeros((n, 1), dtype=int), state[:, :-1]], axis=1)
@@ -71,14 +90,17 @@ def make_arrays(rng: np.random.Generator, n: int = N_SEQ, length: int = LENGTH, 
         h += a * state_dir[state]
         h += 0.3 * token_dir[tokens]
         h += 0.5 * a * state_dir[prev]
+        if mix is not None:
+            h = h @ mix
+            h /= h.std()
         h *= scale
         h += offset
         hidden[:, :, layer] = h
     return hidden, tokens, state
 
 
-def build_store(path: str, rng: np.random.Generator) -> Store:
-    hidden, tokens, state = make_arrays(rng)
+def build_store(path: str, rng: np.random.Generator, decades: float = 0.0) -> Store:
+    hidden, tokens, state = make_arrays(rng, decades=decades)
     st = Store.create(path, title="bench probes")
     st.add_run("r0", task="s3", arch="lstm", seed=0)
     st.write_length("r0", hidden=hidden, tokens=tokens, labels={"state": state})
@@ -115,9 +137,11 @@ def sklearn_loop(X, y, control, fold, folds: int, grid, n_classes: int) -> dict:
     """Nested C search for one cell written with scikit-learn only (see the module docstring).
 
     Returns per outer fold the chosen C and held-out accuracy of the target (``fold_C``,
-    ``accuracy``) and the control (``control_fold_C``, ``control_accuracy``), and the stored
-    probe's ``C``. Choice rule as :func:`analysis.probes.cells.choose`: the smallest C within
-    ``TIE`` of the lowest held-out log-loss.
+    ``accuracy``) and the control (``control_fold_C``, ``control_accuracy``), the stored probe's
+    ``C``, and ``unconverged_C``: grid values some fit did not converge at. The choice rule is
+    the search's (:func:`analysis.probes.cells.choose`): among C values at which every fit
+    converged (``n_iter_ < max_iter``), the smallest within ``TIE`` of the lowest held-out
+    log-loss.
     """
     import warnings
 
@@ -128,53 +152,59 @@ def sklearn_loop(X, y, control, fold, folds: int, grid, n_classes: int) -> dict:
     from analysis.probes.cells import TIE
     from analysis.probes.solvers import MAX_ITER
 
+    res: dict = {"unconverged_C": 0}
+
     def path_losses(Xtr, ytr, Xva, yva):
-        """Held-out log-loss sums along the grid, one scaler, warm starts (LogisticRegressionCV)."""
+        """Held-out log-loss sums along the grid (one scaler, warm starts, as in
+        LogisticRegressionCV) and whether each fit converged; a fit that did not is not
+        continued to larger C, as in the search."""
         sc = StandardScaler().fit(Xtr)
         A, B = sc.transform(Xtr), sc.transform(Xva)
         lr = LogisticRegression(warm_start=True, max_iter=MAX_ITER)
-        out = []
-        for C in grid:
+        out, ok = np.full(len(grid), np.inf), np.zeros(len(grid), dtype=bool)
+        for j, C in enumerate(grid):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 lr.set_params(C=C).fit(A, ytr)
+            ok[j] = lr.n_iter_.max() < MAX_ITER
             proba = np.zeros((yva.size, n_classes))
             proba[:, lr.classes_] = lr.predict_proba(B)
-            out.append(-np.log(np.maximum(proba[np.arange(yva.size), yva], 1e-15)).sum())
-        return np.array(out)
+            out[j] = -np.log(np.maximum(proba[np.arange(yva.size), yva], 1e-15)).sum()
+            if not ok[j]:
+                break
+        return out, ok
 
-    def pick(losses):
-        return grid[int(np.flatnonzero(losses <= losses.min() * (1 + TIE))[0])]
+    def search(splits):
+        losses, ok = np.zeros(len(grid)), np.ones(len(grid), dtype=bool)
+        for split in splits:
+            loss, conv = path_losses(*split)
+            losses, ok = losses + loss, ok & conv
+        res["unconverged_C"] += int((~ok).sum())
+        if not ok.any():
+            return grid[0]
+        best = losses[ok].min()
+        return grid[int(np.flatnonzero(ok & (losses <= best * (1 + TIE)))[0])]
 
-    def refit_score(C, Xtr, ytr, Xte, yte):
+    def refit(C, Xtr, ytr):
         sc = StandardScaler().fit(Xtr)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            lr = LogisticRegression(C=C, max_iter=MAX_ITER).fit(sc.transform(Xtr), ytr)
-        return float((lr.predict(sc.transform(Xte)) == yte).mean())
+            return sc, LogisticRegression(C=C, max_iter=MAX_ITER).fit(sc.transform(Xtr), ytr)
 
-    res: dict = {}
     for name, lab in (("", y), ("control_", control)):
         chosen, acc = [], []
         for f in range(folds):
             tr, te = fold != f, fold == f
             Xtr, ytr, gtr = X[tr], lab[tr], fold[tr]
-            losses = sum(
-                path_losses(Xtr[a], ytr[a], Xtr[b], ytr[b])
-                for a, b in GroupKFold(n_splits=folds - 1).split(Xtr, ytr, groups=gtr)
-            )
-            chosen.append(pick(losses))
-            acc.append(refit_score(chosen[-1], Xtr, ytr, X[te], lab[te]))
+            inner = GroupKFold(n_splits=folds - 1).split(Xtr, ytr, groups=gtr)
+            chosen.append(search((Xtr[a], ytr[a], Xtr[b], ytr[b]) for a, b in inner))
+            sc, lr = refit(chosen[-1], Xtr, ytr)
+            acc.append(float((lr.predict(sc.transform(X[te])) == lab[te]).mean()))
         res[f"{name}fold_C"], res[f"{name}accuracy"] = np.array(chosen), np.array(acc)
     # the stored probe: LogisticRegressionCV over the outer folds, refitted on every row
-    cv = sum(
-        path_losses(X[fold != f], y[fold != f], X[fold == f], y[fold == f]) for f in range(folds)
-    )
-    res["C"] = pick(cv)
-    sc = StandardScaler().fit(X)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        LogisticRegression(C=res["C"], max_iter=MAX_ITER).fit(sc.transform(X), y)
+    outer = ((X[fold != f], y[fold != f], X[fold == f], y[fold == f]) for f in range(folds))
+    res["C"] = search(outer)
+    refit(res["C"], X, y)
     return res
 
 
@@ -211,7 +241,7 @@ def time_split(st: Store, n_cells: int, total_s: float) -> dict:
     token_map = np.random.default_rng(1).integers(0, K, K)
     fold = np.arange(N_SEQ) % 5
     fit = 0.0
-    sample = [(layer, p) for layer in (1, 3) for p in (5, 25)]
+    sample = [(layer, p) for layer in (1, 3) for p in (LENGTH // 8, LENGTH * 5 // 8)]
     for layer, p in sample:
         X = ds["hidden"].values[:, p, layer].astype(np.float32)
         control = token_map[tokens[:, p]]  # like the sweep's default (token) control
@@ -230,121 +260,124 @@ def time_split(st: Store, n_cells: int, total_s: float) -> dict:
     }
 
 
-def main() -> None:
+def compare(st: Store, ref_positions: list[int], *, full: bool) -> dict:
+    """Time the sweeps side by side (best of 2 interleaved rounds) and compare their results.
+
+    ``full``: also the reference path, the screening solver and the exact path at a fixed C.
+    """
     from analysis.probes import probe
 
-    rng = np.random.default_rng(0)
-    tmp = tempfile.mkdtemp(prefix="layerstate-bench-probes-", dir=os.environ.get("BENCH_DIR"))
-    step = int(os.environ.get("LAYERSTATE_BENCH_REF_POSITIONS", "10"))
-    try:
-        st = build_store(os.path.join(tmp, "s.zarr"), rng)
-        n_cells = (N_LAYERS + 1) * LENGTH
-        ref_positions = list(range(step // 2, LENGTH, step))
-        with one_thread():  # the scikit-learn loop runs outside dask: pin BLAS like it does
-            timings = best_of_interleaved(
-                2,
-                [
-                    lambda: probe(st, "state", method="exact"),
-                    lambda: probe(st, "state", method="screen"),
-                    lambda: probe(st, "state", method="exact", C=1.0),
-                    lambda: probe(
-                        st, "state", method="reference", positions=ref_positions, scheduler="sync"
-                    ),
-                    lambda: run_sklearn_loop(st, ref_positions),
-                ],
-            )
-        ((t_exact, c_exact), exact), ((t_screen, c_screen), screen) = timings[:2]
-        ((t_fixed, c_fixed), fixed), ((t_ref, c_ref), ref) = timings[2:4]
-        (t_sk, c_sk), loop = timings[4]
-        scale = n_cells / ((N_LAYERS + 1) * len(ref_positions))
-        t_ref_all, c_ref_all = t_ref * scale, c_ref * scale
-        t_sk_all, c_sk_all = t_sk * scale, c_sk * scale
-        # the loop's cells in (layer, position) order, like exact's sel(position=ref_positions)
-        ex_acc = exact["accuracy"].sel(position=ref_positions).isel(run=0, length=0)
-        ex_ctrl = exact["control_accuracy"].sel(position=ref_positions).isel(run=0, length=0)
-        at = {"position": ref_positions}
-        ex_C = [exact[v].sel(**at).isel(run=0, fit_length=0) for v in ("fold_C", "control_fold_C")]
-        ex_full = exact["C"].sel(**at).isel(run=0, fit_length=0).values.ravel()
-        sk_acc = np.array([c["accuracy"].mean() for c in loop])
-        sk_gap = np.abs(ex_acc.mean("fold").values.ravel() - sk_acc) * 100
-        sk_ctrl_gap = (
-            np.abs(
-                ex_ctrl.mean("fold").values.ravel()
-                - np.array([c["control_accuracy"].mean() for c in loop])
-            )
-            * 100
+    n_cells = (N_LAYERS + 1) * LENGTH
+    fns = {
+        "exact": lambda: probe(st, "state", method="exact"),
+        "sklearn_loop": lambda: run_sklearn_loop(st, ref_positions),
+    }
+    if full:
+        fns["screen"] = lambda: probe(st, "state", method="screen")
+        fns["exact_fixed_C"] = lambda: probe(st, "state", method="exact", C=1.0)
+        fns["reference"] = lambda: probe(
+            st, "state", method="reference", positions=ref_positions, scheduler="sync"
         )
-        sk_same = np.concatenate(
-            [
-                (
-                    ex_C[0].values.reshape(len(loop), -1) == np.array([c["fold_C"] for c in loop])
-                ).ravel(),
-                (
-                    ex_C[1].values.reshape(len(loop), -1)
-                    == np.array([c["control_fold_C"] for c in loop])
-                ).ravel(),
-                ex_full == np.array([c["C"] for c in loop]),
-            ]
-        )
-
-        def acc(ds):
-            return ds["accuracy"].mean("fold").sel(position=ref_positions).values
-
-        gap_exact = np.abs(acc(exact) - acc(ref)) * 100
-        gap_screen = (acc(screen) - acc(ref)) * 100
-        ll_gap = (
-            np.abs(exact["log_loss"].sel(position=ref_positions) - ref["log_loss"]).max().item()
-        )
-        same_C = [
-            exact[v].sel(position=ref_positions).values == ref[v].values
+    with one_thread():  # the scikit-learn loop runs outside dask: pin BLAS like it does
+        timed_runs = dict(zip(fns, best_of_interleaved(2, list(fns.values())), strict=True))
+    scale = n_cells / ((N_LAYERS + 1) * len(ref_positions))  # the loops ran on a subset
+    (t_exact, c_exact), exact = timed_runs["exact"]
+    (t_sk, c_sk), loop = timed_runs["sklearn_loop"]
+    at = {"position": ref_positions}
+    ex = {
+        v: exact[v].sel(**at).isel(run=0, **({"length": 0} if "length" in exact[v].dims else {}))
+        for v in ("accuracy", "control_accuracy")
+    }
+    ex_C = {
+        v: exact[v].sel(**at).isel(run=0, fit_length=0) for v in ("C", "fold_C", "control_fold_C")
+    }
+    n = len(loop)  # the loop's cells in (layer, position) order, like ex[...] raveled
+    gap = np.abs(ex["accuracy"].mean("fold").values.ravel() - [c["accuracy"].mean() for c in loop])
+    ctrl_gap = np.abs(
+        ex["control_accuracy"].mean("fold").values.ravel()
+        - [c["control_accuracy"].mean() for c in loop]
+    )
+    same = np.concatenate(
+        [
+            (ex_C[v].values.reshape(n, -1) == np.array([c[v] for c in loop]).reshape(n, -1)).ravel()
             for v in ("C", "fold_C", "control_fold_C")
         ]
-        out = {
-            "bench": "probes",
-            "cells": n_cells,
-            "sequences": N_SEQ,
-            "classes": K,
-            "C_grid": [float(c) for c in exact["C_grid"].values],
-            "fits_per_cell": 155,
-            "exact_s": round(t_exact, 2),
+    )
+    out = {
+        "exact_s": round(t_exact, 2),
+        "exact_cpu_s": round(c_exact, 2),
+        "sklearn_loop_s": round(t_sk * scale, 2),
+        "sklearn_loop_cpu_s": round(c_sk * scale, 2),
+        "speedup_vs_sklearn_loop": round(t_sk * scale / t_exact, 2),
+        "cpu_ratio_vs_sklearn_loop": round(c_sk * scale / c_exact, 2),
+        "max_gap_pp": round(float(gap.max() * 100), 3),
+        "mean_gap_pp": round(float(gap.mean() * 100), 3),
+        "control_max_gap_pp": round(float(ctrl_gap.max() * 100), 3),
+        "C_identical": round(float(same.mean()), 4),
+        "chosen_C_counts": {
+            f"{c:g}": int(k)
+            for c, k in zip(*np.unique(exact["fold_C"].values, return_counts=True), strict=True)
+        },
+        "unconverged_probes": int((~exact["converged"]).sum()),
+        "cells_with_unfittable_C": int((~exact["path_converged"]).any("C_grid").sum()),
+        "sklearn_unconverged_C": int(sum(c["unconverged_C"] for c in loop)),
+        "accuracy_profile": [round(float(v), 3) for v in exact["profile"].values.ravel()],
+    }
+    if not full:
+        return out
+    (t_ref, c_ref), ref = timed_runs["reference"]
+    (t_screen, c_screen), screen = timed_runs["screen"]
+    (t_fixed, _), fixed = timed_runs["exact_fixed_C"]
+
+    def acc(ds):
+        return ds["accuracy"].mean("fold").sel(**at).values
+
+    same_ref = [
+        exact[v].sel(**at).values == ref[v].values for v in ("C", "fold_C", "control_fold_C")
+    ]
+    out.update(
+        {
+            "reference_s": round(t_ref * scale, 2),
+            "speedup_vs_reference": round(t_ref * scale / t_exact, 2),
+            "cpu_ratio_vs_reference": round(c_ref * scale / c_exact, 2),
+            "reference_max_gap_pp": round(float(np.abs(acc(exact) - acc(ref)).max() * 100), 3),
+            "reference_C_identical": round(
+                float(np.mean(np.concatenate([a.ravel() for a in same_ref]))), 4
+            ),
+            "reference_max_log_loss_gap": round(
+                float(np.abs(exact["log_loss"].sel(**at) - ref["log_loss"]).max()), 5
+            ),
             "screen_s": round(t_screen, 2),
+            "speedup_screen": round(t_ref * scale / t_screen, 2),
+            "screen_mean_gap_pp": round(float((acc(screen) - acc(ref)).mean() * 100), 3),
+            "screen_max_abs_gap_pp": round(float(np.abs(acc(screen) - acc(ref)).max() * 100), 3),
             "exact_fixed_C_s": round(t_fixed, 2),
-            "sklearn_loop_s": round(t_sk_all, 2),
-            "speedup_vs_sklearn_loop": round(t_sk_all / t_exact, 2),
-            "cpu_ratio_vs_sklearn_loop": round(c_sk_all / c_exact, 2),
-            "sklearn_loop_max_gap_pp": round(float(sk_gap.max()), 3),
-            "sklearn_loop_mean_gap_pp": round(float(sk_gap.mean()), 3),
-            "sklearn_loop_control_max_gap_pp": round(float(sk_ctrl_gap.max()), 3),
-            "sklearn_loop_C_identical": round(float(sk_same.mean()), 4),
-            "reference_s": round(t_ref_all, 2),
-            "reference_extrapolated": step > 1,
-            "reference_cells_timed": (N_LAYERS + 1) * len(ref_positions),
-            "speedup_exact": round(t_ref_all / t_exact, 2),
-            "speedup_screen": round(t_ref_all / t_screen, 2),
-            "cpu_ratio_exact": round(c_ref_all / c_exact, 2),
-            "cpu_ratio_screen": round(c_ref_all / c_screen, 2),
             "search_cost_vs_fixed_C": round(t_exact / t_fixed, 2),
-            "exact_cpu_s": round(c_exact, 2),
-            "reference_cpu_s": round(c_ref_all, 2),
-            "exact_max_gap_pp": round(float(gap_exact.max()), 3),
-            "exact_mean_gap_pp": round(float(gap_exact.mean()), 3),
-            "exact_max_log_loss_gap": round(float(ll_gap), 5),
-            "C_identical": round(float(np.mean(np.concatenate([a.ravel() for a in same_C]))), 4),
-            "chosen_C_counts": {
-                f"{c:g}": int(n)
-                for c, n in zip(*np.unique(exact["fold_C"].values, return_counts=True), strict=True)
-            },
-            "unconverged_cells": {
-                "exact": int((~exact["converged"]).sum()),
-                "reference": int((~ref["converged"]).sum()),
-                "exact_fixed_C": int((~fixed["converged"]).sum()),
-            },
-            "screen_mean_gap_pp": round(float(gap_screen.mean()), 3),
-            "screen_min_gap_pp": round(float(gap_screen.min()), 3),
-            "screen_max_gap_pp": round(float(gap_screen.max()), 3),
-            "accuracy_profile": [round(float(v), 3) for v in exact["profile"].values.ravel()],
+            "fixed_C_unconverged_probes": int((~fixed["converged"]).sum()),
             "best_layer": str(exact["best_layer"].values.ravel()[0]),
             "time_split": time_split(st, n_cells, t_exact),
+        }
+    )
+    return out
+
+
+def main() -> None:
+    tmp = tempfile.mkdtemp(prefix="layerstate-bench-probes-", dir=os.environ.get("BENCH_DIR"))
+    step = int(os.environ.get("LAYERSTATE_BENCH_REF_POSITIONS", "10"))
+    ref_positions = list(range(step // 2, LENGTH, step))
+    try:
+        iso = build_store(os.path.join(tmp, "iso.zarr"), np.random.default_rng(0))
+        corr = build_store(os.path.join(tmp, "corr.zarr"), np.random.default_rng(0), decades=3.0)
+        out = {
+            "bench": "probes",
+            "cells": (N_LAYERS + 1) * LENGTH,
+            "sequences": N_SEQ,
+            "classes": K,
+            "folds": 5,
+            "fits_per_cell": {"exact": 155, "sklearn_loop": 236},
+            "loops_timed_on_cells": (N_LAYERS + 1) * len(ref_positions),
+            "independent_features": compare(iso, ref_positions, full=True),
+            "correlated_features": compare(corr, ref_positions, full=False),
         }
         print(json.dumps(out))
     finally:
