@@ -39,7 +39,7 @@ from typing import Any
 import xarray as xr
 
 from . import plan as _plan
-from .cells import C_GRID, classification_metrics, fit_cell, score_cell
+from .cells import C_GRID, classification_metrics, fit_cell, fit_cells, score_cell
 from .solvers import (
     Params,
     fit_exact,
@@ -57,6 +57,7 @@ __all__ = [
     "ProbePlan",
     "classification_metrics",
     "fit_cell",
+    "fit_cells",
     "fit_exact",
     "fit_reference",
     "fit_screen",

@@ -31,9 +31,9 @@ MAX_BLOCK_POSITIONS = 8
 @dataclass
 class Cell:
     """The rows of one cell: sequences ``seq`` and positions ``pos`` (m,), their target and
-    control class indices, folds and inner groups (for choosing C). ``kind`` is ``"position"`` (one position; data come as a
-    slab and ``col`` is the slab column), ``"last"`` or ``"pooled"`` (data are the gathered
-    rows). ``source`` is, for cells scored at another length, the key of the fitted cell whose
+    control class indices, folds and inner groups (for choosing C). ``kind`` is ``"position"``
+    (one position; data come as a slab and ``col`` is the slab column), ``"last"`` or
+    ``"pooled"`` (data are the gathered rows). ``source`` is, for cells scored at another length, the key of the fitted cell whose
     probes score them."""
 
     run: str
