@@ -194,6 +194,7 @@ def capture_experiment(
 
 def _capture_all(store: Store, exp, device: str, progress_factory) -> list[CaptureResult]:
     from store import config_hash, run_identity
+    from store.runs import same_run
 
     cap = exp.capture
     out = []
@@ -203,12 +204,14 @@ def _capture_all(store: Store, exp, device: str, progress_factory) -> list[Captu
             raise MissingError(
                 f"run {rid!r} was never trained in {store.location}; run `layerstate train` first"
             )
-        stored = store.run_attrs(rid)["config_hash"]
-        expected = config_hash(run_identity(
+        attrs = store.run_attrs(rid)
+        stored = attrs["config_hash"]
+        identity = run_identity(
             spec.task, spec.arch, spec.variant, spec.seed,
             spec.model_config().model_dump(), spec.task_config().model_dump(),
-        ))
-        if stored != expected:
+        )
+        expected = config_hash(identity)
+        if not same_run(attrs, identity):
             raise ValueError(
                 f"the experiment no longer matches run {rid!r} in the store (config hash {stored} "
                 f"stored, {expected} now); capture into a new store or restore the experiment file"

@@ -31,15 +31,50 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _set_fields(config: Mapping | None) -> dict[str, Any]:
+    """A config without its unset (None) fields.
+
+    A field a model does not use is None; dropping them keeps a run's identity the same when a
+    later version adds optional fields for other architectures (store-format rule S10).
+    """
+    return {k: v for k, v in dict(config or {}).items() if v is not None}
+
+
 def run_identity(
     task: str, arch: str, variant: str, seed: int,
     model_config: Mapping | None = None, task_config: Mapping | None = None,
 ) -> dict[str, Any]:
-    """What defines a run; its :func:`config_hash` is the run's ``config_hash`` attribute."""
+    """What defines a run; its :func:`config_hash` is the run's ``config_hash`` attribute.
+
+    Unset (None) config fields are not part of the identity.
+    """
     return {
         "task": task, "arch": arch, "variant": variant, "seed": int(seed),
-        "model_config": dict(model_config or {}), "task_config": dict(task_config or {}),
+        "model_config": _set_fields(model_config), "task_config": _set_fields(task_config),
     }
+
+
+def identity_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical identity of a stored run, rebuilt from its attributes."""
+    return run_identity(
+        str(attrs.get("task")), str(attrs.get("arch")), str(attrs.get("variant")),
+        int(attrs.get("seed", -1)), attrs.get("model_config"), attrs.get("task_config"),
+    )
+
+
+def same_run(attrs: Mapping[str, Any], identity: Mapping[str, Any]) -> bool:
+    """Whether a stored run (its attributes) is the run ``identity`` defines.
+
+    True when the stored ``config_hash`` matches, or when the stored configs, canonicalised
+    the current way, do: a store written before an optional config field existed hashed that
+    field's None, and its runs are still the same runs.
+    """
+    h = config_hash(identity)
+    if attrs.get("config_hash") == h:
+        return True
+    if "model_config" not in attrs and "task_config" not in attrs:
+        return False
+    return config_hash(identity_of(attrs)) == h
 
 
 def runs_group(root: zarr.Group) -> zarr.Group:
@@ -73,8 +108,9 @@ def add_run(root: zarr.Group, run_id: str, identity: dict[str, Any], attrs: Mapp
     h = config_hash(identity)
     runs = runs_group(root)
     if run_id in runs:
-        old = runs[run_id].attrs.get("config_hash")
-        if old != h:
+        old_attrs = dict(runs[run_id].attrs)
+        old = old_attrs.get("config_hash")
+        if not same_run(old_attrs, identity):
             raise RunConflictError(
                 f"run {run_id!r} already exists in {where} with a different config "
                 f"(hash {old} vs {h}); use a new run id, or a new store for the new config"
