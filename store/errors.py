@@ -28,7 +28,12 @@ class MissingError(LayerstateError, KeyError):
 
 
 class InvalidArrayError(LayerstateError, ValueError):
-    """Arrays handed to the store have wrong dims, shapes, dtypes or values."""
+    """Arrays handed to the store (or to an analysis) have wrong dims, shapes, dtypes or values."""
+
+
+class InvalidArgumentError(LayerstateError, ValueError):
+    """A value given to a command, function or experiment setting is outside what it accepts
+    (an unknown choice, a number out of range, two settings that cannot go together)."""
 
 
 class RunConflictError(LayerstateError, ValueError):

@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 from .core import Store
-from .errors import RunConflictError, UnsafeArchiveError
+from .errors import InvalidArgumentError, RunConflictError, UnsafeArchiveError
 from .location import Location, check_zip_members
 
 
@@ -19,14 +19,19 @@ def pack(store: Store, out: str | os.PathLike, *, overwrite: bool = False) -> Pa
     """
     out = Path(out)
     if out.suffix != ".zip":
-        raise ValueError(f"pack output must end in .zip, got {out.name!r}")
+        raise InvalidArgumentError(
+            f"pack output must end in .zip, got {out.name!r}; name the file like {out.stem or 'store'}.zip"
+        )
     if out.exists() and not overwrite:
         raise RunConflictError(f"{out} exists; choose another name or pass --force to replace it")
     if not store.read_only:
         store.consolidate()
     fs, root = store.location.filesystem()
     if store.location.is_zip:
-        raise ValueError(f"{store.location} is already a packed store")
+        raise InvalidArgumentError(
+            f"{store.location} is already a packed store; copy the zip, or unpack it with "
+            "`layerstate unpack` to pack a changed copy"
+        )
     tmp = out.with_name(f".{out.name}.partial")
     root = root.rstrip("/")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
