@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from store.errors import InvalidArgumentError, MissingError
+
 POSITION_MODES = ("all", "last", "pooled")
 CONTROLS = ("token", "permute")
 METHODS = ("exact", "screen", "reference")
@@ -65,11 +67,11 @@ def select_runs(store: Any, runs: Any) -> list[str]:
         chosen = [runs] if isinstance(runs, str) else list(runs)
         unknown = [r for r in chosen if r not in every]
         if unknown:
-            raise KeyError(
+            raise MissingError(
                 f"runs {unknown} are not in the store; runs there: {', '.join(every) or '(none)'}"
             )
     if not chosen:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"no runs match the selection {runs!r}; runs in the store: {', '.join(every) or '(none)'} "
             "(select with runs=None for all, a list of ids, or a dict of attributes like {'arch': 'lstm'})"
         )
@@ -77,18 +79,31 @@ def select_runs(store: Any, runs: Any) -> list[str]:
 
 
 def choose_target(store: Any, runs: list[str], target: str | None) -> str:
-    """The label to probe: ``target``, or the stored training target shared by all runs."""
+    """The label to probe: ``target``, or the target every selected (run, length) declares
+    (its ``target`` attribute, else its only label: docs/store-format.md, S23).
+
+    Raises a one-line :class:`~store.errors.MissingError` asking for ``target=`` (``--target``)
+    when a length has several labels and declares none, or the runs declare different ones.
+    """
     if target is not None:
         return target
+    from store.errors import MissingError
+    from store.lengths import require_target
+
     found: dict[str, list[str]] = {}
     for r in runs:
         for L in store.lengths(r):
-            tgt = store.open_length(r, L, lazy="xarray").attrs.get("target")
-            found.setdefault(str(tgt), []).append(f"{r}/{L}")
+            ds = store.open_length(r, L, lazy="xarray")
+            found.setdefault(require_target(ds, f"run {r!r} length {L}"), []).append(f"{r}/{L}")
+    if not found:
+        raise MissingError(
+            f"the selected runs {runs} have no stored lengths to probe; capture them first "
+            "(`layerstate capture`)"
+        )
     if len(found) != 1:
-        raise ValueError(
+        raise MissingError(
             f"the selected runs were trained on different targets {sorted(map(str, found))}; "
-            "pass target=... to choose which label to probe"
+            "pass --target LABEL (Python: target=...) to choose which label to probe"
         )
     return str(next(iter(found)))
 
@@ -106,7 +121,7 @@ def choose_lengths(
     need = sorted(set(wanted) | ({int(train_length)} if train_length is not None else set()))
     missing = [L for L in need if L not in stored]
     if missing:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"run {run!r} has no stored length {missing}; stored lengths: {stored} "
             "(pick lengths=... among them, or capture the missing ones)"
         )
@@ -123,7 +138,7 @@ def choose_layers(available: list[str], layers: Any, run: str) -> list[str]:
     for lay in [layers] if isinstance(layers, str | int | np.integer) else list(layers):
         if isinstance(lay, int | np.integer) and not isinstance(lay, bool):
             if not 0 <= lay < len(available):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"layer index {lay} is out of range for run {run!r}, which has "
                     f"{len(available)} layers {available}; use 0..{len(available) - 1} or a name"
                 )
@@ -131,7 +146,9 @@ def choose_layers(available: list[str], layers: Any, run: str) -> list[str]:
         elif lay in available:
             out.append(str(lay))
         else:
-            raise ValueError(f"layer {lay!r} is not in run {run!r}; its layers are {available}")
+            raise InvalidArgumentError(
+                f"layer {lay!r} is not in run {run!r}; its layers are {available} (pick among them)"
+            )
     return out
 
 
@@ -150,7 +167,7 @@ def check_C(C: Any) -> float | tuple[float, ...]:
         except (TypeError, ValueError):
             grid = []
     if not grid or any(not (c > 0 and np.isfinite(c)) for c in grid):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"C (inverse L2 strength) must be a positive number (a fixed C) or a list of them "
             f"(a grid to choose from by inner cross-validation), got {C!r}"
         )
@@ -162,9 +179,9 @@ def check_options(
 ) -> tuple[str, list[int] | None, str | None]:
     """Validate the sweep options; returns (position mode, explicit positions, control kind)."""
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise InvalidArgumentError(f"method must be one of {METHODS}, got {method!r}")
     if not isinstance(folds, int | np.integer) or not 2 <= folds <= 1000:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"folds must be an integer from 2 to 1000 (k-fold cross-validation by sequence), got {folds!r}"
         )
     check_C(C)
@@ -175,10 +192,10 @@ def check_options(
     elif control in CONTROLS:
         kind = control
     else:
-        raise ValueError(f"control must be True, False or one of {CONTROLS}, got {control!r}")
+        raise InvalidArgumentError(f"control must be True, False or one of {CONTROLS}, got {control!r}")
     if isinstance(positions, str):
         if positions not in POSITION_MODES:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"positions must be one of {POSITION_MODES} or a list of position indices, got {positions!r}"
             )
         return positions, None, kind
@@ -186,7 +203,7 @@ def check_options(
     if not pos or any(
         not isinstance(p, int | np.integer) or isinstance(p, bool) or p < 0 for p in pos
     ):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"positions must be non-negative integers (or 'all', 'last', 'pooled'), got {positions!r}"
         )
     return "list", sorted({int(p) for p in pos}), kind
@@ -208,7 +225,7 @@ def read_labels(store: Any, run: str, length: int, target: str) -> tuple[np.ndar
     ds = store.open_length(run, length, lazy="xarray")
     names = list(ds.attrs.get("labels", []))
     if target not in names:
-        raise KeyError(
+        raise MissingError(
             f"label {target!r} does not exist in run {run!r} length {length}; labels there: "
             f"{', '.join(names) or '(none)'} (pass target=... with one of them)"
         )
@@ -287,7 +304,7 @@ def build_labels(
         raw[L], tokens[L] = read_labels(store, run, L, target)
     classes = np.unique(np.concatenate([r[r >= 0] for r in raw.values()]))
     if classes.size == 0:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"label {target!r} of run {run!r} is undefined (-1 or masked) at every position of "
             f"lengths {sorted(raw)}; probe a label that is defined somewhere"
         )
