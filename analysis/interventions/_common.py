@@ -169,9 +169,9 @@ def layer_list(ds: xr.Dataset, layers: Sequence[str] | None) -> list[str]:
         return stored
     unknown = [name for name in layers if name not in stored]
     if unknown:
-        raise KeyError(
+        raise MissingError(
             f"unknown layer(s) {', '.join(map(repr, unknown))} for run "
-            f"{ds.attrs.get('run_id')!r}; stored layers: {', '.join(stored)}"
+            f"{ds.attrs.get('run_id')!r}; stored layers: {', '.join(stored)} (pick among them)"
         )
     return list(layers)
 

@@ -77,6 +77,7 @@ from analysis.interventions.engine import (
     select_runs,
 )
 from store import MissingError, Store
+from store.errors import InvalidArgumentError, InvalidArrayError
 
 #: method -> whether it takes ``:k``.
 METHODS = {
@@ -139,21 +140,21 @@ def parse_settings(settings: Sequence[str]) -> list[Setting]:
         if method == "matched":
             inner = parse_settings([ks]) if ks else []
             if not inner or any(s.method in ("matched", "random") for s in inner):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"setting {text!r}: matched needs the setting it matches, e.g. "
                     "'matched:leace' or 'matched:inlp:4' (not random or matched)"
                 )
             out += [m for m in (Setting("matched", None, s) for s in inner) if m not in out]
             continue
         if method not in METHODS:
-            raise ValueError(f"unknown ablation setting {text!r}; valid forms: {forms}")
+            raise InvalidArgumentError(f"unknown ablation setting {text!r}; valid forms: {forms}")
         if METHODS[method] != bool(ks):
             need = "needs a size, e.g. 'pca:4'" if METHODS[method] else "takes no ':k'"
-            raise ValueError(f"setting {text!r}: {method} {need}; valid forms: {forms}")
+            raise InvalidArgumentError(f"setting {text!r}: {method} {need}; valid forms: {forms}")
         try:
             sizes = [int(k) for k in ks.split(",")] if ks else [None]
         except ValueError:
-            raise ValueError(f"setting {text!r}: k must be integers like 'pca:1,2,4'") from None
+            raise InvalidArgumentError(f"setting {text!r}: k must be integers like 'pca:1,2,4'") from None
         for k in sizes:
             if Setting(method, k) not in out:
                 out.append(Setting(method, k))
@@ -198,12 +199,12 @@ def fit_directions(
     """
     setting = parse_settings([method if k is None else f"{method}:{k}"])[0]
     if setting.method in ("given", "stored", "leace"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"fit_directions fits probe, inlp, pca, svd or random directions, not "
             f"{setting.method!r}; for LEACE use analysis.interventions.leace"
         )
     if setting.method == "random" and rng is None:
-        raise ValueError("method 'random' needs rng=numpy.random.default_rng(seed)")
+        raise InvalidArgumentError("method 'random' needs rng=numpy.random.default_rng(seed)")
     ds = open_group(store, run_id, length)
     names = layer_list(ds, layers)
     idx = np.arange(ds.sizes["sequence"])[sequences if sequences is not None else slice(None)]
@@ -268,7 +269,7 @@ def load_probe_directions(
         if v in ds.data_vars and "position" not in ds[v].dims
     ]
     if not candidates:
-        raise KeyError(
+        raise MissingError(
             f"results/{name} holds no pooled probe weights (variables: "
             f"{', '.join(map(str, ds.data_vars))}); re-run `layerstate probe` with pooled "
             "positions or a train length, or use the ablation setting 'probe'"
@@ -279,9 +280,9 @@ def load_probe_directions(
             if dim not in da.dims:
                 continue
             if value is None:
-                raise ValueError(f"results/{name} has a {dim!r} dim; pass the {dim} to pick")
+                raise InvalidArgumentError(f"results/{name} has a {dim!r} dim; pass the {dim} to pick")
             if value not in da[dim].values:
-                raise KeyError(
+                raise MissingError(
                     f"results/{name} has no {dim} {value!r}; it has "
                     f"{', '.join(map(str, da[dim].values))}; fit probes there with `layerstate probe`"
                 )
@@ -292,7 +293,7 @@ def load_probe_directions(
 
 def _check_directions(da: xr.DataArray, what: str) -> xr.DataArray:
     if set(da.dims) != {"layer", "direction", "feature"}:
-        raise ValueError(
+        raise InvalidArrayError(
             f"{what} has dims {da.dims}; directions must be (layer, direction, feature) "
             "(optionally with a 'run' dim); select or rename the others"
         )
@@ -443,7 +444,7 @@ def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, fold
         n_all = plan.group(rid, fit_length).sizes["sequence"]
         n_fit = int(round(n_all * fit_fraction))
         if n_fit < 2 or n_all - n_fit < max(folds, 2):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"run {rid!r} has {n_all} sequences at length {fit_length}: too few to fit on "
                 f"{fit_fraction:.0%} and evaluate {folds}-fold on the rest; capture more "
                 "sequences or change fit_fraction"
@@ -461,7 +462,7 @@ def _given_directions(plan: Plan, settings, directions, rid: str) -> dict[str, x
     out = {}
     if "given" in methods:
         if directions is None:
-            raise ValueError("setting 'given' needs directions=DataArray (layer, direction, feature)")
+            raise InvalidArgumentError("setting 'given' needs directions=DataArray (layer, direction, feature)")
         da = directions.sel(run=rid) if "run" in directions.dims else directions
         out["given"] = _check_directions(da, "directions")
     if "stored" in methods:
@@ -477,14 +478,14 @@ def _fixed_directions(plan: Plan, given: dict, rid: str, layer: str, setting: Se
         return None
     da = given[setting.method]
     if layer not in [str(v) for v in da.layer.values]:
-        raise KeyError(
+        raise MissingError(
             f"{setting.method} directions have no layer {layer!r} (they have "
             f"{', '.join(map(str, da.layer.values))}); fit them for every ablated layer"
         )
     values = np.asarray(da.sel(layer=layer).values, dtype=np.float64)
     d = plan.n_features[rid]
     if values.shape[-1] < d or np.isfinite(values[:, d:]).any():
-        raise ValueError(
+        raise InvalidArrayError(
             f"{setting.method} directions have {values.shape[-1]} features; run {rid!r} has {d} "
             "(wider directions may only be NaN-padded)"
         )
@@ -494,13 +495,13 @@ def _fixed_directions(plan: Plan, given: dict, rid: str, layer: str, setting: Se
 
 def _check_options(mode: str, fit_fraction: float, folds: int, refit_rows: int) -> None:
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not 0 < fit_fraction < 1:
-        raise ValueError(f"fit_fraction must be in (0, 1), got {fit_fraction}")
+        raise InvalidArgumentError(f"fit_fraction must be in (0, 1), got {fit_fraction}")
     if folds < 2:
-        raise ValueError(f"folds must be >= 2, got {folds}")
+        raise InvalidArgumentError(f"folds must be >= 2, got {folds}")
     if refit_rows < 10:
-        raise ValueError(f"refit_rows must be >= 10, got {refit_rows}")
+        raise InvalidArgumentError(f"refit_rows must be >= 10, got {refit_rows}")
 
 
 def _check_sizes(plan: Plan, settings: list[Setting]) -> None:
@@ -845,14 +846,14 @@ def matched_comparison(
     pairs = [s for s in names if f"matched:{s}" in names]
     if setting is not None:
         if f"matched:{setting}" not in names or setting not in names:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the ablation result has no pair {setting!r} / 'matched:{setting}' (settings: "
                 f"{', '.join(names)}); re-run the ablation with matched=True (`layerstate ablate "
                 "--matched`) or settings including 'matched:<setting>'"
             )
         pairs = [setting]
     if not pairs:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"the ablation result has no matched controls (settings: {', '.join(names)}); "
             "re-run it with matched=True (`layerstate ablate --matched`)"
         )

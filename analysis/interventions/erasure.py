@@ -40,6 +40,8 @@ import numpy as np
 import torch
 import xarray as xr
 
+from store.errors import InvalidArgumentError, InvalidArrayError
+
 #: Singular values below this fraction of the largest are treated as zero (rank decisions).
 RANK_RTOL = 1e-6
 
@@ -173,7 +175,7 @@ def probe_directions_np(
 
     classes = np.unique(y)
     if classes.size < 2:
-        raise ValueError(
+        raise InvalidArrayError(
             f"a probe needs at least two classes in the labels; found only {classes.tolist()}: "
             "use more sequences, or a layer/length where the label varies"
         )
@@ -440,7 +442,9 @@ def matched_np(
 def _rows_x(hidden: xr.DataArray) -> np.ndarray:
     """Stack every dim but ``feature`` into rows: (row, feature) float64."""
     if "feature" not in hidden.dims:
-        raise ValueError(f"hidden must have a 'feature' dim; its dims are {hidden.dims}")
+        raise InvalidArrayError(
+            f"hidden must have a 'feature' dim; its dims are {hidden.dims}; rename the feature dim to 'feature'"
+        )
     others = [d for d in hidden.dims if d != "feature"]
     x = np.asarray(hidden.transpose(*others, "feature").values, dtype=np.float64)
     return x.reshape(-1, hidden.sizes["feature"])
@@ -451,7 +455,7 @@ def _rows(hidden: xr.DataArray, labels: xr.DataArray) -> tuple[np.ndarray, np.nd
     x = _rows_x(hidden)
     others = [d for d in hidden.dims if d != "feature"]
     if set(labels.dims) != set(others):
-        raise ValueError(
+        raise InvalidArrayError(
             f"labels have dims {labels.dims}; expected the dims of hidden other than "
             f"'feature': {tuple(others)}"
         )
@@ -514,7 +518,7 @@ def inlp(hidden: xr.DataArray, labels: xr.DataArray, rounds: int, *, C: float = 
         ``projection_eraser``.
     """
     if rounds < 1:
-        raise ValueError(f"INLP needs rounds >= 1, got {rounds}")
+        raise InvalidArgumentError(f"INLP needs rounds >= 1, got {rounds}")
     x, y = _rows(hidden, labels)
     return _directions(inlp_np(x, y, rounds, C=C).T, hidden.sizes["feature"])
 
@@ -561,7 +565,7 @@ def check_k(k: int, n_features: int, what: str, where: str = "") -> None:
         Appended after "the feature dimension", e.g. " of run 'r0'".
     """
     if not 1 <= int(k) <= n_features:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"k={k} for {what!r} is not within 1..{n_features}, the feature dimension"
             f"{where}; choose k <= {n_features}"
         )
@@ -585,7 +589,7 @@ def projection_eraser(directions: xr.DataArray, mean: xr.DataArray | None = None
     """
     dims = set(directions.dims)
     if dims != {"direction", "feature"}:
-        raise ValueError(
+        raise InvalidArrayError(
             f"directions must have dims ('direction', 'feature'), got {directions.dims}; "
             "select one layer (and run) first, e.g. directions.sel(layer='L1')"
         )
@@ -626,7 +630,9 @@ def erase(hidden: xr.DataArray, eraser: xr.Dataset) -> xr.DataArray:
     xarray.DataArray, same dims as `hidden`.
     """
     if "feature" not in hidden.dims:
-        raise ValueError(f"hidden must have a 'feature' dim; its dims are {hidden.dims}")
+        raise InvalidArrayError(
+            f"hidden must have a 'feature' dim; its dims are {hidden.dims}; rename the feature dim to 'feature'"
+        )
     factors = Eraser(
         eraser["left"].transpose("feature", "component").values,
         eraser["right"].transpose("component", "feature_out").values,

@@ -83,7 +83,8 @@ from analysis.interventions.engine import (
     select_runs,
 )
 from capture.models import SequenceModel
-from store import Store
+from store import MissingError, Store
+from store.errors import InvalidArgumentError, InvalidArrayError
 
 TASK_SITES = ("key", "value", "divider", "query")
 
@@ -92,22 +93,22 @@ TASK_SITES = ("key", "value", "divider", "query")
 def _check_pair(clean: xr.Dataset, corrupted: xr.Dataset, patch: xr.DataArray) -> None:
     for name, ds in (("clean", clean), ("corrupted", corrupted)):
         if "hidden" not in ds or "tokens" not in ds:
-            raise KeyError(f"{name} must hold 'hidden' and 'tokens'; it has {list(ds.data_vars)}")
+            raise MissingError(f"{name} must hold 'hidden' and 'tokens'; it has {list(ds.data_vars)}")
     a, b = clean.sizes["position"], corrupted.sizes["position"]
     if a != b:
-        raise ValueError(
+        raise InvalidArrayError(
             f"clean sequences have {a} positions and corrupted ones {b}: a patch needs twins of "
             "one length; load cfclean_<L> and cfcorrupt_<L> of the same run at the same L"
         )
     if clean.sizes["sequence"] != corrupted.sizes["sequence"]:
-        raise ValueError(
+        raise InvalidArrayError(
             f"clean has {clean.sizes['sequence']} sequences and corrupted "
             f"{corrupted.sizes['sequence']}; patching pairs them one to one"
         )
     if set(patch.dims) != {"sequence", "position"} or patch.shape != (
         clean.sizes[patch.dims[0]], clean.sizes[patch.dims[1]]
     ):
-        raise ValueError(
+        raise InvalidArrayError(
             f"patch must be a bool DataArray (sequence, position) of shape "
             f"({clean.sizes['sequence']}, {a}); got dims {patch.dims} shape {patch.shape}"
         )
@@ -296,7 +297,7 @@ def patch_effects(
     for direction in directions:
         denoise = direction == "denoising"
         if direction not in ("denoising", "noising"):
-            raise ValueError(f"unknown patching direction {direction!r}; use denoising, noising")
+            raise InvalidArgumentError(f"unknown patching direction {direction!r}; use denoising, noising")
         target, source, reference = (hx, hc, m_bad) if denoise else (hc, hx, m_clean)
         for prefix, q in parts:
             delta = np.empty((2, len(sites), hx.shape[0]))
@@ -350,9 +351,9 @@ NOISE_REFUSED = (
 
 def _check_corruption(corruption: str, allow_noise: bool) -> None:
     if corruption not in CORRUPTIONS:
-        raise ValueError(f"unknown corruption {corruption!r}; use 'token' (default) or 'noise'")
+        raise InvalidArgumentError(f"unknown corruption {corruption!r}; use 'token' (default) or 'noise'")
     if corruption == "noise" and not allow_noise:
-        raise ValueError(NOISE_REFUSED)
+        raise InvalidArgumentError(NOISE_REFUSED)
 
 
 @torch.no_grad()
@@ -429,7 +430,7 @@ def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_le
     if subspace is None:
         return {}
     if subspace not in SUBSPACES:
-        raise ValueError(f"unknown subspace {subspace!r}; use one of {', '.join(SUBSPACES)}")
+        raise InvalidArgumentError(f"unknown subspace {subspace!r}; use one of {', '.join(SUBSPACES)}")
     from analysis.interventions.ablation import (
         Setting,
         _check_directions,
@@ -446,7 +447,7 @@ def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_le
         given = {}
         if subspace == "given":
             if directions is None:
-                raise ValueError("subspace 'given' needs directions=DataArray (layer, direction, feature)")
+                raise InvalidArgumentError("subspace 'given' needs directions=DataArray (layer, direction, feature)")
             da = directions.sel(run=rid) if "run" in directions.dims else directions
             given["given"] = _check_directions(da, "directions")
         elif subspace == "stored":
@@ -472,7 +473,7 @@ def _twin_plan(store: Store, runs, length: int, layers, corruption: str = "token
         if corruption == "token":
             bad = plan.group(rid, length, "cfcorrupt")
             if clean.sizes["position"] != bad.sizes["position"]:
-                raise ValueError(
+                raise InvalidArrayError(
                     f"run {rid!r}: cfclean_{length} has {clean.sizes['position']} positions and "
                     f"cfcorrupt_{length} {bad.sizes['position']}; re-capture the pairs with "
                     "`layerstate capture`"
@@ -698,7 +699,10 @@ def patching(
     positions = list(range(length) if positions is None else positions)
     bad_pos = [p for p in positions if not 0 <= p < length]
     if bad_pos:
-        raise ValueError(f"positions {bad_pos} are outside 0..{length - 1}")
+        raise InvalidArgumentError(
+            f"positions {bad_pos} are outside 0..{length - 1} (the twins' length {length}); "
+            f"pass positions from 0 to {length - 1}"
+        )
     plan.axes = {"position": positions}
     subspaces = _subspaces(plan, length, subspace, directions, fit_length)
     names = PATCHING_NAMES
@@ -735,9 +739,9 @@ def _sites(plan: Plan, length: int, sites: Sequence[str] | None) -> list[str]:
     for rid in plan.runs:
         missing = [s for s in sites if s not in stored(rid)]
         if missing:
-            raise KeyError(
+            raise MissingError(
                 f"run {rid!r} stores no position for site(s) {', '.join(missing)}; its sites: "
-                f"{', '.join(stored(rid))}"
+                f"{', '.join(stored(rid))}; name sites among them"
             )
     return sites
 
@@ -886,9 +890,10 @@ def classify_mechanism(
     needed = {"key", "value", "query"}
     have = {str(s) for s in result.site.values}
     if not needed <= have:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"classifying a mechanism needs sites key, value and query (associative recall, "
-            f"treecall); this result has {', '.join(sorted(have))}"
+            f"treecall); this result has {', '.join(sorted(have))}: classify an interchange result "
+            "of runs whose task stores those sites"
         )
     best = nontrivial_restoration(result).max("layer")  # (run, site)
     gap = (result.p_clean - result.p_corrupt).mean(("layer", "sequence"))
