@@ -30,7 +30,8 @@ from capture.train import (
     rng_for,
     split_config,
 )
-from store import MissingError, Store
+from store import MissingError, RunConflictError, Store
+from store.errors import InvalidArgumentError
 
 
 @dataclass
@@ -56,7 +57,7 @@ def check_length(model: torch.nn.Module, run_id: str, length: int) -> None:
     """Refuse lengths beyond a model's position limit (learned or rotary tables)."""
     limit = getattr(model, "max_length", None)
     if limit is not None and length > limit:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"run {run_id!r} takes at most {limit} positions (its position-embedding limit); "
             f"drop length {length} or train with a larger max_position_embeddings"
         )
@@ -89,7 +90,7 @@ def _site_shapes(model, sites: Sequence[str], length: int, device: str) -> dict[
         _, found = model.forward_with_sites(tok, list(sites))
     missing = [s for s in sites if s not in found]
     if missing:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"sites {missing} are not exact site names of this model; valid: {', '.join(model.sites())}"
         )
     return {site_var(s): found[s].shape[2:] for s in sites}
@@ -192,31 +193,46 @@ def capture_experiment(
         return _capture_all(store, exp, device, progress_factory)
 
 
-def _capture_all(store: Store, exp, device: str, progress_factory) -> list[CaptureResult]:
+def check_capturable(store: Store, spec) -> None:
+    """Refuse to capture a run of ``spec`` (a :class:`capture.experiment.RunSpec`) that was
+    never trained in ``store``, or was trained from other settings than the experiment's now.
+
+    Raises
+    ------
+    MissingError
+        No trained weights for the run.
+    ValueError, RunConflictError
+        The run's identity or its ``[train]`` config differ from the experiment's.
+    """
     from store import config_hash, run_identity
     from store.runs import same_run
 
+    rid = spec.run_id
+    if rid not in store.run_ids() or not store.has_weights(rid):
+        raise MissingError(
+            f"run {rid!r} was never trained in {store.location}; run `layerstate train` first"
+        )
+    attrs = store.run_attrs(rid)
+    stored = attrs["config_hash"]
+    identity = run_identity(
+        spec.task, spec.arch, spec.variant, spec.seed,
+        spec.model_config().model_dump(), spec.task_config().model_dump(),
+    )
+    expected = config_hash(identity)
+    if not same_run(attrs, identity):
+        raise ValueError(
+            f"the experiment no longer matches run {rid!r} in the store (config hash {stored} "
+            f"stored, {expected} now); capture into a new store or restore the experiment file"
+        )
+    check_trained_with(store, rid, spec.train)
+
+
+def _capture_all(store: Store, exp, device: str, progress_factory) -> list[CaptureResult]:
     cap = exp.capture
     out = []
     for spec in exp.runs():
         rid = spec.run_id
-        if rid not in store.run_ids() or not store.has_weights(rid):
-            raise MissingError(
-                f"run {rid!r} was never trained in {store.location}; run `layerstate train` first"
-            )
-        attrs = store.run_attrs(rid)
-        stored = attrs["config_hash"]
-        identity = run_identity(
-            spec.task, spec.arch, spec.variant, spec.seed,
-            spec.model_config().model_dump(), spec.task_config().model_dump(),
-        )
-        expected = config_hash(identity)
-        if not same_run(attrs, identity):
-            raise ValueError(
-                f"the experiment no longer matches run {rid!r} in the store (config hash {stored} "
-                f"stored, {expected} now); capture into a new store or restore the experiment file"
-            )
-        check_trained_with(store, rid, spec.train)
+        check_capturable(store, spec)
         model = rebuild_model(store, rid, device)
         for L in cap.lengths:
             prog = progress_factory(f"{rid} L={L}", cap.n_sequences) if progress_factory else None

@@ -29,6 +29,7 @@ from capture.tasks.dyck import DyckConfig
 from capture.tasks.parity import ParityConfig
 from capture.tasks.s3 import S3Config
 from capture.tasks.treecall import TreecallConfig
+from store.errors import InvalidArgumentError, MissingError
 
 _CONFIGS: list[type[TaskConfig]] = [
     AssocRecallConfig, CodeDepthConfig, DyckConfig, ParityConfig, S3Config, TreecallConfig,
@@ -39,11 +40,9 @@ TASKS: dict[str, type[TaskConfig]] = {
 """Task name -> config class."""
 
 
-class UnknownTaskError(KeyError, ValueError):
-    """A task name that is not in :data:`TASKS` (both a KeyError and a ValueError)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+class UnknownTaskError(MissingError, ValueError):
+    """A task name that is not in :data:`TASKS`: a project error, and both a KeyError and a
+    ValueError for callers that catch either."""
 
 
 def get_task(name: str, **params: Any) -> TaskConfig:
@@ -60,9 +59,9 @@ def get_task(name: str, **params: Any) -> TaskConfig:
     ------
     UnknownTaskError
         (a KeyError and a ValueError) if ``name`` is not a task.
-    ValueError
-        One line naming the bad field, what it got and the valid fields, if a parameter is
-        unknown or out of range.
+    store.errors.InvalidArgumentError
+        (a ValueError) One line naming the bad field, what it got and the valid fields, if a
+        parameter is unknown or out of range.
     """
     if name not in TASKS:
         raise UnknownTaskError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
@@ -70,7 +69,7 @@ def get_task(name: str, **params: Any) -> TaskConfig:
     try:
         return cls(**params)
     except ValidationError as err:
-        raise ValueError(_one_line(name, cls, err)) from None
+        raise InvalidArgumentError(_one_line(name, cls, err)) from None
 
 
 def _message(msg: str) -> str:

@@ -55,6 +55,7 @@ from capture.tasks.base import (
     batch,
     check_request,
 )
+from store.errors import InvalidArgumentError
 
 PAD, BOS, EOS = 0, 1, 2
 N_SPECIAL = 3
@@ -169,7 +170,7 @@ def _sample(rng: np.random.Generator, n: int, length: int, cfg: AssocRecallConfi
     check_request(AssocRecallConfig.name, rng, n, length, MIN_LENGTH)
     p = cfg.pairs_for(length)
     if 2 * p + 5 > length:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"assoc_recall: n_pairs={p} needs length >= {2 * p + 5}, got {length}; "
             "lower n_pairs or raise the length"
         )

@@ -20,6 +20,8 @@ from typing import ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from store.errors import InvalidArgumentError
+
 IGNORE = -1
 """The value of a label at a position where it is undefined."""
 
@@ -155,8 +157,8 @@ def check_request(task: str, rng: object, n: int, length: int, min_length: int) 
     ------
     TypeError
         If ``rng`` is not a ``numpy.random.Generator``.
-    ValueError
-        If ``n < 1`` or ``length < min_length``.
+    store.errors.InvalidArgumentError
+        (a ValueError) if ``n < 1`` or ``length < min_length``.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
@@ -164,9 +166,9 @@ def check_request(task: str, rng: object, n: int, length: int, min_length: int) 
             "pass numpy.random.default_rng(seed)"
         )
     if int(n) < 1:
-        raise ValueError(f"{task}: n must be >= 1 sequences, got {n}")
+        raise InvalidArgumentError(f"{task}: n must be >= 1 sequences, got {n}; ask for at least one")
     if int(length) < min_length:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{task}: length must be >= {min_length} (the task's minimum), got {length}"
         )
 

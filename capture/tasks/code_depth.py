@@ -82,6 +82,7 @@ from capture.tasks.base import (
     check_request,
     random_position_from,
 )
+from store.errors import InvalidArgumentError
 
 MIN_LENGTH = 1
 
@@ -257,7 +258,7 @@ def corpus_files(
     files = _list_py_files(str(Path(root).resolve()), corpus_dir is None)
     chosen = [f for f in files if in_eval_split(f, eval_fraction) == (split == "eval")]
     if not chosen:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"code_depth: no .py files in {root!r} for split {split!r} "
             f"({len(files)} .py files in all, eval_fraction={eval_fraction}); "
             "give a corpus_dir with more Python files"
@@ -354,7 +355,7 @@ def _draw_windows(
     drawn: list[tuple[str, str, int]] = []
     while len(drawn) < n:
         if len(unusable) == len(files):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"code_depth: none of the {len(files)} {cfg.split!r} files in {str(root)!r} "
                 f"tokenizes into a window of {length} tokens; use a shorter length or a "
                 "corpus with longer Python files"
@@ -451,7 +452,7 @@ def counterfactual(
     is_bracket = np.isin(clean.tokens, np.concatenate([_OPEN, _CLOSE]))
     corruptible = reachable & ~is_bracket
     if not corruptible.any(axis=1).all():
-        raise ValueError("code_depth: a window has no non-bracket token below the depth clip; "
+        raise InvalidArgumentError("code_depth: a window has no non-bracket token below the depth clip; "
                          "raise max_bracket_depth")
     corrupt = random_position_from(rng, corruptible)
     positions = np.arange(length)

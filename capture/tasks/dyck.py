@@ -47,6 +47,7 @@ from capture.tasks.base import (
     check_request,
     random_position_from,
 )
+from store.errors import InvalidArgumentError
 
 MIN_LENGTH = 1
 _BRACKETS = ("()", "[]", "{}", "<>")
@@ -168,7 +169,7 @@ def counterfactual(
     """
     cfg = DyckConfig(**params)
     if cfg.k < 2:
-        raise ValueError("dyck: a counterfactual needs k >= 2 bracket types to swap; got k=1")
+        raise InvalidArgumentError("dyck: a counterfactual needs k >= 2 bracket types to swap; got k=1")
     check_request(DyckConfig.name, rng, n, length, MIN_LENGTH)
     walk = _walk(rng, n, length, cfg)
     rows = np.arange(n)

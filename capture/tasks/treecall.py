@@ -71,6 +71,7 @@ from capture.tasks.base import (
     batch,
     check_request,
 )
+from store.errors import InvalidArgumentError
 
 PAD, BOS, EOS = 0, 1, 2
 N_SPECIAL = 3
@@ -96,7 +97,7 @@ class TreecallConfig(TaskConfig):
         """Arora et al.'s grammar sizes; ``difficulty`` is ``"easy"`` or ``"medium"``."""
         rhs = {"easy": 4, "medium": 9}
         if difficulty not in rhs:
-            raise ValueError(f"difficulty must be one of {sorted(rhs)}, got {difficulty!r}")
+            raise InvalidArgumentError(f"difficulty must be one of {sorted(rhs)}, got {difficulty!r}")
         return cls(n_nonterminals=40, n_terminals=20, max_rhs_len=rhs[difficulty],
                    max_rules_per_nt=5, max_depth=10)
 
@@ -295,7 +296,7 @@ def _draw_sentence(grammar: Grammar, draws: _Uniforms, most: int, cfg: TreecallC
         chosen = _choose_query(terminals, parents, draws) if len(terminals) >= 3 else None
         if chosen is not None:
             return _Draw(tree, terminals, *chosen)
-    raise ValueError(
+    raise InvalidArgumentError(
         f"treecall: no sentence of at most {most} terminals with an unambiguous query in "
         f"{MAX_DRAWS} draws (grammar_seed={cfg.grammar_seed}, max_rhs_len={cfg.max_rhs_len}, "
         f"max_depth={cfg.max_depth}); use a longer length or a smaller grammar"
