@@ -220,7 +220,7 @@ def check_capturable(store: Store, spec) -> None:
     )
     expected = config_hash(identity)
     if not same_run(attrs, identity):
-        raise ValueError(
+        raise RunConflictError(
             f"the experiment no longer matches run {rid!r} in the store (config hash {stored} "
             f"stored, {expected} now); capture into a new store or restore the experiment file"
         )
