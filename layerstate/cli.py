@@ -21,13 +21,6 @@ from layerstate import present
 
 EXIT_BAD_INPUT = 2
 
-#: Builtins that library code outside the project's error types still raises for bad input
-#: (e.g. an unknown probe target is a KeyError, a bad probe layer a ValueError, in
-#: analysis/probes; likewise parts of analysis/interventions, store and reports). They exit 2
-#: until those raise :class:`store.LayerstateError` subclasses; then this tuple goes.
-#: TypeError, AttributeError, IndexError, RuntimeError, OSError... are bugs: traceback.
-_NOT_YET_PROJECT_ERRORS: tuple[type[Exception], ...] = (ValueError, KeyError)
-
 #: Paths at the boundary: missing, already there, or not readable.
 _PATH_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
 
@@ -44,7 +37,7 @@ class BadInput(click.ClickException):
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     from store import LayerstateError
 
-    return (LayerstateError, *_PATH_ERRORS, *_NOT_YET_PROJECT_ERRORS)
+    return (LayerstateError, *_PATH_ERRORS)
 
 
 def _one_line(exc: BaseException) -> str:
