@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 from .core import Store
-from .errors import InvalidArgumentError, RunConflictError, UnsafeArchiveError
+from .errors import InvalidArgumentError, NotAStoreError, RunConflictError, UnsafeArchiveError
 from .location import Location, check_zip_members
 
 
@@ -47,7 +47,12 @@ def unpack(archive: str | os.PathLike, target: str | os.PathLike) -> Path:
     archive, target = Path(archive), Path(target)
     if target.exists():
         raise RunConflictError(f"{target} exists; unpack into a new directory")
-    check_zip_members(archive)
+    try:
+        check_zip_members(archive)
+    except zipfile.BadZipFile:
+        raise NotAStoreError(
+            f"{archive} is not a zip file; unpack a file written by `layerstate pack`"
+        ) from None
     root = target.resolve()
     with zipfile.ZipFile(archive) as zf:
         for name in zf.namelist():
