@@ -10,6 +10,21 @@ Every field is typed and documented (the docs become ``--help`` text and README 
 rules spanning fields raise in one validator with the valid options listed. A run's
 resolved config, and a hash of it, go into the store beside what it produced.
 
+Named variants (``[variants.<name>]``) say which model variant a grid variant builds, which
+model settings it changes and for which architectures and tasks it runs, e.g. Mamba and
+Based with a kernel-1 short convolution on AR only::
+
+    [grid]
+    variants = ["default", "no_conv", "conv_k1"]
+
+    [variants.no_conv]                 # a model variant, restricted
+    archs = ["mamba", "based"]
+
+    [variants.conv_k1]                 # a new name: the default model with settings changed
+    model = {conv_kernel = 1}
+    archs = ["mamba", "based"]
+    tasks = ["assoc_recall"]
+
 Example (the capture sections of ``experiments/quick.toml``)::
 
     [experiment]
@@ -29,6 +44,7 @@ Example (the capture sections of ``experiments/quick.toml``)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -58,6 +74,27 @@ class GridConfig(BaseModel):
     archs: list[str] = Field(description="Architectures: transformer, mamba, mamba2, lstm, gru.")
     variants: list[str] = Field(default=["default"], description="Model variants, e.g. default, no_conv.")
     seeds: list[int] = Field(default=[0], description="Seeds; each is a separate trained run.")
+
+
+class VariantConfig(BaseModel):
+    """One ``[variants.<name>]`` table: what a grid variant builds and where it runs."""
+
+    model_config = _STRICT
+    base: str | None = Field(
+        default=None,
+        description="The model variant it builds: default or no_conv (default: the table's name "
+        "when that is a model variant, else default).",
+    )
+    model: dict[str, Any] = Field(
+        default={},
+        description="Model settings it changes, over [models.<arch>], e.g. {conv_kernel = 1}.",
+    )
+    archs: list[str] | None = Field(
+        default=None,
+        description="Only these architectures (default: every grid architecture it applies to: "
+        "a short convolution for no_conv, the fields `model` sets).",
+    )
+    tasks: list[str] | None = Field(default=None, description="Only these tasks (default: every grid task).")
 
 
 class TrainConfig(BaseModel):
@@ -115,6 +152,11 @@ class CapturePlan(BaseModel):
             "after an architecture inside it applies to that pair only: [train_overrides.s3.lstm]."
         ),
     )
+    variants: dict[str, VariantConfig] = Field(
+        default={},
+        description="Named grid variants: [variants.conv_k1] model = {conv_kernel = 1}, "
+        "archs = [...], tasks = [...] (see the module docstring).",
+    )
 
     @model_validator(mode="after")
     def _names_are_known(self) -> CapturePlan:
@@ -144,25 +186,115 @@ class CapturePlan(BaseModel):
                     raise ValueError(f"[train_overrides.{task}.{key}] must be a table of training settings")
             for arch in self.grid.archs:
                 self.train_for(task, arch)
+        self._check_variants()
         for arch in self.grid.archs:
             for variant in self.grid.variants:
-                if _variant_applies(arch, variant):
-                    ModelConfig(arch=arch, variant=variant, **self.models.get(arch, {}))
+                if self.variant_applies(arch, variant):
+                    try:
+                        ModelConfig(**self.model_settings(arch, variant))
+                    except ValidationError as exc:
+                        if variant not in self.variants:
+                            raise
+                        err = exc.errors()[0]
+                        field = ".".join(str(p) for p in err["loc"])
+                        raise ValueError(f"[variants.{variant}] for {arch}: {field + ': ' if field else ''}"
+                                         f"{err['msg'].removeprefix('Value error, ')}") from None
         if len(set(self.grid.seeds)) != len(self.grid.seeds):
             raise ValueError(f"seeds repeat: {self.grid.seeds}")
         if self.capture.dtype not in ("float16", "float32"):
             raise ValueError(f"capture.dtype must be float16 or float32, got {self.capture.dtype!r}")
         return self
 
+    def _check_variants(self) -> None:
+        """The ``[variants]`` tables against the grid: names, bases, restrictions, settings."""
+        from capture.models.config import VARIANTS
+
+        grid = self.grid
+        for name in grid.variants:
+            if not _VARIANT_NAME.fullmatch(name):
+                raise ValueError(f"variant name {name!r} goes into run ids: use letters, digits and "
+                                 "underscores only (e.g. conv_k1)")
+            if name not in VARIANTS and name not in self.variants:
+                raise ValueError(
+                    f"variant {name!r} is not a model variant ({', '.join(VARIANTS)}); define it with a "
+                    f"[variants.{name}] table, e.g. model = {{conv_kernel = 1}}"
+                )
+        if len(set(grid.variants)) != len(grid.variants):
+            raise ValueError(f"variants repeat: {grid.variants}")
+        for name, spec in self.variants.items():
+            where = f"[variants.{name}]"
+            if name not in grid.variants:
+                raise ValueError(f"{where} names a variant not in the grid; grid has: {', '.join(grid.variants)}")
+            base = self.base_variant(name)
+            if base not in VARIANTS:
+                raise ValueError(f"{where} base {base!r} is not a model variant; valid: {', '.join(VARIANTS)}")
+            for key in ("arch", "variant"):
+                if key in spec.model:
+                    fix = "the grid's archs and this table's archs" if key == "arch" else "base = ..."
+                    raise ValueError(f"{where} model.{key}: not a setting a variant changes; use {fix}")
+            for what, names, valid in (("archs", spec.archs, grid.archs), ("tasks", spec.tasks, grid.tasks)):
+                for n in names or []:
+                    if n not in valid:
+                        kind = "architecture" if what == "archs" else "task"
+                        raise ValueError(f"{where} {what}: {kind} {n!r} is not in the grid; grid has: "
+                                         f"{', '.join(valid)}")
+            for arch in spec.archs or []:
+                if not _variant_applies(arch, base):
+                    raise ValueError(f"{where} archs: {arch!r} has no short convolution for {base!r}; "
+                                     f"drop it from archs")
+                stray = [k for k in spec.model if k not in _settings_of(arch)]
+                if stray:
+                    raise ValueError(f"{where} archs: {arch!r} has no {', '.join(stray)}; drop it from "
+                                     f"archs or the setting from model")
+            if not any(self.variant_applies(a, name, t) for a in grid.archs for t in grid.tasks):
+                raise ValueError(f"{where} selects no run of the grid (archs {', '.join(grid.archs)}); "
+                                 "name architectures it applies to in archs")
+
     # ------------------------------------------------------------------ the grid
+    def base_variant(self, variant: str) -> str:
+        """The model variant (``default``/``no_conv``) a grid variant builds."""
+        from capture.models.config import VARIANTS
+
+        spec = self.variants.get(variant)
+        if spec is not None and spec.base is not None:
+            return spec.base
+        return variant if variant in VARIANTS else "default"
+
+    def variant_applies(self, arch: str, variant: str, task: str | None = None) -> bool:
+        """Whether the grid has runs of ``variant`` for ``arch`` (and ``task``, when given):
+        its ``[variants]`` table's archs and tasks, else every architecture it applies to
+        (``no_conv``: those with a short convolution; settings: those that have them)."""
+        spec = self.variants.get(variant)
+        if spec is not None:
+            if spec.archs is not None and arch not in spec.archs:
+                return False
+            if spec.tasks is not None and task is not None and task not in spec.tasks:
+                return False
+            if any(k not in _settings_of(arch) for k in spec.model):
+                return False
+        return _variant_applies(arch, self.base_variant(variant))
+
+    def model_settings(self, arch: str, variant: str) -> dict[str, Any]:
+        """The :class:`~capture.models.ModelConfig` fields of ``arch`` in ``variant``:
+        [models.<arch>], then the variant's base and ``model`` settings."""
+        spec = self.variants.get(variant)
+        extra = spec.model if spec is not None else {}
+        return {**self.models.get(arch, {}), **extra, "arch": arch, "variant": self.base_variant(variant)}
+
+    def has_runs(self, task: str | None = None, arch: str | None = None, variant: str | None = None) -> bool:
+        """Whether any run of the grid matches (``None``: any level)."""
+        return any((task is None or r.task == task) and (arch is None or r.arch == arch)
+                   and (variant is None or r.variant == variant) for r in self.runs())
+
     def runs(self) -> list[RunSpec]:
         """Every run of the grid. Variants that do not apply to an architecture (no_conv for
-        an LSTM) are skipped rather than duplicated."""
+        an LSTM), or that a ``[variants]`` table restricts to other architectures or tasks,
+        are skipped rather than duplicated."""
         out = []
         for task in self.grid.tasks:
             for arch in self.grid.archs:
                 for variant in self.grid.variants:
-                    if not _variant_applies(arch, variant):
+                    if not self.variant_applies(arch, variant, task):
                         continue
                     for seed in self.grid.seeds:
                         out.append(RunSpec(exp=self, task=task, arch=arch, variant=variant, seed=seed))
@@ -198,7 +330,7 @@ class RunSpec:
     def model_config(self):
         from capture.models import ModelConfig
 
-        return ModelConfig(arch=self.arch, variant=self.variant, **self.exp.models.get(self.arch, {}))
+        return ModelConfig(**self.exp.model_settings(self.arch, self.variant))
 
     @property
     def train(self) -> TrainConfig:
@@ -211,6 +343,18 @@ def _variant_applies(arch: str, variant: str) -> bool:
     from capture.models.config import CONV_ARCHS
 
     return variant == "default" or arch in CONV_ARCHS
+
+
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _settings_of(arch: str) -> set[str]:
+    """The ModelConfig fields ``arch`` uses: its size fields and those every arch has."""
+    from capture.models.config import ARCH_FIELDS, ModelConfig
+
+    sizes = {f for fields in ARCH_FIELDS.values() for f in fields}
+    shared = set(ModelConfig.model_fields) - sizes - {"arch", "variant"}
+    return shared | set(ARCH_FIELDS[arch])
 
 
 def _known(what: str, names: list[str], valid: list[str]) -> None:

@@ -240,10 +240,28 @@ class Experiment(CapturePlan):
             if claim.metric == "patch_recovery" and not self.analysis.patch:
                 raise ClaimError(f"claim {claim.id!r}: patch_recovery needs patching; set [analysis] patch = true")
             claim.check_levels(self.levels_for(claim))
+            self._check_cells(claim)
         ids = [c.id for c in self.claims]
         for i, ref in enumerate(self.reference, 1):
             self._check_reference(i, ref, ids)
         return self
+
+    def _check_cells(self, claim: Claim) -> None:
+        """Refuse a claim that reads a (task, arch, variant) the grid has no run of: a variant
+        a ``[variants]`` table restricts to other tasks or architectures."""
+        if claim.kind in ("difference", "equivalence") and claim.compare == "variant":
+            variants = [v for v in (claim.treatment, claim.reference) if v]
+        elif claim.kind in ("readable_by", "bound"):
+            variants = [claim.variant]
+        else:
+            return
+        for variant in variants:
+            if not self.has_runs(claim.task, claim.arch, variant):
+                spec = self.variants.get(variant)
+                where = (f"; [variants.{variant}] runs it for archs {', '.join(spec.archs or self.grid.archs)}"
+                         f" on tasks {', '.join(spec.tasks or self.grid.tasks)}" if spec else "")
+                raise ClaimError(f"claim {claim.id!r}: the grid has no run of task {claim.task!r}"
+                                 f"{f', arch {claim.arch!r}' if claim.arch else ''} in variant {variant!r}{where}")
 
     def _check_reference(self, i: int, ref: Reference, ids: list[str]) -> None:
         from capture.models import ModelConfig
