@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 
+from . import lengths as L
 from . import schema as S
 from .core import Store
 from .zarrutil import iter_arrays
@@ -21,14 +20,19 @@ def summary(store: Store) -> dict:
             if not S.parse_length_group(name):
                 continue
             ga = dict(grp.attrs)
-            done = cast("list[int]", ga.get(S.ATTR_COMPLETED, []))
+            arrays = dict(grp.arrays())
+            state = L.completion(ga)
+            labels = L.label_names(grp, arrays)
+            problems = L.layout_problems(grp, f"{S.RUNS}/{rid}/{name}", arrays)
             groups[name] = {
-                "complete": bool(ga.get(S.ATTR_COMPLETE)),
-                "blocks": f"{len(done)}/{ga.get('n_blocks')}",
-                "labels": ga.get("labels", []),
-                "target": ga.get("target"),
+                "complete": state.complete,
+                "recorded": state.recorded,
+                "blocks": state.blocks,
+                "labels": labels,
+                "target": L.declared_target(ga, labels, a),
+                "problem": problems[0] if problems else None,
                 "arrays": {n: {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": list(arr.chunks)}
-                           for n, arr in grp.arrays() if n in ("hidden", "tokens", "logits")},
+                           for n, arr in arrays.items() if n in ("hidden", "tokens", "logits")},
             }
         runs[rid] = {
             "task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
@@ -63,7 +67,8 @@ def format_summary(info: dict) -> str:
     """The summary as a few aligned lines of text."""
     lines = [
         f"store    {info['location']}  ({_size(info['size_bytes'])}, schema {info['schema']})",
-        f"title    {info['title'] or '-'}   created {info['created']}   layerstate {info['tool_version']}",
+        f"title    {info['title'] or '-'}   created {info['created'] or '-'}   "
+        f"layerstate {info['tool_version'] or '- (written by another tool)'}",
         f"runs     {len(info['runs'])}",
     ]
     for rid, r in info["runs"].items():
@@ -74,10 +79,18 @@ def format_summary(info: dict) -> str:
         for g, d in sorted(r["groups"].items()):
             h = d["arrays"].get("hidden")
             shape = "x".join(map(str, h["shape"])) if h else "?"
-            state = "complete" if d["complete"] else f"INCOMPLETE {d['blocks']} blocks"
+            if d.get("problem"):
+                state = f"UNREADABLE: {d['problem']}"
+            elif not d["complete"]:
+                state = f"INCOMPLETE {d['blocks']} blocks"
+            else:
+                state = "complete" if d.get("recorded", True) else "complete (no completion record)"
+            labels = ", ".join(d["labels"]) or "(none)"
+            if len(d["labels"]) > 1:
+                labels += f" (target {d['target']})" if d.get("target") else " (no target declared: pass --target)"
             lines.append(
                 f"    {g}: hidden {shape} {h['dtype'] if h else ''} "
-                f"(sequence x position x layer x feature), labels {', '.join(d['labels'])}; {state}"
+                f"(sequence x position x layer x feature), labels {labels}; {state}"
             )
     where = f"  (results store {info['results_location']})" if info.get("results_location") else ""
     lines.append(f"results  {', '.join(info['results']) or '(none)'}{where}")

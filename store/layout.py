@@ -112,6 +112,13 @@ def open_or_create(run: zarr.Group, run_id: str, name: str, spec: Spec, attrs: M
     if name in run:
         grp = group(run, name)
         old = cast("dict[str, Any] | None", grp.attrs.get("spec"))
+        if old is None and not _has_record(grp):
+            # No spec and no completion record: another tool wrote it in one go (S23), so it
+            # is complete data, never a layout of ours cut short.
+            raise RunConflictError(
+                f"run {run_id!r} {name} exists, written by another tool (no completion record); "
+                "write to a new store or run id, or delete the group first"
+            )
         if old is None:  # killed while creating arrays: nothing was written yet
             del run[name]
         elif old != jsonable(spec):
@@ -147,10 +154,17 @@ def n_blocks(spec: Spec) -> int:
     return -(-spec["n_sequences"] // spec["block_size"])
 
 
+def _has_record(grp: zarr.Group) -> bool:
+    return any(k in grp.attrs for k in (S.ATTR_COMPLETE, S.ATTR_COMPLETED, "n_blocks"))
+
+
 def create(run: zarr.Group, name: str, spec: Spec, attrs: Mapping[str, Any]) -> zarr.Group:
-    """Create group ``name`` with every array at full size; ``spec`` is written last."""
+    """Create group ``name`` with every array at full size; ``spec`` is written last.
+
+    The group is born with an empty completion record, so a layout cut short is incomplete
+    (a group without any record counts as written in one go, S23)."""
     with quiet():
-        grp = run.create_group(name)
+        grp = run.create_group(name, attributes={S.ATTR_COMPLETED: [], S.ATTR_COMPLETE: False})
         _create_arrays(grp, spec, int(attrs["length"]))
         grp.attrs.update(jsonable({**attrs, "spec": spec}))  # last: the layout is complete
     return grp

@@ -1,5 +1,11 @@
 """Length groups: ``runs/<run_id>/<kind>_<LLL>``, read lazily or whole, written whole.
 
+What a reader needs of a group is what docs/store-format.md marks MUST (the variables, their
+dims and dtypes, at least one label); completion records, the declared labels and the declared
+target are bookkeeping, used when present (:func:`completion`, :func:`label_names`,
+:func:`declared_target`), so a group another tool wrote with plain xarray reads like one of
+ours. :func:`layout_problems` names what breaks a MUST; readers refuse such a group in one line.
+
 Reads go through a :class:`~store.zarrutil.CheckedStore`, so a chunk that fails its checksum
 is named by the error itself; whole-array loads use :func:`store.chunks.read_whole` (pool
 threads fetch, check and place chunks). Streaming writes are :class:`~store.writer.LengthWriter`'s.
@@ -8,10 +14,13 @@ threads fetch, check and place chunks). Streaming writes are :class:`~store.writ
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import xarray as xr
 import zarr
+from zarr.core.metadata import ArrayV3Metadata
 
 from . import schema as S
 from .chunks import read_whole
@@ -41,28 +50,195 @@ def length_group(run: zarr.Group, run_id: str, length: int, kind: str = "len") -
     return group(run, name)
 
 
-def label_names(grp: zarr.Group) -> list[str]:
-    return list(cast("list[str]", grp.attrs.get("labels", [])))
+# ----------------------------------------------------------------------------- what a group holds
+@dataclass(frozen=True)
+class Completion:
+    """A group's completion record, read as docs/store-format.md S23-S24 say.
+
+    ``recorded``: the group has a completion record (``complete``, ``completed_blocks`` or
+    ``n_blocks``; layerstate's writer creates every group with one). A group without any was
+    written in one go by another tool and is complete. A group with one is complete only when
+    its ``complete`` attribute is true.
+    """
+
+    complete: bool
+    recorded: bool
+    done: int
+    n_blocks: int | None
+
+    @property
+    def blocks(self) -> str:
+        """``"3/4"``; ``"-"`` for a group without a completion record."""
+        return f"{self.done}/{self.n_blocks}" if self.recorded else "-"
+
+
+def completion(attrs: Mapping[str, Any]) -> Completion:
+    """The completion state of a length group from its attributes."""
+    recorded = any(k in attrs for k in (S.ATTR_COMPLETE, S.ATTR_COMPLETED, "n_blocks"))
+    done = len(cast("list[int]", attrs.get(S.ATTR_COMPLETED) or []))
+    n = attrs.get("n_blocks")
+    return Completion(
+        complete=bool(attrs.get(S.ATTR_COMPLETE)) or not recorded,
+        recorded=recorded, done=done, n_blocks=None if n is None else int(n),
+    )
+
+
+def dim_names(arr: zarr.Array) -> tuple[str | None, ...]:
+    """An array's dimension names; () if it has none (Zarr v2 arrays never do)."""
+    md = arr.metadata
+    return tuple(md.dimension_names or ()) if isinstance(md, ArrayV3Metadata) else ()
+
+
+def dtype_kind(arr: zarr.Array) -> str:
+    """numpy's kind letter of an array's dtype (``f``, ``i``, ``u``, ``b``, ``U``, ``T``, ...)."""
+    try:
+        return np.dtype(arr.dtype).kind  # type: ignore[arg-type]
+    except TypeError:
+        return "?"
+
+
+def _arrays(grp: zarr.Group) -> dict[str, zarr.Array]:
+    return {name: arr for name, arr in grp.arrays()}
+
+
+def inferred_labels(arrays: Mapping[str, zarr.Array]) -> list[str]:
+    """The label variables of a group that declares none: every integer variable of dims
+    exactly ``(sequence, position)`` other than ``tokens`` (S19), sorted by name."""
+    reserved = {*S.CORE_VARS, "sequence", "position", "layer"}
+    return sorted(
+        name for name, arr in arrays.items()
+        if name not in reserved and dim_names(arr) == S.LABEL_DIMS and dtype_kind(arr) in "iu"
+    )
+
+
+def label_names(grp: zarr.Group, arrays: Mapping[str, zarr.Array] | None = None) -> list[str]:
+    """The group's label variables: its ``labels`` attribute, else :func:`inferred_labels`."""
+    declared = grp.attrs.get("labels")
+    if isinstance(declared, list):
+        return [str(x) for x in declared]
+    return inferred_labels(_arrays(grp) if arrays is None else arrays)
+
+
+def declared_target(attrs: Mapping[str, Any], labels: list[str], run_attrs: Mapping[str, Any]) -> str | None:
+    """The label analyses use by default: the group's ``target`` (or its spec's), else the
+    run's ``target`` when it is one of the labels, else the only label; None when there are
+    several labels and none is declared (analyses then ask for one, S23)."""
+    spec = attrs.get("spec")
+    for tgt in (attrs.get("target"), spec.get("target") if isinstance(spec, Mapping) else None,
+                run_attrs.get("target")):
+        if isinstance(tgt, str) and tgt in labels:
+            return tgt
+    return labels[0] if len(labels) == 1 else None
+
+
+def require_target(ds: xr.Dataset, where: str) -> str:
+    """The target of an opened length group (``ds.attrs["target"]``, filled by
+    :func:`open_length`), or :class:`MissingError` asking for ``--target``."""
+    tgt = ds.attrs.get("target")
+    if isinstance(tgt, str) and tgt in ds:
+        return tgt
+    labels = list(ds.attrs.get("labels", []))
+    raise MissingError(
+        f"{where} has {len(labels)} labels ({', '.join(labels) or 'none'}) and declares no target; "
+        "pass --target LABEL (Python: target=...) naming the one to analyse"
+    )
+
+
+def layout_problems(grp: zarr.Group, where: str, arrays: Mapping[str, zarr.Array] | None = None) -> list[str]:
+    """What in a length group breaks a MUST of docs/store-format.md (S17-S19), one line each
+    with the fix; empty for a group every analysis can read. Reads metadata only."""
+    arrs = _arrays(grp) if arrays is None else dict(arrays)
+    out: list[str] = []
+    fix = "(docs/store-format.md, S17): rewrite the group with it"
+    for var, kinds, what in (("hidden", "f", "float"), ("tokens", "iu", "integer"), ("mask", "b", "bool")):
+        dims = S.DIMS[var]
+        if var not in arrs:
+            out.append(f"{where}: no variable {var!r} {_dimstr(dims)} {fix}")
+            continue
+        out += _var_problems(arrs[var], f"{where}/{var}", dims, kinds, what)
+    if "logits" in arrs:
+        out += _var_problems(arrs["logits"], f"{where}/logits", S.DIMS["logits"], "f", "float")
+    if "layer" not in arrs:
+        out.append(f"{where}: no coordinate 'layer' (one name per layer of hidden) {fix}")
+    elif dim_names(arrs["layer"]) != ("layer",) or dtype_kind(arrs["layer"]) not in "UOTS":
+        out.append(f"{where}/layer: the layer coordinate must be strings of dims ('layer',); "
+                   f"it has {dtype_kind(arrs['layer'])!r} values of dims {dim_names(arrs['layer'])}")
+    labels = label_names(grp, arrs)
+    if not labels:
+        out.append(f"{where}: no label variable (an integer variable of dims (sequence, position), "
+                   "-1 where undefined) (docs/store-format.md, S17): add one")
+    reserved = {*S.CORE_VARS, "sequence", "position", "layer"}
+    for lab in labels:
+        if lab in reserved:
+            out.append(f"{where}: label name {lab!r} clashes with a store variable (S19): rename it")
+        elif lab not in arrs:
+            out.append(f"{where}: declared label {lab!r} has no variable: write it, or drop it from "
+                       "the group's 'labels' attribute")
+        else:
+            out += _var_problems(arrs[lab], f"{where}/{lab}", S.LABEL_DIMS, "iu", "integer")
+    if out:
+        return out
+    # Sizes: every variable's leading (sequence, position) agree, the layer coordinate matches.
+    shape = tuple(arrs["tokens"].shape)
+    for var in ("hidden", "mask", *labels, *(["logits"] if "logits" in arrs else [])):
+        if tuple(arrs[var].shape[:2]) != shape:
+            out.append(f"{where}/{var}: shape {tuple(arrs[var].shape)} does not match tokens {shape} "
+                       "in (sequence, position) (S17): write every variable for the same sequences "
+                       "and positions")
+    if arrs["layer"].shape[0] != arrs["hidden"].shape[2]:
+        out.append(f"{where}/layer: {arrs['layer'].shape[0]} names for {arrs['hidden'].shape[2]} "
+                   "layers of hidden (S18): name every layer once")
+    for coord, axis in (("sequence", 0), ("position", 1)):
+        if coord in arrs and tuple(arrs[coord].shape) != (shape[axis],):
+            out.append(f"{where}/{coord}: shape {tuple(arrs[coord].shape)}, expected ({shape[axis]},) (S18)")
+    return out
+
+
+def _dimstr(dims: tuple[str, ...]) -> str:
+    return "(" + ", ".join(dims) + ")"
+
+
+def _var_problems(arr: zarr.Array, path: str, dims: tuple[str, ...], kinds: str, what: str) -> list[str]:
+    got = dim_names(arr)
+    if got != dims:
+        shown = _dimstr(tuple(str(d) for d in got)) if got else "no dimension names"
+        return [f"{path}: dims {shown}, expected {_dimstr(dims)} (S17): name the dims as the "
+                "spec does when writing it"]
+    if dtype_kind(arr) not in kinds:
+        return [f"{path}: dtype {arr.dtype}, expected {what} (S17): cast it when writing it"]
+    return []
 
 
 def open_length(grp: zarr.Group, run_id: str, length: int, run_attrs: dict, *,
                 allow_incomplete: bool = False, lazy: str = "dask") -> xr.Dataset:
     """The Dataset of length group ``grp`` (see :meth:`Store.open_length`)."""
     attrs = dict(grp.attrs)
-    if not attrs.get(S.ATTR_COMPLETE) and not allow_incomplete:
-        done = len(cast("list[int]", attrs.get(S.ATTR_COMPLETED, [])))
-        total = attrs.get("n_blocks", "?")
+    state = completion(attrs)
+    if not state.complete and not allow_incomplete:
+        total = "?" if state.n_blocks is None else state.n_blocks
         raise IncompleteError(
-            f"run {run_id!r} length {length} is incomplete ({done} of {total} blocks written); "
+            f"run {run_id!r} length {length} is incomplete ({state.done} of {total} blocks written); "
             "finish it by re-running the capture (it resumes), or pass allow_incomplete=True"
         )
     if lazy not in ("dask", "xarray"):
         raise ValueError(f"lazy must be 'dask' or 'xarray', got {lazy!r}")
+    arrays = _arrays(grp)
+    problems = layout_problems(grp, f"{S.RUNS}/{run_id}/{grp.basename}", arrays)
+    if problems:
+        raise InvalidArrayError(problems[0])
     with quiet():
         ds = xr.open_zarr(
             CheckedStore(grp.store), group=grp.path, consolidated=from_snapshot(grp),
             zarr_format=3, chunks={} if lazy == "dask" else None,
         )
+    # Bookkeeping another writer may have left out, filled in as the spec reads it (S23).
+    labels = label_names(grp, arrays)
+    ds.attrs["labels"] = labels
+    target = declared_target(attrs, labels, run_attrs)
+    if target is None:
+        ds.attrs.pop("target", None)
+    else:
+        ds.attrs["target"] = target
     ds.attrs["run_id"] = run_id
     ds.attrs["run"] = run_attrs
     return ds

@@ -34,8 +34,12 @@ ATTR_COMPLETED = "completed_blocks"
 ATTR_COMPLETE = "complete"
 ATTR_BLOCK = "block_size"
 
-RUN_REQUIRED_ATTRS = ("task", "arch", "variant", "seed", "config_hash")
-ROOT_REQUIRED_ATTRS = ("schema", "title", "created", "tool_version", "provenance")
+# What a reader needs (MUST, docs/store-format.md "Conformance"): the root's schema and each
+# run's identity. The rest is bookkeeping layerstate's writer adds (MAY): used when present.
+ROOT_REQUIRED_ATTRS = ("schema",)
+RUN_REQUIRED_ATTRS = ("task", "arch", "variant", "seed")
+ROOT_BOOKKEEPING_ATTRS = ("title", "created", "tool_version", "provenance")
+RUN_BOOKKEEPING_ATTRS = ("model_config", "task_config", "config_hash")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _GROUP = re.compile(r"^[a-z][a-z0-9]*_\d{3,}$")
