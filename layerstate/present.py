@@ -254,6 +254,16 @@ def validation_verdict(rep: Any, where: str) -> str:
     return f"{where} failed validation ({len(rep.problems)} problem(s), first: {rep.problems[0]})"
 
 
+def graded_verdict(rep: Any, where: str) -> str:
+    """``ok: ...`` with the number of warnings listed above it (a SHOULD not met), or the
+    one-line failure as :func:`validation_verdict` words it."""
+    if not rep.ok:
+        return validation_verdict(rep, where)
+    n = len(rep.warnings)
+    graded = f"; {n} warning(s)" if n else ""
+    return f"ok: {where} ({rep.n_arrays} arrays, {rep.n_chunks} chunks verified{graded})"
+
+
 def packed(where: str, path: Any) -> str:
     return f"packed {where} -> {path} ({path.stat().st_size / 2**20:.1f} MB)"
 

@@ -10,19 +10,20 @@ completion records, and every present chunk is decoded, which verifies its crc32
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
 from zarr.core.sync import sync
 
+from . import lengths as L
 from . import metadata as M
 from . import schema as S
 from .core import PairedStore, Store
 from .errors import LayerstateError, MetadataDamagedError
 from .location import Location
-from .zarrutil import array, chunk_key, group, iter_arrays, quiet
+from .zarrutil import chunk_key, group, iter_arrays, quiet
 
 
 @dataclass
@@ -40,6 +41,12 @@ class Report:
     metadata: M.MetadataCheck | None = None
     #: ``(array path, chunk index, group path or None)`` of each damaged or missing chunk
     damaged_chunks: list[tuple[str, tuple[int, ...], str | None]] = field(default_factory=list)
+    #: numeric arrays whose chunks carry no crc32c (S4): damage to them cannot be detected
+    unchecksummed: list[str] = field(default_factory=list)
+    #: chunks not stored in groups without a completion record (read as the fill value, S6)
+    absent: list[str] = field(default_factory=list)
+    #: warnings were turned into problems (``validate --strict``)
+    strict: bool = False
 
     @property
     def ok(self) -> bool:
@@ -47,23 +54,35 @@ class Report:
 
 
 def validate(store: Store | str, *, check_chunks: bool = True,
-             storage_options: dict | None = None) -> Report:
+             storage_options: dict | None = None, strict: bool = False) -> Report:
     """Check a store against schema ``layerstate/1``: every metadata file, then every chunk.
 
     ``store`` is an open :class:`Store` or its URL; a URL whose root metadata is damaged is
     still checked (a :class:`Store` could not be opened on it).
 
+    Graded as docs/store-format.md grades its rules: a broken MUST (a missing variable, wrong
+    dims, a damaged chunk, non-finite values where finite ones are required, ...) is a
+    problem; a missing SHOULD (checksums, every chunk stored, a declared target among several
+    labels, metadata digests, ...) or a state worth knowing (an incomplete length, a write in
+    progress) is a warning. ``strict``: warnings count as problems too.
+
     Returns
     -------
     Report
         ``problems`` names each damaged or disagreeing metadata file and each failing group,
-        array and chunk; ``warnings`` lists things that are legal but worth knowing
-        (incomplete lengths, non-finite data allowed, a snapshot older than a write in
-        progress).
+        array and chunk; ``warnings`` lists things that are legal but worth knowing.
     """
+    rep = _validate(store, check_chunks=check_chunks, storage_options=storage_options)
+    if strict:
+        rep.problems += [f"{w} (a warning; --strict)" for w in rep.warnings]
+        rep.warnings, rep.strict = [], True
+    return rep
+
+
+def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict | None) -> Report:
     if isinstance(store, PairedStore):  # the source, then its results store
-        rep = validate(store.source, check_chunks=check_chunks)
-        other = validate(store.results_store, check_chunks=check_chunks)
+        rep = _validate(store.source, check_chunks=check_chunks, storage_options=None)
+        other = _validate(store.results_store, check_chunks=check_chunks, storage_options=None)
         where = f"results store {store.results_location}"
         rep.problems += [f"{where}: {p}" for p in other.problems]
         rep.warnings += [f"{where}: {w}" for w in other.warnings]
@@ -71,14 +90,20 @@ def validate(store: Store | str, *, check_chunks: bool = True,
         rep.n_chunks += other.n_chunks
         rep.n_metadata += other.n_metadata
         rep.damaged_chunks += other.damaged_chunks
+        rep.unchecksummed += other.unchecksummed
+        rep.absent += other.absent
         return rep
     loc = store.location if isinstance(store, Store) else Location(store, storage_options or {})
     rep = Report(str(loc))
     with quiet():
         meta = M.check(loc.zarr_store(read_only=True, guarded=False), str(loc))
     rep.metadata, rep.n_metadata = meta, meta.n_nodes
-    rep.problems += [f.line() for f in meta.problems]
-    rep.warnings += [f.line() for f in meta.warnings]
+    no_snapshot = _no_snapshot(loc)
+    for f in meta.findings:
+        # A store written without a consolidated snapshot (S32 is a SHOULD: only readers that
+        # cannot list, like a plain web server, need it) is read by listing: a warning.
+        problem = f.problem and not (no_snapshot and f.path == "" and f.action == "consolidate")
+        (rep.problems if problem else rep.warnings).append(f.line())
     if not meta.root_ok:
         rep.warnings.append("schema and chunks not checked: the root metadata must be repaired first")
         return rep
@@ -95,13 +120,25 @@ def validate(store: Store | str, *, check_chunks: bool = True,
     return rep
 
 
+def _no_snapshot(loc: Location) -> bool:
+    """Whether the root document parses and simply has no consolidated snapshot."""
+    raw = M.get(loc.zarr_store(read_only=True, guarded=False), "zarr.json")
+    doc = None if raw is None else M.parse(raw)[0]
+    return doc is not None and doc.get("consolidated_metadata") is None
+
+
 def _check_store(store: Store, rep: Report, check_chunks: bool) -> None:
     attrs = store.attrs
     for key in S.ROOT_REQUIRED_ATTRS:
         if key not in attrs:
             rep.problems.append(f"root: missing attribute {key!r}")
+    if attrs.get("schema") != S.SCHEMA:  # a newer one never opens (Store.open refuses it)
+        rep.problems.append(
+            f"root: schema {attrs.get('schema')!r}; this layerstate reads {S.SCHEMA!r} only "
+            "(docs/store-format.md, 'Versions')"
+        )
     if S.RUNS not in store.root:
-        rep.problems.append("root: missing group 'runs'")
+        rep.problems.append("root: missing group 'runs' (S7): create it, with one group per run")
         return
     for rid in store.run_ids():
         try:
@@ -111,17 +148,34 @@ def _check_store(store: Store, rep: Report, check_chunks: bool) -> None:
     if check_chunks and S.RESULTS in store.root:
         try:
             for path, arr in iter_arrays(group(store.root, S.RESULTS), f"{S.RESULTS}/"):
-                _check_chunks(arr, path, None, rep)
+                _check_chunks(arr, path, rep, _Expect())
         except MetadataDamagedError:
             rep.warnings.append("results: not checked further (damaged metadata)")
+    if rep.unchecksummed:
+        n = len(rep.unchecksummed)
+        rep.warnings.append(
+            f"{n} array{'s' if n > 1 else ''} without a crc32c checksum codec (first: "
+            f"{rep.unchecksummed[0]}) (S4): damage to their chunks cannot be detected; write "
+            "numeric arrays with a crc32c codec"
+        )
 
 
 def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
     run = store.run_group(rid)
     a = dict(run.attrs)
-    for key in S.RUN_REQUIRED_ATTRS:
-        if key not in a:
-            rep.problems.append(f"runs/{rid}: missing attribute {key!r}")
+    try:
+        S.check_run_id(rid)
+    except ValueError as exc:
+        rep.problems.append(f"runs/{rid}: {exc} (S8)")
+    missing = [key for key in S.RUN_REQUIRED_ATTRS if key not in a]
+    for key in missing:
+        rep.problems.append(f"runs/{rid}: missing attribute {key!r} (S9): every run needs "
+                            "task, arch, variant and seed")
+    for key in ("task", "arch", "variant"):
+        if key in a and not isinstance(a[key], str):
+            rep.problems.append(f"runs/{rid}: attribute {key!r} is {a[key]!r}; it must be a string (S9)")
+    if "seed" in a and (isinstance(a["seed"], bool) or not isinstance(a["seed"], int)):
+        rep.problems.append(f"runs/{rid}: attribute 'seed' is {a['seed']!r}; it must be an integer (S9)")
     for name, grp in run.groups():
         path = f"runs/{rid}/{name}"
         if name == S.WEIGHTS:
@@ -129,70 +183,136 @@ def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
                 rep.warnings.append(f"{path}: weights incomplete (training interrupted?)")
             if check_chunks:
                 for apath, arr in iter_arrays(grp, f"{path}/"):
-                    _check_chunks(arr, apath, None, rep, path)
+                    _check_chunks(arr, apath, rep, _Expect(group=path, finite=True))
             continue
         if S.parse_length_group(name):
-            _check_length(grp, path, rep, check_chunks)
+            _check_length(grp, path, rep, check_chunks, a)
 
 
-def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool) -> None:
+def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool, run_attrs: dict) -> None:
     ga = dict(grp.attrs)
-    spec = cast("dict[str, Any] | None", ga.get("spec"))
-    if spec is None:
+    state = L.completion(ga)
+    if "spec" not in ga and state.recorded and not state.done and "n_blocks" not in ga:
+        # layerstate's writer creates a group with an empty record and adds its spec last
         rep.warnings.append(f"{path}: layout never finished (writer killed while creating it)")
         return
-    for var in ("hidden", "tokens", "mask", "sequence", "position", "layer", *spec["labels"]):
-        if var not in grp:
-            rep.problems.append(f"{path}: missing variable {var!r}")
-            return
-    for var, dims in {**S.DIMS, **{lab: S.LABEL_DIMS for lab in spec["labels"]}}.items():
-        if var in grp:
-            got = _dims(array(grp, var))
-            if got != dims:
-                rep.problems.append(f"{path}/{var}: dims {got}, expected {dims}")
-    done = set(cast("list[int]", ga.get(S.ATTR_COMPLETED, [])))
-    if not ga.get(S.ATTR_COMPLETE):
+    arrays = dict(grp.arrays())
+    rep.problems += L.layout_problems(grp, path, arrays)
+    labels = L.label_names(grp, arrays)
+    declared = ga.get("target")
+    if declared is not None and declared not in labels:
+        rep.problems.append(f"{path}: target {declared!r} is not one of its labels "
+                            f"({', '.join(labels) or 'none'}) (S23): name one of them")
+    elif len(labels) > 1 and L.declared_target(ga, labels, run_attrs) is None:
         rep.warnings.append(
-            f"{path}: incomplete, {len(done)} of {ga.get('n_blocks')} blocks written (resume the capture)"
+            f"{path}: {len(labels)} labels ({', '.join(labels)}) and no declared target (S23): "
+            "analyses need --target; set the group attribute 'target'"
         )
-    if ga.get("nonfinite_allowed"):
+    if "layer" in arrays and L.dtype_kind(arrays["layer"]) == "U":
+        rep.warnings.append(
+            f"{path}/layer: fixed-width strings ({arrays['layer'].dtype}) have no Zarr v3 data type "
+            "spec (S2): other Zarr readers may not read them; write variable-length strings"
+        )
+    if not state.complete:
+        rep.warnings.append(
+            f"{path}: incomplete, {state.done} of {state.n_blocks} blocks written (resume the capture)"
+        )
+    allowed = bool(ga.get("nonfinite_allowed"))
+    if allowed:
         rep.warnings.append(f"{path}: written with allow_nonfinite=True (may hold NaN/Inf)")
-    if check_chunks:
-        for name, arr in grp.arrays():
-            names = _dims(arr)
-            seq_axis = 0 if names and names[0] == "sequence" and name != "sequence" else None
-            _check_chunks(arr, f"{path}/{name}", (seq_axis, done), rep, path)
+    if not check_chunks:
+        return
+    done = set(cast("list[int]", ga.get(S.ATTR_COMPLETED) or [])) if state.recorded else None
+    absent_before = len(rep.absent)
+    for name, arr in arrays.items():
+        names = L.dim_names(arr)
+        seq_axis = 0 if names and names[0] == "sequence" and name != "sequence" else None
+        _check_chunks(arr, f"{path}/{name}", rep, _Expect(group=path, seq_axis=seq_axis, blocks=done,
+                                                          finite=not allowed))
+    absent = rep.absent[absent_before:]
+    if absent:
+        rep.warnings.append(
+            f"{path}: {len(absent)} chunk(s) not stored (first: {absent[0]}), read as their fill "
+            "value (S6): write every chunk (zarr's write_empty_chunks=True)"
+        )
 
 
-def _dims(arr: zarr.Array) -> tuple[str | None, ...]:
-    """An array's dimension names; () if it has none (Zarr v2 arrays never do)."""
+def _has_crc32c(arr: zarr.Array) -> bool:
     md = arr.metadata
-    return tuple(md.dimension_names or ()) if isinstance(md, ArrayV3Metadata) else ()
+    if not isinstance(md, ArrayV3Metadata):
+        return False
+    return any(c.to_dict().get("name") == "crc32c" for c in md.codecs)
 
 
-def _check_chunks(arr: zarr.Array, path: str, blocks: tuple | None, rep: Report,
-                  group_path: str | None = None) -> None:
-    """Decode every expected chunk; a chunk of a completed block must exist."""
+@dataclass
+class _Expect:
+    """Which chunks of an array must be stored and whether its values must be finite.
+
+    ``blocks``: the recorded blocks along ``seq_axis`` (a chunk outside them may be absent);
+    None for an array without a completion record, whose absent chunks are noted (S6).
+    ``finite``: count NaN/inf in float chunks that must be stored (S20).
+    """
+
+    group: str | None = None
+    seq_axis: int | None = None
+    blocks: set[int] | None = field(default_factory=set)
+    finite: bool = False
+
+    @property
+    def recorded(self) -> bool:
+        return self.blocks is not None
+
+    def required(self, idx: tuple[int, ...]) -> bool:
+        if self.blocks is None:  # no record: every chunk is data
+            return True
+        return self.seq_axis is None or idx[self.seq_axis] in self.blocks
+
+
+def _check_chunks(arr: zarr.Array, path: str, rep: Report, expect: _Expect) -> None:
+    """Decode every chunk there is (which verifies its crc32c); a chunk of a recorded block
+    must exist; float chunks that hold data must be finite where ``expect.finite``."""
     rep.n_arrays += 1
+    kind = L.dtype_kind(arr)
+    if kind in "biuf" and not _has_crc32c(arr):
+        rep.unchecksummed.append(path)
+    count_nonfinite = expect.finite and kind == "f"
+    nonfinite = bad_chunks = 0
     store = arr.store_path.store
     grid = arr.cdata_shape
     for idx in np.ndindex(*grid):
-        expected = True
-        if blocks is not None and blocks[0] is not None:
-            expected = idx[blocks[0]] in blocks[1]
+        required = expect.required(idx)
         key = chunk_key(arr, idx)
-        present = _exists(store, key)
-        if not present:
-            if expected:
+        if not _exists(store, key):
+            if not expect.recorded:  # another tool's group: zarr may skip chunks of fill values
+                rep.absent.append(f"{path} chunk {idx}")
+                if count_nonfinite and not np.isfinite(arr.fill_value):
+                    n = int(np.prod(_chunk_shape(arr, idx)))
+                    nonfinite, bad_chunks = nonfinite + n, bad_chunks + 1
+            elif required:
                 rep.problems.append(f"{path}: chunk {idx} is missing ({key}) though recorded as written")
-                rep.damaged_chunks.append((path, idx, group_path))
+                rep.damaged_chunks.append((path, idx, expect.group))
             continue
         rep.n_chunks += 1
         try:
-            arr.get_block_selection(idx)
+            values = arr.get_block_selection(idx)
         except Exception as exc:  # crc32c mismatch, truncated chunk, undecodable bytes
             rep.problems.append(f"{path}: chunk {idx} ({key}) is corrupt: {type(exc).__name__}: {exc}")
-            rep.damaged_chunks.append((path, idx, group_path))
+            rep.damaged_chunks.append((path, idx, expect.group))
+            continue
+        if count_nonfinite and required:
+            n = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
+            if n:
+                nonfinite, bad_chunks = nonfinite + n, bad_chunks + 1
+    if nonfinite:
+        rep.problems.append(
+            f"{path}: {nonfinite} non-finite value(s) (NaN/inf) in {bad_chunks} chunk(s) (S20): "
+            "write finite values, or set the group attribute nonfinite_allowed=true if they are meant"
+        )
+
+
+def _chunk_shape(arr: zarr.Array, idx: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of chunk ``idx`` of ``arr`` (the last chunk along an axis may be short)."""
+    return tuple(min(c, s - i * c) for i, c, s in zip(idx, arr.chunks, arr.shape, strict=True))
 
 
 def _exists(store, key: str) -> bool:
