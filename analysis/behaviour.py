@@ -14,12 +14,14 @@ import numpy as np
 import xarray as xr
 
 from store import MissingError, Store
+from store.lengths import require_target
 
 FACTORS = ("task", "arch", "variant", "seed")
 
 
 def sequence_correctness(
-    store: Store, runs: Sequence[str] | None = None, lengths: Sequence[int] | None = None
+    store: Store, runs: Sequence[str] | None = None, lengths: Sequence[int] | None = None,
+    target: str | None = None,
 ) -> xr.Dataset:
     """Per-sequence counts of correct and labelled target positions.
 
@@ -31,6 +33,9 @@ def sequence_correctness(
         Run ids (default: every run with captured lengths).
     lengths
         Lengths (default: every length captured for all selected runs).
+    target
+        The label the readout predicts (default: each group's declared target, or its only
+        label; a group with several labels and none declared asks for this).
 
     Returns
     -------
@@ -53,9 +58,14 @@ def sequence_correctness(
             ds = store.open_length(rid, L)
             if "logits" not in ds:
                 raise MissingError(f"run {rid!r} length {L} has no stored logits; re-capture it")
-            target = ds.attrs["target"]
+            label = target or require_target(ds, f"run {rid!r} length {L}")
+            if label not in ds.attrs["labels"]:
+                raise MissingError(
+                    f"label {label!r} does not exist in run {rid!r} length {L}; labels there: "
+                    f"{', '.join(ds.attrs['labels'])} (pass target=... with one of them)"
+                )
             pred = ds.logits.astype("float32").argmax("class")
-            lab = ds[target]
+            lab = ds[label]
             hit = ((pred == lab) & ds.mask).sum("position")
             lab_n = ds.mask.sum("position")
             c, n = store.compute(xr.Dataset({"c": hit, "n": lab_n})).values()
