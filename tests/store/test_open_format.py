@@ -294,6 +294,19 @@ def test_nan_written_by_another_tool_is_a_problem_naming_array_and_count(store_c
             "values, or set the group attribute nonfinite_allowed=true if they are meant") in res.output
 
 
+def test_chunks_another_tool_did_not_store_are_noted_and_read_as_nan_are_a_problem(store_copy):
+    (store_copy / GROUP / "tokens" / "c" / "0" / "0").unlink()  # reads as its fill value, 0
+    rep = validate(str(store_copy))
+    assert rep.ok, rep.problems
+    assert (f"{GROUP}: 1 chunk(s) not stored (first: {GROUP}/tokens chunk (0, 0)), read as their fill value "
+            "(S6): write every chunk (zarr's write_empty_chunks=True)") in rep.warnings
+    (store_copy / GROUP / "hidden" / "c" / "0" / "0" / "0" / "0").unlink()  # reads as NaN
+    rep = validate(str(store_copy))
+    assert [p for p in rep.problems if "non-finite" in p] == [
+        f"{GROUP}/hidden: {64 * 16 * 3 * 8} non-finite value(s) (NaN/inf) in 1 chunk(s) (S20): write finite "
+        "values, or set the group attribute nonfinite_allowed=true if they are meant"]
+
+
 def test_nan_in_a_layerstate_store_is_a_problem_and_allowed_when_declared(make_store):
     st = make_store(n=32, block_size=16)
     grp = st.run_group("r0")["len_012"]
