@@ -116,6 +116,7 @@ def test_unpacking_a_file_that_is_not_a_zip_is_one_line(tmp_path):
     (("--lengths", "99"), ("run 'r0' has no stored length [99]", "capture the missing ones")),
     (("--folds", "1"), ("folds must be an integer from 2 to 1000", "got 1")),
     (("--target", "nope"), ("label 'nope' does not exist in run 'r0'", "labels there: parity, ones")),
+    (("--positions", "99"), ("position 99 is out of range", "pass positions below")),
 ])
 def test_probe_bad_options_are_one_line_and_store_nothing(make_store, args, needles):
     st = make_store(n=40)

@@ -16,6 +16,7 @@ import dask
 import numpy as np
 
 from analysis.compute import compute
+from store.errors import InvalidArgumentError, InvalidArrayError
 
 from . import plan as P
 from .cells import CellInput, CellModels, Selection, fit_cells, score_cell
@@ -116,7 +117,7 @@ def _rows(data: np.ndarray, cell: Cell) -> np.ndarray:
     X = data[cell.seq, cell.col] if cell.col is not None else data
     X = np.asarray(X, dtype=np.float32)  # float16 arithmetic breaks reductions (docs/measured.md)
     if not np.isfinite(X).all():
-        raise ValueError(
+        raise InvalidArrayError(
             f"hidden states of {cell.where()} contain NaN or Inf; a probe cannot use them. "
             "Recapture that run (did the model diverge?) or leave the layer out with layers=[...]"
         )
@@ -343,7 +344,7 @@ def plan_cells(
                 c.source = c.key if c.key in fitted else "pooled"
                 sources[run, L, c.key] = c.source
     if problems:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"cannot cross-validate probes of target {target!r} at {'; '.join(problems[:6])}"
             f"{' ...' if len(problems) > 6 else ''}. Each training fold needs at least two classes "
             "and each fold a labelled sequence: leave those positions out (positions=[...]), "
@@ -362,11 +363,11 @@ def _length_cells(
     if mode == "all":
         wanted = range(L)
     elif positions is None:
-        raise ValueError(f"probe mode {mode!r} needs a list of positions")
+        raise InvalidArgumentError(f"probe mode {mode!r} needs a list of positions")
     else:
         wanted = positions
     if must_exist and mode == "list" and max(wanted) >= L:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"position {max(wanted)} is out of range for run {lab.run!r} length {L} "
             f"(positions 0..{L - 1}); pass positions below {L}"
         )

@@ -215,7 +215,9 @@ class SequenceModel(nn.Module, abc.ABC):
         for pattern in patterns:
             found = fnmatch.filter(available, pattern)
             if not found:
-                raise ValueError(
+                from store.errors import InvalidArgumentError
+
+                raise InvalidArgumentError(
                     f"site pattern {pattern!r} matches no site of this {self.arch}; "
                     f"sites are: {', '.join(available)}"
                 )
