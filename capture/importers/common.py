@@ -27,15 +27,17 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from store import InvalidArrayError, LayerstateError, MissingError, Store
-from store.schema import layer_names
-from store.zarrutil import to_numpy
+from store import InvalidArrayError, LayerstateError, MissingError, RunConflictError, Store
+from store.schema import layer_names, length_group
+from store.zarrutil import TARGET_CHUNK_BYTES, to_numpy
 
 #: The optional extra that brings every importer's library.
 EXTRA = "interop"
@@ -397,11 +399,13 @@ def write(
     if isinstance(source, Batches):
         return _write_batches(store, run, source, plan, lab, dtype, block_size, fmt, progress)
     n = check_shapes(source.shapes, plan, source.what)
+    fingerprint = getattr(source, "fingerprint", None)
     direct = getattr(source, "read_into", None)
     singles = [src[0] for _lay, src in plan.layers if len(src) == 1]
     if direct is None or len(singles) != len(plan.layers) or len({source.dtype(n) for n in singles}) != 1:
         return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what,
-                      lambda start, stop: source.read(plan.names(), start, stop), progress)
+                      lambda start, stop: source.read(plan.names(), start, stop), progress, ahead=True,
+                      fingerprint=fingerprint)
     layers_dtype = source.dtype(singles[0])
     others = [k for k in plan.names() if k not in singles]
 
@@ -416,7 +420,7 @@ def write(
         return out
 
     return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what, read,
-                  progress)
+                  progress, ahead=True, fingerprint=fingerprint)
 
 
 def _write_batches(store, run, source: Batches, plan: Plan, lab: tuple[Any, Any, Any], dtype: str,
@@ -519,7 +523,13 @@ class _Sequential:
 def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, Any], n: int,
            shapes: Mapping[str, Sequence[int]], dtype: str, block_size: int | None, fmt: str,
            what: str, read: Callable[[int, int], Arrays], progress: Callable[[int], None] | None,
-           after: Callable[[], None] | None = None) -> ImportResult:
+           after: Callable[[], None] | None = None, ahead: bool = False,
+           fingerprint: str | None = None) -> ImportResult:
+    """The write itself. ``read(start, stop)`` hands over the arrays of a block; with
+    ``ahead`` (files, which any thread may read) block ``b + 1`` is read by a second thread
+    while block ``b`` is cast, checksummed and stored, so at most two blocks of the source
+    are held besides the one being stored. ``fingerprint`` identifies a file source: it is
+    recorded with the group, and a group recorded from another source is not resumed."""
     from .labels import resolve
 
     _n, L, width = _dims(shapes[plan.layers[0][1][0]])
@@ -541,44 +551,119 @@ def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, 
     if len(extra) != len(plan.sites):
         raise InvalidArrayError(f"{what}: two sites share the store name {sorted(extra)}")
     st = store if isinstance(store, Store) else Store.create(store, exist_ok=True)
-    st.add_run(run.run_id, task=run.task, arch=run.arch, seed=run.seed, variant=run.variant,
-               model_config=run.model_config, task_config=run.task_config)
     attrs = {"sites": [s for s, _ in plan.sites], "stream": "import",
-             "source": {"format": fmt, "what": what,
+             "source": {"format": fmt, "what": what, "fingerprint": fingerprint,
                         "layers": {lay: list(src) for lay, src in plan.layers}}}
     written = 0
-    with st.length_writer(run.run_id, L, n_sequences=n, n_features=width, labels=list(labels),
-                          layers=[lay for lay, _ in plan.layers], n_classes=n_classes, dtype=dtype,
-                          block_size=block_size, attrs=attrs, extra=extra or None) as w:
-        todo = w.missing_blocks()
-        for b in range(w.n_blocks) if after is not None else todo:
-            start, stop = w.block_range(b)
-            arrays = read(start, stop)
-            if b not in todo:
-                continue
-            m = stop - start
-            hidden = arrays[_HIDDEN] if _HIDDEN in arrays else _hidden(arrays, plan, m, L, width)
-            tok = lab.tokens[start:stop] if lab.tokens is not None else (
-                arrays[plan.tokens].reshape(m, L) if plan.tokens else np.full((m, L), -1))
-            block_labels = {k: (tok if v is None else v[start:stop]) for k, v in labels.items()}
-            w.write_block(
-                b, hidden=hidden, tokens=tok, labels=block_labels,
-                mask=None if lab.mask is None else lab.mask[start:stop],
-                logits=arrays[plan.logits].reshape(m, L, -1) if plan.logits else None,
-                extra={site_var(s): arrays[src].reshape(m, L, -1) for s, src in plan.sites} or None,
-            )
-            written += 1
-            if progress is not None:
-                progress(stop - start)
-        if after is not None:
-            after()
-        total = w.n_blocks
+    # one consolidation at the end instead of one per step (each re-reads every document)
+    with st.deferred_consolidation():
+        st.add_run(run.run_id, task=run.task, arch=run.arch, seed=run.seed, variant=run.variant,
+                   model_config=run.model_config, task_config=run.task_config)
+        _same_source(st, run.run_id, L, fingerprint, what)
+        if block_size is None:
+            block_size = _block_size(st, run.run_id, L, n, width, dtype)
+        with st.length_writer(run.run_id, L, n_sequences=n, n_features=width, labels=list(labels),
+                              layers=[lay for lay, _ in plan.layers], n_classes=n_classes, dtype=dtype,
+                              block_size=block_size, attrs=attrs, extra=extra or None) as w:
+            todo = w.missing_blocks()
+            order = list(range(w.n_blocks)) if after is not None else todo
+            with closing(_blocks(read, [w.block_range(b) for b in order], order, ahead)) as blocks:
+                for b, arrays in blocks:
+                    if b in todo:
+                        _put(w, b, arrays, plan, lab, labels, L, width)
+                        written += 1
+                        if progress is not None:
+                            progress(w.block_range(b)[1] - w.block_range(b)[0])
+                    del arrays  # the writer holds a block until it is stored; nothing else does
+            if after is not None:
+                after()
+            total = w.n_blocks
     return ImportResult(str(st.location), run.run_id, L, n, [lay for lay, _ in plan.layers],
                         [s for s, _ in plan.sites], list(labels), written, total, what)
 
 
+def _put(w: Any, b: int, arrays: Arrays, plan: Plan, lab: Labels, labels: Mapping[str, Any], L: int,
+         width: int) -> None:
+    """Hand block ``b`` (the source's arrays of its sequences) to the writer."""
+    start, stop = w.block_range(b)
+    m = stop - start
+    hidden = arrays[_HIDDEN] if _HIDDEN in arrays else _hidden(arrays, plan, m, L, width)
+    tok = lab.tokens[start:stop] if lab.tokens is not None else (
+        arrays[plan.tokens].reshape(m, L) if plan.tokens else np.full((m, L), -1))
+    block_labels = {k: (tok if v is None else v[start:stop]) for k, v in labels.items()}
+    w.write_block(
+        b, hidden=hidden, tokens=tok, labels=block_labels,
+        mask=None if lab.mask is None else lab.mask[start:stop],
+        logits=arrays[plan.logits].reshape(m, L, -1) if plan.logits else None,
+        extra={site_var(s): arrays[src].reshape(m, L, -1) for s, src in plan.sites} or None,
+    )
+
+
 #: Key of a ``hidden`` a source assembled itself (read straight into its buffer).
 _HIDDEN = "\0hidden"
+
+
+def _blocks(read: Callable[[int, int], Arrays], ranges: list[tuple[int, int]], order: list[int],
+            ahead: bool) -> Generator[tuple[int, Arrays], None, None]:
+    """``(block, read(*range))`` in order; with ``ahead``, the next block is read by a
+    second thread while the caller stores this one (reading and storing overlap: the reads
+    wait on the disk, the stores on the chunk threads). An error reading block ``k`` is
+    raised when the caller gets to ``k``, after every block before it was handed over."""
+    if not ahead or len(order) < 2:
+        for b, (start, stop) in zip(order, ranges, strict=True):
+            yield b, read(start, stop)
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="layerstate-import-read") as pool:
+        pending = pool.submit(read, *ranges[0])
+        try:
+            for i, b in enumerate(order):
+                got = pending.result()
+                if i + 1 < len(order):
+                    pending = pool.submit(read, *ranges[i + 1])
+                yield b, got
+                del got
+        finally:  # the caller stopped early: wait for the read in flight, drop its result
+            pending.cancel()
+
+
+def _existing(st: Store, run_id: str, L: int) -> dict[str, Any] | None:
+    """The attributes of the run's length group ``L``, if there is one."""
+    grp = st.run_group(run_id)
+    name = length_group(L)
+    return dict(grp[name].attrs) if name in grp else None
+
+
+def _same_source(st: Store, run_id: str, L: int, fingerprint: str | None, what: str) -> None:
+    """Refuse to resume (or redo) an import of one file source with another: the blocks
+    already stored would be mixed with the new source's, or the new one silently skipped."""
+    attrs = _existing(st, run_id, L)
+    old = (attrs or {}).get("source") or {}
+    if fingerprint is None or not isinstance(old, dict) or old.get("fingerprint") in (None, fingerprint):
+        return
+    state = "an import" if attrs and attrs.get("complete") else "an unfinished import"
+    raise RunConflictError(
+        f"run {run_id!r} length {L} holds {state} of {old.get('what')}, not of {what}; "
+        + ("run the import of that source again to finish it, or " if state != "an import" else "")
+        + "import this one under a new run id or into another store"
+    )
+
+
+def _block_size(st: Store, run_id: str, L: int, n: int, width: int, dtype: str) -> int:
+    """Sequences per block when none is asked for: an unfinished import's own (a resume
+    keeps its layout), else the store's default (chunks near ``TARGET_CHUNK_BYTES``) moved
+    down to a divisor of ``n`` when one is within half of it. Every block then fills whole
+    chunks, which the writer stores directly; a short last block went through zarr's
+    generic write (the whole edge chunk, padded) and cost as much as a full block."""
+    spec = (_existing(st, run_id, L) or {}).get("spec")
+    if isinstance(spec, dict) and spec.get("n_sequences") == n and spec.get("block_size"):
+        return int(spec["block_size"])
+    auto = max(1, TARGET_CHUNK_BYTES // (L * width * np.dtype(dtype).itemsize))
+    if auto >= n:
+        return n
+    for size in range(auto, (auto + 1) // 2 - 1, -1):
+        if n % size == 0:
+            return size
+    return auto
 
 
 def _hidden(arrays: Arrays, plan: Plan, m: int, L: int, width: int) -> np.ndarray:

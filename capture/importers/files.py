@@ -14,6 +14,7 @@ opened with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ import numpy as np
 
 from store import InvalidArrayError, MissingError, Store
 
-from .common import Arrays, ImportResult, Plan, RunInfo, as_run, named_plan, natural, require, write
+from .common import Arrays, ImportResult, Plan, RunInfo, as_run, named_plan, natural, write
 
 
 class _Files:
@@ -59,6 +60,15 @@ class _Files:
 
     def part_name(self, i: int) -> str:
         return f"{self.what}, file {i}"
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the files (recorded with an import, compared when it resumes): each
+        one's size, header and first and last 64 KiB, so a moved file still matches."""
+        return fingerprint(self.files())
+
+    def files(self) -> list[Path]:
+        raise NotImplementedError
 
     def _slice(self, i: int, name: str, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
@@ -113,36 +123,30 @@ def _pread(path: Path, offset: int, dtype: np.dtype, shape: tuple[int, ...],
 
 
 class SafetensorsSource(_Files):
-    """safetensors files: headers checked by ``safe_open``, blocks of rows read by offset."""
+    """safetensors files: each header read and checked here (the format is an 8-byte length,
+    a JSON header, then the raw tensors), blocks of rows read by offset."""
 
     def __init__(self, paths: list[Path], what: str) -> None:
-        st = require("safetensors", "importing safetensors files")
         self.paths = paths
         self.layout: list[dict[str, tuple[str, int]]] = []  # name -> (dtype code, data offset)
         parts = []
         for p in paths:
             try:
-                with st.safe_open(str(p), framework="numpy") as h:
-                    names = list(h.keys())
-                with open(p, "rb") as fh:
-                    n = int.from_bytes(fh.read(8), "little")
-                    header = json.loads(fh.read(n))
-            except Exception as exc:
+                layout, shapes = _safetensors_header(p)
+            except InvalidArrayError:
+                raise
+            except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise InvalidArrayError(f"{p} is not a safetensors file ({type(exc).__name__}: "
                                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-            layout, shapes = {}, {}
-            for k in names:
-                info = header[k]
-                if info["dtype"] not in _ST_DTYPES:
-                    raise InvalidArrayError(f"{p}: {k!r} has dtype {info['dtype']}, which numpy cannot hold")
-                layout[k] = (info["dtype"], 8 + n + int(info["data_offsets"][0]))
-                shapes[k] = tuple(int(x) for x in info["shape"])
             self.layout.append(layout)
             parts.append(shapes)
         self.what, self.parts, self.names = what, parts, sorted(parts[0], key=natural)
 
     def part_name(self, i: int) -> str:
         return str(self.paths[i])
+
+    def files(self) -> list[Path]:
+        return list(self.paths)
 
     def dtype(self, name: str) -> np.dtype:
         code = self.layout[0][name][0]
@@ -159,6 +163,37 @@ class SafetensorsSource(_Files):
         if code == "BF16":  # the top half of a float32
             return (out.astype(np.uint32) << 16).view(np.float32)
         return out
+
+
+def _safetensors_header(p: Path) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[int, ...]]]:
+    """Each tensor's (dtype code, absolute data offset) and shape, every entry checked
+    against the file: its byte range lies inside the data and matches its shape and dtype,
+    so every later read by offset stays inside the tensor it names."""
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError("shorter than the 8-byte header length")
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            raise ValueError(f"header length {n} exceeds the file ({size} bytes)")
+        header = json.loads(fh.read(n))
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    data = size - 8 - n
+    layout, shapes = {}, {}
+    for k, info in header.items():
+        if k == "__metadata__":
+            continue
+        code, shape, (a, b) = info["dtype"], [int(x) for x in info["shape"]], info["data_offsets"]
+        if code not in _ST_DTYPES:
+            raise InvalidArrayError(f"{p}: {k!r} has dtype {code}, which numpy cannot hold")
+        want = int(np.prod(shape, dtype=np.int64)) * np.dtype(_ST_DTYPES[code]).itemsize
+        if not 0 <= int(a) <= int(b) <= data or int(b) - int(a) != want:
+            raise ValueError(f"{k!r}: bytes [{a}, {b}) do not hold {code} {shape} inside {data} data bytes")
+        layout[k] = (code, 8 + n + int(a))
+        shapes[k] = tuple(shape)
+    return layout, shapes
 
 
 class NpySource(_Files):
@@ -194,6 +229,9 @@ class NpySource(_Files):
     def part_name(self, i: int) -> str:
         return str(self.dirs[i])
 
+    def files(self) -> list[Path]:
+        return [f for layout in self.layout for f, _dt, _off, _fortran in layout.values()]
+
     def dtype(self, name: str) -> np.dtype:
         return self.layout[0][name][1]
 
@@ -207,6 +245,21 @@ class NpySource(_Files):
             return got
         row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
         return _pread(path, offset + lo * row, dtype, (hi - lo, *shape[1:]), out)
+
+
+def fingerprint(paths: Sequence[Path], edge: int = 64 * 2**10) -> str:
+    """A digest of each file's name, size and first and last ``edge`` bytes (two reads per
+    file, not the whole file: it tells sources apart, it does not check their contents)."""
+    h = hashlib.sha256()
+    for p in paths:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            head = fh.read(edge)
+            fh.seek(max(0, size - edge))
+            tail = fh.read(edge)
+        h.update(f"{p.name}\0{size}\0".encode())
+        h.update(hashlib.sha256(head + tail).digest())
+    return h.hexdigest()[:32]
 
 
 def safetensors_files(path: str | os.PathLike[str]) -> list[Path]:

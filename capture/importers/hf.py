@@ -72,6 +72,12 @@ class DatasetSource:
         self.names = list(self.shapes)
         self.fast = getattr(ds, "_indices", None) is None
 
+    @property
+    def fingerprint(self) -> str | None:
+        """The dataset's own fingerprint (``datasets`` records one with ``save_to_disk``)."""
+        fp = getattr(self.ds, "_fingerprint", None)
+        return None if fp is None else f"{fp}:{self.n_sequences}"
+
     def read(self, names: Sequence[str], start: int, stop: int) -> Arrays:
         return {n: self.column(n, start, stop) for n in names}
 
@@ -89,6 +95,25 @@ class DatasetSource:
             return out.reshape(m, *self.ds.features[name].shape) if name in self.shapes and len(
                 self.shapes[name]) > 2 else out.reshape(m, -1)
         return np.asarray(self.ds.with_format("numpy")[start:stop][name])
+
+    def read_into(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
+        """Rows ``[start, stop)`` of column ``name`` copied straight into ``out`` (contiguous,
+        ``(stop - start, …)``): one copy from the memory-mapped Arrow buffers, chunk by chunk
+        (``column`` first joins the chunks, a second copy)."""
+        if not self.fast:
+            out[...] = self.column(name, start, stop).reshape(out.shape)
+            return
+        flat = out.reshape(stop - start, -1)
+        pos = 0
+        for chunk in self.ds.data.table.column(name).slice(start, stop - start).chunks:
+            values = chunk.storage if hasattr(chunk, "storage") else chunk
+            while hasattr(values.type, "value_type"):
+                values = values.flatten()  # respects the slice's offset
+            k = len(chunk)
+            flat[pos:pos + k] = values.to_numpy(zero_copy_only=False).reshape(k, -1)
+            pos += k
+        if pos != stop - start:
+            raise InvalidArrayError(f"{self.what}: column {name!r} has {pos} rows in [{start}, {stop})")
 
     def labels_and_mask(self) -> Labels:
         out = Labels()
