@@ -26,13 +26,18 @@ BUCKET = "layerstate-test"
 
 
 class CountingProxy:
-    """A TCP relay on 127.0.0.1 that counts the bytes the server sends back (what a client
-    downloads, headers included)."""
+    """A TCP relay on 127.0.0.1 that counts the bytes the server sends back (``down``: what a
+    client downloads, headers included) and the bytes clients send (``up``); with ``rate``
+    set (bytes per second, all connections together) it also slows them down, so a copy
+    run in a subprocess can be killed half-way."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.down = 0
+        self.up = 0
+        self.rate: float | None = None
         self._lock = threading.Lock()
+        self._throttle = threading.Lock()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self._stop = False
@@ -48,15 +53,21 @@ class CountingProxy:
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, down: bool) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                if count:
-                    with self._lock:
+                with self._lock:
+                    if down:
                         self.down += len(data)
+                    else:
+                        self.up += len(data)
+                rate = self.rate
+                if rate:
+                    with self._throttle:  # one budget shared by every connection
+                        time.sleep(len(data) / rate)
                 dst.sendall(data)
         except OSError:
             pass
@@ -68,9 +79,14 @@ class CountingProxy:
                     pass
 
     def reset(self) -> int:
+        """Bytes downloaded since the last reset (both counters restart)."""
+        return self.take()[0]
+
+    def take(self) -> tuple[int, int]:
+        """(down, up) since the last reset; both counters restart."""
         with self._lock:
-            n, self.down = self.down, 0
-        return n
+            got, self.down, self.up = (self.down, self.up), 0, 0
+        return got
 
     def close(self) -> None:
         self._stop = True
@@ -139,34 +155,43 @@ def test_pull_one_layer_fetches_only_its_chunks(remote, tmp_path):
     assert rep.copied == rep.chunks and rep.skipped == 0
 
 
-#: A pull that pauses after each round of chunks, to be killed mid-way.
-PULLER = r"""
-import sys, json, time
-from store.transfer import pull
-opts = json.loads(sys.argv[3])
-pull(sys.argv[1], sys.argv[2], runs=["r1"], storage_options=opts,
-     progress=lambda done, total: time.sleep(float(sys.argv[4])))
-print("finished")
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_pull_killed_resumes_without_refetching_and_bit_identical(remote, tmp_path):
+def _options(opts: dict) -> list[str]:
+    """fsspec storage options as ``-S key=value`` command-line flags."""
     import json
 
+    return ["-S", f"key={opts['key']}", "-S", f"secret={opts['secret']}",
+            "-S", f"client_kwargs={json.dumps(opts['client_kwargs'])}"]
+
+
+def _killed_half_way(proxy: CountingProxy, args: list[str], progress) -> None:
+    """Run ``layerstate ARGS`` in a subprocess through the slowed-down relay and ``kill -9``
+    it once ``progress()`` (bytes of chunks at the target) passes 1 MiB."""
+    proxy.rate = 2 * 2**20
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "layerstate.cli", *args], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and progress() < 2**20:
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGKILL)
+        _out, err = p.communicate()
+    finally:
+        proxy.rate = None
+    assert p.returncode == -signal.SIGKILL, err.decode()[-2000:]
+
+
+def test_cli_pull_killed_resumes_without_refetching_and_bit_identical(remote, tmp_path):
     proxy = remote["proxy"]
     whole = tmp_path / "whole"
     proxy.reset()
     pull(remote["url"], whole, runs=["r1"], storage_options=remote["via"])
     full = proxy.reset()
     killed = tmp_path / "killed"
-    p = subprocess.Popen([sys.executable, "-c", PULLER, remote["url"], str(killed),
-                          json.dumps(remote["via"]), "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    while time.time() < deadline and p.poll() is None and _chunk_bytes(killed) < 2**20:
-        time.sleep(0.05)
-    os.kill(p.pid, signal.SIGKILL)
-    _out, err = p.communicate()
-    assert p.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    _killed_half_way(proxy, ["pull", remote["url"], str(killed), "--runs", "r1", *_options(remote["via"])],
+                     lambda: _chunk_bytes(killed))
     assert (killed / MARKER).exists() and not (killed / "zarr.json").exists()
     with pytest.raises(NotAStoreError):
         Store.open(str(killed))
@@ -176,9 +201,51 @@ def test_pull_killed_resumes_without_refetching_and_bit_identical(remote, tmp_pa
     rep = pull(remote["url"], killed, runs=["r1"], storage_options=remote["via"])
     again = proxy.reset()
     assert rep.skipped > 0 and rep.copied + rep.skipped == rep.chunks
-    assert again <= full - held + 64 * 2**10, (again, full, held)
+    assert again <= full - held + 64 * 2**10, (again, full, held)  # finished chunks not fetched again
     assert _files(killed) == _files(whole)
     assert validate(str(killed)).ok
+
+
+def _objects(fs, url: str) -> dict[str, str]:
+    """Every object under ``url``: relative key -> sha256 of its body."""
+    fs.invalidate_cache()
+    root = url.removeprefix("s3://")
+    return {p[len(root) + 1:]: hashlib.sha256(fs.cat_file(p)).hexdigest() for p in sorted(fs.find(root))}
+
+
+def _remote_chunk_bytes(fs, url: str) -> int:
+    fs.invalidate_cache()
+    root = url.removeprefix("s3://")
+    return sum(int(i["size"]) for p, i in fs.find(root, detail=True).items() if "/c/" in p[len(root):])
+
+
+def test_cli_push_killed_resumes_without_resending_and_bit_identical(remote, tmp_path):
+    import s3fs
+
+    st = Store.create(str(tmp_path / "src.zarr"))
+    st.add_run("p", task="parity", arch="gru", seed=3)
+    st.write_length("p", 32, **synthetic_arrays(np.random.default_rng(7), n=256, length=32, n_layers=2,
+                                                n_features=128), block_size=64)
+    fs = s3fs.S3FileSystem(**remote["opts"], skip_instance_cache=True)
+    proxy = remote["proxy"]
+    whole = f"s3://{BUCKET}/{uuid.uuid4().hex}.zarr"
+    proxy.take()
+    push(str(st.location), whole, storage_options=remote["via"])
+    full = proxy.take()[1]
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex}.zarr"
+    _killed_half_way(proxy, ["push", str(st.location), url, *_options(remote["via"])],
+                     lambda: _remote_chunk_bytes(fs, url))
+    held = _remote_chunk_bytes(fs, url)
+    assert held > 2**20 and MARKER in _objects(fs, url) and "zarr.json" not in _objects(fs, url)
+    with pytest.raises(NotAStoreError):
+        Store.open(url, storage_options=remote["opts"])
+    proxy.take()
+    rep = push(str(st.location), url, storage_options=remote["via"])
+    again = proxy.take()[1]
+    assert rep.skipped > 0 and rep.copied + rep.skipped == rep.chunks
+    assert again <= full - held + 64 * 2**10, (again, full, held)  # stored objects not sent again
+    assert _objects(fs, url) == _objects(fs, whole)
+    assert validate(Store.open(url, storage_options=remote["opts"])).ok
 
 
 def test_push_then_pull_back(remote, tmp_path, make_store):
@@ -238,13 +305,15 @@ def _cli(*args: str):
 
 
 def test_cli_pull_bad_input_is_one_line(remote, tmp_path):
-    import json
+    import s3fs
 
     opts = remote["opts"]
-    s = ["-S", f"key={opts['key']}", "-S", f"secret={opts['secret']}",
-         "-S", f"client_kwargs={json.dumps(opts['client_kwargs'])}"]
+    s = _options(opts)
+    plain = f"{BUCKET}/{uuid.uuid4().hex}"
+    s3fs.S3FileSystem(**opts, skip_instance_cache=True).pipe(f"{plain}/readme.txt", b"not a store")
     cases = [
         ([f"s3://{BUCKET}/{uuid.uuid4().hex}.zarr", str(tmp_path / "a"), *s], "does not exist"),
+        ([f"s3://{plain}", str(tmp_path / "g"), *s], "holds no zarr.json at its root"),
         ([remote["url"], str(tmp_path / "b"), "--runs", "r0,nope", *s], "no run 'nope'; its runs: r0, r1"),
         ([remote["url"], str(tmp_path / "c"), "--lengths", "7", *s], "lengths stored: 12, 32"),
         ([remote["url"], str(tmp_path / "d"), "--layers", "L9", *s], "layers stored: embed, L0, L1, L2"),
@@ -258,7 +327,7 @@ def test_cli_pull_bad_input_is_one_line(remote, tmp_path):
         lines = res.output.strip().splitlines()
         assert res.exit_code == 2 and len(lines) == 1, res.output
         assert lines[0].startswith("layerstate: error:") and msg in lines[0], res.output
-    assert not any((tmp_path / n).exists() for n in "abcde")
+    assert not any((tmp_path / n).exists() for n in "abcdeg")
     ok = _cli("pull", remote["url"], str(tmp_path / "f"), "--runs", "r0", *s)
     assert ok.exit_code == 0 and "1 run(s) (r0)" in ok.output, ok.output
 
@@ -270,3 +339,27 @@ def test_pull_of_a_directory_that_is_not_a_store(tmp_path):
         pull(str(tmp_path / "plain"), tmp_path / "copy")
     with pytest.raises(TransferError):
         pull("nosuchprotocol://x/y", tmp_path / "copy2")
+
+
+def test_cli_push_bad_input_is_one_line_and_touches_nothing(remote, tmp_path, make_store):
+    import s3fs
+
+    st = make_store(runs=("a",), n=40)
+    opts = remote["opts"]
+    fs = s3fs.S3FileSystem(**opts, skip_instance_cache=True)
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex}.zarr"
+    push(str(st.location), url, storage_options=opts)
+    before = _objects(fs, url)
+    (tmp_path / "plain").mkdir()
+    fresh = f"s3://{BUCKET}/{uuid.uuid4().hex}.zarr"
+    for args, msg in [
+        ([str(st.location), url], "exists and holds a store"),
+        ([str(st.location), fresh, "--runs", "zz"], "no run 'zz'; its runs: a"),
+        ([str(st.location), fresh, "--layers", "L9"], "layers stored: embed, L0, L1"),
+        ([str(tmp_path / "plain"), fresh], "holds no zarr.json at its root"),
+    ]:
+        res = _cli("push", *args, *_options(opts))
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert lines[0].startswith("layerstate: error:") and msg in lines[0], res.output
+    assert _objects(fs, url) == before and not fs.exists(fresh.removeprefix("s3://"))
