@@ -14,6 +14,14 @@ Prints one JSON line:
   of the same directory (SAELens' layout: one ``Array2D`` column per layer + ``token_ids``).
 * ``pull_bytes_over_subset``: bytes the S3 server (moto, on 127.0.0.1) sent for a pull of one
   layer of one run, counted on the wire, / the size of the pulled store. Goal <= 1.1.
+* ``safetensors_load_vs_plain_write``: the load / writing the bytes an import stores (float16:
+  half the source) as plain 4 MB files, each fsynced: the ratio an import that did nothing but
+  write its output could reach on this disk (the ceiling for ``..._import_vs_load``).
+* ``cpu``: the same ratios in CPU time (every thread of the process), steadier than wall time
+  on a loaded machine.
+* ``import_peak_mb``: the most memory (``tracemalloc``: numpy buffers included) an import
+  held, for half of the safetensors files and for all of them, and for the ``datasets``
+  directory: flat in the source's size (a few blocks of sequences), not proportional to it.
 
 Reads are cold: the source files are evicted from the page cache (``posix_fadvise``) before
 each timed run. Sizes: ``LAYERSTATE_BENCH_MB`` (default 256 MB of float32 activations);
@@ -42,10 +50,11 @@ from store.transfer import pull
 N_LAYERS, LENGTH, WIDTH, PARTS = 5, 128, 256, 4
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
+def _timed(fn) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``fn()``; CPU counts every thread of the process."""
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _sources(root: Path, mb: int) -> tuple[Path, Path, int]:
@@ -89,7 +98,7 @@ def _fsync_tree(path: Path) -> None:
         os.close(fd)
 
 
-def _import_once(root: Path, fn, src: Path, **kw) -> float:
+def _import_once(root: Path, fn, src: Path, **kw) -> tuple[float, float]:
     evict(src)
     target = root / f"imp-{uuid.uuid4().hex[:6]}.zarr"
 
@@ -102,7 +111,7 @@ def _import_once(root: Path, fn, src: Path, **kw) -> float:
     return t
 
 
-def _store_write(root: Path, src: Path) -> float:
+def _store_write(root: Path, src: Path) -> tuple[float, float]:
     """The store's own write of the same activations, already in memory (what an import
     cannot avoid): ``Store.write_length`` + fsync."""
     from safetensors.numpy import load_file
@@ -125,18 +134,60 @@ def _store_write(root: Path, src: Path) -> float:
     return t
 
 
-def _read_safetensors(src: Path) -> float:
+def _read_safetensors(src: Path) -> tuple[float, float]:
     from safetensors.numpy import load_file
 
     evict(src)
     return _timed(lambda: [load_file(str(f)) for f in sorted(src.glob("*.safetensors"))])
 
 
-def _read_datasets(src: Path) -> float:
+def _read_datasets(src: Path) -> tuple[float, float]:
     import datasets
 
     evict(src)
     return _timed(lambda: datasets.load_from_disk(str(src)).with_format("numpy")[:])
+
+
+def _plain_write(root: Path, nbytes: int) -> tuple[float, float]:
+    """Write ``nbytes`` as 4 MB files, each fsynced (the disk's own speed, no store)."""
+    block = np.random.default_rng(2).integers(0, 255, 4 * 2**20, dtype=np.uint8).tobytes()
+    target = root / f"plain-{uuid.uuid4().hex[:6]}"
+    target.mkdir()
+
+    def go() -> None:
+        for i in range(-(-nbytes // len(block))):
+            with open(target / f"f{i}", "wb") as fh:
+                fh.write(block)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    t = _timed(go)
+    shutil.rmtree(target)
+    return t
+
+
+def _peak(root: Path, fn, src: Path) -> float:
+    """The most memory (MB, as ``tracemalloc`` counts it) one import of ``src`` held."""
+    import tracemalloc
+
+    target = root / f"peak-{uuid.uuid4().hex[:6]}.zarr"
+    tracemalloc.start()
+    try:
+        fn(str(target), "r", src)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    shutil.rmtree(target)
+    return peak / 2**20
+
+
+def _half(root: Path, src: Path) -> Path:
+    """A directory with the first half of the safetensors parts (links, no copies)."""
+    half = root / "safetensors-half"
+    half.mkdir()
+    for f in sorted(src.glob("*.safetensors"))[: PARTS // 2]:
+        (half / f.name).symlink_to(f)
+    return half
 
 
 class _Proxy:
@@ -219,7 +270,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="layerstate-bench-interop-", dir=os.environ.get("TMPDIR")) as tmp:
         root = Path(tmp)
         st_dir, ds_dir, nbytes = _sources(root, mb)
-        times: dict[str, list[float]] = {k: [] for k in ("st_load", "st_import", "st_import32", "st_write", "ds_read", "ds_import")}
+        keys = ("st_load", "st_import", "st_import32", "st_write", "ds_read", "ds_import", "plain_write")
+        times: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
         for _ in range(repeats):
             times["st_load"].append(_read_safetensors(st_dir))
             times["st_import"].append(_import_once(root, import_safetensors, st_dir))
@@ -227,7 +279,12 @@ def main() -> None:
             times["st_write"].append(_store_write(root, st_dir))
             times["ds_read"].append(_read_datasets(ds_dir))
             times["ds_import"].append(_import_once(root, import_hf_datasets, ds_dir))
-        best = {k: min(v) for k, v in times.items()}
+            times["plain_write"].append(_plain_write(root, nbytes // 2))
+        best = {k: min(w for w, _c in v) for k, v in times.items()}
+        cpu = {k: min(c for _w, c in v) for k, v in times.items()}
+        peaks = {"safetensors_half": _peak(root, import_safetensors, _half(root, st_dir)),
+                 "safetensors": _peak(root, import_safetensors, st_dir),
+                 "datasets": _peak(root, import_hf_datasets, ds_dir)}
         ratio, pulled = _pull_ratio(root)
     out = {
         "bench": "interop",
@@ -236,9 +293,15 @@ def main() -> None:
         "safetensors_import_vs_load_float32": round(best["st_load"] / best["st_import32"], 3),
         "safetensors_import_vs_store_write": round(best["st_write"] / best["st_import"], 3),
         "datasets_import_vs_read": round(best["ds_read"] / best["ds_import"], 3),
+        "safetensors_load_vs_plain_write": round(best["st_load"] / best["plain_write"], 3),
+        "cpu": {"safetensors_import_vs_load": round(cpu["st_load"] / cpu["st_import"], 3),
+                "safetensors_import_vs_store_write": round(cpu["st_write"] / cpu["st_import"], 3),
+                "datasets_import_vs_read": round(cpu["ds_read"] / cpu["ds_import"], 3)},
+        "import_peak_mb": {k: round(v, 1) for k, v in peaks.items()},
         "pull_bytes_over_subset": round(ratio, 4),
         "pulled_mb": round(pulled / 2**20, 2),
         "seconds": {k: round(v, 3) for k, v in best.items()},
+        "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "goals": {"import_vs_read": ">= 0.7", "pull_bytes_over_subset": "<= 1.1"},
     }
     print(json.dumps(out))
