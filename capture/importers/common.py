@@ -19,7 +19,13 @@ Sources come two ways:
   refuse it; running the import again resumes).
 
 Writes go through :meth:`store.Store.length_writer` (``write_block``): a killed import
-leaves finished blocks recorded, and running it again redoes only the rest.
+leaves finished blocks recorded, and running it again redoes only the rest. Blocks are
+whole chunks along ``sequence`` (the block size is moved to a divisor of the number of
+sequences when one is near the default, so no block is short), and a file source's next
+block is read by a second thread while the current one is stored: the import holds about
+three blocks of the source at a time, whatever its size. A file source's fingerprint
+(sizes, headers, a sample of the bytes) is recorded with the group; resuming or redoing it
+from another source is refused.
 """
 
 from __future__ import annotations
