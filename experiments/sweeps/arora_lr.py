@@ -17,11 +17,12 @@ Run from the repository root, niced, one process, one torch thread::
         experiments/arora2025_reduced.toml --lrs 3e-4,1e-3,3e-3 --steps 1500 \\
         --workdir /tmp/arora-lr
 
-The best rate is the one with the highest held-out accuracy at the training length; within
-0.01 of it, the rate that reached its best evaluation in the fewest steps (a rate that
-learns faster costs less in the full run). When the rates cannot be told apart (all within
-0.01, best at the same evaluation: typically nothing learned in the budget), the pair keeps
-the rate the experiment already gives it.
+The best rate is the one with the highest held-out accuracy at the training length; among
+the rates tied with it (within two binomial standard errors at ``n_test`` sequences, at
+least 0.01), the one whose best evaluation came first (a rate that learns faster costs less
+in the full run, which stops at its target accuracy). When all rates tie below the target
+accuracy (typically: nothing learned in the budget), the sweep cannot tell them apart and the
+pair keeps the rate the experiment already gives it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,14 @@ from capture.train import train_run  # noqa: E402
 from layerstate.experiment import Experiment, load_experiment  # noqa: E402
 from store import Store  # noqa: E402
 
-#: Two rates whose accuracies differ by less than this are a tie, broken by speed.
+#: The smallest accuracy difference that separates two rates (below it: a tie, broken by speed).
 TIE = 0.01
+
+
+def tie_width(accuracy: float, n: int) -> float:
+    """Two rates whose accuracies differ by less than this are a tie: two binomial standard
+    errors of the better one at ``n`` test sequences (one answer each), at least TIE."""
+    return max(TIE, 2 * (accuracy * (1 - accuracy) / n) ** 0.5)
 
 
 def sweep_spec(exp: Experiment, task: str, arch: str, lr: float, steps: int | None, seed: int) -> RunSpec:
@@ -64,15 +71,15 @@ def best_step(curve: list[dict]) -> int:
     return int(next(p["step"] for p in curve if p["valid_accuracy"] == best))
 
 
-def pick(results: dict[float, dict], fallback: float) -> float:
-    """The best learning rate: highest accuracy; within TIE of it, the fewest steps to it.
-    When every rate is within TIE of every other (nothing learned, or all learned alike at
-    the same evaluation), the sweep cannot tell them apart: ``fallback``."""
-    accs = [r["accuracy"] for r in results.values()]
-    top = max(accs)
-    near = [lr for lr, r in results.items() if r["accuracy"] >= top - TIE]
-    steps = {results[lr]["best_step"] for lr in near}
-    if top - min(accs) < TIE and len(steps) == 1:
+def pick(results: dict[float, dict], fallback: float, n: int, target: float) -> float:
+    """The best learning rate: the highest accuracy; among the rates tied with it
+    (:func:`tie_width` at ``n`` test sequences), the one whose best evaluation came first.
+    When every rate ties and none reached ``target`` (nothing learned in the budget, or all
+    learned alike), the sweep cannot tell them apart: ``fallback``."""
+    top = max(r["accuracy"] for r in results.values())
+    width = tie_width(top, n)
+    near = [lr for lr, r in results.items() if r["accuracy"] > top - width]
+    if len(near) == len(results) and top < target:
         return fallback
     return min(near, key=lambda lr: (results[lr]["best_step"], -results[lr]["accuracy"]))
 
@@ -124,14 +131,18 @@ def main(argv: list[str] | None = None) -> int:
                       f"{'  (stored)' if res.skipped else ''}", flush=True)
     print(f"\nseed {args.seed}, {args.steps or 'the experiment'}'s step budget; held-out accuracy at the "
           f"training length (best evaluation's step); total {time.perf_counter() - t_all:.0f}s\n")
+    def choose(task: str, arch: str, res_by_lr: dict[float, dict]) -> float:
+        cfg = exp.train_for(task, arch)
+        return pick(res_by_lr, cfg.lr, cfg.n_test, cfg.target_accuracy)
+
     head = "task         arch        " + "".join(f"{f'lr {lr:g}':>20s}" for lr in lrs) + "   best"
     print(head)
     for (task, arch), res_by_lr in table.items():
         cells = "".join(f"{r['accuracy']:>11.3f} ({r['best_step']:>5d})" for r in (res_by_lr[lr] for lr in lrs))
-        print(f"{task:12s} {arch:11s} {cells}   {pick(res_by_lr, exp.train_for(task, arch).lr):g}")
+        print(f"{task:12s} {arch:11s} {cells}   {choose(task, arch, res_by_lr):g}")
     print()
     for (task, arch), res_by_lr in table.items():
-        print(f"[train_overrides.{task}.{arch}]\nlr = {pick(res_by_lr, exp.train_for(task, arch).lr):g}")
+        print(f"[train_overrides.{task}.{arch}]\nlr = {choose(task, arch, res_by_lr):g}")
     return 0
 
 
