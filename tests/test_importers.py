@@ -117,6 +117,30 @@ def test_cli_imports_saved_caches_with_a_label_table(gpt2, tmp_path):
     np.testing.assert_array_equal(ds.tokens.values, gpt2["tokens"].numpy())
 
 
+def test_cli_imports_saved_nnsight_outputs(gpt2, tmp_path):
+    pytest.importorskip("nnsight")
+    from safetensors.torch import save_file
+
+    model, tokens = gpt2["model"], gpt2["tokens"]
+    paths = ["transformer.drop", "transformer.h.0", "transformer.h.1"]
+    (tmp_path / "outs").mkdir()
+    for i in range(0, N, 4):
+        outs = nnsight_outputs(model, tokens[i:i + 4], paths)
+        save_file({**{k: v.contiguous() for k, v in outs.items()}, "input_ids": tokens[i:i + 4].contiguous()},
+                  str(tmp_path / "outs" / f"batch_{i // 4}.safetensors"))
+    lab = _labels(tokens)["parity"]
+    np.savez(tmp_path / "labels.npz", parity=lab)
+    out = CliRunner().invoke(main, ["import", "nnsight", str(tmp_path / "outs"), str(tmp_path / "s.zarr"),
+                                    "--run", "gpt2-nn", "--task", "parity", "--labels", str(tmp_path / "labels.npz")])
+    assert out.exit_code == 0, out.output
+    assert "run 'gpt2-nn' length 7: 10 sequences, layers embed, L0, L1" in out.output
+    ds = Store.open(str(tmp_path / "s.zarr")).open_length("gpt2-nn", L)
+    want = np.concatenate([c["blocks.1.hook_resid_post"].numpy() for c in gpt2["caches"]])
+    np.testing.assert_allclose(ds.hidden.sel(layer="L1").values, want.astype("float16"), atol=2e-3)
+    np.testing.assert_array_equal(ds.tokens.values, tokens.numpy())
+    np.testing.assert_array_equal(ds.parity.values, lab)
+
+
 def test_saelens_cache_directory_and_export_round_trip(tmp_path):
     datasets = pytest.importorskip("datasets")
     rng = np.random.default_rng(0)
