@@ -163,6 +163,10 @@ def layout_problems(grp: zarr.Group, where: str, arrays: Mapping[str, zarr.Array
     elif dim_names(arrs["layer"]) != ("layer",) or dtype_kind(arrs["layer"]) not in "UOTS":
         out.append(f"{where}/layer: the layer coordinate must be strings of dims ('layer',); "
                    f"it has {dtype_kind(arrs['layer'])!r} values of dims {dim_names(arrs['layer'])}")
+    for name, arr in sorted(arrs.items()):
+        if name not in S.CORE_VARS and not dim_names(arr):
+            out.append(f"{where}/{name}: no dimension_names (S2): xarray cannot open the group; "
+                       "write every array with its dims named")
     labels = label_names(grp, arrs)
     if not labels:
         out.append(f"{where}: no label variable (an integer variable of dims (sequence, position), "

@@ -356,6 +356,10 @@ def _short_label(path: Path) -> None:
     grp.create_array("parity", shape=(64, 15), dtype="int32", dimension_names=["sequence", "position"])[...] = 0
 
 
+def _undimensioned(path: Path) -> None:
+    open_rw(path)[GROUP].create_array("extra", shape=(64,), dtype="int32")[...] = 1
+
+
 def _schema_2(path: Path) -> None:
     open_rw(path).attrs["schema"] = "layerstate/2"
 
@@ -368,6 +372,8 @@ BAD = {
                                       "spec does when writing it"),
     "label shape": (_short_label, f"{GROUP}/parity: shape (64, 15) does not match tokens (64, 16) in "
                                   "(sequence, position) (S17)"),
+    "no dimension names": (_undimensioned, f"{GROUP}/extra: no dimension_names (S2): xarray cannot open "
+                                           "the group; write every array with its dims named"),
     "schema 2": (_schema_2, "uses schema 'layerstate/2', newer than this layerstate understands "
                             "(layerstate/1); upgrade layerstate"),
 }
