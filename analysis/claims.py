@@ -225,7 +225,11 @@ class Claim(BaseModel):
     )
     matches: str | None = Field(default=None, description="profile_match: task whose profile `task` should match.")
     differs_from: str | None = Field(default=None, description="profile_match: task it should differ from.")
-    target: str | None = Field(default=None, description="probe_accuracy: the probed label (default the run's target).")
+    target: str | None = Field(
+        default=None,
+        description="accuracy: the label the readout is scored on; probe_accuracy: the probed label "
+        "(default the run's declared target, or the only label; needed when a store written by "
+        "another tool has several labels and declares none).")
     result: str | None = Field(
         default=None, description="restoration: which results/interchange/<name> to read when several cover the task."
     )
@@ -389,7 +393,7 @@ def _sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
     sequence) at the claim's length."""
     from analysis.behaviour import by_factors, sequence_correctness
 
-    key = ("sequences", claim.length)
+    key = ("sequences", claim.length, claim.target)
     if key not in cache:
         runs = [r for r in store.run_ids() if claim.length in store.lengths(r)]
         if not runs:
@@ -397,7 +401,8 @@ def _sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
                 f"claim {claim.id!r}: no run has captured length {claim.length}; "
                 "run `layerstate capture` (or change the claim's length)"
             )
-        cache[key] = by_factors(sequence_correctness(store, runs, [claim.length]).sel(length=claim.length))
+        counts = sequence_correctness(store, runs, [claim.length], target=claim.target)
+        cache[key] = by_factors(counts.sel(length=claim.length))
     return cast(xr.Dataset, cache[key])
 
 

@@ -30,8 +30,9 @@ def check_weights(store: Store, run_id: str) -> None:
     if not store.has_weights(run_id):
         raise MissingError(
             f"run {run_id!r} has no trained weights in {store.location}; the model cannot be "
-            "re-run from a stored layer. Run `layerstate train` first (or capture into a store "
-            "that keeps weights)"
+            "re-run from a stored layer. Train it with `layerstate train`, or, for a store another "
+            "tool wrote, add the run's weights as arrays under runs/<id>/weights (docs/store-format.md, "
+            "S12-S15); probe, stats and report need no weights"
         )
 
 

@@ -171,7 +171,9 @@ def test_analyses_that_rerun_the_model_refuse_a_store_without_weights(store_copy
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
         f"layerstate: error: run {RUN!r} has no trained weights in {store_copy}; the model cannot be "
-        "re-run from a stored layer. Run `layerstate train` first (or capture into a store that keeps weights)"
+        "re-run from a stored layer. Train it with `layerstate train`, or, for a store another tool "
+        "wrote, add the run's weights as arrays under runs/<id>/weights (docs/store-format.md, S12-S15); "
+        "probe, stats and report need no weights"
     ]
     assert files(store_copy) == before
 
@@ -215,6 +217,23 @@ def test_several_labels_without_a_target_ask_for_one(store_copy):
     assert ds.attrs["target"] == "ones"
     res = cli("probe", store_copy, "--target", "parity", "--positions", "pooled", "--folds", "3")
     assert res.exit_code == 0 and "stored results/probes/parity" in res.output
+
+
+def test_an_accuracy_claim_names_its_label_when_the_store_declares_none(store_copy, tmp_path):
+    add_label(store_copy)
+    readout = CLAIMS.split("[[claims]]")[2]
+    claims = tmp_path / "claims.toml"
+    claims.write_text("[[claims]]" + readout)
+    res = cli("stats", store_copy, "--claims", claims)
+    assert res.exit_code == 2 and "declares no target" in res.output
+    claims.write_text("[[claims]]" + readout + 'target = "parity"\n')
+    res = cli("stats", store_copy, "--claims", claims)
+    assert res.exit_code == 0, res.output
+    assert "readout-right: supported" in res.output  # scored on the parity, which the logits predict
+    claims.write_text("[[claims]]" + readout.replace('threshold = 0.9', 'threshold = 0.9\ntarget = "ones"'))
+    res = cli("stats", store_copy, "--claims", claims)
+    assert res.exit_code == 0, res.output
+    assert "readout-right: supported" not in res.output  # the running count is not what they predict
 
 
 def test_a_declared_target_is_the_default(store_copy):
