@@ -19,6 +19,7 @@ whole writes), :class:`store.writer.LengthWriter` (streaming, resumable writes) 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -42,8 +43,10 @@ from .errors import (
     ReadOnlyStoreError,
     RunConflictError,
     SchemaVersionError,
+    WriterLockedError,
 )
-from .location import Location, RunLock
+from .lease import Lease, RunLease, consolidation_lease, lease_seconds, location_key
+from .location import Location
 from .provenance import now, provenance, tool_version
 from .runs import config_hash, run_identity
 from .writer import LengthWriter
@@ -205,6 +208,12 @@ class Store:
         metadata copy file beside it (the root's own document and every node's digest,
         :func:`store.metadata.record_digests`).
 
+        Several processes (on several hosts) may write different runs of one store at once:
+        each consolidation holds the store's consolidation lease (:mod:`store.lease`), lists
+        every node afresh and is checked afterwards, so the last one to finish takes in
+        every write finished before it and none is left out of the snapshot
+        (docs/store-format.md, S40).
+
         Inside :meth:`deferred_consolidation` this only marks the snapshot stale: one
         consolidation at the end replaces one per finished write, which re-reads every
         metadata document of the store and so made a many-run capture quadratic.
@@ -214,9 +223,24 @@ class Store:
         if self._defer:
             self._stale = True
             return
-        with quiet():
-            zarr.consolidate_metadata(self.root.store)
-        _metadata.record_digests(self.root.store)
+        _consolidate(self.location, self.root.store)
+
+    def set_root_attrs(self, **attrs: Any) -> None:
+        """Add or replace attributes of the root group, then consolidate.
+
+        The root document also holds the snapshot that every consolidation rewrites, so this
+        reads it afresh and writes it under the consolidation lease: an attribute set while
+        another process consolidates is never lost (S40).
+        """
+        self._writable()
+        with _consolidating(self.location):
+            with quiet():
+                fresh = zarr.open_group(store=self.root.store, mode="r+", zarr_format=3,
+                                        use_consolidated=False)
+                fresh.attrs.update(attrs)
+                self.root = zarr.open_group(store=self.root.store, mode="r+", zarr_format=3,
+                                            use_consolidated=False)
+            _consolidate(self.location, self.root.store)
 
     @contextlib.contextmanager
     def deferred_consolidation(self) -> Iterator[Store]:
@@ -414,8 +438,11 @@ class Store:
         with naming_corruption(self.location):
             return obj.compute()
 
-    def lock(self, run_id: str) -> RunLock:
-        return RunLock(self.location, run_id)
+    def lock(self, run_id: str) -> RunLease:
+        """The writer lock of run ``run_id``: its lease in the store, so a second writer is
+        refused across processes, hosts and object stores (S41), plus a local ``flock``.
+        Held by :class:`~store.writer.LengthWriter` and by training; re-entrant."""
+        return RunLease(self.location, run_id)
 
     def _writable(self) -> None:
         if self.read_only:
@@ -559,8 +586,7 @@ def _pair(src: Location, res: Location, *, write: bool) -> PairedStore:
             )
         results = Store.create(res.url, title=f"results for {source.attrs.get('title') or src_url}",
                                storage_options=res.storage_options)
-        results.root.attrs[_pairing.RESULTS_FOR] = rec
-        results.consolidate()
+        results.set_root_attrs(**{_pairing.RESULTS_FOR: rec})
         return PairedStore(source, results)
     results = Store.open(res.url, mode="r+" if write else "r", storage_options=res.storage_options)
     found = results.attrs.get(_pairing.RESULTS_FOR)
@@ -571,8 +597,7 @@ def _pair(src: Location, res: Location, *, write: bool) -> PairedStore:
                 "directory"
             )
         if write:
-            results.root.attrs[_pairing.RESULTS_FOR] = rec
-            results.consolidate()
+            results.set_root_attrs(**{_pairing.RESULTS_FOR: rec})
     else:
         _pairing.check_record(found, str(res), src_url, identity)
     return PairedStore(source, results)
@@ -621,3 +646,45 @@ def _check_schema(loc: Location, attrs: dict) -> None:
             f"{loc} uses schema {schema!r}, newer than this layerstate understands ({S.SCHEMA}); "
             "upgrade layerstate (pip install -U layerstate)"
         )
+
+
+# ---------------------------------------------------------------------- consolidation (S40)
+#: Per store: threads of one process consolidate one at a time (the lease is per process).
+_THREAD_LOCKS: dict[str, Any] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _consolidation_wait() -> float:
+    """How long a consolidation waits for another one to finish before giving up."""
+    return max(600.0, 10 * lease_seconds())
+
+
+@contextlib.contextmanager
+def _consolidating(loc: Location) -> Iterator[Lease]:
+    """Hold the store's consolidation lease (and this process's lock for it): one
+    consolidation, or root-attribute write, at a time across every process and host."""
+    key = location_key(loc)
+    with _THREAD_LOCKS_GUARD:
+        lock = _THREAD_LOCKS.setdefault(key, threading.RLock())
+    with lock:
+        lease = consolidation_lease(loc)
+        lease.acquire(wait=_consolidation_wait())
+        try:
+            yield lease
+        finally:
+            lease.release()
+
+
+def _consolidate(loc: Location, zs: Any) -> None:
+    """One consolidation under the lease, checked: the root read back afterwards must still
+    be the document written, and the lease still this process's (else it is done again)."""
+    for _ in range(3):
+        with _consolidating(loc) as lease:
+            written = _metadata.consolidate_once(zs)
+            if lease.lost is None and _metadata.root_is(zs, written):
+                return
+    raise WriterLockedError(
+        f"{loc}: the consolidated metadata was replaced by another process three times while "
+        "this one wrote it (its consolidation lease was taken over: a process paused for longer "
+        "than the lease lasts?); run `layerstate repair` on the store once its writers finish"
+    )

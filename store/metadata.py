@@ -17,7 +17,9 @@ Here:
   through them is parsed first, and a damaged one fails with a
   :class:`~store.errors.MetadataDamagedError` naming the file and the fix, instead of a JSON
   parser's message;
-* :func:`record_digests` (called after every consolidation) and :func:`check`, the
+* :func:`consolidate_once` (zarr's snapshot from a fresh listing, then
+  :func:`record_digests`), which :class:`~store.core.Store` runs under the store's
+  consolidation lease (S40), and :func:`check`, the
   comparison of every node with its snapshot copy and digest that ``validate`` reports and
   ``repair`` acts on.
 
@@ -31,11 +33,13 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import zarr
 import zarr.storage
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.buffer.cpu import Buffer as CPUBuffer
@@ -243,14 +247,42 @@ def copy_document(root: dict[str, Any]) -> dict[str, Any]:
     return {**body, "digest": digest(body)}
 
 
-def record_digests(zs: Any) -> None:
+def record_digests(zs: Any) -> bytes:
     """After a consolidation: write the metadata copy file from the root document (a copy
-    of the root's own document and the digest of every node's)."""
+    of the root's own document and the digest of every node's); returns that root document
+    as read."""
     raw = get(zs, ZARR_JSON)
     root, why = parse(raw) if raw is not None else (None, "missing")
-    if root is None:  # a root zarr just wrote is always readable
+    if root is None or raw is None:  # a root zarr just wrote is always readable
         raise MetadataDamagedError(f"{ZARR_JSON} unreadable right after consolidation: {why}")
     put(zs, S.METADATA_COPY, json.dumps(copy_document(root), indent=1).encode())
+    return raw
+
+
+# ---------------------------------------------------------------------- consolidation
+def forget_listings(zs: Any) -> None:
+    """Drop the directory listings an fsspec file system cached (s3fs keeps them): a
+    consolidation must list what other processes wrote since, not what this one saw."""
+    fs = getattr(zs, "fs", None)
+    if fs is not None and hasattr(fs, "invalidate_cache"):
+        fs.invalidate_cache()
+
+
+def consolidate_once(zs: Any) -> bytes:
+    """One consolidation of the whole store: every node listed afresh and its document
+    copied into the root's snapshot (zarr), then the metadata copy file (S34). Returns the
+    root document as written. The caller holds the store's consolidation lease (S40)."""
+    forget_listings(zs)
+    with quiet(), warnings.catch_warnings():
+        # objects that are no Zarr node (the lease directory, a writer's temporary file)
+        warnings.filterwarnings("ignore", message=r"Object at .* is not recognized")
+        zarr.consolidate_metadata(zs)
+    return record_digests(zs)
+
+
+def root_is(zs: Any, raw: bytes) -> bool:
+    """Whether the root document is still ``raw`` (no other writer replaced the snapshot)."""
+    return get(zs, ZARR_JSON) == raw
 
 
 # ---------------------------------------------------------------------- the check

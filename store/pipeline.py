@@ -8,6 +8,10 @@ and only then reports them as finished. So a recorded block survives a power cut
 write that fails keeps its block unrecorded, and the threads store block ``b`` while the
 caller prepares block ``b + 1``. Anything the fast path cannot write (partial chunks, other
 codecs) goes through zarr's ``__setitem__``.
+
+A block is recorded only while this process still holds its run's lease (:mod:`store.lease`):
+a writer whose lease was taken over (paused or cut off for longer than the lease lasts) stops
+with one line instead of recording blocks over the writer that took over (S41).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 import zarr
 
 from .chunks import ChunkWriter, NotFinite, make_durable, wait_all
+from .lease import check_group
 from .zarrutil import array
 
 #: ``cast(var, values)``: values in their stored dtype, raising if they are not finite.
@@ -104,6 +109,7 @@ class BlockPipeline:
             ready.append(b)
         if ready:
             make_durable(paths)
+            check_group(self.group)  # this writer's run lease still ours (else one line)
             self._record(ready)
         if error is not None:
             raise error

@@ -1,0 +1,660 @@
+"""Leases: who may write a run, and who may consolidate, across processes, hosts and object stores.
+
+A lease is a small JSON object inside the store, under :data:`LEASE_DIR`, naming its holder
+(host, pid, a random id) and when it expires. The holder renews it from a background thread
+while it writes; a lease whose holder stopped renewing (killed, cut off) expires and the next
+writer takes it over. docs/store-format.md, "Concurrent writers" (S40-S45), states the rules
+and what each kind of location guarantees.
+
+How a lease is taken (:meth:`Lease.acquire`), for a name such as ``run-r0``:
+
+1. list the lease objects of that name, ``<name>.g<generation>.json``;
+2. if one is live (not expired, and its holder not known dead), refuse, naming it;
+3. otherwise create generation ``max + 1`` *exclusively*: on a local or network file system a
+   finished file hard-linked into place (``link`` fails if the name exists), on S3 a
+   conditional PUT (``If-None-Match: *``), elsewhere (other fsspec file systems) a check
+   followed by a write, then a read-back. Of several contenders for the same generation
+   exactly one wins where the create is atomic;
+4. list again: if another generation is live (a contender that saw an older listing), back
+   off and refuse; otherwise delete the expired generations below and hold.
+
+Renewal rewrites the holder's own generation (nobody else ever writes it) after checking that
+no higher generation exists; one that does means the lease was taken over (the holder was
+paused or cut off for longer than the lease lasts): the lease is then *lost*, and
+:func:`check_group` (called before a block is recorded) stops the writer. Generation numbers
+grow with every takeover, so a holder that comes back late cannot mistake a newer lease for
+its own.
+
+A holder on the same machine (same boot and process namespace) whose process is gone is dead
+at once: a capture killed with ``kill -9`` and started again resumes without waiting for the
+lease to expire.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import re
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import zarr.storage
+
+from .errors import InvalidArgumentError, WriterLockedError
+from .location import Location, RunLock
+
+#: Directory (prefix) of the lease objects, beside the root's ``zarr.json``.
+LEASE_DIR = "layerstate-leases"
+#: Environment variable: how long a lease lasts without renewal, in seconds.
+ENV_TTL = "LAYERSTATE_LEASE_SECONDS"
+#: Default lease duration (seconds); renewed every third of it.
+DEFAULT_TTL = 60.0
+#: Lease format name.
+FORMAT = "layerstate-lease/1"
+
+_FILE = re.compile(r"^(?P<name>.+)\.g(?P<gen>\d+)\.json$")
+
+
+def lease_seconds() -> float:
+    """The lease duration: :data:`ENV_TTL` if set, else :data:`DEFAULT_TTL`."""
+    raw = os.environ.get(ENV_TTL)
+    if raw is None or raw == "":
+        return DEFAULT_TTL
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = -1.0
+    if not ttl > 0 or ttl != ttl or ttl == float("inf"):
+        raise InvalidArgumentError(
+            f"{ENV_TTL}={raw!r} is not a positive number of seconds; set it to e.g. {DEFAULT_TTL:g} "
+            "or unset it"
+        )
+    return ttl
+
+
+# ---------------------------------------------------------------------- who we are
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
+#: This machine as leases record it: host name, boot id and pid namespace. Two processes
+#: with the same node see each other's pids, so a dead holder can be told at once.
+NODE = f"{socket.gethostname()}|{_boot_id()}|{_pid_namespace()}"
+HOST = socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this node is running (a zombie is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------- where leases live
+class _Backend:
+    """The lease directory of one store: exclusive create, read, overwrite, delete, list."""
+
+    #: how a lease is created exclusively (docs/store-format.md, "Concurrent writers")
+    kind = ""
+    #: whether a created lease must be read back to know it is ours (create not atomic)
+    read_back = False
+
+    def create(self, name: str, data: bytes) -> bool:  # False: the name exists
+        raise NotImplementedError
+
+    def read(self, name: str) -> bytes | None:
+        raise NotImplementedError
+
+    def overwrite(self, name: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def delete(self, name: str) -> None:
+        raise NotImplementedError
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+
+class _LocalBackend(_Backend):
+    """A directory on a local or network file system: a finished temporary file hard-linked
+    to the lease's name (atomic, also over NFS); ``O_CREAT | O_EXCL`` where links fail."""
+
+    kind = "link"
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / LEASE_DIR
+
+    def _tmp(self, data: bytes) -> Path:
+        self.dir.mkdir(exist_ok=True)
+        tmp = self.dir / f".tmp-{uuid.uuid4().hex}"
+        tmp.write_bytes(data)
+        return tmp
+
+    def create(self, name: str, data: bytes) -> bool:
+        for _ in range(5):  # the directory may be removed by a release between the two steps
+            try:
+                tmp = self._tmp(data)
+            except FileNotFoundError:
+                continue
+            try:
+                os.link(tmp, self.dir / name)
+                return True
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK,
+                                     errno.EXDEV, errno.ENOSYS):
+                    raise
+                return self._create_excl(name, data)  # a file system without hard links
+            finally:
+                tmp.unlink(missing_ok=True)
+        return False
+
+    def _create_excl(self, name: str, data: bytes) -> bool:
+        try:
+            fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return True
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return (self.dir / name).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def overwrite(self, name: str, data: bytes) -> None:
+        tmp = self._tmp(data)
+        try:
+            os.replace(tmp, self.dir / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def delete(self, name: str) -> None:
+        (self.dir / name).unlink(missing_ok=True)
+        try:
+            self.dir.rmdir()  # only when empty: a store without writers holds no lease directory
+        except OSError:
+            pass
+
+    def names(self) -> list[str]:
+        try:
+            return os.listdir(self.dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+
+class _FsspecBackend(_Backend):
+    """An fsspec file system (S3, GCS, memory, …). S3 creates with a conditional PUT
+    (``If-None-Match: *``, atomic on AWS S3); other file systems check, then write, then
+    read the lease back (a race between two creators is narrowed, not excluded)."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str) -> None:
+        self.fs = fs
+        self.dir = f"{root.rstrip('/')}/{LEASE_DIR}"
+        protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+        self.kind = "conditional-put" if "s3" in protocols else "check-then-write"
+        self.read_back = self.kind != "conditional-put"
+
+    def _path(self, name: str) -> str:
+        return f"{self.dir}/{name}"
+
+    def create(self, name: str, data: bytes) -> bool:
+        path = self._path(name)
+        try:
+            self.fs.pipe_file(path, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            # a refused condition that the client did not translate: the object is there
+            if self.read(name) is not None:
+                return False
+            raise
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(self._path(name)))
+        except FileNotFoundError:
+            return None
+
+    def overwrite(self, name: str, data: bytes) -> None:
+        self.fs.pipe_file(self._path(name), data)
+
+    def delete(self, name: str) -> None:
+        try:
+            self.fs.rm_file(self._path(name))
+        except FileNotFoundError:
+            pass
+
+    def names(self) -> list[str]:
+        try:
+            self.fs.invalidate_cache(self.dir)
+            found = self.fs.ls(self.dir, detail=False, refresh=True)
+        except TypeError:  # file systems whose ls takes no refresh
+            found = self.fs.ls(self.dir, detail=False)
+        except FileNotFoundError:
+            return []
+        return [str(p).rstrip("/").rsplit("/", 1)[-1] for p in found]
+
+
+def _backend(location: Location) -> _Backend:
+    if location.is_zip:
+        raise InvalidArgumentError(f"{location} is a packed (zip) store: it is read-only and takes no writer")
+    if location.is_local:
+        return _LocalBackend(location.local_path)
+    fs, root = location.filesystem()
+    return _FsspecBackend(fs, root)
+
+
+def location_key(location: Location) -> str:
+    """The store as leases key it: its absolute local path, or ``protocol://path``."""
+    if location.is_local:
+        return str(location.local_path)
+    fs, root = location.filesystem()
+    return _fs_key(fs, root)
+
+
+def _fs_key(fs: Any, root: str) -> str:
+    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return f"{proto}://{root.rstrip('/')}"
+
+
+def zarr_store_key(zs: Any) -> str | None:
+    """:func:`location_key` of the store a zarr store object reads (None if it cannot be told)."""
+    if isinstance(zs, zarr.storage.LocalStore):
+        return str(Path(zs.root).resolve())
+    fs, path = getattr(zs, "fs", None), getattr(zs, "path", None)
+    if fs is not None and isinstance(path, str):
+        return _fs_key(fs, path)
+    inner = getattr(zs, "_store", None)  # a wrapper store
+    return None if inner is None else zarr_store_key(inner)
+
+
+# ---------------------------------------------------------------------- lease documents
+@dataclass
+class Holder:
+    """A lease as stored: who holds it and until when."""
+
+    doc: dict[str, Any]
+    generation: int
+
+    @property
+    def expires(self) -> float:
+        try:
+            return float(self.doc.get("expires", 0))
+        except (TypeError, ValueError):
+            return 0.0
+
+    @property
+    def pid(self) -> int | None:
+        pid = self.doc.get("pid")
+        return pid if isinstance(pid, int) else None
+
+    def live(self, now: float) -> bool:
+        """Not expired, and not held by a process of this node that is gone."""
+        if now >= self.expires:
+            return False
+        if self.doc.get("node") == NODE and self.pid is not None:
+            if self.pid == os.getpid():  # this process: held only if it is registered
+                return any(h.doc.get("uuid") == self.doc.get("uuid") for h in _HELD.values())
+            return _alive(self.pid)
+        return True
+
+    def describe(self, now: float) -> str:
+        """``another process (pid N) on host H (lease …, expires …)``."""
+        host = self.doc.get("host", "?")
+        where = "this host" if self.doc.get("node") == NODE else f"host {host}"
+        left = self.expires - now
+        return (f"another process (pid {self.pid if self.pid is not None else '?'}) on {where} "
+                f"(lease {str(self.doc.get('uuid', '?'))[:8]}, generation {self.generation}, expires "
+                f"{_iso(self.expires)}, in {max(left, 0):.0f} s unless renewed)")
+
+
+def _parse(raw: bytes | None, gen: int) -> Holder | None:
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        doc = None
+    if not isinstance(doc, dict):
+        # unreadable (damaged, or being written where creation is not atomic): counts as a
+        # holder that expired, so it never blocks a store for good
+        doc = {"uuid": "unreadable", "expires": 0}
+    return Holder(doc, gen)
+
+
+# ---------------------------------------------------------------------- held leases
+@dataclass
+class _Held:
+    backend: _Backend
+    key: str
+    name: str
+    what: str
+    where: str
+    ttl: float
+    file: str
+    generation: int
+    doc: dict[str, Any]
+    depth: int = 1
+    lost: str | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+_HELD: dict[tuple[str, str], _Held] = {}
+_REGISTRY = threading.RLock()
+
+
+class Lease:
+    """An exclusive lease ``name`` on a store, e.g. ``run-r0`` or ``consolidate``.
+
+    Re-entrant within a process (a nested :meth:`acquire` of a lease this process holds
+    succeeds); renewed every third of its duration by a daemon thread while held.
+
+    Parameters
+    ----------
+    location
+        The store.
+    name
+        The lease's name (letters, digits, ``_.-``).
+    what
+        How messages name what it protects (``"run 'r0'"``).
+    ttl
+        Seconds a lease lasts unrenewed; default :func:`lease_seconds`.
+    """
+
+    def __init__(self, location: Location, name: str, what: str, *, ttl: float | None = None) -> None:
+        self.location = location
+        self.name = name
+        self.what = what
+        self.ttl = lease_seconds() if ttl is None else float(ttl)
+        self._key = (location_key(location), name)
+        self._holding = False
+
+    # -------------------------------------------------------------- acquire / release
+    def acquire(self, *, wait: float = 0.0) -> Lease:
+        """Take the lease, or raise :class:`WriterLockedError` naming its holder.
+
+        ``wait``: seconds to keep trying while another holder has it (it may finish, or
+        stop renewing and expire); 0 refuses at once.
+        """
+        if self._holding:
+            return self
+        with _REGISTRY:
+            held = _HELD.get(self._key)
+            if held is not None:
+                held.depth += 1
+                self._holding = True
+                return self
+        deadline = time.time() + wait
+        backend = _backend(self.location)
+        delay = 0.02
+        while True:
+            holder = self._try(backend)
+            if holder is None:
+                self._holding = True
+                return self
+            now = time.time()
+            if now >= deadline:
+                raise WriterLockedError(self._refusal(holder, now, wait))
+            time.sleep(min(delay, max(deadline - now, 0.0)) * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+    def _refusal(self, holder: Holder, now: float, waited: float) -> str:
+        if self.name.startswith("run-"):
+            return (f"{self.what} in {self.location} is being written by {holder.describe(now)}; "
+                    "wait for it to finish or stop it, then run again (a writer that died on "
+                    "another host is taken over once its lease expires)")
+        return (f"{self.what} of {self.location} is held by {holder.describe(now)}"
+                f"{f' and was not released within {waited:.0f} s' if waited else ''}; wait for "
+                "that process to finish or stop it, then run again")
+
+    def _try(self, backend: _Backend) -> Holder | None:
+        """One attempt: None when taken, else the live holder that prevents it."""
+        for _ in range(8):
+            leases = self._list(backend)
+            now = time.time()
+            live = [h for h in leases.values() if h.live(now)]
+            if live:
+                return max(live, key=lambda h: h.generation)
+            gen = max(leases, default=-1) + 1
+            doc = self._document(gen, now)
+            file = f"{self.name}.g{gen}.json"
+            data = json.dumps(doc, indent=1).encode()
+            if not backend.create(file, data):
+                continue  # another contender took this generation: look again
+            if backend.read_back:
+                mine = _parse(backend.read(file), gen)
+                if mine is None or mine.doc.get("uuid") != doc["uuid"]:
+                    continue
+            others = {g: h for g, h in self._list(backend).items() if g != gen}
+            now = time.time()
+            rival = [h for h in others.values() if h.live(now)]
+            if rival:  # a contender that listed before we created: neither may hold both
+                backend.delete(file)
+                return max(rival, key=lambda h: h.generation)
+            for g, h in others.items():
+                if g < gen and not h.live(now):
+                    backend.delete(f"{self.name}.g{g}.json")
+            self._hold(backend, file, gen, doc)
+            return None
+        leases = self._list(backend)
+        now = time.time()
+        live = [h for h in leases.values() if h.live(now)]
+        if live:
+            return max(live, key=lambda h: h.generation)
+        raise WriterLockedError(
+            f"{self.what} in {self.location}: could not take its lease after 8 attempts (other "
+            "writers keep taking and releasing it); run again"
+        )
+
+    def _list(self, backend: _Backend) -> dict[int, Holder]:
+        out: dict[int, Holder] = {}
+        for entry in backend.names():
+            m = _FILE.match(entry)
+            if m is None or m["name"] != self.name:
+                continue
+            gen = int(m["gen"])
+            h = _parse(backend.read(entry), gen)
+            if h is not None:  # gone between the listing and the read: released
+                out[gen] = h
+        return out
+
+    def _document(self, gen: int, now: float) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "name": self.name, "what": self.what, "store": str(self.location),
+            "host": HOST, "pid": os.getpid(), "node": NODE, "uuid": uuid.uuid4().hex,
+            "generation": gen, "acquired": _iso(now), "renewed": _iso(now), "ttl": self.ttl,
+            "expires": now + self.ttl, "expires_at": _iso(now + self.ttl),
+        }
+
+    def _hold(self, backend: _Backend, file: str, gen: int, doc: dict[str, Any]) -> None:
+        held = _Held(backend, self._key[0], self.name, self.what, str(self.location), self.ttl,
+                     file, gen, doc)
+        held.thread = threading.Thread(target=_renew_loop, args=(held,), daemon=True,
+                                       name=f"layerstate-lease-{self.name}")
+        with _REGISTRY:
+            _HELD[self._key] = held
+        held.thread.start()
+
+    def release(self) -> None:
+        """Give the lease back (the last release of a nested hold deletes it)."""
+        if not self._holding:
+            return
+        self._holding = False
+        with _REGISTRY:
+            held = _HELD.get(self._key)
+            if held is None:
+                return
+            held.depth -= 1
+            if held.depth > 0:
+                return
+            del _HELD[self._key]
+        held.stop.set()
+        if held.thread is not None and held.thread is not threading.current_thread():
+            held.thread.join(timeout=held.ttl)
+        if held.lost is None:
+            try:
+                held.backend.delete(held.file)
+            except OSError:
+                pass  # unreachable now: the lease expires on its own
+
+    @property
+    def lost(self) -> str | None:
+        """Why this process no longer holds the lease (taken over), or None."""
+        held = _HELD.get(self._key)
+        return None if held is None else held.lost
+
+    def check(self) -> None:
+        """Raise :class:`WriterLockedError` if the lease was lost (see :attr:`lost`)."""
+        held = _HELD.get(self._key)
+        if held is not None and held.lost is not None:
+            raise WriterLockedError(held.lost)
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _renew_loop(held: _Held) -> None:
+    while not held.stop.wait(held.ttl / 3):
+        _renew(held)
+        if held.lost is not None:
+            return
+
+
+def _renew(held: _Held) -> None:
+    """Extend the lease, unless a higher generation shows it was taken over."""
+    try:
+        higher = _newer(held)
+        if higher is None:
+            now = time.time()
+            held.doc = {**held.doc, "renewed": _iso(now), "expires": now + held.ttl,
+                        "expires_at": _iso(now + held.ttl)}
+            held.backend.overwrite(held.file, json.dumps(held.doc, indent=1).encode())
+            higher = _newer(held)  # a takeover between the check and the write
+        if higher is not None:
+            _lose(held, f"taken over by {higher.describe(time.time())}")
+    except OSError as exc:  # unreachable for now: try again until it runs out
+        if time.time() >= float(held.doc["expires"]):
+            _lose(held, f"not renewed in time ({type(exc).__name__}: {exc})")
+
+
+def _newer(held: _Held) -> Holder | None:
+    """A generation above ours, or (our file gone) a stand-in saying so."""
+    names = held.backend.names()
+    if held.file not in names:
+        return Holder({"uuid": "?", "host": "?", "expires": 0}, held.generation)
+    best = None
+    for entry in names:
+        m = _FILE.match(entry)
+        if m is not None and m["name"] == held.name and int(m["gen"]) > held.generation:
+            h = _parse(held.backend.read(entry), int(m["gen"]))
+            if h is not None and (best is None or h.generation > best.generation):
+                best = h
+    return best
+
+
+def _lose(held: _Held, why: str) -> None:
+    held.lost = (f"{held.what} in {held.where}: this process lost its lease ({why}; it was paused or "
+                 f"cut off for longer than the lease's {held.ttl:g} s); nothing more is recorded by "
+                 "this writer: run it again (it resumes from the recorded blocks)")
+
+
+def holding(key: str, name: str) -> bool:
+    """Whether this process holds lease ``name`` of the store keyed ``key``."""
+    return (key, name) in _HELD
+
+
+def check_group(grp: zarr.Group) -> None:
+    """Before recording a block of a length group: refuse if this process holds its run's
+    lease and lost it (:class:`WriterLockedError`, one line). Nothing to do otherwise."""
+    parts = grp.path.split("/")
+    if len(parts) < 2 or parts[0] != "runs":
+        return
+    key = zarr_store_key(grp.store_path.store)
+    if key is None:
+        return
+    held = _HELD.get((key, f"run-{parts[1]}"))
+    if held is not None and held.lost is not None:
+        raise WriterLockedError(held.lost)
+
+
+def run_lease(location: Location, run_id: str) -> Lease:
+    """The lease a writer of run ``run_id`` holds (S41)."""
+    return Lease(location, f"run-{run_id}", f"run {run_id!r}")
+
+
+def consolidation_lease(location: Location) -> Lease:
+    """The lease a consolidation holds (S40)."""
+    return Lease(location, "consolidate", "the consolidated metadata")
+
+
+class RunLease(RunLock):
+    """The writer lock of one run: its lease in the store (S41), which holds across
+    processes, hosts and object stores, and the local ``flock`` of :class:`RunLock` (S26),
+    which ``repair`` looks for. Re-entrant within a process, like :class:`RunLock`."""
+
+    def __init__(self, location: Location, run_id: str) -> None:
+        super().__init__(location, run_id)
+        self.lease = run_lease(location, run_id)
+
+    def acquire(self) -> RunLease:
+        self.lease.acquire()  # refused: one line naming the holder and when its lease expires
+        try:
+            super().acquire()
+        except BaseException:
+            self.lease.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        try:
+            super().release()
+        finally:
+            self.lease.release()
+
+    def __enter__(self) -> RunLease:
+        return self.acquire()
