@@ -17,6 +17,14 @@ a ``distributed.Client``   that client's cluster (left open)
 a cluster object           anything with ``scheduler_address`` (``LocalCluster``, ...; left open)
 =========================  ========================================================================
 
+A command that computes several times (``layerstate run``: training and capture tasks, then
+each analysis) holds one session: :func:`connect` turns the ``scheduler`` into what to hand
+every call (a local scheduler unchanged, else one ``Client``, so ``"local:N"`` starts one
+cluster for the whole command). :func:`check` refuses a malformed ``scheduler`` without
+connecting; :func:`reachable` also checks that an address answers, for commands whose own work
+is not split into tasks. A TCP address nobody listens at is refused at once rather than after
+the client's timeout.
+
 Threads: one BLAS, OpenMP and torch thread per task; parallelism comes from running tasks side
 by side. Two BLAS threads per fit on a loaded 2-core machine turned a 50 ms fit into 10 s
 (docs/measured.md, "Threads"). Locally, :func:`one_thread` holds the process-wide limits (BLAS,
@@ -178,19 +186,10 @@ def compute(tasks: Sequence[Any], scheduler: Any = None, num_workers: int | None
 
 
 def _dispatch(tasks: list, scheduler: Any, num_workers: int | None) -> list:
-    if scheduler is None or (isinstance(scheduler, str) and scheduler in LOCAL):
+    if is_local(scheduler):
         return _on_local(tasks, LOCAL[scheduler or "threads"], num_workers)
-    if isinstance(scheduler, str):
-        if scheduler == "local" or scheduler.startswith("local:"):
-            return _on_local_cluster(tasks, _n_workers(scheduler, num_workers))
-        if "://" in scheduler:
-            return _on_address(tasks, scheduler)
-        raise SchedulerError(_unknown(scheduler))
-    if _is_client(scheduler):
-        return _on_client(scheduler, tasks)
-    if hasattr(scheduler, "scheduler_address"):
-        return _on_address(tasks, scheduler)
-    raise SchedulerError(_unknown(scheduler))
+    with connect(scheduler, num_workers) as client:
+        return _on_client(client, tasks)
 
 
 def _parts(task: Any) -> tuple[list, Callable[[list], Any]]:
@@ -269,40 +268,6 @@ def _is_client(obj: Any) -> bool:
     return isinstance(obj, Client)
 
 
-def _on_local_cluster(tasks: list, n_workers: int) -> list:
-    from distributed import LocalCluster
-
-    dashboard = ":0" if importlib.util.find_spec("bokeh") is not None else None
-    with LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, dashboard_address=dashboard
-    ) as cluster:
-        where = f"dashboard {cluster.dashboard_link}" if dashboard else "no dashboard: no bokeh"
-        print(
-            f"dask: local cluster of {n_workers} worker(s) at {cluster.scheduler_address} "
-            f"({where})",
-            file=sys.stderr,
-        )
-        return _on_address(tasks, cluster)
-
-
-def _on_address(tasks: list, target: Any) -> list:
-    """Connect a client to an address string or a cluster object for this call only."""
-    from distributed import Client
-
-    address = target if isinstance(target, str) else target.scheduler_address
-    try:
-        client = Client(target, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except Exception as exc:  # noqa: BLE001 - refused, timed out, or not a dask scheduler
-        raise SchedulerError(
-            f"could not connect to a dask scheduler at {address!r} within "
-            f"{CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}: {exc}); start one (`dask scheduler`, "
-            "then `dask worker ADDRESS`), check the address, or compute locally with scheduler "
-            "'threads' or 'local:N'"
-        ) from None
-    with client:
-        return _on_client(client, tasks)
-
-
 def _on_client(client: Any, tasks: list) -> list:
     """Compute on a client's cluster with every worker pinned for the call, and this process
     too (in-process workers)."""
@@ -315,3 +280,124 @@ def _on_client(client: Any, tasks: list) -> list:
             client.unregister_worker_plugin(PLUGIN_NAME)
         except Exception:  # noqa: BLE001 - a cluster shutting down keeps no pins to undo
             pass
+
+
+# ----------------------------------------------------------------------------- sessions
+def is_local(scheduler: Any) -> bool:
+    """Whether ``scheduler`` is one of dask's local schedulers (``None``, ``"threads"``,
+    ``"sync"``): work stays in this process. Anything else is ``dask.distributed``."""
+    return scheduler is None or (isinstance(scheduler, str) and scheduler in LOCAL)
+
+
+def check(scheduler: Any, num_workers: int | None = None) -> None:
+    """Refuse a ``scheduler`` of none of the accepted forms, without connecting to anything.
+
+    Raises
+    ------
+    SchedulerError
+        One line listing the accepted forms (or, for ``"local:N"``, what N must be).
+    """
+    if is_local(scheduler) or _is_client(scheduler) or hasattr(scheduler, "scheduler_address"):
+        return
+    if isinstance(scheduler, str):
+        if scheduler == "local" or scheduler.startswith("local:"):
+            _n_workers(scheduler, num_workers)
+            return
+        if "://" in scheduler:
+            return
+    raise SchedulerError(_unknown(scheduler))
+
+
+@contextmanager
+def connect(
+    scheduler: Any, num_workers: int | None = None, say: Callable[[str], None] | None = None
+) -> Iterator[Any]:
+    """What the work inside the block should be handed as its scheduler, ready for use.
+
+    Local schedulers (``None``, ``"threads"``, ``"sync"``) come back unchanged. Anything else
+    becomes a ``distributed.Client``, open for the block: ``"local:N"`` starts a
+    ``LocalCluster`` of N one-thread worker processes (its address and dashboard link go to
+    ``say``, default stderr) and closes it after; an address is connected to (refused or
+    silent within :data:`CONNECT_TIMEOUT_S` -> :class:`SchedulerError` naming it) and the
+    connection closed after; a ``Client`` is used as it is and left open; a cluster object
+    gets a client of its own, closed after (the cluster is left running).
+
+    One session for a whole command (train, capture, then the analyses) starts one local
+    cluster, not one per computation.
+    """
+    check(scheduler, num_workers)
+    if is_local(scheduler) or _is_client(scheduler):
+        yield scheduler
+        return
+    if isinstance(scheduler, str) and (scheduler == "local" or scheduler.startswith("local:")):
+        with _local_cluster(_n_workers(scheduler, num_workers), say) as cluster, \
+                _client(cluster) as client:
+            yield client
+        return
+    with _client(scheduler) as client:
+        yield client
+
+
+def reachable(scheduler: Any) -> None:
+    """Check ``scheduler`` without doing any work on it: its form, and for an address that a
+    dask scheduler answers there (:class:`SchedulerError` naming it if not). ``"local:N"``
+    starts nothing: for commands whose own work is not split into tasks."""
+    check(scheduler)
+    if isinstance(scheduler, str) and "://" in scheduler:
+        with _client(scheduler):
+            pass
+
+
+def _local_cluster(n_workers: int, say: Callable[[str], None] | None) -> Any:
+    """A started ``LocalCluster`` of ``n_workers`` one-thread processes (a context manager),
+    announced with its address and dashboard link."""
+    from distributed import LocalCluster
+
+    dashboard = ":0" if importlib.util.find_spec("bokeh") is not None else None
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=dashboard)
+    where = (f"dashboard {cluster.dashboard_link}" if dashboard
+             else "no dashboard: `pip install bokeh` for one")
+    (say or _to_stderr)(
+        f"dask: local cluster of {n_workers} worker(s) at {cluster.scheduler_address} ({where})"
+    )
+    return cluster
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _client(target: Any) -> Any:
+    """A client connected to an address string or a cluster object (a context manager that
+    closes it), or :class:`SchedulerError` naming the address."""
+    from distributed import Client
+
+    address = target if isinstance(target, str) else target.scheduler_address
+    try:
+        _refused_fast(address)
+        return Client(target, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, or not a dask scheduler
+        raise SchedulerError(
+            f"could not connect to a dask scheduler at {address!r} within "
+            f"{CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}: {exc}); start one (`dask scheduler`, "
+            "then `dask worker ADDRESS`), check the address, or compute locally with scheduler "
+            "'threads' or 'local:N'"
+        ) from None
+
+
+def _refused_fast(address: str) -> None:
+    """A TCP address nobody listens at fails at once (the client would retry it until its
+    timeout); anything else is left to the client."""
+    import socket
+
+    proto, _, rest = address.partition("://")
+    if proto not in ("tcp", "tls"):
+        return
+    from distributed.comm import parse_host_port
+
+    host, port = parse_host_port(rest)
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except ConnectionRefusedError:
+        raise ConnectionRefusedError(f"nothing listens at {host}:{port}") from None
