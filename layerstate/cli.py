@@ -138,16 +138,45 @@ store_argument = click.argument("store_path", metavar="STORE")
 experiment_argument = click.argument("experiment", type=click.Path(dir_okay=False))
 storage_option = click.option(
     "--storage-option", "-S", "storage_options", multiple=True, metavar="KEY=VALUE",
-    callback=_storage_options, help="fsspec option for remote stores (repeatable), e.g. -S anon=true.",
+    callback=_storage_options,
+    help="fsspec option for a store given as a URL (repeatable; values are JSON where they parse), "
+         "e.g. -S anon=true or -S 'client_kwargs={\"endpoint_url\": \"http://host:9000\"}'; the same "
+         "options open the store on every dask worker, and --results when it is a URL.",
 )
 device_option = click.option(
     "--device", default="cpu", show_default=True, callback=_check_device,
     help="torch device: cpu, or cuda when a GPU is present (never required).",
 )
-scheduler_option = click.option(
-    "--scheduler", default="threads", show_default=True, metavar="SCHEDULER",
-    help="Where the work runs: threads | sync | local:N | tcp://ADDR (a dask.distributed scheduler).",
+SCHEDULER_HELP = (
+    "Where the work runs: threads (this machine) | sync (one task at a time) | local:N (a local "
+    "dask cluster of N one-thread processes; its dashboard link is printed) | tcp://HOST:PORT (a "
+    "running dask.distributed scheduler). An address nobody answers at: one line, exit 2."
 )
+
+
+def scheduler_option(help_text: str = SCHEDULER_HELP):
+    """--scheduler, its form checked as the command line is read (no connection yet)."""
+    return click.option("--scheduler", default="threads", show_default=True, metavar="SCHEDULER",
+                        callback=_check_scheduler, help=help_text)
+
+
+def _check_scheduler(ctx: Any, param: Any, scheduler: str) -> str:
+    from analysis.compute import SchedulerError, check
+
+    try:
+        check(scheduler)
+    except SchedulerError as exc:
+        raise BadInput(f"--scheduler: {exc}") from None
+    return scheduler
+
+
+def _session(scheduler: str):
+    """The command's one dask session (:func:`analysis.compute.connect`): a local scheduler
+    as it is, else a client (a local cluster started for the command, or a connection to an
+    address) closed when the command ends; announcements on stderr."""
+    from analysis.compute import connect
+
+    return connect(scheduler, say=lambda line: click.echo(line, err=True))
 results_option = click.option(
     "--results", "results", default=None, metavar="DIR|URL",
     help="Keep results in this results store instead of inside STORE (which is then only read); "
@@ -167,6 +196,15 @@ def run_filters(fn):
     for opt in reversed(_run_filters):
         fn = opt(fn)
     return fn
+
+
+def _open(store_path: str, results: str | None, storage_options: dict):
+    """STORE opened for an analysis that writes results (:func:`store.open_analysis`), with
+    the -S options for STORE and for --results."""
+    from store import open_analysis
+
+    return open_analysis(store_path, results=results, say=click.echo, storage_options=storage_options,
+                         results_options=storage_options)
 
 
 def _selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tuple[str, ...]) -> list[str] | None:
@@ -231,7 +269,8 @@ def inspect(store_path: str, as_json: bool, results: str | None, storage_options
     """What is inside STORE (and its results store), at a glance: runs, lengths, shapes, results."""
     from store import format_summary, open_analysis, summary
 
-    info = summary(open_analysis(store_path, results=results, write=False, storage_options=storage_options))
+    info = summary(open_analysis(store_path, results=results, write=False, storage_options=storage_options,
+                                 results_options=storage_options))
     click.echo(json.dumps(info, indent=2, default=str) if as_json else format_summary(info))
 
 
@@ -299,50 +338,68 @@ def unpack(archive: str, target: str) -> None:
 # ----------------------------------------------------------------------------- the pipeline
 @main.command()
 @experiment_argument
-@click.option("--store", "store_path", required=True, help="Store to train into (created if missing).")
+@click.option("--store", "store_path", required=True, metavar="DIR|URL",
+              help="Store to train into (created if missing); on a dask cluster, a directory every "
+                   "worker mounts at the same path or an object-store URL.")
 @device_option
-def train(experiment: str, store_path: str, device: str) -> None:
+@scheduler_option(SCHEDULER_HELP + " On a cluster each run is one task; workers write their runs "
+                  "into the store.")
+@storage_option
+def train(experiment: str, store_path: str, device: str, scheduler: str, storage_options: dict) -> None:
     """Train every run of EXPERIMENT (skips runs already trained)."""
     from layerstate.experiment import load_experiment
     from layerstate.pipeline import train_experiment
     from store import Store
 
     exp = load_experiment(experiment)
-    Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True)
     n = len(exp.plan.runs())
-    with _Bars() as bars:
-        for i, res in enumerate(train_experiment(exp, store_path, device=device, progress=bars.training), 1):
+    with _session(scheduler) as sched, _Bars() as bars:
+        Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True,
+                     storage_options=storage_options)
+        for i, res in enumerate(train_experiment(exp.plan, store_path, device=device, progress=bars.training,
+                                                 scheduler=sched, storage_options=storage_options), 1):
             bars.close()
             click.echo(present.training_line(res, i, n))
 
 
 @main.command()
 @experiment_argument
-@click.option("--store", "store_path", required=True, help="Store holding the trained runs.")
+@click.option("--store", "store_path", required=True, metavar="DIR|URL", help="Store holding the trained runs.")
 @device_option
-def capture(experiment: str, store_path: str, device: str) -> None:
+@scheduler_option(SCHEDULER_HELP + " On a cluster each (run, length) is one task; workers write "
+                  "into the store, one writer per run at a time.")
+@storage_option
+def capture(experiment: str, store_path: str, device: str, scheduler: str, storage_options: dict) -> None:
     """Record every layer of every trained run of EXPERIMENT at every length (resumable)."""
-    from capture.record import capture_experiment
     from layerstate.experiment import load_experiment
-    from store import Store
+    from layerstate.pipeline import capture_experiment
 
     exp = load_experiment(experiment)
-    with _Bars() as bars:
-        results = capture_experiment(Store.open(store_path, mode="r+"), exp.plan, device=device,
-                                     progress_factory=bars.capture)
+    with _session(scheduler) as sched, _Bars() as bars:
+        results = capture_experiment(exp.plan, store_path, device=device, scheduler=sched,
+                                     storage_options=storage_options, progress_factory=bars.capture)
     click.echo(present.capture_line(results, into=store_path))
 
 
 @main.command()
 @experiment_argument
-@click.option("--out", "out", required=True, help="Output folder: store.zarr and report/ go there.")
-@click.option("--jobs", default=2, show_default=True, help="Runs trained in parallel (processes).")
+@click.option("--out", "out", required=True, help="Output folder: store.zarr (unless --store) and report/ go there.")
+@click.option("--store", "store_path", default=None, metavar="DIR|URL",
+              help="The store, if not OUT/store.zarr: e.g. s3://bucket/acts.zarr (with -S options) for "
+                   "a cluster whose workers share no filesystem.")
+@click.option("--jobs", default=2, show_default=True,
+              help="Runs trained in parallel on this machine (processes); a cluster uses its workers.")
 @device_option
-def run(experiment: str, out: str, jobs: int, device: str) -> None:
+@scheduler_option(SCHEDULER_HELP + " On a cluster each run's training and each (run, length) "
+                  "capture is a task, then the analyses run there; claims and the report here.")
+@storage_option
+def run(experiment: str, out: str, store_path: str | None, jobs: int, device: str, scheduler: str,
+        storage_options: dict) -> None:
     """The main job: train -> capture -> analyse -> claims -> report (re-run resumes)."""
     from layerstate.pipeline import run_experiment
 
-    run_experiment(experiment, out, jobs=jobs, device=device, say=click.echo)
+    run_experiment(experiment, out, store=store_path, storage_options=storage_options, scheduler=scheduler,
+                   jobs=jobs, device=device, say=click.echo)
 
 
 # ----------------------------------------------------------------------------- analyses
@@ -357,21 +414,22 @@ def run(experiment: str, out: str, jobs: int, device: str) -> None:
 @click.option("--train-length", type=int, default=None, help="Fit at this length, score at the others.")
 @click.option("--folds", default=5, show_default=True, help="k-fold split by sequence.")
 @click.option("--method", type=click.Choice(["exact", "screen", "reference"]), default="exact", show_default=True)
-@scheduler_option
+@scheduler_option()
 @click.option("--name", default=None, help="Result name (default probes/<target>).")
 @results_option
+@storage_option
 def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, train_length, folds,
-          method, scheduler, name, results) -> None:
+          method, scheduler, name, results, storage_options) -> None:
     """Fit linear probes on every (run, length, layer, position) of STORE; store results/probes/…"""
     from analysis.probes import probe as run_probe
-    from store import open_analysis
 
-    st = open_analysis(store_path, results=results, say=click.echo)
-    ds = run_probe(
-        st, target, runs=_selected_runs(st, runs, tasks, archs), layers=layers.split(",") if layers else None,
-        positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
-        scheduler=scheduler, save=True, name=name,
-    )
+    with _session(scheduler) as sched:
+        st = _open(store_path, results, storage_options)
+        ds = run_probe(
+            st, target, runs=_selected_runs(st, runs, tasks, archs), layers=layers.split(",") if layers else None,
+            positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
+            scheduler=sched, save=True, name=name,
+        )
     for line in present.probe_lines(ds):
         click.echo(line)
     click.echo(present.stored(name or f"probes/{ds.attrs.get('target', target)}"))
@@ -390,17 +448,18 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
               help="Also erase, per fitted setting S, a random subspace of S's rank removing as much variance "
                    "(matched:S), and print S's drop beyond it.")
 @click.option("--name", default="default", show_default=True, help="Result name: results/ablation/<name>.")
-@scheduler_option
+@scheduler_option()
 @results_option
+@storage_option
 def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, matched, name, scheduler,
-           results) -> None:
+           results, storage_options) -> None:
     """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
     from analysis.interventions import run_ablation
-    from store import open_analysis
 
-    st = open_analysis(store_path, results=results, say=click.echo)
-    ds = run_ablation(st, name, runs=_selected_runs(st, runs, tasks, archs), settings=settings,
-                      fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=scheduler)
+    with _session(scheduler) as sched:
+        st = _open(store_path, results, storage_options)
+        ds = run_ablation(st, name, runs=_selected_runs(st, runs, tasks, archs), settings=settings,
+                          fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=sched)
     for line in present.ablation_lines(ds):
         click.echo(line)
     click.echo(present.stored(f"ablation/{name}"))
@@ -420,23 +479,24 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
                    "(refused without --allow-noise).")
 @click.option("--allow-noise", is_flag=True, help="Accept --corruption noise (off-distribution; docs/interventions.md).")
 @click.option("--name", default="default", show_default=True, help="Result name under results/patching or results/interchange.")
-@scheduler_option
+@scheduler_option()
 @results_option
+@storage_option
 def patch(store_path, runs, tasks, archs, length, positions, interchange, subspace, corruption, allow_noise, name,
-          scheduler, results) -> None:
+          scheduler, results, storage_options) -> None:
     """Patch clean activations into corrupted runs and back (layer x position) and measure both."""
     from analysis.interventions import run_interchange, run_patching
-    from store import open_analysis
 
-    st = open_analysis(store_path, results=results, say=click.echo)
-    sel = _selected_runs(st, runs, tasks, archs)
-    options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise}
-    if interchange:
-        ds = run_interchange(st, length, name, runs=sel, scheduler=scheduler, **options)
-        lines, stored = present.interchange_lines(ds), f"interchange/{name}"
-    else:
-        ds = run_patching(st, length, name, runs=sel, positions=positions, scheduler=scheduler, **options)
-        lines, stored = present.patching_lines(ds), f"patching/{name}"
+    with _session(scheduler) as sched:
+        st = _open(store_path, results, storage_options)
+        sel = _selected_runs(st, runs, tasks, archs)
+        options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise}
+        if interchange:
+            ds = run_interchange(st, length, name, runs=sel, scheduler=sched, **options)
+            lines, stored = present.interchange_lines(ds), f"interchange/{name}"
+        else:
+            ds = run_patching(st, length, name, runs=sel, positions=positions, scheduler=sched, **options)
+            lines, stored = present.patching_lines(ds), f"patching/{name}"
     for line in lines:
         click.echo(line)
     click.echo(present.stored(stored))
@@ -447,14 +507,19 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
 @click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
               help="An experiment TOML (its [[claims]], checked against its grid) or a TOML file of [[claims]] tables.")
 @results_option
-def stats(store_path: str, claims_file: str, results: str | None) -> None:
+@scheduler_option(SCHEDULER_HELP + " Claims are evaluated here, in one process (Holm's correction "
+                  "needs every claim's test at once, and each takes milliseconds): an address is only "
+                  "checked, so a script can hand every command the same --scheduler.")
+@storage_option
+def stats(store_path: str, claims_file: str, results: str | None, scheduler: str, storage_options: dict) -> None:
     """Evaluate declared claims on STORE's results; writes results/claims (all or nothing)."""
     from analysis.claims import evaluate_stored_claims
+    from analysis.compute import reachable
     from layerstate.experiment import load_claims
-    from store import open_analysis
 
+    reachable(scheduler)
     claims = load_claims(claims_file)
-    st = open_analysis(store_path, results=results, say=click.echo)
+    st = _open(store_path, results, storage_options)
     for line in present.claim_lines(evaluate_stored_claims(st, claims)):
         click.echo(line)
 
@@ -465,12 +530,20 @@ def stats(store_path: str, claims_file: str, results: str | None) -> None:
 @click.option("--force", is_flag=True, help="Replace an earlier report in --out.")
 @click.option("--no-chunk-check", is_flag=True, help="Skip verifying every chunk's checksum (huge stores).")
 @results_option
-def report(store_path: str, out: str, force: bool, no_chunk_check: bool, results: str | None) -> None:
+@scheduler_option(SCHEDULER_HELP + " The report reads stored results and draws its figures here, "
+                  "in one process: an address is only checked, so a script can hand every command "
+                  "the same --scheduler.")
+@storage_option
+def report(store_path: str, out: str, force: bool, no_chunk_check: bool, results: str | None, scheduler: str,
+           storage_options: dict) -> None:
     """Write a self-contained HTML report (and Markdown, figures, CSV tables) of STORE."""
+    from analysis.compute import reachable
     from reports import build_report
     from store import open_analysis
 
-    st = open_analysis(store_path, results=results, write=False)
+    reachable(scheduler)
+    st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
+                       results_options=storage_options)
     path = build_report(st, out, force=force, check_chunks=not no_chunk_check)
     click.echo(present.report_line(path))
 

@@ -4,68 +4,329 @@ Every stage skips what is already done (trained runs, captured blocks, stored re
 re-running after an interruption does only what is missing. The experiment, claims
 included, is validated before anything is created (:func:`layerstate.experiment.load_experiment`).
 Result lines come from :mod:`layerstate.present`.
+
+Where the work runs is one ``scheduler`` (:mod:`analysis.compute`), the same for every stage:
+
+* ``"threads"`` (default) or ``"sync"``: this machine. Training runs in this process, or in
+  ``jobs`` processes of one thread each; capture in this process, one torch thread; the
+  analyses on local threads (``"sync"``: one task after another).
+* ``"local:N"``, an address (``"tcp://host:8786"``) or a ``distributed.Client``: a
+  ``dask.distributed`` cluster. Each run's training and each (run, length) capture is a task
+  sent to the workers, which write their own runs into the store; then the analyses run there
+  too. Tasks carry the run's spec, the store's URL and its storage options, never a model or
+  an open store: each worker opens the store itself. The captures of one run follow each
+  other (one writer per run at a time); different runs go side by side.
+
+Before any work on a cluster the driver checks that the workers see the store
+(:func:`check_store_shared`). Every task pins one BLAS and torch thread (training then uses
+its ``[train] threads``), here as on the workers, so the stored arrays are bit-identical
+whatever the scheduler.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from layerstate import present
 from layerstate.runtime import one_thread, torch_threads
+from store.errors import LayerstateError
 
 if TYPE_CHECKING:
-    from capture.experiment import RunSpec
+    from capture.experiment import CapturePlan, RunSpec
+    from capture.record import CaptureResult
     from capture.train import TrainResult
     from layerstate.experiment import Experiment
 
 Say = Callable[[str], None]
 #: ``progress(description, total_steps)`` -> a ``callback(step, point)`` for one run's training.
 TrainProgress = Callable[[str, int], Callable[[int, dict], None]]
+#: ``progress(description, total_sequences)`` -> a ``callback(n_sequences_done)`` for one capture.
+CaptureProgress = Callable[[str, int], Callable[[int], None]]
+
+#: Seconds the driver waits for a cluster's first worker, and for every worker to read the
+#: store's token (:func:`check_store_shared`).
+WORKER_WAIT_S = 60.0
+#: Prefix of the token file :func:`check_store_shared` writes into a store's root (and removes).
+TOKEN_PREFIX = ".layerstate-shared-"
 
 
-def _train_one(spec: RunSpec, store_path: str, device: str,
-               progress: Callable[[int, dict], None] | None = None) -> TrainResult:
+class StoreNotSharedError(LayerstateError):
+    """The workers of a dask cluster cannot see the store the driver writes to."""
+
+
+def store_url(path: str | Path) -> str:
+    """The store's address as every process should use it: a local path made absolute
+    (workers need not share the driver's working directory); URLs unchanged."""
+    from store.location import Location
+
+    loc = Location(str(path))
+    return str(loc.local_path) if loc.is_local else loc.url
+
+
+# ----------------------------------------------------------------------------- units of work
+def _train_one(spec: RunSpec, url: str, device: str,
+               progress: Callable[[int, dict], None] | None = None,
+               storage_options: dict | None = None) -> TrainResult:
     """Train one run; torch's thread count (which training sets) is restored afterwards."""
     from capture.train import train_run
     from store import Store
 
     with torch_threads():
-        return train_run(Store.open(store_path, mode="r+"), spec, device=device, progress=progress)
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        return train_run(st, spec, device=device, progress=progress)
 
 
-def _train_in_worker(args: tuple[RunSpec, str, str]) -> TrainResult:
-    """Worker process: one run, one BLAS and torch thread unless [train] threads says more."""
+def _train_in_worker(args: tuple[RunSpec, str, str, dict | None]) -> TrainResult:
+    """A process or cluster worker: one run, one BLAS and torch thread unless [train]
+    threads says more."""
+    spec, url, device, storage_options = args
     with one_thread():
-        return _train_one(*args)
+        return _train_one(spec, url, device, storage_options=storage_options)
 
 
+def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: str) -> TrainResult:
+    """One run's training as a cluster task: opens the store at ``url`` itself."""
+    return _train_in_worker((spec, url, device, storage_options))
+
+
+def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: str, length: int,
+                 device: str, after: Any = None) -> CaptureResult:
+    """One (run, length) capture as a cluster task (``kind`` ``"len"``, or ``"cf"`` for the
+    counterfactual twins): opens the store itself, checks that the run was trained from
+    this experiment, rebuilds the model from its stored weights and captures (resumable).
+    ``after`` is the result of the task this one waits for (the run's training or its
+    previous capture), unused."""
+    from capture.record import capture_counterfactuals, capture_length, check_capturable
+    from store import Store
+
+    cap = spec.exp.capture
+    with one_thread():
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        check_capturable(st, spec)
+        if kind == "cf":
+            return capture_counterfactuals(st, spec.run_id, length, n_pairs=cap.counterfactual_pairs,
+                                           device=device)
+        return capture_length(st, spec.run_id, length, n_sequences=cap.n_sequences, dtype=cap.dtype,
+                              sites=cap.sites, batch_size=cap.batch_size, device=device)
+
+
+def _captures(plan: CapturePlan) -> list[tuple[str, int]]:
+    """Every (kind, length) one run is captured at, in the order of a local capture."""
+    cap = plan.capture
+    return [("len", L) for L in cap.lengths] + (
+        [("cf", L) for L in cap.counterfactual_lengths] if cap.counterfactual_pairs else [])
+
+
+# ----------------------------------------------------------------------------- the cluster
+def check_store_shared(client: Any, url: str, storage_options: dict | None = None) -> int:
+    """Make sure every worker of ``client``'s cluster sees the store at ``url``.
+
+    The driver writes a random token into the store's root, each worker reads it back
+    through the same URL and storage options, and the token is removed. A worker that reads
+    nothing (a local directory on another host, a ``memory://`` store) or another token (a
+    different directory at the same path) stops the work before it starts. Returns the number
+    of workers checked (waiting up to :data:`WORKER_WAIT_S` for a first one).
+
+    Raises
+    ------
+    StoreNotSharedError
+        Naming the store, what a worker saw, and the fix: a shared filesystem every worker
+        mounts at the same path, or an object-store URL.
+    SchedulerError
+        No worker joined the cluster in time, or the workers did not answer.
+    """
+    from analysis.compute import SchedulerError
+    from store.location import Location
+
+    address = client.scheduler.address
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+    except Exception:  # noqa: BLE001 - distributed's timeout type varies by version
+        raise SchedulerError(
+            f"no dask worker joined the scheduler at {address} within {WORKER_WAIT_S:g} s; "
+            f"start some (`dask worker {address}`)"
+        ) from None
+    token = secrets.token_hex(16)
+    name = TOKEN_PREFIX + token
+    fs, root = Location(url, storage_options or {}).filesystem()
+    path = f"{root.rstrip('/')}/{name}"
+    fs.pipe_file(path, token.encode())
+    try:
+        workers = sorted(client.nthreads())
+        futures = [client.submit(_read_token, url, storage_options, name, token, workers=[w],
+                                 allow_other_workers=False, pure=False, key=f"layerstate-share-{w}-{token}")
+                   for w in workers]
+        deadline = time.monotonic() + WORKER_WAIT_S
+        answers = []
+        for fut in futures:
+            try:
+                answers.append(fut.result(timeout=max(deadline - time.monotonic(), 0.1)))
+            except TimeoutError:
+                client.cancel(futures)
+                raise SchedulerError(
+                    f"dask workers at {address} did not answer within {WORKER_WAIT_S:g} s (busy "
+                    "with other work?); run again when they are free"
+                ) from None
+        seen = dict(zip(workers, answers, strict=True))
+    finally:
+        try:
+            fs.rm_file(path)
+        except Exception:  # noqa: BLE001 - a token left behind is harmless (zarr ignores it)
+            pass
+    blind = {w: why for w, why in seen.items() if why}
+    if blind:
+        worker, why = next(iter(blind.items()))
+        raise StoreNotSharedError(
+            f"the store {url} is not the same store for every dask worker ({len(blind)} of "
+            f"{len(seen)} could not read what this process wrote there; {worker}: {why}); put it "
+            "on a shared filesystem every worker mounts at the same path, or use an object-store URL "
+            "(e.g. s3://bucket/acts.zarr with -S KEY=VALUE options)"
+        )
+    return len(seen)
+
+
+def _read_token(url: str, storage_options: dict | None, name: str, token: str) -> str:
+    """On a worker: '' when the store's token reads back, else what went wrong (one line)."""
+    from store.location import Location
+
+    try:
+        fs, root = Location(url, storage_options or {}).filesystem()
+        found = fs.cat_file(f"{root.rstrip('/')}/{name}").decode(errors="replace")
+    except Exception as exc:  # noqa: BLE001 - any failure means the worker cannot see it
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return "" if found == token else "a different store answers at that address"
+
+
+def _cancel_on_error(client: Any, futures: list) -> Callable[[], None]:
+    def cancel() -> None:
+        try:
+            client.cancel(futures)
+        except Exception:  # noqa: BLE001 - a closing cluster cancels them anyway
+            pass
+
+    return cancel
+
+
+def _submit_training(client: Any, specs: list[RunSpec], url: str, storage_options: dict | None,
+                     device: str) -> dict[str, Any]:
+    tag = secrets.token_hex(4)
+    return {spec.run_id: client.submit(train_task, spec, url, storage_options, device, pure=False,
+                                       key=f"train-{spec.run_id}-{tag}")
+            for spec in specs}
+
+
+def _submit_capture(client: Any, specs: list[RunSpec], url: str, storage_options: dict | None,
+                    device: str, trained: dict[str, Any] | None = None) -> list[Any]:
+    """One task per (run, kind, length); the tasks of one run in a chain that starts after
+    its training (when ``trained`` holds its future), so one run has one writer at a time."""
+    tag = secrets.token_hex(4)
+    futures = []
+    for spec in specs:
+        before = (trained or {}).get(spec.run_id)
+        for kind, length in _captures(spec.exp):
+            before = client.submit(capture_task, spec, url, storage_options, kind, length, device,
+                                   after=before, pure=False,
+                                   key=f"capture-{spec.run_id}-{kind}{length}-{tag}")
+            futures.append(before)
+    return futures
+
+
+def _trained_as_completed(client: Any, futures: dict[str, Any]) -> Iterator[TrainResult]:
+    from distributed import as_completed
+
+    for fut in as_completed(list(futures.values()), loop=client.loop):
+        yield fut.result()
+
+
+def _where(client: Any) -> str:
+    return f"the dask cluster at {client.scheduler.address} ({len(client.nthreads())} workers)"
+
+
+# ----------------------------------------------------------------------------- stages
 def train_experiment(
-    exp: Experiment,
+    exp: CapturePlan,
     store_path: str,
     *,
     jobs: int = 1,
     device: str = "cpu",
     progress: TrainProgress | None = None,
+    scheduler: Any = "threads",
+    storage_options: dict | None = None,
 ) -> Iterator[TrainResult]:
-    """Train every run of the experiment into ``store_path`` (skipping trained ones).
+    """Train every run of the experiment into the store at ``store_path`` (skipping trained ones).
 
-    ``jobs`` > 1 trains that many runs at a time in processes, one thread each (two 1-thread
-    jobs beat one 2-thread job for these small models, docs/measured.md, "Threads");
-    ``progress`` is used only in-process. Yields each run's result, in grid order.
+    ``scheduler`` ``"threads"``/``"sync"``: on this machine; ``jobs`` > 1 trains that many
+    runs at a time in processes, one thread each (two 1-thread jobs beat one 2-thread job
+    for these small models, docs/measured.md, "Threads"); ``progress`` is used only
+    in-process. Results come in grid order. Any other scheduler (:mod:`analysis.compute`):
+    one task per run on the cluster, after :func:`check_store_shared`; results come as the
+    runs finish. ``storage_options`` go with the URL to every process that opens the store.
     """
-    specs = exp.plan.runs()
-    if jobs <= 1 or device != "cpu":
-        for i, spec in enumerate(specs, 1):
-            step = progress(f"[{i}/{len(specs)}] {spec.run_id}", spec.train.steps) if progress else None
-            yield _train_one(spec, store_path, device, step)
-        return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        yield from pool.map(_train_in_worker, [(spec, store_path, device) for spec in specs])
+    from analysis.compute import connect, is_local
+
+    url = store_url(store_path)
+    specs = exp.runs()
+    with connect(scheduler) as sched:
+        if not is_local(sched):
+            check_store_shared(sched, url, storage_options)
+            futures = _submit_training(sched, specs, url, storage_options, device)
+            try:
+                yield from _trained_as_completed(sched, futures)
+            except BaseException:
+                _cancel_on_error(sched, list(futures.values()))()
+                raise
+            return
+        if jobs <= 1 or device != "cpu":
+            for i, spec in enumerate(specs, 1):
+                step = progress(f"[{i}/{len(specs)}] {spec.run_id}", spec.train.steps) if progress else None
+                yield _train_one(spec, url, device, step, storage_options)
+            return
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            yield from pool.map(_train_in_worker,
+                                [(spec, url, device, storage_options) for spec in specs])
+
+
+def capture_experiment(
+    exp: CapturePlan,
+    store_path: str,
+    *,
+    device: str = "cpu",
+    scheduler: Any = "threads",
+    storage_options: dict | None = None,
+    progress_factory: CaptureProgress | None = None,
+) -> list[CaptureResult]:
+    """Capture every trained run of the experiment at every configured length (resumable).
+
+    Local schedulers: in this process, one torch thread, one consolidation at the end
+    (``progress_factory`` gives a progress callback per group). Any other: one task per
+    (run, length) on the cluster, after :func:`check_store_shared`; the store is
+    consolidated here once they are done. Results in grid order either way.
+    """
+    from analysis.compute import connect, is_local
+    from capture.record import capture_experiment as capture_here
+    from store import Store
+
+    url = store_url(store_path)
+    with connect(scheduler) as sched:
+        if is_local(sched):
+            with one_thread():
+                st = Store.open(url, mode="r+", storage_options=storage_options)
+                return capture_here(st, exp, device=device, progress_factory=progress_factory)
+        check_store_shared(sched, url, storage_options)
+        futures = _submit_capture(sched, exp.runs(), url, storage_options, device)
+        try:
+            results = sched.gather(futures)
+        except BaseException:
+            _cancel_on_error(sched, futures)()
+            raise
+    Store.open(url, mode="r+", storage_options=storage_options).consolidate()
+    return results
 
 
 def evaluate_experiment_claims(store, exp: Experiment, say: Say = print):
@@ -81,8 +342,9 @@ def evaluate_experiment_claims(store, exp: Experiment, say: Say = print):
     return res
 
 
-def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
-    """Probe every task's runs (one result per task: ``probes/<task>``); skips stored ones."""
+def probe_experiment(store, exp: Experiment, say: Say = print, scheduler: Any = None) -> list[str]:
+    """Probe every task's runs (one result per task: ``probes/<task>``); skips stored ones.
+    ``scheduler``: where the probes are fitted (:func:`analysis.compute.compute`)."""
     from analysis.probes import probe
 
     cfg = exp.analysis
@@ -98,13 +360,15 @@ def probe_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
         t0 = time.perf_counter()
         ds = probe(store, runs=runs, positions=cfg.probe_positions, lengths=cfg.probe_lengths,
                    train_length=cfg.probe_train_length, folds=cfg.probe_folds,
-                   method=cfg.probe_method, control=cfg.probe_control, save=True, name=name)
+                   method=cfg.probe_method, control=cfg.probe_control, save=True, name=name,
+                   scheduler=scheduler)
         say(present.probe_summary(name, ds, time.perf_counter() - t0))
     return names
 
 
-def intervene_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
-    """Ablations, patching and interchange per task, as configured; skips stored results."""
+def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: Any = "threads") -> list[str]:
+    """Ablations, patching and interchange per task, as configured; skips stored results.
+    ``scheduler``: where they are computed (:func:`analysis.compute.compute`)."""
     from analysis.interventions import run_ablation, run_interchange, run_patching
 
     cfg = exp.analysis
@@ -116,14 +380,15 @@ def intervene_experiment(store, exp: Experiment, say: Say = print) -> list[str]:
             jobs.append((f"ablation/{task}", lambda runs=runs, task=task: run_ablation(
                 store, task, runs=runs, settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
                 fit_length=cfg.ablate_fit_length or exp.train.length, mode=cfg.ablate_mode,
-                refit_rows=cfg.ablate_refit_rows)))
+                refit_rows=cfg.ablate_refit_rows, scheduler=scheduler)))
         has_pairs = all(cfg.patch_length in store.lengths(r, kind="cfclean") for r in runs)
         if cfg.patch and has_pairs:
             jobs.append((f"patching/{task}", lambda runs=runs, task=task: run_patching(
-                store, cfg.patch_length, task, runs=runs, positions=cfg.patch_positions)))
+                store, cfg.patch_length, task, runs=runs, positions=cfg.patch_positions,
+                scheduler=scheduler)))
         if cfg.interchange and has_pairs and task in ("assoc_recall", "treecall"):
             jobs.append((f"interchange/{task}", lambda runs=runs, task=task: run_interchange(
-                store, cfg.patch_length, task, runs=runs)))
+                store, cfg.patch_length, task, runs=runs, scheduler=scheduler)))
         if (cfg.patch or cfg.interchange) and not has_pairs:
             say(f"{task}: no counterfactual pairs at length {cfg.patch_length}; set "
                 "[capture] counterfactual_pairs and counterfactual_lengths to patch")
@@ -142,45 +407,82 @@ def run_experiment(
     exp_path: str | Path,
     out: str | Path,
     *,
+    store: str | None = None,
+    storage_options: dict | None = None,
+    scheduler: Any = "threads",
     jobs: int = 2,
     device: str = "cpu",
     say: Say = print,
 ) -> Path:
-    """The main job: every stage of an experiment into ``out/store.zarr`` and ``out/report``.
+    """The main job: every stage of an experiment into a store and ``out/report``.
 
-    A malformed experiment or claim is refused before anything is created or trained.
+    ``store``: the store's directory or fsspec URL (default ``out/store.zarr``), opened
+    with ``storage_options`` everywhere. ``scheduler``: see the module docstring (``jobs``
+    counts training processes on this machine only). A malformed experiment or claim, or a
+    scheduler that does not answer, is refused before anything is created or trained.
     """
-    from capture.record import capture_experiment
+    from analysis.compute import check, connect, is_local
     from layerstate.experiment import load_experiment
     from store import Store
 
     exp = load_experiment(exp_path)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    store_path = str(out / "store.zarr")
-    Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True)
+    check(scheduler)
     t0 = time.perf_counter()
-    n = len(exp.plan.runs())
-    say(f"== train ({n} runs, {jobs} at a time)")
-    for i, res in enumerate(train_experiment(exp, store_path, jobs=jobs, device=device), 1):
-        say(present.training_line(res, i, n))
-    st = Store.open(store_path, mode="r+")
-    st.consolidate()
-    say(f"== capture (lengths {exp.capture.lengths}, {exp.capture.n_sequences} sequences each)")
-    say(present.capture_line(capture_experiment(st, exp.plan, device=device)))
-    if exp.analysis.probe:
-        say(f"== probes ({exp.analysis.probe_positions} positions, {exp.analysis.probe_folds}-fold by sequence)")
-        probe_experiment(st, exp, say)
-    if exp.analysis.ablate or exp.analysis.patch or exp.analysis.interchange:
-        say("== interventions")
-        intervene_experiment(st, exp, say)
+    with connect(scheduler, say=say) as sched:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        url = store_url(store if store is not None else out / "store.zarr")
+        Store.create(url, title=exp.experiment.title or exp.experiment.name, exist_ok=True,
+                     storage_options=storage_options)
+        specs = exp.plan.runs()
+        n = len(specs)
+        cap = exp.capture
+        if is_local(sched):
+            say(f"== train ({n} runs, {jobs} at a time)")
+            for i, res in enumerate(train_experiment(exp.plan, url, jobs=jobs, device=device,
+                                                     storage_options=storage_options), 1):
+                say(present.training_line(res, i, n))
+            Store.open(url, mode="r+", storage_options=storage_options).consolidate()
+            say(f"== capture (lengths {cap.lengths}, {cap.n_sequences} sequences each)")
+            captured = capture_experiment(exp.plan, url, device=device, storage_options=storage_options)
+        else:
+            captured = _train_and_capture_on(sched, exp.plan, url, storage_options, device, say)
+        say(present.capture_line(captured))
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        st.consolidate()
+        if exp.analysis.probe:
+            say(f"== probes ({exp.analysis.probe_positions} positions, {exp.analysis.probe_folds}-fold by sequence)")
+            probe_experiment(st, exp, say, scheduler=sched)
+        if exp.analysis.ablate or exp.analysis.patch or exp.analysis.interchange:
+            say("== interventions")
+            intervene_experiment(st, exp, say, scheduler=sched)
     say("== claims")
     evaluate_experiment_claims(st, exp, say)
     say("== report")
     from reports import build_report
 
-    index = build_report(Store.open(store_path), out / "report", force=True,
+    index = build_report(Store.open(url, storage_options=storage_options), out / "report", force=True,
                          experiment=exp.model_dump(mode="json"))
-    say(f"done in {time.perf_counter() - t0:.0f}s: store {store_path}")
+    say(f"done in {time.perf_counter() - t0:.0f}s: store {url}")
     say(present.report_line(index))
     return index
+
+
+def _train_and_capture_on(client: Any, plan: CapturePlan, url: str, storage_options: dict | None,
+                          device: str, say: Say) -> list[CaptureResult]:
+    """Training and capture as tasks on a cluster, each run's captures starting as soon as
+    it is trained; a line per trained run as it finishes."""
+    specs = plan.runs()
+    n_workers = check_store_shared(client, url, storage_options)
+    say(f"== train and capture ({len(specs)} runs; lengths {plan.capture.lengths}, "
+        f"{plan.capture.n_sequences} sequences each) on {_where(client)}; {n_workers} workers "
+        f"see {url}")
+    trained = _submit_training(client, specs, url, storage_options, device)
+    captures = _submit_capture(client, specs, url, storage_options, device, trained)
+    try:
+        for i, res in enumerate(_trained_as_completed(client, trained), 1):
+            say(present.training_line(res, i, len(specs)))
+        return client.gather(captures)
+    except BaseException:
+        _cancel_on_error(client, [*trained.values(), *captures])()
+        raise
