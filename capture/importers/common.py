@@ -232,7 +232,7 @@ def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
     """Layers from array names in files (safetensors, ``.npy``, a ``datasets`` directory):
     ``layers`` given (in that order, stored under their own names), or TransformerLens hook
     names (:func:`transformer_lens_plan`), or every activation name — ``embed``, ``L0``, … in
-    schema order, others in natural order."""
+    schema order, others in natural order — but those ``sites`` (globs) picks as sites."""
     names = list(names)
     tokens, logits = _first(names, TOKEN_NAMES), _first(names, LOGIT_NAMES)
     if layers:
@@ -244,10 +244,13 @@ def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
     if tl is not None:
         return tl
     acts = [n for n in names if n not in (tokens, logits)]
+    chosen = select(acts, sites, "sites")  # a pattern that matches nothing is an error
+    acts = [n for n in acts if n not in chosen]
     if not acts:
-        raise MissingError(f"no activation arrays among {_some(names)}")
+        raise MissingError(f"no activation arrays among {_some(names)}"
+                           + (" besides the sites" if chosen else ""))
     acts.sort(key=lambda n: (n != "embed", natural(n)))
-    return Plan([(n, (n,)) for n in acts], [], tokens, logits)
+    return Plan([(n, (n,)) for n in acts], [(n, n) for n in chosen], tokens, logits)
 
 
 def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:

@@ -206,3 +206,24 @@ def test_a_different_source_does_not_resume_into_an_unfinished_import(tmp_path, 
     assert res.blocks_written == res.blocks_total - 1
     with pytest.raises(RunConflictError, match="holds an import of"):
         import_safetensors(str(tmp_path / "s.zarr"), "r", tmp_path / "two", block_size=4)
+
+
+def test_sites_that_match_nothing_are_refused_and_matches_become_sites(tmp_path):
+    from click.testing import CliRunner
+
+    from layerstate.cli import main
+
+    whole = _parts(tmp_path / "parts")
+    target = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["import", "safetensors", str(tmp_path / "parts"), str(target), "--run", "z",
+                                    "--sites", "blocks.*"])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert "sites: no hook/array matches 'blocks.*'; there are: L0, L1, embed" in lines[0]
+    assert not target.exists()
+    res = CliRunner().invoke(main, ["import", "safetensors", str(tmp_path / "parts"), str(target), "--run", "z",
+                                    "--sites", "L1"])
+    assert res.exit_code == 0 and "layers embed, L0, sites L1" in res.output, res.output
+    ds = Store.open(str(target)).open_length("z", L)
+    assert list(ds.layer.values) == ["embed", "L0"]
+    np.testing.assert_array_equal(ds.site_L1.values, whole["L1"].astype("float16"))
