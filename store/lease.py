@@ -224,15 +224,17 @@ class _LocalBackend(_Backend):
 
 class _FsspecBackend(_Backend):
     """An fsspec file system (S3, GCS, memory, …). S3 creates with a conditional PUT
-    (``If-None-Match: *``, atomic on AWS S3); other file systems check, then write, then
-    read the lease back (a race between two creators is narrowed, not excluded)."""
+    (``If-None-Match: *``, atomic on AWS S3); other file systems check, then write. Either
+    way the lease is read back (one GET): on a server that ignores the condition, or
+    without one, a race between two creators is narrowed, not excluded."""
+
+    read_back = True
 
     def __init__(self, fs: fsspec.AbstractFileSystem, root: str) -> None:
         self.fs = fs
         self.dir = f"{root.rstrip('/')}/{LEASE_DIR}"
         protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-        self.kind = "conditional-put" if "s3" in protocols else "check-then-write"
-        self.read_back = self.kind != "conditional-put"
+        self.kind = "conditional-put" if "s3" in protocols or "s3a" in protocols else "check-then-write"
 
     def _path(self, name: str) -> str:
         return f"{self.dir}/{name}"
@@ -383,6 +385,16 @@ class _Held:
 
 _HELD: dict[tuple[str, str], _Held] = {}
 _REGISTRY = threading.RLock()
+
+
+def _forget_after_fork() -> None:
+    """A forked child holds none of its parent's leases (nor their renewal threads)."""
+    global _REGISTRY
+    _HELD.clear()
+    _REGISTRY = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class Lease:
@@ -620,6 +632,25 @@ def check_group(grp: zarr.Group) -> None:
     held = _HELD.get((key, f"run-{parts[1]}"))
     if held is not None and held.lost is not None:
         raise WriterLockedError(held.lost)
+
+
+def live_leases(location: Location) -> list[str]:
+    """One line per live lease of a store (who holds what, until when); empty when no
+    writer or consolidation is running. For tools that must not act under a writer."""
+    if location.is_zip or location.url.startswith(("http://", "https://")):
+        return []
+    backend = _backend(location)
+    now = time.time()
+    out = []
+    for entry in sorted(backend.names()):
+        m = _FILE.match(entry)
+        if m is None:
+            continue
+        h = _parse(backend.read(entry), int(m["gen"]))
+        if h is not None and h.live(now):
+            who = h.describe(now).replace("another process", "process", 1)
+            out.append(f"{h.doc.get('what', m['name'])}: held by {who}")
+    return out
 
 
 def run_lease(location: Location, run_id: str) -> Lease:

@@ -467,10 +467,12 @@ def test_s3_creates_a_lease_with_a_conditional_put(s3_server):
     pytest.importorskip("s3fs")
     st = Store.create(_s3_url(), storage_options=s3_server)
     backend = L._backend(st.location)
-    assert backend.kind == "conditional-put" and not backend.read_back
+    assert backend.kind == "conditional-put"
     assert backend.create("x.g0.json", b"{}") is True
     assert backend.create("x.g0.json", b'{"other": 1}') is False
     assert backend.read("x.g0.json") == b"{}"
     with st.lock("r0"):
         assert any("run-r0.g0.json" in p for p in _leases_left(st))
-    assert not any("run-r0" in p for p in _leases_left(st))
+        held = L.live_leases(st.location)
+        assert len(held) == 1 and held[0].startswith(f"run 'r0': held by process (pid {os.getpid()}) on this host")
+    assert not any("run-r0" in p for p in _leases_left(st)) and L.live_leases(st.location) == []
