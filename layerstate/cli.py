@@ -149,7 +149,7 @@ device_option = click.option(
 )
 SCHEDULER_HELP = (
     "Where the work runs: threads (this machine) | sync (one task at a time) | local:N (a local "
-    "dask cluster of N one-thread processes; its dashboard link is printed) | tcp://HOST:PORT (a "
+    "dask cluster of N one-thread processes, its address and dashboard link printed) | tcp://HOST:PORT (a "
     "running dask.distributed scheduler). An address nobody answers at: one line, exit 2."
 )
 

@@ -269,11 +269,13 @@ def train_experiment(
     runs finish. ``storage_options`` go with the URL to every process that opens the store.
     """
     from analysis.compute import connect, is_local
+    from store import Store
 
     url = store_url(store_path)
     specs = exp.runs()
     with connect(scheduler) as sched:
         if not is_local(sched):
+            Store.open(url, mode="r+", storage_options=storage_options)  # one line if it is not one
             check_store_shared(sched, url, storage_options)
             futures = _submit_training(sched, specs, url, storage_options, device)
             try:
@@ -318,6 +320,7 @@ def capture_experiment(
             with one_thread():
                 st = Store.open(url, mode="r+", storage_options=storage_options)
                 return capture_here(st, exp, device=device, progress_factory=progress_factory)
+        Store.open(url, mode="r+", storage_options=storage_options)  # one line if it is not one
         check_store_shared(sched, url, storage_options)
         futures = _submit_capture(sched, exp.runs(), url, storage_options, device)
         try:

@@ -135,9 +135,15 @@ def test_run_on_a_cluster_stores_bit_identical_arrays_to_threads(cluster, exp_fi
     assert (tmp_path / "out" / "report" / "index.html").exists()
 
 
-def test_a_store_the_workers_cannot_see_stops_before_any_training(cluster, exp_file):
-    """memory:// lives in each process: the driver's token is not there for the workers."""
+def test_a_store_the_workers_cannot_see_stops_before_any_training(cluster, exp_file, tmp_path):
+    """memory:// lives in each process: the driver's token is not there for the workers. A
+    store that does not exist is named before the workers are asked."""
     from store import Store
+
+    missing = tmp_path / "missing.zarr"
+    res = cli("capture", exp_file, "--store", missing, "--scheduler", cluster.scheduler_address)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert f"{missing} does not exist" in res.output and not missing.exists()
 
     url = "memory://layerstate-not-shared/store.zarr"
     res = cli("train", exp_file, "--store", url, "--scheduler", cluster.scheduler_address)
