@@ -589,7 +589,7 @@ def _renew(held: _Held) -> None:
             higher = _newer(held)  # a takeover between the check and the write
         if higher is not None:
             _lose(held, f"taken over by {higher.describe(time.time())}")
-    except OSError as exc:  # unreachable for now: try again until it runs out
+    except Exception as exc:  # unreachable for now (any client error): retry until it runs out
         if time.time() >= float(held.doc["expires"]):
             _lose(held, f"not renewed in time ({type(exc).__name__}: {exc})")
 

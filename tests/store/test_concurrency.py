@@ -468,6 +468,8 @@ def test_s3_creates_a_lease_with_a_conditional_put(s3_server):
     st = Store.create(_s3_url(), storage_options=s3_server)
     backend = L._backend(st.location)
     assert backend.kind == "conditional-put"
+    # a writer's blocks find its run lease by the store they are written to
+    assert L.zarr_store_key(st.root.store) == L.location_key(st.location)
     assert backend.create("x.g0.json", b"{}") is True
     assert backend.create("x.g0.json", b'{"other": 1}') is False
     assert backend.read("x.g0.json") == b"{}"
