@@ -23,6 +23,8 @@ Modules (each imports only those listed above it, never one that imports it back
     results    analysis result Datasets under results/
     layout     a length group's spec, creation, and the checks that let a writer resume it
     inputs     checks and casts of the arrays handed to a writer
+    lease      leases inside the store: one writer per run and one consolidation at a time,
+               across processes, hosts and object stores
     pipeline   blocks stored one behind the caller, fsynced, then recorded
     writer     LengthWriter: resumable, chunk-aligned writes of one (run, length)
     lengths    length groups: list, open lazily, load whole, write whole

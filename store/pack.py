@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .core import Store
 from .errors import InvalidArgumentError, NotAStoreError, RunConflictError, UnsafeArchiveError
+from .lease import LEASE_DIR
 from .location import Location, check_zip_members
 
 
@@ -37,6 +38,8 @@ def pack(store: Store, out: str | os.PathLike, *, overwrite: bool = False) -> Pa
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for path in sorted(fs.find(root)):
             rel = path[len(root) + 1 :]
+            if rel.split("/", 1)[0] == LEASE_DIR:  # writers' leases belong to this copy only
+                continue
             zf.writestr(rel, fs.cat_file(path))
     os.replace(tmp, out)
     return out

@@ -21,7 +21,7 @@ from typing import Any, cast
 from . import metadata as M
 from . import schema as S
 from .core import Store
-from .errors import LayerstateError, ReadOnlyStoreError
+from .errors import LayerstateError, ReadOnlyStoreError, WriterLockedError
 from .integrity import Report, validate
 from .location import Location, RunLock
 
@@ -144,7 +144,17 @@ def _plan(meta: M.MetadataCheck, loc: Location) -> list[tuple[str, Any]]:
 
 
 def _no_live_writers(loc: Location) -> None:
-    """Refuse while any run of a local store is being written (its lock is held)."""
+    """Refuse while any run is being written or the store consolidated: a live lease (any
+    host, any backend, S41) or, on a local store, a held run lock."""
+    from .lease import live_leases
+
+    leases = live_leases(loc)
+    if leases:
+        more = f" (and {len(leases) - 1} more)" if len(leases) > 1 else ""
+        raise WriterLockedError(
+            f"{loc}: not repaired, nothing changed: {leases[0]}{more}; wait for the writer to "
+            "finish (or stop it and let its lease expire), then repair"
+        )
     if not loc.is_local:
         return
     runs = loc.local_path / S.RUNS

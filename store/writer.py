@@ -23,7 +23,7 @@ from . import schema as S
 from .errors import IncompleteError, InvalidArrayError
 from .inputs import cast_finite, check_block, check_extra
 from .layout import float_dtypes, make_spec, n_blocks, open_or_create
-from .location import RunLock
+from .lease import RunLease
 from .pipeline import BlockPipeline
 from .zarrutil import ordered, to_numpy
 
@@ -33,7 +33,7 @@ class StoreHost(Protocol):
 
     def run_group(self, run_id: str) -> zarr.Group: ...
 
-    def lock(self, run_id: str) -> RunLock: ...
+    def lock(self, run_id: str) -> RunLease: ...
 
     def consolidate(self) -> None: ...
 

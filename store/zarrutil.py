@@ -180,7 +180,8 @@ def raw_crc32c_chunk_bytes(arr: zarr.Array) -> int | None:
 #: Zarr v3 spec is not final, and the metadata copy file beside the root's zarr.json
 #: (``schema.METADATA_COPY``), which is not a Zarr node and is met when zarr lists the root.
 _ZARR_NOTICES = ("Consolidated metadata is currently not part",
-                 r"Object at layerstate-metadata\.json is not recognized")
+                 r"Object at layerstate-metadata\.json is not recognized",
+                 r"Object at layerstate-leases is not recognized")
 
 
 @contextlib.contextmanager

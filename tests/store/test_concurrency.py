@@ -478,3 +478,21 @@ def test_s3_creates_a_lease_with_a_conditional_put(s3_server):
         held = L.live_leases(st.location)
         assert len(held) == 1 and held[0].startswith(f"run 'r0': held by process (pid {os.getpid()}) on this host")
     assert not any("run-r0" in p for p in _leases_left(st)) and L.live_leases(st.location) == []
+
+
+def test_repair_and_pack_respect_leases(tmp_path):
+    from store.pack import pack
+    from store.repair import repair
+
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r0", task="parity", arch="lstm", seed=0)
+    lease = _foreign(st, "run-r0", 0, 60)
+    with pytest.raises(WriterLockedError, match=r"not repaired, nothing changed: run-r0: held by .*pid 4242"):
+        repair(str(tmp_path / "s.zarr"))
+    out = pack(Store.open(str(tmp_path / "s.zarr")), tmp_path / "s.zip")
+    import zipfile
+
+    names = zipfile.ZipFile(out).namelist()
+    assert names and not any(n.startswith(L.LEASE_DIR) for n in names)  # a copy holds no leases
+    lease.unlink()
+    assert repair(str(tmp_path / "s.zarr")).actions == []
