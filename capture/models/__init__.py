@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from capture.models import baseconv, based, deltanet, h3, hf, hyena, rnn, zoo
+from capture.models import baseconv, based, deltanet, h3, hyena, rnn, zoo
 from capture.models.base import SequenceModel, count_parameters
 from capture.models.config import ARCHS, CORE_ARCHS, VARIANTS, ZOO_ARCHS, ModelConfig
 
@@ -82,6 +82,8 @@ def build_model(cfg: ModelConfig, vocab_size: int, n_classes: int, seed: int) ->
         elif cfg.arch in ZOO_ARCHS:
             model = zoo.ZooModel(cfg, vocab_size, n_classes, _ZOO_MIXERS[cfg.arch])
         else:
+            from capture.models import hf  # transformers loads only for its architectures
+
             model = hf.build_hf(cfg, vocab_size, n_classes)
     return model.eval()
 
@@ -118,6 +120,8 @@ def load_pretrained(
     -------
     SequenceModel, in eval mode; ``config`` is None, ``hf_config_dict`` rebuilds it.
     """
+    from capture.models import hf
+
     backbone = hf.load_backbone(path, arch)
     with _seeded(seed):
         model = hf.wrap_backbone(backbone, n_classes)
@@ -129,6 +133,8 @@ def build_from_hf_config(hf_config_dict: dict, n_classes: int, seed: int = 0) ->
 
     Weights are freshly initialised: load the stored ``state_dict`` into it.
     """
+    from capture.models import hf
+
     with _seeded(seed):
         model = hf.wrap_backbone(hf.backbone_from_hf_config(hf_config_dict), n_classes)
     return model.eval()
@@ -153,7 +159,10 @@ def make_conv_identity(model: SequenceModel) -> None:
 
     Every mixer's Conv1D becomes a frozen identity (`capture.models.mamba.make_conv_identity`).
     """
-    if not isinstance(model, hf.MambaFamilyModel | zoo.ZooModel):
+    import sys
+
+    hf = sys.modules.get("capture.models.hf")  # not loaded: the model is no transformers model
+    if not (isinstance(model, zoo.ZooModel) or (hf is not None and isinstance(model, hf.MambaFamilyModel))):
         raise TypeError(
             f"make_conv_identity applies to mamba and mamba2 models, not {model.arch!r}, and to "
             f"the zoo archs with a short convolution ({', '.join(ZOO_ARCHS)})"
