@@ -7,22 +7,35 @@
    nothing is listed on the remote; the snapshot entries used are checked against the
    digests in ``layerstate-metadata.json`` (S34) when the source has them;
 2. the chunk keys of the selected runs, lengths (every kind: ``len_``, ``cfclean_``, …) and
-   layers: ``hidden`` holds one layer per chunk along its layer axis (S21), so a layer subset
-   is a subset of chunk files, renumbered along that axis; per-sequence variables only for
-   the blocks the source records as written (S23);
-3. each chunk fetched (several at once), its crc32c checked as it arrives (and its size, for
-   raw arrays), written under a temporary name and renamed;
-4. node metadata for the subset: a layer subset shrinks ``hidden``'s layer dim, and rewrites
+   layers, enumerated from each array's own metadata (shape and chunk grid). A group with a
+   completion record (S23) gives only the blocks it records as written; a group without one
+   (written in one go, e.g. by plain xarray) gives every chunk of its grid. A group's layers
+   are its ``spec.layers``, or, without a ``spec``, the values of its ``layer`` coordinate
+   (read from the source). An array chunked one layer per chunk (S21) gives a layer subset
+   as a subset of chunk files, renumbered along that axis; an array whose chunks hold several
+   layers has each needed chunk fetched whole, decoded, and the kept layers re-encoded with
+   the same codecs, one layer per chunk;
+3. each chunk fetched (several at once) and checked as it arrives: its crc32c where the
+   array's codecs end in one (and its size, for raw arrays); otherwise (another tool's
+   codecs, e.g. xarray's zstd alone) by decoding it with the array's codecs, which catches a
+   truncated or garbled chunk but not a change that still decodes. It is written under a
+   temporary name and renamed;
+4. node metadata for the subset: a layer subset shrinks the arrays' layer dim, and rewrites
    the ``layer`` coordinate, the group's ``spec.layers`` and the sites of dropped layers; then
    the root document, and a consolidation (snapshot + digests) makes it a store.
 
-Progress is the target itself: a marker file (``layerstate-transfer.json``) names the source
-and the selection, and a chunk already in the target with its expected size (and, on a local
-disk, its crc32c) is not fetched again. So a pull killed at any point (``kill -9``) and run
-again fetches only what is missing, and ends bit-identical to an uninterrupted pull (every
-file the target holds is a function of the source and the selection; no timestamps). Until
-the root document is written at the end the target is not a store, so a half-finished pull
-cannot be analysed by mistake.
+A chunk the source does not hold is damage where a completion record vouches for it (a
+recorded block; the weights of a group marked ``complete``), and an error. Elsewhere it was
+never written and reads as the fill value (S6): the copy does not hold it either, and it is
+remembered in the marker so that a resumed copy does not ask for it again.
+
+Progress is the target itself: a marker file (``layerstate-transfer.json``) names the source,
+the selection and the chunks found absent at the source, and a chunk already in the target
+with its expected size (and, on a local disk, its crc32c) is not fetched again. So a pull
+killed at any point (``kill -9``) and run again fetches only what is missing, and ends
+bit-identical to an uninterrupted pull (every file the target holds is a function of the
+source and the selection; no timestamps). Until the root document is written at the end the
+target is not a store, so a half-finished pull cannot be analysed by mistake.
 
 ``push(dir, url)`` is the same copy the other way (checked the same way, resumable the same
 way: objects already at the target with their expected size are not sent again).
@@ -49,6 +62,8 @@ import crc32c
 import fsspec.asyn
 import numpy as np
 import zarr
+import zarr.storage
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
 from . import metadata as M
@@ -61,6 +76,7 @@ from .errors import (
     NotAStoreError,
     RunConflictError,
 )
+from .lengths import completion
 from .location import Location
 from .zarrutil import quiet
 
@@ -106,16 +122,38 @@ class TransferReport:
     chunks: int = 0
     copied: int = 0
     skipped: int = 0
+    absent: int = 0        # chunks the source never stored (no record vouches for them)
     fetched_bytes: int = 0
     target_bytes: int = 0
 
 
 @dataclass
+class _Cut:
+    """The kept layers of a source chunk that holds several: decoded, sliced along ``axis``
+    and re-encoded one layer per target chunk."""
+
+    axis: int
+    src_doc: dict[str, Any]                 # the source array as one chunk (for decoding)
+    dst_doc: dict[str, Any]                 # the target array as one chunk (for encoding)
+    parts: list[tuple[str, int]] = field(default_factory=list)  # (target key, index in the chunk)
+    size: int | None = None                 # expected size of each part (raw + crc32c), if known
+
+
+@dataclass
 class _Chunk:
     src: str               # key in the source
-    dst: str               # key in the target
+    dst: str               # key in the target (the first part's, for a cut)
     size: int | None       # expected stored size (raw + crc32c arrays), None if unknown
     crc: bool              # the codec chain ends in crc32c
+    required: bool = True  # a completion record vouches for it: absent at the source is damage
+    doc: dict[str, Any] | None = None  # without crc32c: the array as one chunk, to decode it
+    cut: _Cut | None = None
+
+    def targets(self) -> list[tuple[str, int | None]]:
+        """Every target key this chunk fills, with its expected size where known."""
+        if self.cut is None:
+            return [(self.dst, self.size)]
+        return [(k, self.cut.size) for k, _i in self.cut.parts]
 
 
 @dataclass
@@ -123,6 +161,7 @@ class _Plan:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)   # path -> document to write
     chunks: list[_Chunk] = field(default_factory=list)
     layer_coords: dict[str, list[str]] = field(default_factory=dict)  # array path -> values
+    fetched: int = 0  # bytes read from the source while planning (layer coordinates)
     runs: list[str] = field(default_factory=list)
     lengths: dict[str, list[int]] = field(default_factory=dict)
     layers: dict[str, list[str]] = field(default_factory=dict)
@@ -195,31 +234,43 @@ def copy_store(src: Location, dst: Location, sel: Selection, *,
             "consolidates), or `layerstate repair` it"
         )
     fetched += _check_digests(source, root_doc, entries)
-    plan = _plan(root_doc, entries, sel, str(src))
+    plan = _plan(root_doc, entries, sel, str(src), source)
+    fetched += plan.fetched
     target = _Side(dst)
     key = _plan_key(str(src), sel, plan)
-    _claim(target, key, src, dst, sel)
+    marker = _claim(target, key, src, dst, sel)
+    absent = set(cast("list[str]", marker.get("absent") or []))
     report = TransferReport(str(src), str(dst), plan.runs, plan.lengths, plan.layers,
                             chunks=len(plan.chunks), fetched_bytes=fetched)
     have = target.sizes()
-    todo = [c for c in plan.chunks if not _already(target, have, c)]
-    report.skipped = len(plan.chunks) - len(todo)
-    done = report.skipped
+    todo = [c for c in plan.chunks if c.src not in absent and not _already(target, have, c)]
+    report.absent = sum(c.src in absent for c in plan.chunks)
+    report.skipped = len(plan.chunks) - len(todo) - report.absent
+    done = len(plan.chunks) - len(todo)
     for batch in _rounds(todo, ROUND):
         got = source.fetch([c.src for c in batch])
-        writes = {}
+        writes: dict[str, bytes] = {}
+        found_absent = []
         for c in batch:
             data = got[c.src]
             if data is None:
-                raise CorruptStoreError(
-                    f"{src}: chunk {c.src} is missing though the store records it as written; "
-                    f"`layerstate validate {src}` names every damaged chunk"
-                )
-            _verify(data, c, str(src))
+                if c.required:
+                    raise CorruptStoreError(
+                        f"{src}: chunk {c.src} is missing though the store records it as written; "
+                        f"`layerstate validate {src}` names every damaged chunk"
+                    )
+                found_absent.append(c.src)  # never written: reads as the fill value there and here
+                continue
             report.fetched_bytes += len(data)
-            writes[c.dst] = data
+            sizes = dict(c.targets())  # a cut killed half-way: only the parts not yet there
+            writes.update({k: v for k, v in _produce(data, c, str(src)).items()
+                           if not _part_ok(target, have, k, sizes[k], c.crc)})
         target.put_many(writes)
-        report.copied += len(batch)
+        if found_absent:  # remembered, so that a resumed copy does not ask for them again
+            absent.update(found_absent)
+            target.put(MARKER, _marker(marker, absent))
+        report.copied += len(batch) - len(found_absent)
+        report.absent += len(found_absent)
         done += len(batch)
         if progress is not None:
             progress(done, len(plan.chunks))
@@ -404,7 +455,8 @@ def _check_digests(source: _Side, root: dict[str, Any], entries: dict[str, Any])
 
 
 # ---------------------------------------------------------------------- the plan
-def _plan(root: dict[str, Any], entries: dict[str, Any], sel: Selection, where: str) -> _Plan:
+def _plan(root: dict[str, Any], entries: dict[str, Any], sel: Selection, where: str,
+          source: _Side) -> _Plan:
     plan = _Plan()
     runs_here = sorted(p.split("/")[1] for p in entries if re.fullmatch(rf"{S.RUNS}/[^/]+", p))
     runs = runs_here if sel.runs is None else sel.runs
@@ -439,8 +491,10 @@ def _plan(root: dict[str, Any], entries: dict[str, Any], sel: Selection, where: 
                 plan.lengths.setdefault(r, [])
                 if L not in plan.lengths[r]:
                     plan.lengths[r].append(L)
+    layers_of = {gp: _group_layers(source, gp, entries, plan, where, need=sel.layers is not None)
+                 for gp in chosen}
     if sel.layers is not None:
-        stored = list(dict.fromkeys(lay for d in chosen.values() for lay in _spec(d).get("layers", [])))
+        stored = list(dict.fromkeys(lay for ls in layers_of.values() for lay in ls))
         for lay in sel.layers:
             if lay not in stored:
                 raise MissingError(f"no selected length group has layer {lay!r}; layers stored: "
@@ -457,14 +511,16 @@ def _plan(root: dict[str, Any], entries: dict[str, Any], sel: Selection, where: 
             plan.nodes[path] = M.own_document(entry)
             continue
         child = parts[2]
-        if child == S.WEIGHTS:
-            if sel.weights:
-                _add_node(plan, path, M.own_document(entry))
-            continue
         gp = "/".join(parts[:3])
+        if child == S.WEIGHTS:
+            if sel.weights:  # weights marked complete (S15) vouch for every chunk they hold
+                done = bool((M.own_document(entries[gp]).get("attributes") or {}).get(S.ATTR_COMPLETE))
+                _add_node(plan, path, M.own_document(entry), required=done)
+            continue
         if S.parse_length_group(child) is not None:
             if gp in chosen:
-                _add_length_node(plan, path, gp, M.own_document(entry), M.own_document(chosen[gp]), sel)
+                _add_length_node(plan, path, gp, M.own_document(entry), M.own_document(chosen[gp]),
+                                 layers_of[gp], sel)
             continue
         _add_node(plan, path, M.own_document(entry))  # anything else a run holds: copied whole
     return plan
@@ -474,11 +530,49 @@ def _spec(group_doc: dict[str, Any]) -> dict[str, Any]:
     return cast("dict[str, Any]", (group_doc.get("attributes") or {}).get("spec") or {})
 
 
-def _kept_layers(group_doc: dict[str, Any], sel: Selection) -> tuple[list[str], list[int]]:
-    """The layers of a length group that the selection keeps, and their source indices."""
-    layers = list(_spec(group_doc).get("layers", []))
-    keep = [i for i, lay in enumerate(layers) if sel.layers is None or lay in sel.layers]
-    return [layers[i] for i in keep], keep
+def _group_layers(source: _Side, gp: str, entries: dict[str, Any], plan: _Plan, where: str, *,
+                  need: bool) -> list[str]:
+    """A length group's layers: its ``spec.layers`` (layerstate's writer), else, when a layer
+    subset needs them, the values of its ``layer`` coordinate, read from the source (S18);
+    [] when neither says (nothing is then dropped)."""
+    layers = _spec(M.own_document(entries[gp])).get("layers")
+    if isinstance(layers, list) and layers:
+        return [str(x) for x in layers]
+    coord = entries.get(f"{gp}/layer")
+    if not need or not isinstance(coord, dict) or coord.get("node_type") != "array":
+        return []
+    values, n = _read_array(source, f"{gp}/layer", M.own_document(coord), where)
+    plan.fetched += n
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values.ravel().tolist()]
+
+
+def _read_array(source: _Side, path: str, doc: dict[str, Any], where: str) -> tuple[np.ndarray, int]:
+    """A small array read whole from the source (its chunks fetched and decoded here); and
+    the bytes fetched."""
+    meta = _meta(path, doc)
+    shape = list(doc["shape"])
+    chunk = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    keys = [meta.encode_chunk_key(tuple(c)) for c in _product([range(-(-s // c)) for s, c in
+                                                                 zip(shape, chunk, strict=True)])]
+    got = source.fetch([f"{path}/{k}" for k in keys]) if 0 not in shape else {}
+    proto = default_buffer_prototype()
+    items = {M.ZARR_JSON: proto.buffer.from_bytes(json.dumps(doc).encode())}
+    n = 0
+    for k in keys:
+        body = got.get(f"{path}/{k}")
+        if body is not None:
+            items[k] = proto.buffer.from_bytes(body)
+            n += len(body)
+    try:
+        with quiet():
+            values = np.asarray(zarr.open_array(store=zarr.storage.MemoryStore(items), mode="r",
+                                                zarr_format=3)[...])
+    except Exception as exc:
+        raise CorruptStoreError(
+            f"{where}: {path} does not decode with its codecs ({type(exc).__name__}: {_first_line(exc)}); "
+            f"`layerstate validate {where}`"
+        ) from None
+    return values, n
 
 
 def _site_layer(name: str, layers: Sequence[str]) -> str | None:
@@ -493,9 +587,9 @@ def _site_layer(name: str, layers: Sequence[str]) -> str | None:
 
 
 def _add_length_node(plan: _Plan, path: str, gp: str, doc: dict[str, Any], group_doc: dict[str, Any],
-                     sel: Selection) -> None:
-    all_layers = list(_spec(group_doc).get("layers", []))
-    kept, idx = _kept_layers(group_doc, sel)
+                     all_layers: list[str], sel: Selection) -> None:
+    idx = [i for i, lay in enumerate(all_layers) if sel.layers is None or lay in sel.layers]
+    kept = [all_layers[i] for i in idx]
     dropped = set(all_layers) - set(kept)
     name = path[len(gp) + 1:] if path != gp else ""
     run = gp.split("/")[1]
@@ -514,67 +608,95 @@ def _add_length_node(plan: _Plan, path: str, gp: str, doc: dict[str, Any], group
         return
     if _site_layer(name, all_layers) in dropped:
         return
+    # A completion record (S23) lists the blocks written; without one the group was written
+    # in one go and every chunk of its grid is data (a chunk not stored reads as fill, S6).
     attrs = group_doc.get("attributes") or {}
-    done = set(cast("list[int]", attrs.get(S.ATTR_COMPLETED) or []))
+    recorded = completion(attrs).recorded
+    done = set(cast("list[int]", attrs.get(S.ATTR_COMPLETED) or [])) if recorded else None
     dims = list(doc.get("dimension_names") or [])
-    if name == "layer" and doc.get("node_type") == "array":
-        doc = _resized(doc, 0, len(kept), whole_chunk=True)
-        plan.nodes[path] = doc
-        plan.layer_coords[path] = kept
-        return
     if doc.get("node_type") != "array":
         plan.nodes[path] = doc
         return
-    layer_axis = dims.index("layer") if "layer" in dims else None
-    if layer_axis is not None and dropped:
-        doc = _resized(doc, layer_axis, len(kept))
-    plan.nodes[path] = doc
+    if name == "layer" and dropped:  # the coordinate: rewritten with the kept names
+        plan.nodes[path] = _resized(doc, 0, len(kept), chunk=max(len(kept), 1))
+        plan.layer_coords[path] = kept
+        return
+    layer_axis = dims.index("layer") if "layer" in dims and dropped else None
+    out = doc if layer_axis is None else _resized(doc, layer_axis, len(kept), chunk=1)
+    plan.nodes[path] = out
     seq_axis = 0 if dims[:1] == ["sequence"] and name != "sequence" else None
-    _add_chunks(plan, path, doc, seq_axis=seq_axis, blocks=done,
-                layer_axis=layer_axis if dropped else None, layer_index=idx)
+    _add_chunks(plan, path, doc, out, seq_axis=seq_axis, blocks=done, layer_axis=layer_axis,
+                layer_index=idx, required=recorded)
 
 
-def _resized(doc: dict[str, Any], axis: int, n: int, *, whole_chunk: bool = False) -> dict[str, Any]:
-    """An array document with ``axis`` of length ``n`` (and one chunk along it if asked)."""
+def _resized(doc: dict[str, Any], axis: int, n: int, *, chunk: int | None = None) -> dict[str, Any]:
+    """An array document with ``axis`` of length ``n`` (and chunks of ``chunk`` along it, the
+    inner chunks of a sharded array too, if given)."""
     out = json.loads(json.dumps(doc))
     out["shape"][axis] = n
-    if whole_chunk:
-        out["chunk_grid"]["configuration"]["chunk_shape"][axis] = max(n, 1)
+    if chunk is not None:
+        out["chunk_grid"]["configuration"]["chunk_shape"][axis] = chunk
+        for codec in out.get("codecs") or []:
+            conf = codec.get("configuration") if isinstance(codec, dict) else None
+            if codec.get("name") == "sharding_indexed" and isinstance(conf, dict) and "chunk_shape" in conf:
+                conf["chunk_shape"][axis] = chunk
     return out
 
 
-def _add_node(plan: _Plan, path: str, doc: dict[str, Any]) -> None:
+def _add_node(plan: _Plan, path: str, doc: dict[str, Any], *, required: bool = True) -> None:
     plan.nodes[path] = doc
     if doc.get("node_type") == "array":
-        _add_chunks(plan, path, doc)
+        _add_chunks(plan, path, doc, required=required)
 
 
-def _add_chunks(plan: _Plan, path: str, doc: dict[str, Any], *, seq_axis: int | None = None,
-                blocks: set[int] | None = None, layer_axis: int | None = None,
-                layer_index: Sequence[int] = ()) -> None:
-    """The chunks of one array: every chunk, or only recorded blocks along ``seq_axis``;
-    along ``layer_axis`` only the kept layers, renumbered in order."""
+def _meta(path: str, doc: dict[str, Any]) -> ArrayV3Metadata:
     try:
         with quiet():
-            meta = ArrayV3Metadata.from_dict(dict(doc))
+            return ArrayV3Metadata.from_dict(dict(doc))
     except Exception as exc:
         raise CorruptStoreError(f"metadata of {path} is not valid Zarr v3 ({exc}); run `layerstate validate`") from None
-    shape = list(doc["shape"])
-    chunk = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
+
+
+def _add_chunks(plan: _Plan, path: str, doc: dict[str, Any], out: dict[str, Any] | None = None, *,
+                seq_axis: int | None = None, blocks: set[int] | None = None,
+                layer_axis: int | None = None, layer_index: Sequence[int] = (),
+                required: bool = True) -> None:
+    """The chunks of one array, enumerated from its metadata: every chunk of the grid, or
+    only recorded ``blocks`` along ``seq_axis``; along ``layer_axis`` only the kept layers
+    (``layer_index``: their source indices), renumbered in order. ``out`` is the target's
+    document (one layer per chunk along ``layer_axis``); a source chunk holding several layers
+    becomes a cut (decoded, sliced, re-encoded)."""
+    out = doc if out is None else out
+    meta, meta_out = _meta(path, doc), _meta(path, out)
+    shape = list(out["shape"])
+    chunk = list(out["chunk_grid"]["configuration"]["chunk_shape"])
     if any(s == 0 for s in shape):
         return
     grid = [range(-(-s // c)) for s, c in zip(shape, chunk, strict=True)]
-    if layer_axis is not None:
-        grid[layer_axis] = range(len(layer_index))
     size, crc = _stored_size(doc)
+    check = None if crc else _one_chunk(doc)  # no checksum: each chunk is decoded as it arrives
+    step = 1 if layer_axis is None else int(doc["chunk_grid"]["configuration"]["chunk_shape"][layer_axis])
+    cuts: dict[str, _Chunk] = {}
+    one_src, one_out = (_one_chunk(doc), _one_chunk(out)) if step > 1 else ({}, {})
     for coord in _product(grid):
         if seq_axis is not None and blocks is not None and coord[seq_axis] not in blocks:
             continue
+        dst = f"{path}/{meta_out.encode_chunk_key(tuple(coord))}"
         src = list(coord)
         if layer_axis is not None:
-            src[layer_axis] = layer_index[coord[layer_axis]]
-        plan.chunks.append(_Chunk(f"{path}/{meta.encode_chunk_key(tuple(src))}",
-                                  f"{path}/{meta.encode_chunk_key(tuple(coord))}", size, crc))
+            src[layer_axis] = layer_index[coord[layer_axis]] // step
+        key = f"{path}/{meta.encode_chunk_key(tuple(src))}"
+        if step == 1:
+            plan.chunks.append(_Chunk(key, dst, size, crc, required, check))
+            continue
+        assert layer_axis is not None
+        c = cuts.get(key)
+        if c is None:
+            cut = _Cut(layer_axis, one_src, one_out, size=_stored_size(out)[0])
+            c = cuts[key] = _Chunk(key, dst, size, crc, required, None, cut)
+            plan.chunks.append(c)
+        assert c.cut is not None
+        c.cut.parts.append((dst, layer_index[coord[layer_axis]] % step))
 
 
 def _product(grid: Sequence[range]) -> Iterator[tuple[int, ...]]:
@@ -606,20 +728,86 @@ def _verify(data: bytes, c: _Chunk, where: str) -> None:
     if c.size is not None and len(data) != c.size:
         raise CorruptStoreError(f"{where}: chunk {c.src} has {len(data)} bytes, expected {c.size} "
                                 f"(truncated?); `layerstate validate {where}`")
-    if c.crc and (len(data) < 4 or crc32c.crc32c(data[:-4]) != int.from_bytes(data[-4:], "little")):
+    if c.crc and not _crc_ok(data):
         raise CorruptStoreError(f"{where}: chunk {c.src} fails its crc32c (corrupt at the source, or "
                                 f"damaged in transit); `layerstate validate {where}`")
+    if c.doc is not None:  # no checksum: what can be checked is that it decodes
+        _decode(c.doc, data, c.src, where)
+
+
+def _crc_ok(data: bytes) -> bool:
+    return len(data) >= 4 and crc32c.crc32c(data[:-4]) == int.from_bytes(data[-4:], "little")
+
+
+def _produce(data: bytes, c: _Chunk, where: str) -> dict[str, bytes]:
+    """The target bodies one fetched chunk gives, after checking it: the chunk as it is, or,
+    for a cut, each kept layer re-encoded with the array's codecs."""
+    _verify(data, c, where)
+    if c.cut is None:
+        return {c.dst: data}
+    cut = c.cut
+    values = _decode(cut.src_doc, data, c.src, where)
+    out = {}
+    for key, i in cut.parts:
+        index: list[Any] = [slice(None)] * values.ndim
+        index[cut.axis] = slice(i, i + 1)
+        out[key] = _encode(cut.dst_doc, values[tuple(index)])
+    return out
+
+
+def _one_chunk(doc: dict[str, Any]) -> dict[str, Any]:
+    """An array document whose shape is its chunk shape: a store holding one chunk of it."""
+    out = json.loads(json.dumps(doc))
+    out["shape"] = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    out.pop("consolidated_metadata", None)
+    return out
+
+
+def _chunk_store(doc: dict[str, Any], body: bytes | None) -> tuple[Any, dict[str, Any], str]:
+    """A memory store holding the one-chunk array ``doc`` (and its chunk, if given)."""
+    proto = default_buffer_prototype()
+    key = ArrayV3Metadata.from_dict(dict(doc)).encode_chunk_key((0,) * len(doc["shape"]))
+    items = {M.ZARR_JSON: proto.buffer.from_bytes(json.dumps(doc).encode())}
+    if body is not None:
+        items[key] = proto.buffer.from_bytes(body)
+    return zarr.storage.MemoryStore(items), items, key
+
+
+def _decode(doc: dict[str, Any], body: bytes, key: str, where: str) -> np.ndarray:
+    """One chunk's values, decoded with the array's own codecs (``doc`` from :func:`_one_chunk`)."""
+    try:
+        with quiet():
+            ms, _items, _k = _chunk_store(doc, body)
+            return np.asarray(zarr.open_array(store=ms, mode="r", zarr_format=3)[...])
+    except Exception as exc:  # any codec's failure: zstd, gzip, blosc, sharding, a short body
+        raise CorruptStoreError(
+            f"{where}: chunk {key} does not decode with its array's codecs ({type(exc).__name__}: "
+            f"{_first_line(exc)}): damaged at the source or in transit; `layerstate validate {where}`"
+        ) from None
+
+
+def _encode(doc: dict[str, Any], values: np.ndarray) -> bytes:
+    """The stored body of one chunk holding ``values`` (``doc`` from :func:`_one_chunk`)."""
+    with quiet():
+        ms, items, key = _chunk_store(doc, None)
+        arr = zarr.open_array(store=ms, mode="r+", zarr_format=3, config={"write_empty_chunks": True})
+        arr[...] = values
+    return cast("bytes", items[key].to_bytes())
+
+
+def _part_ok(target: _Side, have: dict[str, int], key: str, size: int | None, crc: bool) -> bool:
+    """The target holds ``key`` whole (files are renamed into place whole, objects written
+    whole) with its expected size; on a local disk its checksum is checked too."""
+    if key not in have or (size is not None and have[key] != size):
+        return False
+    if target.local and crc:
+        return _crc_ok(Path(target.path(key)).read_bytes())
+    return True
 
 
 def _already(target: _Side, have: dict[str, int], c: _Chunk) -> bool:
-    """A chunk the target holds already (complete: files are renamed into place whole, and
-    objects are written whole); on a local disk its checksum is checked too (no transfer)."""
-    if c.dst not in have or (c.size is not None and have[c.dst] != c.size):
-        return False
-    if target.local and c.crc:
-        data = Path(target.path(c.dst)).read_bytes()
-        return len(data) >= 4 and crc32c.crc32c(data[:-4]) == int.from_bytes(data[-4:], "little")
-    return True
+    """Every target body of this chunk is there already (no transfer)."""
+    return all(_part_ok(target, have, key, size, c.crc) for key, size in c.targets())
 
 
 def _rounds(items: list[_Chunk], n: int) -> Iterable[list[_Chunk]]:
@@ -635,8 +823,13 @@ def _plan_key(src: str, sel: Selection, plan: _Plan) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def _claim(target: _Side, key: str, src: Location, dst: Location, sel: Selection) -> None:
-    """Start a copy at ``target``, or resume the unfinished copy of the same plan there."""
+def _marker(marker: dict[str, Any], absent: set[str]) -> bytes:
+    return json.dumps({**marker, "absent": sorted(absent)}, indent=1, sort_keys=True).encode()
+
+
+def _claim(target: _Side, key: str, src: Location, dst: Location, sel: Selection) -> dict[str, Any]:
+    """Start a copy at ``target``, or resume the unfinished copy of the same plan there; the
+    marker (with the chunks found absent at the source so far)."""
     if target.exists():
         raw = target.get(MARKER)
         found, _ = M.parse(raw) if raw is not None else (None, None)
@@ -655,9 +848,10 @@ def _claim(target: _Side, key: str, src: Location, dst: Location, sel: Selection
             if target.local:  # a killed copy leaves at most temp files: clear them
                 for stray in Path(target.root).rglob("*.partial"):
                     stray.unlink(missing_ok=True)
-            return
+            return found
     marker = {"format": MARKER_FORMAT, "plan": key, "source": str(src), "selection": sel.record()}
-    target.put(MARKER, json.dumps(marker, indent=1, sort_keys=True).encode())
+    target.put(MARKER, _marker(marker, set()))
+    return marker
 
 
 def _write_nodes(target: _Side, plan: _Plan, root: dict[str, Any], sel: Selection, src: str) -> None:
@@ -699,5 +893,6 @@ def format_report(rep: TransferReport) -> str:
     """One line: what was copied, how much was fetched."""
     runs = ", ".join(rep.runs) or "(none)"
     return (f"{rep.target}: {len(rep.runs)} run(s) ({runs}) from {rep.source}; "
-            f"{rep.copied} chunk(s) copied, {rep.skipped} already there; "
+            f"{rep.copied} chunk(s) copied, {rep.skipped} already there"
+            f"{f', {rep.absent} never stored at the source (read as fill)' if rep.absent else ''}; "
             f"{rep.fetched_bytes / 2**20:.1f} MiB read for {rep.target_bytes / 2**20:.1f} MiB stored")
