@@ -619,7 +619,7 @@ def export(store_path, out, fmt, runs, lengths, layers, storage_options) -> None
 @storage_option
 def pull(url, target, runs, lengths, layers, no_weights, storage_options) -> None:
     """Copy a subset of the store at URL into a new local store DIR, fetching only its chunks
-    (each checksummed as it arrives; run again to resume)."""
+    (each checked as it arrives: its crc32c, or a decode where the store has no checksums; run again to resume)."""
     from store.transfer import format_report
     from store.transfer import pull as run_pull
 
