@@ -150,7 +150,8 @@ class Store:
         ReadOnlyStoreError
             ``mode="r+"`` on a store that cannot be written (a zip, a read-only location).
         SchemaVersionError
-            The store was written with a newer schema than this layerstate understands.
+            The store's schema is not ``layerstate/1``: a newer version, another tool's, or a
+            version that does not exist (docs/store-format.md, "Versions").
         """
         if mode not in ("r", "r+"):
             raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
@@ -638,14 +639,9 @@ def _check_schema(loc: Location, attrs: dict) -> None:
             f"{loc} is a Zarr group but not a layerstate store (no 'schema' attribute); "
             "create stores with `layerstate capture` or Store.create"
         )
-    name, _, ver = str(schema).partition("/")
-    if name != S.SCHEMA_NAME or not ver.isdigit():
-        raise SchemaVersionError(f"{loc} has unknown schema {schema!r}; expected {S.SCHEMA!r}")
-    if int(ver) > S.SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{loc} uses schema {schema!r}, newer than this layerstate understands ({S.SCHEMA}); "
-            "upgrade layerstate (pip install -U layerstate)"
-        )
+    refusal = S.schema_refusal(schema)
+    if refusal is not None:  # docs/store-format.md, "Versions": no other name or version
+        raise SchemaVersionError(f"{loc} {refusal}")
 
 
 # ---------------------------------------------------------------------- consolidation (S40)

@@ -12,6 +12,30 @@ SCHEMA = "layerstate/1"
 SCHEMA_NAME = "layerstate"
 SCHEMA_VERSION = 1
 
+
+def schema_refusal(schema: object) -> str | None:
+    """Why a store whose root ``schema`` attribute is ``schema`` cannot be read, with the fix,
+    as the end of a sentence that starts with the store's name; None for ``layerstate/1``.
+
+    docs/store-format.md, "Versions": a reader refuses another tool's schema and any version
+    other than the one it knows. A newer one asks for an upgrade; version 1 is the first, so
+    an older or malformed version of this name was never written by layerstate.
+    """
+    if schema == SCHEMA:
+        return None
+    name, _, ver = schema.partition("/") if isinstance(schema, str) else ("", "", "")
+    if name == SCHEMA_NAME and ver.isascii() and ver.isdigit() and int(ver) > SCHEMA_VERSION:
+        return (f"uses schema {schema!r}, newer than this layerstate understands ({SCHEMA}); "
+                "upgrade layerstate (pip install -U layerstate)")
+    if name != SCHEMA_NAME:
+        return (f"has schema {schema!r}, not a layerstate schema: this layerstate reads {SCHEMA!r} "
+                "only; read it with the tool that wrote it, or write the store as "
+                "docs/store-format.md ('Conformance') says, with schema = \"layerstate/1\"")
+    return (f"has schema {schema!r}, a version of the layerstate schema that does not exist "
+            f"(version 1 is the first; this layerstate reads {SCHEMA!r} only): if the store "
+            "follows docs/store-format.md, set the root attribute schema to \"layerstate/1\"; "
+            "otherwise write it again with `layerstate capture` or Store.create")
+
 RUNS = "runs"
 RESULTS = "results"
 WEIGHTS = "weights"
