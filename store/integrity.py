@@ -14,6 +14,7 @@ from typing import cast
 
 import numpy as np
 import zarr
+from zarr.codecs import ShardingCodec
 from zarr.core.metadata import ArrayV3Metadata
 from zarr.core.sync import sync
 
@@ -132,11 +133,9 @@ def _check_store(store: Store, rep: Report, check_chunks: bool) -> None:
     for key in S.ROOT_REQUIRED_ATTRS:
         if key not in attrs:
             rep.problems.append(f"root: missing attribute {key!r}")
-    if attrs.get("schema") != S.SCHEMA:  # a newer one never opens (Store.open refuses it)
-        rep.problems.append(
-            f"root: schema {attrs.get('schema')!r}; this layerstate reads {S.SCHEMA!r} only "
-            "(docs/store-format.md, 'Versions')"
-        )
+    refusal = S.schema_refusal(attrs.get("schema")) if "schema" in attrs else None
+    if refusal is not None:  # (Store.open refuses such a store: kept for an open Store)
+        rep.problems.append(f"root {refusal} (docs/store-format.md, 'Versions')")
     if S.RUNS not in store.root:
         rep.problems.append("root: missing group 'runs' (S7): create it, with one group per run")
         return
@@ -238,10 +237,25 @@ def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool, r
 
 
 def _has_crc32c(arr: zarr.Array) -> bool:
+    """Whether ``arr``'s chunk data ends in a crc32c codec. In a sharded array that is the
+    inner chunks' codecs: the crc32c zarr puts on a shard's index protects only the offsets."""
     md = arr.metadata
     if not isinstance(md, ArrayV3Metadata):
         return False
-    return any(c.to_dict().get("name") == "crc32c" for c in md.codecs)
+    codecs = tuple(md.codecs)
+    while len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):  # shards of shards too
+        codecs = tuple(codecs[0].codecs)
+    return any(c.to_dict().get("name") == "crc32c" for c in codecs)
+
+
+def _stored_shape(arr: zarr.Array) -> tuple[int, ...]:
+    """The shape of what one store key holds: a shard of a sharded array, else a chunk.
+
+    ``arr.chunks`` and ``arr.cdata_shape`` count a sharded array's *inner* chunks, which
+    have no key of their own; a shard is read and decoded whole (its index, then every inner
+    chunk with its codecs), so ``validate`` walks the grid of shards.
+    """
+    return tuple(arr.shards or arr.chunks)
 
 
 @dataclass
@@ -249,7 +263,8 @@ class _Expect:
     """Which chunks of an array must be stored and whether its values must be finite.
 
     ``blocks``: the recorded blocks along ``seq_axis`` (a chunk outside them may be absent);
-    None for an array without a completion record, whose absent chunks are noted (S6).
+    None for an array without a completion record, whose absent chunks are noted (S6). A
+    block is one (inner) chunk along ``seq_axis``, as layerstate's writer lays them out (S21).
     ``finite``: count NaN/inf in float chunks that must be stored (S20).
     """
 
@@ -262,50 +277,68 @@ class _Expect:
     def recorded(self) -> bool:
         return self.blocks is not None
 
-    def required(self, idx: tuple[int, ...]) -> bool:
-        if self.blocks is None:  # no record: every chunk is data
+    def rows(self, arr: zarr.Array, idx: tuple[int, ...], stored: tuple[int, ...]) -> np.ndarray | bool:
+        """Which rows (along ``seq_axis``) of stored chunk ``idx`` belong to recorded blocks:
+        True (all of them, or the array has no completion record), False (none), or a mask
+        (a shard holding several blocks, only some recorded)."""
+        if self.blocks is None or self.seq_axis is None:
             return True
-        return self.seq_axis is None or idx[self.seq_axis] in self.blocks
+        ax = self.seq_axis
+        start = idx[ax] * stored[ax]
+        rows = np.arange(start, min(start + stored[ax], arr.shape[ax]))
+        mask = np.isin(rows // arr.chunks[ax], sorted(self.blocks))
+        return True if mask.all() else (False if not mask.any() else mask)
 
 
 def _check_chunks(arr: zarr.Array, path: str, rep: Report, expect: _Expect) -> None:
     """Decode every chunk there is (which verifies its crc32c); a chunk of a recorded block
-    must exist; float chunks that hold data must be finite where ``expect.finite``."""
+    must exist; float chunks that hold data must be finite where ``expect.finite``.
+
+    A sharded array is checked shard by shard (its store keys, :func:`_stored_shape`): an
+    absent shard is an absent chunk; a present one is decoded whole. An inner chunk a shard's
+    index marks as never written reads as the fill value, like an absent chunk (S6), and is
+    counted as such by the NaN/inf check when the fill value is NaN.
+    """
     rep.n_arrays += 1
     kind = L.dtype_kind(arr)
     if kind in "biuf" and not _has_crc32c(arr):
         rep.unchecksummed.append(path)
     count_nonfinite = expect.finite and kind == "f"
+    what = "shard" if arr.shards else "chunk"
     nonfinite = bad_chunks = 0
     store = arr.store_path.store
-    grid = arr.cdata_shape
+    stored = _stored_shape(arr)
+    grid = tuple(-(-s // c) for s, c in zip(arr.shape, stored, strict=True))
     for idx in np.ndindex(*grid):
-        required = expect.required(idx)
+        rows = expect.rows(arr, idx, stored)
         key = chunk_key(arr, idx)
         if not _exists(store, key):
             if not expect.recorded:  # another tool's group: zarr may skip chunks of fill values
-                rep.absent.append(f"{path} chunk {idx}")
+                rep.absent.append(f"{path} {what} {idx}")
                 if count_nonfinite and not np.isfinite(arr.fill_value):
-                    n = int(np.prod(_chunk_shape(arr, idx)))
+                    n = int(np.prod(_chunk_shape(arr, idx, stored)))
                     nonfinite, bad_chunks = nonfinite + n, bad_chunks + 1
-            elif required:
-                rep.problems.append(f"{path}: chunk {idx} is missing ({key}) though recorded as written")
+            elif rows is not False:
+                rep.problems.append(f"{path}: {what} {idx} is missing ({key}) though recorded as written")
                 rep.damaged_chunks.append((path, idx, expect.group))
             continue
         rep.n_chunks += 1
         try:
-            values = arr.get_block_selection(idx)
+            decoded = np.asarray(arr.get_block_selection(idx))  # by store keys: shards if sharded
         except Exception as exc:  # crc32c mismatch, truncated chunk, undecodable bytes
-            rep.problems.append(f"{path}: chunk {idx} ({key}) is corrupt: {type(exc).__name__}: {exc}")
+            rep.problems.append(f"{path}: {what} {idx} ({key}) is corrupt: {type(exc).__name__}: {exc}")
             rep.damaged_chunks.append((path, idx, expect.group))
             continue
-        if count_nonfinite and required:
-            n = _count_nonfinite(np.asarray(values))
+        if count_nonfinite and rows is not False:
+            if rows is not True:
+                assert expect.seq_axis is not None
+                decoded = np.compress(rows, decoded, axis=expect.seq_axis)
+            n = _count_nonfinite(decoded)
             if n:
                 nonfinite, bad_chunks = nonfinite + n, bad_chunks + 1
     if nonfinite:
         rep.problems.append(
-            f"{path}: {nonfinite} non-finite value(s) (NaN/inf) in {bad_chunks} chunk(s) (S20): "
+            f"{path}: {nonfinite} non-finite value(s) (NaN/inf) in {bad_chunks} {what}(s) (S20): "
             "write finite values, or set the group attribute nonfinite_allowed=true if they are meant"
         )
 
@@ -319,9 +352,10 @@ def _count_nonfinite(values: np.ndarray) -> int:
     return int(values.size - np.count_nonzero(np.isfinite(values)))
 
 
-def _chunk_shape(arr: zarr.Array, idx: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of chunk ``idx`` of ``arr`` (the last chunk along an axis may be short)."""
-    return tuple(min(c, s - i * c) for i, c, s in zip(idx, arr.chunks, arr.shape, strict=True))
+def _chunk_shape(arr: zarr.Array, idx: tuple[int, ...], stored: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of stored chunk ``idx`` of ``arr`` whose chunks (or shards) are ``stored``
+    (the last one along an axis may be short)."""
+    return tuple(min(c, s - i * c) for i, c, s in zip(idx, stored, arr.shape, strict=True))
 
 
 def _exists(store, key: str) -> bool:
