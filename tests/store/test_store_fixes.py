@@ -1,0 +1,192 @@
+"""Three store fixes: validate on sharded arrays, fsync of blocks zarr writes itself, and the
+schema versions a reader refuses."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from click.testing import CliRunner
+from zarr.codecs import Crc32cCodec
+
+from layerstate.cli import main
+from store import SchemaVersionError, Store, validate
+
+N, LENGTH = 10, 4  # 10 sequences in shards of 4: the last shard is short
+LAYERS = np.array(["embed", "L0", "L1"], dtype=object)
+HIDDEN = "runs/r0/len_004/hidden"
+
+
+def _cli(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _files(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _dataset(hidden: np.ndarray) -> xr.Dataset:
+    tokens = np.random.default_rng(1).integers(0, 2, (N, LENGTH)).astype("int32")
+    return xr.Dataset(
+        {"hidden": (("sequence", "position", "layer", "feature"), hidden),
+         "tokens": (("sequence", "position"), tokens),
+         "parity": (("sequence", "position"), np.cumsum(tokens, axis=1).astype("int32") % 2),
+         "mask": (("sequence", "position"), np.ones((N, LENGTH), bool))},
+        coords={"layer": LAYERS},
+    )
+
+
+def _hidden() -> np.ndarray:
+    return np.random.default_rng(0).normal(size=(N, LENGTH, len(LAYERS), 4)).astype("float32")
+
+
+def _sharded_store(path: Path, how: str, hidden: np.ndarray) -> None:
+    """A store another tool wrote, its ``hidden`` sharded: inner chunks of 2 sequences x one
+    layer, shards of 4 sequences x every layer (so 3 shards, the last one short)."""
+    root = zarr.open_group(path, mode="w-", zarr_format=3)
+    root.attrs["schema"] = "layerstate/1"
+    run = root.require_group("runs").create_group("r0")
+    run.attrs.update(task="parity", arch="lstm", variant="default", seed=0)
+    chunks, shards = (2, LENGTH, 1, 4), (4, LENGTH, len(LAYERS), 4)
+    if how == "xarray":
+        _dataset(hidden).to_zarr(path, group="runs/r0/len_004", mode="w-", zarr_format=3,
+                                 encoding={"hidden": {"chunks": chunks, "shards": shards}})
+        return
+    # zarr.create_array(shards=...), inner chunks ending in crc32c (S4)
+    _dataset(hidden).drop_vars("hidden").to_zarr(path, group="runs/r0/len_004", mode="w-",
+                                                  zarr_format=3, consolidated=False)
+    arr = zarr.create_array(path, name=HIDDEN, shape=hidden.shape, dtype="float32", chunks=chunks,
+                            shards=shards, compressors=Crc32cCodec(), fill_value=float("nan"),
+                            dimension_names=["sequence", "position", "layer", "feature"])
+    arr[...] = hidden
+    zarr.consolidate_metadata(str(path), zarr_format=3)
+
+
+@pytest.mark.parametrize("how", ["xarray", "zarr"])
+def test_a_correct_sharded_array_validates_and_one_nan_is_counted_once(tmp_path, how):
+    good = tmp_path / "good.zarr"
+    _sharded_store(good, how, _hidden())
+    rep = validate(str(good))
+    assert rep.ok, rep.problems
+    assert not any("non-finite" in p or "not stored" in w for p in rep.problems for w in rep.warnings)
+    assert rep.n_chunks >= 3  # the three shards of hidden were decoded
+    assert (HIDDEN in rep.unchecksummed) == (how == "xarray")  # zstd alone vs crc32c inside
+    res = _cli("validate", good)
+    assert res.exit_code == 0, res.output
+
+    values = _hidden()
+    values[9, 1, 2, 3] = np.nan  # in the last, short shard
+    bad = tmp_path / "bad.zarr"
+    _sharded_store(bad, how, values)
+    rep = validate(str(bad))
+    nonfinite = [p for p in rep.problems if "non-finite" in p]
+    assert nonfinite == [f"{HIDDEN}: 1 non-finite value(s) (NaN/inf) in 1 shard(s) (S20): write finite "
+                         "values, or set the group attribute nonfinite_allowed=true if they are meant"]
+    res = _cli("validate", bad)
+    assert res.exit_code == 2 and f"{HIDDEN}: 1 non-finite value(s)" in res.output
+
+
+def test_a_damaged_or_missing_shard_is_named(tmp_path):
+    path = tmp_path / "s.zarr"
+    _sharded_store(path, "zarr", _hidden())
+    shard = path / HIDDEN / "c" / "1" / "0" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[5] ^= 0x10  # a byte of the first inner chunk: its crc32c no longer matches
+    shard.write_bytes(bytes(raw))
+    rep = validate(str(path))
+    assert [p for p in rep.problems if "corrupt" in p] and all(
+        p.startswith(f"{HIDDEN}: shard (1, 0, 0, 0) ") for p in rep.problems if "corrupt" in p)
+    assert rep.damaged_chunks == [(HIDDEN, (1, 0, 0, 0), "runs/r0/len_004")]
+    shard.unlink()  # an absent shard of a NaN-filled array reads as 4*4*3*4 NaN (S6, S20)
+    rep = validate(str(path))
+    assert f"{HIDDEN} shard (1, 0, 0, 0)" in rep.absent
+    assert f"{HIDDEN}: 192 non-finite value(s) (NaN/inf) in 1 shard(s)" in " ".join(rep.problems)
+
+
+# ---------------------------------------------------------------------- fsync of zarr's writes
+def test_a_short_last_block_is_fsynced_before_it_is_recorded(tmp_path, monkeypatch):
+    import store.pipeline as pipeline_mod
+
+    st = Store.create(str(tmp_path / "s.zarr"))
+    st.add_run("r", task="t", arch="a", seed=0)
+    group = tmp_path / "s.zarr" / "runs" / "r" / "len_006"
+    synced: set[Path] = set()
+    real = pipeline_mod.make_durable
+    rng = np.random.default_rng(0)
+    with st.length_writer("r", 6, n_sequences=10, n_layers=1, n_features=8, labels=["y"],
+                          block_size=4) as w:
+
+        def spy(paths):
+            for p in paths:  # fsynced while its block is not yet recorded
+                assert int(Path(p).relative_to(group).parts[2]) not in w._recorded()
+            synced.update(Path(p) for p in paths)
+            real(paths)
+
+        monkeypatch.setattr(pipeline_mod, "make_durable", spy)
+        for b, m in ((0, 4), (1, 4), (2, 2)):  # block 2: sequences 8-9, half a chunk
+            tok = rng.integers(0, 2, (m, 6))
+            w.write_block(b, hidden=rng.standard_normal((m, 6, 2, 8)), tokens=tok, labels={"y": tok})
+    assert w.complete
+    variables = ("hidden", "tokens", "y", "mask")
+    last = {p for var in variables for p in (group / var / "c" / "2").rglob("*") if p.is_file()}
+    assert len(last) == 2 + 3  # hidden: one chunk per layer; tokens, y, mask: one each
+    assert last <= synced
+    every = {p for var in variables for p in (group / var / "c").rglob("*") if p.is_file()}
+    assert len(every) == 3 * 5 and every <= synced
+
+
+def test_written_files_follow_the_grid_of_store_keys(tmp_path):
+    from store.pipeline import written_files
+
+    plain = zarr.create_array(tmp_path / "a", shape=(10, 3, 4), chunks=(4, 1, 4), dtype="float32")
+    got = {str(p.relative_to(tmp_path / "a")) for p in written_files(plain, slice(6, 10))}
+    assert got == {f"c/{r}/{k}/0" for r in (1, 2) for k in range(3)}
+    sharded = zarr.create_array(tmp_path / "b", shape=(10, 3, 4), chunks=(2, 1, 4), shards=(4, 3, 4),
+                                dtype="float32")
+    got = {str(p.relative_to(tmp_path / "b")) for p in written_files(sharded, slice(8, 10))}
+    assert got == {"c/2/0/0"}  # one shard holds every inner chunk of those rows
+    sharded[8:10] = 1.0
+    assert all(p.is_file() for p in written_files(sharded, slice(8, 10)))
+    memory = zarr.create_array(zarr.storage.MemoryStore(), shape=(4, 2), chunks=(2, 2), dtype="int32")
+    assert written_files(memory, slice(0, 4)) == []  # nothing to fsync off a local disk
+
+
+# ---------------------------------------------------------------------- schema versions
+REFUSED = {
+    "layerstate/0": "a version of the layerstate schema that does not exist",
+    "layerstate/01": "a version of the layerstate schema that does not exist",
+    "layerstate/1.1": "a version of the layerstate schema that does not exist",
+    "layerstate/2": "newer than this layerstate understands (layerstate/1); upgrade layerstate",
+    "othertool/1": "not a layerstate schema",
+}
+
+
+@pytest.mark.parametrize("schema", list(REFUSED))
+def test_a_schema_other_than_layerstate_1_is_refused_in_one_line(make_store, schema):
+    st = make_store(lengths=(6,), n=8, block_size=4)
+    path = Path(str(st.location))
+    st.root.attrs["schema"] = schema
+    st.consolidate()  # the snapshot and the digests agree: refused for the schema, not as damage
+    before = _files(path)
+    with pytest.raises(SchemaVersionError) as err:
+        Store.open(str(path))
+    line = str(err.value)
+    assert f"schema {schema!r}" in line and REFUSED[schema] in line and "\n" not in line
+    if schema != "layerstate/2":  # the fix: what a layerstate/1 store says, or another reader
+        assert '"layerstate/1"' in line
+    for args in (["inspect", path], ["validate", path]):
+        res = _cli(*args)
+        assert res.exit_code == 2, (args, res.output)
+        assert f"schema {schema!r}" in res.output and REFUSED[schema] in res.output
+    assert len(_cli("inspect", path).output.strip().splitlines()) == 1
+    assert _files(path) == before
+
+
+def test_layerstate_1_still_opens(make_store):
+    st = make_store(lengths=(6,), n=8, block_size=4)
+    assert Store.open(str(st.location)).attrs["schema"] == "layerstate/1"
