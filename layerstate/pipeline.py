@@ -30,6 +30,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -213,6 +214,47 @@ def _cancel_on_error(client: Any, futures: list) -> Callable[[], None]:
     return cancel
 
 
+def _cluster_lost(client: Any, exc: BaseException, url: str) -> LayerstateError | None:
+    """A one-line error if ``exc`` means the client lost its cluster while waiting for the
+    tasks (the scheduler closed or became unreachable: distributed cancels every future
+    with reason ``scheduler-connection-lost``), else None (a task's own error is left as
+    it is)."""
+    from concurrent.futures import CancelledError
+
+    from distributed.comm import CommClosedError
+
+    from analysis.compute import SchedulerError
+
+    status = str(getattr(client, "status", ""))
+    if not (isinstance(exc, CancelledError) or (isinstance(exc, (CommClosedError, OSError))
+                                                and status != "running")):
+        return None
+    try:
+        address = client.scheduler.address
+    except Exception:  # noqa: BLE001 - a closed client may have dropped its scheduler
+        address = "?"
+    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return SchedulerError(
+        f"lost the dask cluster at {address} before its tasks finished ({why}); what finished "
+        f"is kept in {url} (trained runs, recorded blocks): start a cluster and run the same "
+        "command again to resume"
+    )
+
+
+@contextmanager
+def _waiting(client: Any, futures: list, url: str) -> Iterator[None]:
+    """Around waiting for ``futures``: on any error they are cancelled, and a cluster that
+    went away (:func:`_cluster_lost`) becomes one line saying how to resume."""
+    try:
+        yield
+    except BaseException as exc:
+        lost = _cluster_lost(client, exc, url)
+        if lost is not None:
+            raise lost from None
+        _cancel_on_error(client, futures)()
+        raise
+
+
 def _submit_training(client: Any, specs: list[RunSpec], url: str, storage_options: dict | None,
                      device: str) -> dict[str, Any]:
     tag = secrets.token_hex(4)
@@ -278,11 +320,8 @@ def train_experiment(
             Store.open(url, mode="r+", storage_options=storage_options)  # one line if it is not one
             check_store_shared(sched, url, storage_options)
             futures = _submit_training(sched, specs, url, storage_options, device)
-            try:
+            with _waiting(sched, list(futures.values()), url):
                 yield from _trained_as_completed(sched, futures)
-            except BaseException:
-                _cancel_on_error(sched, list(futures.values()))()
-                raise
             return
         if jobs <= 1 or device != "cpu":
             for i, spec in enumerate(specs, 1):
@@ -323,11 +362,8 @@ def capture_experiment(
         Store.open(url, mode="r+", storage_options=storage_options)  # one line if it is not one
         check_store_shared(sched, url, storage_options)
         futures = _submit_capture(sched, exp.runs(), url, storage_options, device)
-        try:
+        with _waiting(sched, futures, url):
             results = sched.gather(futures)
-        except BaseException:
-            _cancel_on_error(sched, futures)()
-            raise
     Store.open(url, mode="r+", storage_options=storage_options).consolidate()
     return results
 
@@ -482,10 +518,7 @@ def _train_and_capture_on(client: Any, plan: CapturePlan, url: str, storage_opti
         f"see {url}")
     trained = _submit_training(client, specs, url, storage_options, device)
     captures = _submit_capture(client, specs, url, storage_options, device, trained)
-    try:
+    with _waiting(client, [*trained.values(), *captures], url):
         for i, res in enumerate(_trained_as_completed(client, trained), 1):
             say(present.training_line(res, i, len(specs)))
         return client.gather(captures)
-    except BaseException:
-        _cancel_on_error(client, [*trained.values(), *captures])()
-        raise
