@@ -20,8 +20,11 @@ stores (fsspec: memory://, s3://) get ``Store.set``. The chunk keys come from th
 metadata, so the bytes are exactly what zarr writes (tested bit for bit in
 tests/store/test_chunks.py) and zarr, xarray and ``layerstate validate`` read them as usual.
 
-Anything else — partial chunks at the end of an array, other codecs, other layouts — goes
-through zarr's ``__setitem__``.
+The last chunk row of an array whose length is not a multiple of the chunk is written here
+too when the caller asks (``pad_last``): zarr stores an edge chunk whole, its rows past the
+end of the array holding the fill value, and so does :func:`encode_chunk` given the chunk's
+shape and fill (tested bit for bit against zarr). Anything else — chunks cut short along
+other axes, other codecs, other layouts — goes through zarr's ``__setitem__``.
 
 :func:`read_whole` is the mirror image for loading whole arrays: zarr 3.1 decodes (checks
 the crc32c, copies into the output) on its single event-loop thread, so a 2-core machine
@@ -59,19 +62,30 @@ def fast_path_ok(arr: zarr.Array) -> bool:
     return raw_crc32c_chunk_bytes(arr) is not None
 
 
-def encode_chunk(piece: np.ndarray, out: np.ndarray | None = None, dtype: Any = None) -> np.ndarray:
+def encode_chunk(piece: np.ndarray, out: np.ndarray | None = None, dtype: Any = None, *,
+                 shape: tuple[int, ...] | None = None, fill: Any = None) -> np.ndarray:
     """One chunk's stored bytes: the values little-endian, then their crc32c (one copy).
 
     ``dtype`` (default: ``piece``'s) is the stored type: the cast happens in the same copy.
     ``out`` (uint8, exactly the encoded size) is filled instead of a new array: a reused
     buffer skips the page faults of fresh memory, which cost more than the copy itself.
+    ``shape``: the chunk's shape when ``piece`` holds only its first rows (the edge chunk at
+    the end of an array); the rows after them are ``fill``, as zarr pads an edge chunk.
     """
+    shape = tuple(piece.shape) if shape is None else tuple(shape)
+    if shape[1:] != piece.shape[1:] or (shape and piece.shape[0] > shape[0]):
+        raise ValueError(f"a piece of shape {piece.shape} is not the first rows of a chunk {shape}")
     stored = np.dtype(dtype or piece.dtype).newbyteorder("<")
-    nbytes = piece.size * stored.itemsize
+    nbytes = int(np.prod(shape)) * stored.itemsize
     if out is None:
         out = np.empty(nbytes + 4, np.uint8)
+    view = out[:-4].view(stored).reshape(shape)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow shows as Inf: callers check
-        out[:-4].view(stored).reshape(piece.shape)[...] = piece
+        if piece.shape == shape:
+            view[...] = piece
+        else:
+            view[: piece.shape[0]] = piece
+            view[piece.shape[0] :] = fill
     out[-4:] = np.frombuffer(np.asarray(crc32c.crc32c(out[:-4].data), "<u4").tobytes(), np.uint8)
     return out
 
@@ -120,28 +134,33 @@ class ChunkWriter:
         self._local = threading.local()
 
     def write_row(
-        self, arr: zarr.Array, row: int, values: np.ndarray, *, check_finite: bool = False
+        self, arr: zarr.Array, row: int, values: np.ndarray, *, check_finite: bool = False,
+        pad_last: bool = False,
     ) -> Submitted | None:
         """Submit chunk row ``row`` along axis 0 (every chunk in it) from ``values``.
 
         Returns the chunks' futures, or None, writing nothing, when the fast path does not
         apply (``values`` is not exactly one full chunk row, or the codecs differ): the
-        caller then uses zarr. ``values`` is cast to the array's dtype in the encoding copy;
-        with ``check_finite`` a chunk that holds NaN/Inf after the cast is not written and
-        its ``checked`` future fails with :class:`NotFinite`. ``values`` must not change
-        until the futures are done.
+        caller then uses zarr. With ``pad_last``, the last row of an array whose length is
+        not a multiple of the chunk is written too, from its rows up to the end, each chunk
+        padded with the fill value as zarr pads it. ``values`` is cast to the array's dtype
+        in the encoding copy; with ``check_finite`` a chunk that holds NaN/Inf after the
+        cast (in its values, not its padding) is not written and its ``checked`` future
+        fails with :class:`NotFinite`. ``values`` must not change until the futures are done.
         """
         if not fast_path_ok(arr):
             return None
         chunk: tuple[int, ...] = tuple(arr.metadata.chunk_grid.chunk_shape)  # type: ignore[attr-defined]
-        if values.shape[0] != chunk[0] or values.shape[1:] != arr.shape[1:]:
+        if values.shape[1:] != arr.shape[1:] or row < 0:
             return None
-        if (row + 1) * chunk[0] > arr.shape[0]:
+        rows = min(chunk[0], arr.shape[0] - row * chunk[0])  # rows of the array in this row
+        if values.shape[0] != rows or rows < 1 or (rows < chunk[0] and not pad_last):
             return None
         if any(s % c for s, c in zip(arr.shape[1:], chunk[1:], strict=True)):
             return None  # edge chunks along other axes would need padding: leave to zarr
         store = arr.store_path.store
         grid = [range(s // c) for s, c in zip(arr.shape[1:], chunk[1:], strict=True)]
+        edge = None if rows == chunk[0] else (chunk, arr.metadata.fill_value)
         out = Submitted([], [])
         for coord in itertools.product(*grid):
             sel = (slice(None),) + tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, chunk[1:], strict=True))
@@ -149,7 +168,7 @@ class ChunkWriter:
             # encoded in the pool too: the copy and the checksum release the GIL
             out.stored.append(self._pool.submit(
                 self._job, store, chunk_key(arr, (row, *coord)), values[sel], arr.dtype,
-                checked if check_finite else None,
+                checked if check_finite else None, edge,
             ))
             if check_finite:
                 out.checked.append(checked)
@@ -158,24 +177,30 @@ class ChunkWriter:
         self._pending.extend(out.stored)
         return out
 
-    def _job(self, store: Any, key: str, piece: np.ndarray, dtype: Any, checked: Future[None] | None) -> Path | None:
+    def _job(self, store: Any, key: str, piece: np.ndarray, dtype: Any, checked: Future[None] | None,
+             edge: tuple[tuple[int, ...], Any] | None = None) -> Path | None:
         try:
-            return self._encode_and_set(store, key, piece, dtype, checked)
+            return self._encode_and_set(store, key, piece, dtype, checked, edge)
         except BaseException as exc:  # whoever waits for the check must not wait forever
             if checked is not None and not checked.done():
                 checked.set_exception(exc)
             raise
 
     def _encode_and_set(self, store: Any, key: str, piece: np.ndarray, dtype: Any,
-                        checked: Future[None] | None) -> Path | None:
-        """Encode and store one chunk; the local file's path (for :func:`make_durable`)."""
+                        checked: Future[None] | None,
+                        edge: tuple[tuple[int, ...], Any] | None = None) -> Path | None:
+        """Encode and store one chunk; the local file's path (for :func:`make_durable`).
+        ``edge``: (the chunk's shape, the fill value) when ``piece`` is its first rows only."""
         local = isinstance(store, LocalStore)
-        nbytes = piece.size * np.dtype(dtype).itemsize + 4
+        shape, fill = edge if edge is not None else (tuple(piece.shape), None)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize + 4
         # a local file is written before this thread reuses its buffer; other stores may
         # keep the buffer they are given (MemoryStore does): a fresh one per chunk
-        data = encode_chunk(piece, _scratch(self._local, nbytes) if local else None, dtype)
-        if checked is not None:
-            if not all_finite(data[:-4].view(np.dtype(dtype).newbyteorder("<"))):
+        data = encode_chunk(piece, _scratch(self._local, nbytes) if local else None, dtype,
+                            shape=shape, fill=fill)
+        if checked is not None:  # the values only: a NaN fill value pads an edge chunk
+            values = data[:-4].view(np.dtype(dtype).newbyteorder("<"))[: piece.size]
+            if not all_finite(values):
                 exc = NotFinite(key)
                 checked.set_exception(exc)
                 raise exc

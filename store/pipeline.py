@@ -6,10 +6,11 @@ file), returns once the block's float chunks passed their checks, and meanwhile 
 blocks before it: waits for their chunks, fsyncs the files (:func:`~store.chunks.make_durable`)
 and only then reports them as finished. So a recorded block survives a power cut, a chunk
 write that fails keeps its block unrecorded, and the threads store block ``b`` while the
-caller prepares block ``b + 1``. Anything the fast path cannot write (other codecs, chunks
-that do not span whole rows of the grid) goes through zarr's ``__setitem__``; the files such
-a write touched are found from the array's chunk grid (:func:`written_files`) and fsynced
-with the block's other files before it is recorded.
+caller prepares block ``b + 1``. The fast path writes a short last block too (padded with
+the fill value, as zarr pads it). Anything it cannot write (other codecs, chunks cut short
+along other axes) goes through zarr's ``__setitem__``; the files such a write touched are
+found from the array's chunk grid (:func:`written_files`) and fsynced with the block's other
+files before it is recorded.
 
 A block is recorded only while this process still holds its run's lease (:mod:`store.lease`):
 a writer whose lease was taken over (paused or cut off for longer than the lease lasts) stops
@@ -96,7 +97,7 @@ class BlockPipeline:
                 for var, values in data.items():
                     arr = self._array(var)
                     check = var in uncast and check_finite
-                    submitted = self._chunks.write_row(arr, b, values, check_finite=check)
+                    submitted = self._chunks.write_row(arr, b, values, check_finite=check, pad_last=True)
                     if submitted is None:
                         arr[rows] = cast(var, values) if var in uncast else values
                         written += written_files(arr, rows)
