@@ -264,6 +264,39 @@ def make_durable(paths: list[Path]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+    # A new file's name lives in its directory: fsync the directories too, from the chunk's
+    # own up to the array's (zarr v3 keys: <array>/c/<i>/<j>/...), so that a power cut cannot
+    # lose the name of a chunk whose bytes are on disk.
+    for directory in sorted(_chunk_dirs(paths), key=lambda d: -len(d.parts)):
+        try:
+            fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:  # some filesystems refuse fsync on a directory; the files are synced
+            pass
+        finally:
+            os.close(fd)
+
+
+def _chunk_dirs(paths: list[Path]) -> set[Path]:
+    """Every directory between each chunk file and its array's directory (inclusive); for a
+    file that is not under a zarr v3 chunk key (``<array>/c/...``), its own directory."""
+    out: set[Path] = set()
+    for path in paths:
+        own = Path(path).parent
+        chain, parent = [], own
+        while parent != parent.parent:
+            chain.append(parent)
+            if parent.name == "c":  # the chunk-key prefix: its parent is the array's directory
+                chain.append(parent.parent)
+                break
+            parent = parent.parent
+        else:
+            chain = [own]
+        out.update(chain)
+    return out
 
 
 def _libc_sync_file_range() -> Any:

@@ -427,11 +427,11 @@ def _read_root(source: _Side) -> tuple[dict[str, Any], int]:
     schema = (doc.get("attributes") or {}).get("schema")
     if doc.get("node_type") != "group" or schema is None:
         raise NotAStoreError(f"{loc} is a Zarr node but not a layerstate store (no 'schema' attribute)")
-    name, _, ver = str(schema).partition("/")
-    if name != S.SCHEMA_NAME or not ver.isdigit() or int(ver) > S.SCHEMA_VERSION:
+    refusal = S.schema_refusal(schema)
+    if refusal is not None:
         from .errors import SchemaVersionError
 
-        raise SchemaVersionError(f"{loc} has schema {schema!r}; this layerstate copies {S.SCHEMA}")
+        raise SchemaVersionError(f"{loc} {refusal}")
     return doc, len(raw)
 
 

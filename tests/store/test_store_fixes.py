@@ -192,6 +192,9 @@ def test_a_schema_other_than_layerstate_1_is_refused_in_one_line(make_store, sch
         assert res.exit_code == 2, (args, res.output)
         assert f"schema {schema!r}" in res.output and REFUSED[schema] in res.output
     assert len(_cli("inspect", path).output.strip().splitlines()) == 1
+    res = _cli("pull", path, path.parent / "copy.zarr")  # pull applies the same rule
+    assert res.exit_code == 2 and REFUSED[schema] in res.output
+    assert not (path.parent / "copy.zarr").exists()
     assert _files(path) == before
 
 
@@ -258,3 +261,34 @@ def test_a_nan_in_a_short_last_block_is_refused_and_its_padding_is_not(tmp_path)
     got = st.load_length("r", 6).hidden.values
     np.testing.assert_array_equal(got, np.concatenate([b["hidden"] for b in blocks]).astype("float16"))
     assert validate(str(tmp_path / "s.zarr")).ok
+
+
+def test_make_durable_syncs_the_directories_that_name_new_chunks(tmp_path, monkeypatch):
+    import os
+
+    from store import chunks
+
+    arr = tmp_path / "s.zarr" / "runs" / "r" / "len_004" / "hidden"
+    files = [arr / "c" / "0" / "0" / str(k) / "0" for k in range(2)]
+    for f in files:
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"x")
+    opened: list[str] = []
+    real_open = os.open
+
+    def spy(path, flags, *a, **k):
+        opened.append(str(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", spy)
+    chunks.make_durable(files)
+    dirs = [p for p in opened if Path(p).is_dir()]
+    expected = {str(arr / "c" / "0" / "0" / "0"), str(arr / "c" / "0" / "0" / "1"),
+                str(arr / "c" / "0" / "0"), str(arr / "c" / "0"), str(arr / "c"), str(arr)}
+    assert set(dirs) == expected  # up to the array's directory, never above it
+    assert dirs.index(str(arr)) > dirs.index(str(arr / "c" / "0"))  # deepest first
+    other = tmp_path / "plain.bin"
+    other.write_bytes(b"y")
+    opened.clear()
+    chunks.make_durable([other])
+    assert [p for p in opened if Path(p).is_dir()] == [str(tmp_path)]
