@@ -183,7 +183,10 @@ class Claim(BaseModel):
     task: str | None = Field(default=None, description="Task the claim is about.")
     arch: str | None = Field(default=None, description="Architecture the claim is about.")
     archs: list[str] = Field(default=[], description="profile_match: architectures to test (each a claim row).")
-    variant: str = Field(default="default", description="Variant for readable_by/profile_match.")
+    variant: str = Field(
+        default="default",
+        description="Variant the claim reads (readable_by, profile_match, bound; and difference/"
+        "equivalence claims that do not compare variants, when the results hold several).")
     length: int = Field(default=40, description="Sequence length the metric is taken at.")
     compare: Literal["variant", "arch", "task", "site", "layer", "setting"] = Field(
         default="variant",
@@ -315,7 +318,9 @@ class Claim(BaseModel):
             ("arch", "arch", self.arch),
             *(("archs", "arch", a) for a in self.archs),
         ]
-        if self.kind in ("readable_by", "profile_match", "bound"):  # the others compare or span variants
+        if self.kind in ("readable_by", "profile_match", "bound") or (
+            self.compare != "variant" and "variant" in self.model_fields_set
+        ):  # a comparison of variants names its two in treatment/reference
             named.append(("variant", "variant", self.variant))
         named += [
             ("treatment", self.compare, self.treatment),
@@ -599,7 +604,11 @@ def _levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) 
 def _pair(da: xr.DataArray, claim: Claim) -> tuple[xr.DataArray, xr.DataArray]:
     """The claim's treatment and reference cells of ``da`` (dims task, arch, variant[, site],
     seed[, sequence]), each left with its seed (and sequence) dims."""
-    fixed: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": None}
+    # The variant is pinned when the claim names one or the results hold several (the claim's
+    # default, "default"); a store with one variant, whatever its name, needs no pin.
+    pin = "variant" in claim.model_fields_set or ("variant" in da.dims and da.sizes["variant"] > 1)
+    fixed: dict[str, str | None] = {"task": claim.task, "arch": claim.arch,
+                                    "variant": claim.variant if pin else None}
     if claim.metric == "restoration":
         fixed["site"] = claim.site
     for dim, level in (("layer", claim.layer), ("setting", claim.setting)):

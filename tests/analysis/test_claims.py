@@ -310,16 +310,20 @@ def test_probe_claims_profile_match_and_readable_by(tmp_path):
     assert float(res.sel(claim="dyck-early").estimate) == pytest.approx(0.95, abs=0.02)
 
 
-def _interchange_store(tmp_path, n_seeds=4):
-    """Transformer restores at the value (induction), Mamba at the query (direct retrieval)."""
+def _interchange_store(tmp_path, n_seeds=4, no_conv=False):
+    """Transformer restores at the value (induction), Mamba at the query (direct retrieval);
+    ``no_conv``: also Mamba without its convolution, restoring at the value instead."""
     st = Store.create(str(tmp_path / "s.zarr"))
     rng = np.random.default_rng(3)
     runs, rest = [], []
     sites = ["key", "value", "divider", "query"]
-    for arch, best in (("transformer", "value"), ("mamba", "query")):
+    cells = [("transformer", "default", "value"), ("mamba", "default", "query")]
+    if no_conv:
+        cells.append(("mamba", "no_conv", "value"))
+    for arch, variant, best in cells:
         for seed in range(n_seeds):
-            rid = f"assoc_recall-{arch}-default-s{seed}"
-            st.add_run(rid, task="assoc_recall", arch=arch, variant="default", seed=seed)
+            rid = f"assoc_recall-{arch}-{variant}-s{seed}"
+            st.add_run(rid, task="assoc_recall", arch=arch, variant=variant, seed=seed)
             r = rng.uniform(0.0, 0.1, size=(3, 4))  # (layer, site)
             r[1, sites.index(best)] = 0.8 + rng.normal(0, 0.05)
             r[0, 0] = 1.0  # the embedding at the corrupted key restores trivially
@@ -362,6 +366,26 @@ def test_restoration_claims_tell_induction_from_direct_retrieval(tmp_path):
     assert 0.6 < float(tf.estimate) < 0.85 and int(tf.n_seeds) == 4
     # at L0 the Transformer restores ~0.8 at the value, Mamba <= 0.1
     assert 0.6 < float(res.sel(claim="value-arch").estimate) < 0.9
+
+
+def test_site_and_arch_claims_read_one_variant_when_the_grid_has_several(tmp_path):
+    st = _interchange_store(tmp_path, no_conv=True)
+    base = {"kind": "difference", "task": "assoc_recall", "metric": "restoration", "length": 40,
+            "margin": 0.2, "statement": "s"}
+    site = {**base, "arch": "mamba", "compare": "site", "treatment": "query", "reference": "value",
+            "direction": "greater"}
+    claims = parse_claims([
+        {**site, "id": "mamba-direct"},  # the default variant, unnamed
+        {**site, "id": "no-conv-direct", "variant": "no_conv"},
+        {**base, "id": "value-arch", "compare": "arch", "site": "value", "treatment": "transformer",
+         "reference": "mamba", "direction": "greater", "layer": "L0"},
+    ])
+    res = evaluate_claims(st, claims)
+    v = dict(zip(res.claim.values, res.verdict.values, strict=True))
+    # before, the unpinned variant made every one of these "ambiguous: results vary over ['variant']"
+    assert v == {"mamba-direct": "supported", "no-conv-direct": "contradicted", "value-arch": "supported"}
+    with pytest.raises(ClaimError, match="variant 'nope' has no results"):
+        evaluate_claims(st, parse_claims([{**site, "id": "x", "variant": "nope"}]))
 
 
 @pytest.mark.parametrize(
