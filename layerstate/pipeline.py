@@ -94,9 +94,35 @@ def _train_in_worker(args: tuple[RunSpec, str, str, dict | None]) -> TrainResult
         return _train_one(spec, url, device, storage_options=storage_options)
 
 
+@contextmanager
+def _task_writer(store: Any, run_id: str) -> Iterator[None]:
+    """A cluster task's hold on run ``run_id``'s writer lock (its lease and local lock) for
+    the whole task; the library's writers inside take it again (re-entrant).
+
+    Unlike the library, which refuses a second writer at once, a task waits out a lease held
+    by another host (:func:`store.lease.acquire_waiting`): dask runs the task of a worker
+    that died again elsewhere, and the dead worker's lease can only expire from there. A
+    lease that is renewed meanwhile (a live writer) is refused in one line, as is a live
+    writer on this host."""
+    from store.lease import acquire_waiting
+
+    lease = acquire_waiting(store.lock(run_id).lease)
+    try:
+        with store.lock(run_id):
+            yield
+    finally:
+        lease.release()
+
+
 def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: str) -> TrainResult:
-    """One run's training as a cluster task: opens the store at ``url`` itself."""
-    return _train_in_worker((spec, url, device, storage_options))
+    """One run's training as a cluster task: opens the store at ``url`` itself, and waits
+    out a lease that another host's dead worker left on the run (:func:`_task_writer`)."""
+    from store import Store
+
+    with one_thread():
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        with _task_writer(st, spec.run_id):
+            return _train_one(spec, url, device, storage_options=storage_options)
 
 
 def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: str, length: int,
@@ -113,11 +139,13 @@ def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: st
     with one_thread():
         st = Store.open(url, mode="r+", storage_options=storage_options)
         check_capturable(st, spec)
-        if kind == "cf":
-            return capture_counterfactuals(st, spec.run_id, length, n_pairs=cap.counterfactual_pairs,
-                                           device=device)
-        return capture_length(st, spec.run_id, length, n_sequences=cap.n_sequences, dtype=cap.dtype,
-                              sites=cap.sites, batch_size=cap.batch_size, device=device)
+        with _task_writer(st, spec.run_id):
+            if kind == "cf":
+                return capture_counterfactuals(st, spec.run_id, length,
+                                               n_pairs=cap.counterfactual_pairs, device=device)
+            return capture_length(st, spec.run_id, length, n_sequences=cap.n_sequences,
+                                  dtype=cap.dtype, sites=cap.sites, batch_size=cap.batch_size,
+                                  device=device)
 
 
 def _captures(plan: CapturePlan) -> list[tuple[str, int]]:

@@ -615,6 +615,54 @@ def _lose(held: _Held, why: str) -> None:
                  "this writer: run it again (it resumes from the recorded blocks)")
 
 
+#: Seconds past a lease's expiry, by this host's clock, before :func:`acquire_waiting` takes
+#: over a lease of another host (two hosts' clocks differ a little).
+TAKEOVER_MARGIN_S = 2.0
+
+
+def acquire_waiting(lease: Lease, *, margin: float | None = None) -> Lease:
+    """Take ``lease``; if a process of another host holds it, wait for that lease to expire
+    (plus ``margin`` seconds, default :data:`TAKEOVER_MARGIN_S`) and take it over.
+
+    For work run again after its process died on another host (a cluster task): that
+    writer's pid cannot be checked from here, so its lease can only run out. A lease that is
+    renewed while we wait has a live writer: refused as soon as a renewal is seen (or if it
+    is still live when the wait ends), with :meth:`Lease.acquire`'s line. A holder on this
+    host is never waited for (a dead one is taken over at once, a live one refused at once).
+    :meth:`Lease.acquire`, what the library's writers call, never waits like this: a second
+    writer is refused at once there.
+    """
+    margin = TAKEOVER_MARGIN_S if margin is None else margin
+    try:
+        return lease.acquire()
+    except WriterLockedError:
+        pass
+    backend = _backend(lease.location)
+    first: Holder | None = None  # the foreign lease we wait out
+    while True:
+        now = time.time()
+        leases = lease._list(backend)
+        live = [h for h in leases.values() if h.live(now)]
+        if live:
+            holder = max(live, key=lambda h: h.generation)
+            if holder.doc.get("node") == NODE:
+                return lease.acquire()  # a live process of this host: refused at once
+            if first is None:
+                first = holder
+        elif first is None:
+            return lease.acquire()  # released meanwhile
+        else:
+            holder = leases.get(first.generation, first)
+            if now >= first.expires + margin or holder is first:
+                return lease.acquire()  # past expiry and margin (or released): taken over
+        if holder.doc.get("uuid") != first.doc.get("uuid") or holder.expires > first.expires:
+            raise WriterLockedError(lease._refusal(holder, now, 0.0))  # renewed: a live writer
+        ttl = first.doc.get("ttl")
+        ttl = float(ttl) if isinstance(ttl, (int, float)) and ttl > 0 else lease.ttl
+        # a live holder renews every third of its ttl: look often enough to see it
+        time.sleep(max(0.0, min(first.expires + margin - now, 0.05 + min(1.0, ttl / 6))))
+
+
 def holding(key: str, name: str) -> bool:
     """Whether this process holds lease ``name`` of the store keyed ``key``."""
     return (key, name) in _HELD

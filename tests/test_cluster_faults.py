@@ -228,3 +228,89 @@ def test_a_cluster_that_goes_away_mid_training_fails_in_one_line_and_a_rerun_res
     _same_arrays(reference, out / "store.zarr")
     report = validate(str(out / "store.zarr"))
     assert report.ok, report.problems
+
+
+# ------------------------------------------------------------- a dead worker on another host
+def _foreign_lease(store: Path, run_id: str, expires_in: float) -> Path:
+    """A run lease written as a process of another host holds it (its pid cannot be checked
+    from here, so only its expiry frees it)."""
+    from store.lease import FORMAT, LEASE_DIR
+
+    d = store / LEASE_DIR
+    d.mkdir(exist_ok=True)
+    f = d / f"run-{run_id}.g0.json"
+    f.write_text(json.dumps({"format": FORMAT, "name": f"run-{run_id}", "host": "other",
+                             "node": "other||", "pid": 4242, "uuid": "f" * 32, "generation": 0,
+                             "expires": time.time() + expires_in}))
+    return f
+
+
+@pytest.fixture
+def short_leases(monkeypatch):
+    import store.lease
+
+    monkeypatch.setenv("LAYERSTATE_LEASE_SECONDS", "1")
+    monkeypatch.setattr(store.lease, "TAKEOVER_MARGIN_S", 0.3)
+
+
+def test_a_task_run_again_waits_out_the_lease_of_a_dead_writer_on_another_host(
+        tiny, tmp_path, short_leases):
+    """The training and capture tasks, run again after their worker died on another host
+    holding the run's lease, wait for that lease to expire (plus the margin) and take it
+    over, instead of refusing; then they train and capture as usual."""
+    from layerstate.experiment import load_experiment
+    from layerstate.pipeline import capture_task, train_task
+    from store import Store
+    from store.lease import LEASE_DIR
+
+    spec = load_experiment(tiny).plan.runs()[0]
+    store = tmp_path / "store.zarr"
+    Store.create(str(store))
+    lease = _foreign_lease(store, spec.run_id, 1.0)
+    expires = json.loads(lease.read_text())["expires"]
+    res = train_task(spec, str(store), None, "cpu")
+    assert time.time() >= expires + 0.3  # not taken before the lease ran out
+    assert res.run_id == spec.run_id and not res.skipped and res.steps == 6
+    assert Store.open(str(store)).run_attrs(spec.run_id)["status"] == "trained"
+    assert not (store / LEASE_DIR).exists()  # the dead one's deleted, then ours released
+
+    _foreign_lease(store, spec.run_id, 1.0)
+    cap = capture_task(spec, str(store), None, "len", 8, "cpu")
+    assert (cap.blocks_written, cap.blocks_total) == (1, 1)
+    assert Store.open(str(store)).open_length(spec.run_id, 8).sizes["sequence"] == 16
+    assert not (store / LEASE_DIR).exists()
+
+
+def test_a_task_does_not_wait_out_a_lease_that_is_being_renewed(tiny, tmp_path, short_leases):
+    """A lease of another host that keeps being renewed has a live writer: the task fails
+    with the one line naming it, writes nothing and leaves that lease alone."""
+    from layerstate.experiment import load_experiment
+    from layerstate.pipeline import train_task
+    from store import Store
+    from store.errors import WriterLockedError
+
+    spec = load_experiment(tiny).plan.runs()[0]
+    store = tmp_path / "store.zarr"
+    Store.create(str(store))
+    lease = _foreign_lease(store, spec.run_id, 1.0)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(0.2):
+            doc = json.loads(lease.read_text())
+            lease.write_text(json.dumps({**doc, "expires": time.time() + 1.0}))
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    try:
+        with pytest.raises(WriterLockedError) as exc:
+            train_task(spec, str(store), None, "cpu")
+    finally:
+        stop.set()
+        renewer.join()
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"run {spec.run_id!r} in {store} is being written by another process "
+                          "(pid 4242) on host other (lease ffffffff")
+    assert spec.run_id not in Store.open(str(store)).run_ids()
+    assert json.loads(lease.read_text())["uuid"] == "f" * 32  # still the live writer's
