@@ -268,18 +268,74 @@ def _is_client(obj: Any) -> bool:
     return isinstance(obj, Client)
 
 
+#: What a cluster lost in the middle of an analysis leaves: an analysis stores its result
+#: whole once it is computed, never part of it.
+ANALYSIS_KEPT = ("what finished is kept in the store (trained runs, captured blocks, analyses "
+                 "already stored; the one being computed is stored only once complete)")
+
+
 def _on_client(client: Any, tasks: list) -> list:
     """Compute on a client's cluster with every worker pinned for the call, and this process
-    too (in-process workers)."""
-    client.register_plugin(worker_plugin(), name=PLUGIN_NAME)
+    too (in-process workers). A cluster that goes away meanwhile: :func:`cluster_lost`."""
     try:
-        with one_thread():
-            return list(client.gather(client.compute(tasks)))
-    finally:
+        client.register_plugin(worker_plugin(), name=PLUGIN_NAME)
         try:
-            client.unregister_worker_plugin(PLUGIN_NAME)
-        except Exception:  # noqa: BLE001 - a cluster shutting down keeps no pins to undo
-            pass
+            with one_thread():
+                futures = client.compute(tasks)
+                try:
+                    return list(client.gather(futures))
+                except BaseException:
+                    _cancel(client, futures)
+                    raise
+        finally:
+            try:
+                client.unregister_worker_plugin(PLUGIN_NAME)
+            except Exception:  # noqa: BLE001 - a cluster shutting down keeps no pins to undo
+                pass
+    except Exception as exc:
+        lost = cluster_lost(client, exc, ANALYSIS_KEPT)
+        if lost is not None:
+            raise lost from None
+        raise
+
+
+def _cancel(client: Any, futures: Any) -> None:
+    try:
+        client.cancel(futures)
+    except Exception:  # noqa: BLE001 - a closing cluster cancels them anyway
+        pass
+
+
+def cluster_lost(client: Any, exc: BaseException, kept: str) -> SchedulerError | None:
+    """One line if ``exc`` means that ``client`` lost its cluster before its tasks finished,
+    else None (a task's own error is left as it is).
+
+    The scheduler closed or became unreachable: distributed cancels every future of the
+    client (``scheduler-connection-lost``), or a call on the closed connection fails. The
+    line names the address, says what is kept (``kept``, e.g. ``"what finished is kept in
+    the store"``) and how to resume.
+    """
+    from concurrent.futures import CancelledError
+
+    from distributed.comm import CommClosedError
+
+    status = str(getattr(client, "status", ""))
+    if not (isinstance(exc, CancelledError) or (isinstance(exc, (CommClosedError, OSError))
+                                                and status != "running")):
+        return None
+    try:
+        address = client.scheduler.address
+    except Exception:  # noqa: BLE001 - a closed client may have dropped its scheduler
+        address = "?"
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, CancelledError) and reason:
+        why = f"its tasks were cancelled: {reason}"
+    else:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return SchedulerError(
+        f"lost the dask cluster at {address} before its tasks finished ({why}); {kept}: start "
+        "a cluster and run the same command again to resume"
+    )
 
 
 # ----------------------------------------------------------------------------- sessions

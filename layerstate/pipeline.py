@@ -247,29 +247,12 @@ def _cancel_on_error(client: Any, futures: list) -> Callable[[], None]:
 
 def _cluster_lost(client: Any, exc: BaseException, url: str) -> LayerstateError | None:
     """A one-line error if ``exc`` means the client lost its cluster while waiting for the
-    tasks (the scheduler closed or became unreachable: distributed cancels every future
-    with reason ``scheduler-connection-lost``), else None (a task's own error is left as
-    it is)."""
-    from concurrent.futures import CancelledError
+    training and capture tasks (:func:`analysis.compute.cluster_lost`), else None (a task's
+    own error is left as it is)."""
+    from analysis.compute import cluster_lost
 
-    from distributed.comm import CommClosedError
-
-    from analysis.compute import SchedulerError
-
-    status = str(getattr(client, "status", ""))
-    if not (isinstance(exc, CancelledError) or (isinstance(exc, (CommClosedError, OSError))
-                                                and status != "running")):
-        return None
-    try:
-        address = client.scheduler.address
-    except Exception:  # noqa: BLE001 - a closed client may have dropped its scheduler
-        address = "?"
-    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return SchedulerError(
-        f"lost the dask cluster at {address} before its tasks finished ({why}); what finished "
-        f"is kept in {url} (trained runs, recorded blocks): start a cluster and run the same "
-        "command again to resume"
-    )
+    return cluster_lost(client, exc,
+                        f"what finished is kept in {url} (trained runs, recorded blocks)")
 
 
 @contextmanager

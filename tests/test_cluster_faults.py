@@ -314,3 +314,46 @@ def test_a_task_does_not_wait_out_a_lease_that_is_being_renewed(tiny, tmp_path, 
                           "(pid 4242) on host other (lease ffffffff")
     assert spec.run_id not in Store.open(str(store)).run_ids()
     assert json.loads(lease.read_text())["uuid"] == "f" * 32  # still the live writer's
+
+
+# ------------------------------------------------------------- a cluster lost mid-analysis
+def test_a_cluster_that_goes_away_mid_analysis_fails_in_one_line(tmp_path):
+    """An analysis's graph computing on a cluster (analysis.compute.compute, as probes,
+    ablation and patching do) when the cluster is closed: one SchedulerError line naming the
+    address and saying how to resume (what the CLI prints with exit 2), not distributed's
+    cancellation traceback."""
+    import dask
+    from distributed import LocalCluster
+
+    from analysis.compute import SchedulerError, compute
+    from layerstate.cli import _bad_input_types
+
+    marker = tmp_path / "started"
+
+    def slow(path: str) -> int:
+        Path(path).write_text("")
+        time.sleep(120)
+        return 1
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    address = cluster.scheduler_address
+
+    def close_when_started() -> None:
+        _wait_for(marker)
+        cluster.close()
+
+    closer = threading.Thread(target=close_when_started, daemon=True)
+    closer.start()
+    try:
+        with pytest.raises(SchedulerError) as exc:
+            compute([dask.delayed(slow)(str(marker))], scheduler=address)
+    finally:
+        closer.join(timeout=WAIT_S)
+        cluster.close()
+    assert marker.exists()  # the task was running when the cluster went away
+    msg = str(exc.value)
+    assert "\n" not in msg and isinstance(exc.value, _bad_input_types())
+    assert msg.startswith(f"lost the dask cluster at {address} before its tasks finished (")
+    assert "what finished is kept in the store" in msg
+    assert msg.endswith("run the same command again to resume")
