@@ -23,7 +23,9 @@ every call (a local scheduler unchanged, else one ``Client``, so ``"local:N"`` s
 cluster for the whole command). :func:`check` refuses a malformed ``scheduler`` without
 connecting; :func:`reachable` also checks that an address answers, for commands whose own work
 is not split into tasks. A TCP address nobody listens at is refused at once rather than after
-the client's timeout.
+the client's timeout. A cluster that goes away while a call waits for its tasks is one
+:class:`SchedulerError` line naming its address (:func:`cluster_lost`), not distributed's
+cancellation traceback.
 
 Threads: one BLAS, OpenMP and torch thread per task; parallelism comes from running tasks side
 by side. Two BLAS threads per fit on a loaded 2-core machine turned a 50 ms fit into 10 s

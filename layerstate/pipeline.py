@@ -18,10 +18,14 @@ Where the work runs is one ``scheduler`` (:mod:`analysis.compute`), the same for
   other (one writer per run at a time); different runs go side by side.
 
 Before any work on a cluster the driver checks that the workers see the store
-(:func:`check_store_shared`). A worker that dies has its task run again by dask on another
-(the new writer takes the dead one's run lease over at once on the same host); a cluster
-that goes away before its tasks finish stops the command with one line naming its address,
-and what finished stays stored, so the same command on a new cluster resumes. Every task pins one BLAS and torch thread (training then uses
+(:func:`check_store_shared`). A worker that dies has its task run again by dask on another:
+on the same host the new writer takes the dead one's run lease over at once; on another host
+it waits for that lease to expire (plus a small margin) and then takes it over, but a lease
+that is renewed meanwhile has a live writer and fails the task in one line. A cluster that
+goes away before its tasks finish (training, capture or an analysis) stops the command with
+one line naming its address; what finished stays stored (trained runs, recorded blocks,
+whole analysis results), so the same command on a new cluster resumes. Every task pins one
+BLAS and torch thread (training then uses
 its ``[train] threads``), here as on the workers, so the stored arrays are bit-identical
 whatever the scheduler.
 """
