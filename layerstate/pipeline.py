@@ -25,9 +25,8 @@ that is renewed meanwhile has a live writer and fails the task in one line. A cl
 goes away before its tasks finish (training, capture or an analysis) stops the command with
 one line naming its address; what finished stays stored (trained runs, recorded blocks,
 whole analysis results), so the same command on a new cluster resumes. Every task pins one
-BLAS and torch thread (training then uses
-its ``[train] threads``), here as on the workers, so the stored arrays are bit-identical
-whatever the scheduler.
+BLAS and torch thread (training then uses its ``[train] threads``), here as on the workers,
+so the stored arrays are bit-identical whatever the scheduler.
 """
 
 from __future__ import annotations
