@@ -91,8 +91,8 @@ def _arrays(url: str, storage_options: dict | None = None) -> dict[str, np.ndarr
             out[f"{rid}/weights/{name}"] = w
         for L in st.lengths(rid):
             ds = st.open_length(rid, L).compute()
-            for name, var in ds.data_vars.items():
-                out[f"{rid}/len{L}/{name}"] = var.values
+            for var_name, var in ds.data_vars.items():
+                out[f"{rid}/len{L}/{var_name}"] = var.values
     return out
 
 
