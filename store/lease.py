@@ -32,6 +32,7 @@ lease to expire.
 
 from __future__ import annotations
 
+import abc
 import errno
 import json
 import os
@@ -124,7 +125,7 @@ def _iso(t: float) -> str:
 
 
 # ---------------------------------------------------------------------- where leases live
-class _Backend:
+class _Backend(abc.ABC):
     """The lease directory of one store: exclusive create, read, overwrite, delete, list."""
 
     #: how a lease is created exclusively (docs/store-format.md, "Concurrent writers")
@@ -132,20 +133,25 @@ class _Backend:
     #: whether a created lease must be read back to know it is ours (create not atomic)
     read_back = False
 
+    @abc.abstractmethod
     def create(self, name: str, data: bytes) -> bool:  # False: the name exists
-        raise NotImplementedError
+        """Implemented by each backend."""
 
+    @abc.abstractmethod
     def read(self, name: str) -> bytes | None:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
+    @abc.abstractmethod
     def overwrite(self, name: str, data: bytes) -> None:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
+    @abc.abstractmethod
     def delete(self, name: str) -> None:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
+    @abc.abstractmethod
     def names(self) -> list[str]:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
 
 class _LocalBackend(_Backend):

@@ -14,6 +14,7 @@ opened with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ from store import InvalidArrayError, MissingError, Store
 from .common import Arrays, ImportResult, Plan, RunInfo, as_run, named_plan, natural, write
 
 
-class _Files:
+class _Files(abc.ABC):
     """A ranged source over several files (batches), each holding every name."""
 
     what: str
@@ -67,14 +68,17 @@ class _Files:
         one's size, header and first and last 64 KiB, so a moved file still matches."""
         return fingerprint(self.files())
 
+    @abc.abstractmethod
     def files(self) -> list[Path]:
-        raise NotImplementedError
+        """Implemented by each file format."""
 
+    @abc.abstractmethod
     def _slice(self, i: int, name: str, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
-        raise NotImplementedError
+        """Implemented by each file format."""
 
+    @abc.abstractmethod
     def dtype(self, name: str) -> np.dtype:
-        raise NotImplementedError
+        """Implemented by each file format."""
 
     def read_into(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
         """Rows ``[start, stop)`` of ``name`` read straight into ``out`` (contiguous, the
