@@ -6,7 +6,10 @@ Every analysis (probes, ablation, patching, interchange) builds a lazy graph and
 =========================  ========================================================================
 ``scheduler``              where the tasks run
 =========================  ========================================================================
-``None``, ``"threads"``    local threads (``num_workers`` of them; default one per core)
+``None``, ``"auto"``       local threads, or local processes for long GIL-bound work (below)
+``"threads"``              local threads (``num_workers`` of them; default one per core)
+``"processes"``            local one-thread worker processes (``num_workers``; default one per
+                           core), a pool started (spawned) for this call and closed after it
 ``"sync"``                 this thread, one task after another (debugging, sequential timings)
 ``"local:N"``              a ``distributed.LocalCluster`` of N one-thread worker processes, started
                            for this call and closed after it (its dashboard link is printed when
@@ -37,6 +40,16 @@ when the call starts and unregistered when it ends, which restores the workers' 
 analysis at a time per cluster keeps that exact: a second one replaces the plugin). Workers
 started by a nanny (``local:N``, ``dask worker``) also inherit ``OMP_NUM_THREADS=1`` from
 distributed's defaults. No module-level state is kept.
+
+Processes: work that runs many small numpy calls between short stretches of Python (the probe
+solver's lockstep L-BFGS) does not speed up on threads: every numpy call hands the GIL to the
+other thread and takes it back, and on 2 cores 2 threads ran a probe sweep no faster than one
+(docs/measured.md, "Probes"). ``None`` therefore picks ``"processes"`` when the caller
+estimates its tasks at :data:`PROCESSES_FROM_S` or more single-thread seconds (``cpu_s``), more
+than one worker is available, and worker processes can be started safely from here
+(:func:`spawn_safe`); otherwise threads. Starting the pool costs about a second (each worker
+imports the modules its tasks need), and every task's result travels back through a pipe, so
+small or data-heavy work stays on threads.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -54,12 +68,18 @@ from store.errors import LayerstateError
 
 #: Names of dask's local schedulers accepted as ``scheduler``, and what dask calls them.
 LOCAL = {
+    "auto": "auto",  # resolved by compute() from the caller's estimate (default_scheduler)
     "threads": "threads",
+    "processes": "processes",
+    "multiprocessing": "processes",
     "threading": "threads",
     "sync": "sync",
     "synchronous": "sync",
     "single-threaded": "sync",
 }
+#: ``scheduler=None`` runs on worker processes when the caller's estimate of its tasks'
+#: single-thread CPU seconds is at least this (and threads otherwise).
+PROCESSES_FROM_S = 20.0
 #: Seconds to wait for a scheduler address to answer before giving up.
 CONNECT_TIMEOUT_S = 5.0
 #: The worker plugin's name (one per cluster: a second registration replaces the first).
@@ -153,7 +173,13 @@ def worker_plugin() -> Any:
 
 
 # ----------------------------------------------------------------------------- compute
-def compute(tasks: Sequence[Any], scheduler: Any = None, num_workers: int | None = None) -> list:
+def compute(
+    tasks: Sequence[Any],
+    scheduler: Any = None,
+    num_workers: int | None = None,
+    *,
+    cpu_s: float | None = None,
+) -> list:
     """Compute dask collections (``Delayed``, dask arrays, lazy xarray objects) on one scheduler.
 
     Parameters
@@ -164,7 +190,12 @@ def compute(tasks: Sequence[Any], scheduler: Any = None, num_workers: int | None
         See the module docstring: ``None``/``"threads"``, ``"sync"``, ``"local:N"``, an address
         ``"tcp://host:port"``, a ``Client`` or a cluster object.
     num_workers : int, optional
-        Threads of the local threaded scheduler, or workers of ``"local"``; ignored otherwise.
+        Threads or processes of the local schedulers, or workers of ``"local"``; ignored
+        otherwise.
+    cpu_s : float, optional
+        The caller's estimate of the tasks' single-thread CPU seconds, when they are
+        GIL-bound (many small numpy calls): with ``scheduler=None`` and at least
+        :data:`PROCESSES_FROM_S`, they run on worker processes. ``None``: threads.
 
     Returns
     -------
@@ -183,6 +214,8 @@ def compute(tasks: Sequence[Any], scheduler: Any = None, num_workers: int | None
         parts, rebuild = _parts(task)
         spans.append((len(flat), len(flat) + len(parts), rebuild))
         flat += parts
+    if scheduler is None or scheduler == "auto":
+        scheduler = default_scheduler(cpu_s, num_workers)
     values = _dispatch(flat, scheduler, num_workers)
     return [rebuild(values[start:stop]) for start, stop, rebuild in spans]
 
@@ -227,11 +260,101 @@ def _on_local(tasks: list, name: str, num_workers: int | None) -> list:
     if name == "sync":
         with one_thread():
             return list(dask.compute(*tasks, scheduler="sync"))
+    if name == "processes":
+        return _on_processes(tasks, num_workers)
     from concurrent.futures import ThreadPoolExecutor
 
     n = int(num_workers or dask.system.CPU_COUNT)
     with one_thread(), ThreadPoolExecutor(n, initializer=_one_openmp_thread) as pool:
         return list(dask.compute(*tasks, scheduler="threads", pool=pool))
+
+
+def default_scheduler(cpu_s: float | None, num_workers: int | None = None) -> str:
+    """What ``scheduler=None`` means for work estimated at ``cpu_s`` single-thread seconds
+    (``None``: not GIL-bound): ``"processes"`` for long work when more than one worker is
+    available and :func:`spawn_safe`, else ``"threads"``."""
+    n = int(num_workers or dask.system.CPU_COUNT)
+    if cpu_s is not None and cpu_s >= PROCESSES_FROM_S and n > 1 and spawn_safe():
+        return "processes"
+    return "threads"
+
+
+def spawn_safe() -> bool:
+    """Whether worker processes can be spawned from this call without re-running it.
+
+    A spawned worker imports the caller's main module. That is harmless for a notebook or an
+    interactive session (no main file), and for a script or ``python -m`` module whose running
+    top-level statement is its ``if __name__ == "__main__":`` block; a script calling the
+    analysis from unguarded top-level code would start the analysis again in every worker. A
+    process that was itself started by ``multiprocessing`` (a pool's or a cluster's worker, or
+    a spawned process importing its parent's main file) starts none.
+    """
+    import multiprocessing
+
+    me = multiprocessing.current_process()
+    # _inheriting: multiprocessing's own flag while a spawned child imports its parent's main
+    if multiprocessing.parent_process() is not None or me.daemon or getattr(me, "_inheriting", False):
+        return False
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None:
+        return True
+    frame: types.FrameType | None = sys._getframe(1)
+    top = None  # the main file's top-level code, if it is on the stack
+    while frame is not None:
+        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>":
+            top = frame
+        frame = frame.f_back
+    if top is None:
+        return True  # called from a thread or a callback, not while the main file runs
+    return _in_main_guard(path, top.f_lineno)
+
+
+def _in_main_guard(path: str, line: int) -> bool:
+    """Whether line ``line`` of file ``path`` lies in a top-level ``if __name__ == "__main__"``."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    for node in tree.body:
+        if not isinstance(node, ast.If) or not (node.lineno <= line <= (node.end_lineno or 0)):
+            continue
+        test = node.test
+        return (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__"
+            and len(test.comparators) == 1
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__"
+            and not any(line >= (n.lineno) for n in node.orelse)
+        )
+    return False
+
+
+def _on_processes(tasks: list, num_workers: int | None) -> list:
+    """A pool of spawned one-thread worker processes made for this call (see the module
+    docstring); each task's result comes back through a pipe."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    n = int(num_workers or dask.system.CPU_COUNT)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(n, mp_context=context, initializer=_one_thread_process) as pool:
+        return list(dask.compute(*tasks, scheduler="processes", pool=pool))
+
+
+def _one_thread_process() -> None:
+    """A pool process's whole life: one BLAS/OpenMP thread, and torch (imported later, by a
+    task) sized by ``OMP_NUM_THREADS``."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
 
 
 def _one_openmp_thread() -> None:
@@ -245,8 +368,8 @@ def _one_openmp_thread() -> None:
 def _unknown(scheduler: Any) -> str:
     what = repr(scheduler) if isinstance(scheduler, str) else f"of type {type(scheduler).__name__}"
     return (
-        f"scheduler {what} is not one of: None or 'threads' (local threads), 'sync', 'local:N' "
-        "(a local cluster of N worker processes), an address like 'tcp://127.0.0.1:8786', a "
+        f"scheduler {what} is not one of: None or 'auto' (local threads or processes), 'threads', "
+        "'processes' (local worker processes), 'sync', 'local:N' (a local cluster of N worker processes), an address like 'tcp://127.0.0.1:8786', a "
         "distributed.Client or a cluster object"
     )
 
@@ -342,8 +465,9 @@ def cluster_lost(client: Any, exc: BaseException, kept: str) -> SchedulerError |
 
 # ----------------------------------------------------------------------------- sessions
 def is_local(scheduler: Any) -> bool:
-    """Whether ``scheduler`` is one of dask's local schedulers (``None``, ``"threads"``,
-    ``"sync"``): work stays in this process. Anything else is ``dask.distributed``."""
+    """Whether ``scheduler`` is one of the local schedulers (``None``/``"auto"``, ``"threads"``,
+    ``"processes"``, ``"sync"``): work stays on this machine without a cluster. Anything else
+    is ``dask.distributed``."""
     return scheduler is None or (isinstance(scheduler, str) and scheduler in LOCAL)
 
 

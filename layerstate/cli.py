@@ -148,7 +148,8 @@ device_option = click.option(
     help="torch device: cpu, or cuda when a GPU is present (never required).",
 )
 SCHEDULER_HELP = (
-    "Where the work runs: threads (this machine) | sync (one task at a time) | local:N (a local "
+    "Where the work runs: auto (this machine: threads, or one process per core for a long probe "
+    "sweep) | threads | processes | sync (one task at a time) | local:N (a local "
     "dask cluster of N one-thread processes, its address and dashboard link printed) | tcp://HOST:PORT (a "
     "running dask.distributed scheduler). An address nobody answers at: one line, exit 2."
 )
@@ -156,7 +157,7 @@ SCHEDULER_HELP = (
 
 def scheduler_option(help_text: str = SCHEDULER_HELP):
     """--scheduler, its form checked as the command line is read (no connection yet)."""
-    return click.option("--scheduler", default="threads", show_default=True, metavar="SCHEDULER",
+    return click.option("--scheduler", default="auto", show_default=True, metavar="SCHEDULER",
                         callback=_check_scheduler, help=help_text)
 
 

@@ -7,9 +7,10 @@ Result lines come from :mod:`layerstate.present`.
 
 Where the work runs is one ``scheduler`` (:mod:`analysis.compute`), the same for every stage:
 
-* ``"threads"`` (default) or ``"sync"``: this machine. Training runs in this process, or in
-  ``jobs`` processes of one thread each; capture in this process, one torch thread; the
-  analyses on local threads (``"sync"``: one task after another).
+* ``"auto"`` (default), ``"threads"``, ``"processes"`` or ``"sync"``: this machine. Training
+  runs in this process, or in ``jobs`` processes of one thread each; capture in this process,
+  one torch thread; the analyses on local threads, or (``"auto"``: a long probe sweep;
+  ``"processes"``: all) one-thread worker processes (``"sync"``: one task after another).
 * ``"local:N"``, an address (``"tcp://host:8786"``) or a ``distributed.Client``: a
   ``dask.distributed`` cluster. Each run's training and each (run, length) capture is a task
   sent to the workers, which write their own runs into the store; then the analyses run there
@@ -465,7 +466,7 @@ def run_experiment(
     *,
     store: str | None = None,
     storage_options: dict | None = None,
-    scheduler: Any = "threads",
+    scheduler: Any = "auto",
     jobs: int = 2,
     device: str = "cpu",
     say: Say = print,

@@ -73,7 +73,7 @@ def test_scheduler_is_one_shared_option():
     from layerstate.cli import ablate, patch, probe
 
     opts = [next(p for p in cmd.params if p.name == "scheduler") for cmd in (probe, ablate, patch)]
-    assert {o.default for o in opts} == {"threads"}
+    assert {o.default for o in opts} == {"auto"}
     assert len({o.help for o in opts}) == 1 and "local:N" in opts[0].help and "tcp://" in opts[0].help
 
 

@@ -83,8 +83,9 @@ def closed_port() -> str:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_takes_the_same_scheduler_and_storage_options(command):
     params = {p.name: p for p in main.commands[command].params}
-    assert params["scheduler"].default == "threads"
-    assert "threads" in params["scheduler"].help and "local:N" in params["scheduler"].help
+    assert params["scheduler"].default == "auto"
+    help_text = params["scheduler"].help
+    assert all(word in help_text for word in ("auto", "processes", "threads", "local:N"))
     assert "-S" in params["storage_options"].opts and params["storage_options"].multiple
 
 
@@ -100,7 +101,7 @@ def test_an_unreachable_scheduler_is_one_line_exit_2_before_anything_is_made(com
     assert not (tmp_path / "s.zarr").exists() and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("scheduler", ["processes", "local:0", "local:two"])
+@pytest.mark.parametrize("scheduler", ["process", "local:0", "local:two"])
 def test_a_scheduler_of_no_accepted_form_is_refused_as_the_line_is_read(scheduler, tmp_path):
     res = cli("train", *_args("train", tmp_path), "--scheduler", scheduler)
     assert res.exit_code == 2, res.output

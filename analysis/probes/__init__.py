@@ -176,9 +176,10 @@ def probe(
         Control labelling for selectivity: ``True``/``"token"`` is Hewitt & Liang's (a fixed random
         class per token type), ``"permute"`` shuffles each position's labels across sequences,
         ``False`` skips it.
-    scheduler : None, "threads", "sync", "local:N", address str, distributed.Client or cluster
-        Where to compute (default: local threads, one BLAS thread each); see
-        :func:`analysis.compute.compute`.
+    scheduler : None, "auto", "threads", "processes", "sync", "local:N", address str, Client or cluster
+        Where to compute; see :func:`analysis.compute.compute`. Default: local threads, one BLAS
+        thread each, or one-thread worker processes when the sweep is estimated at 20 s of CPU
+        or more (the solver's many small numpy calls do not run side by side on threads).
     seed : int
         Seeds the folds and control labels (a run's draws do not depend on which other runs are
         selected).

@@ -24,6 +24,11 @@ from .cells import CellInput, CellModels, Selection, fit_cells, score_cell
 #: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
 #: chunks, the float32 rows of a cell); two worker threads then hold a few of these at a time.
 BLOCK_BYTES = 48 * 2**20
+#: Single-thread CPU seconds of the exact solver per (row x feature x class x C value) of a fitted
+#: cell, control task and cross-validation included: 111.6 s for 200 cells of 2000 rows x 128
+#: features x 6 classes x 5 C values (``bench/probes.py``, quiet machine). Only decides where
+#: a sweep runs (:attr:`ProbePlan.cpu_s`), so an estimate within a factor of two is enough.
+EXACT_S_PER_UNIT = 7e-8
 #: At most this many positions per task: enough work to amortise decoding the layer's chunks
 #: (a chunk holds every position), few enough that both threads stay busy.
 MAX_BLOCK_POSITIONS = 8
@@ -202,11 +207,14 @@ class ProbePlan:
     fit_lengths: dict[str, list[int]]
     test_lengths: dict[str, list[int]]
     sources: dict[tuple, Any]
+    #: Estimated single-thread CPU seconds of the fits (see :data:`EXACT_S_PER_UNIT`): with
+    #: ``scheduler=None``, a long sweep runs on worker processes (:mod:`analysis.compute`).
+    cpu_s: float = 0.0
 
     def compute(self, scheduler: Any = None, num_workers: int | None = None):
         """Run the graph on ``scheduler`` (any of :func:`analysis.compute.compute`'s) and
         assemble the result Dataset."""
-        return self.assemble(compute(self.tasks, scheduler, num_workers))
+        return self.assemble(compute(self.tasks, scheduler, num_workers, cpu_s=self.cpu_s))
 
     def assemble(self, results: list):
         """The result Dataset from the computed :attr:`tasks` (in order); for computing them
@@ -469,4 +477,26 @@ def build(
         "train_length": train_length,
         "per_sequence": per_sequence,
     }
-    return ProbePlan(tasks, runs, options, fit_L, test_L, sources)
+    cpu_s = estimate_cpu_s(runs, cells, fit_L, method=method, C=C)
+    return ProbePlan(tasks, runs, options, fit_L, test_L, sources, cpu_s)
+
+
+def estimate_cpu_s(
+    runs: dict[str, P.RunPlan],
+    cells: dict[tuple[str, int], list[Cell]],
+    fit_lengths: dict[str, list[int]],
+    *,
+    method: str,
+    C: float | tuple[float, ...],
+) -> float:
+    """Single-thread CPU seconds the sweep's fits should take with the exact solver or the
+    reference one (rows x features x classes x C values of every fitted cell, at every layer);
+    ``"screen"`` (closed form, one matrix product per cell) counts as none."""
+    if method == "screen":
+        return 0.0
+    n_C = len(C) if isinstance(C, tuple) else 0.2  # a fixed C skips the inner search
+    units = 0.0
+    for run, rp in runs.items():
+        rows = sum(c.seq.size for L in fit_lengths[run] for c in cells[run, L])
+        units += rows * rp.n_features * rp.classes.size * n_C * len(rp.layers)
+    return units * EXACT_S_PER_UNIT

@@ -13,7 +13,15 @@ import torch
 import xarray as xr
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from analysis.compute import SchedulerError, compute, one_thread, worker_plugin
+from analysis.compute import (
+    PROCESSES_FROM_S,
+    SchedulerError,
+    compute,
+    default_scheduler,
+    one_thread,
+    spawn_safe,
+    worker_plugin,
+)
 from analysis.interventions import ablation, patching
 from analysis.probes import plan_probes
 from tests.analysis.test_interventions import _ar_store, _planted_store
@@ -64,7 +72,7 @@ def test_threads_sync_and_a_local_cluster_give_the_same_results(tmp_path):
     processes: stored groups, models and erasers are shipped by dask's own transport)."""
     graphs = _small_graphs(tmp_path)
     threads = _computed(graphs, "threads")
-    for scheduler in ("sync", "local:2"):
+    for scheduler in ("sync", "processes", "local:2"):
         other = _computed(graphs, scheduler)
         for a, b in zip(threads, other, strict=True):
             xr.testing.assert_identical(a, b)
@@ -95,7 +103,7 @@ def test_an_unreachable_address_is_named_within_ten_seconds():
     assert issubclass(SchedulerError, ValueError)  # the CLI turns it into one line, exit 2
 
 
-@pytest.mark.parametrize("scheduler", ["processes", "local:0", "local:two", 3])
+@pytest.mark.parametrize("scheduler", ["process", "processes:2", "local:0", "local:two", 3])
 def test_a_scheduler_that_is_none_of_the_forms_is_refused(scheduler):
     with pytest.raises(SchedulerError, match="scheduler|local:N"):
         compute([dask.delayed(sum)([1, 2])], scheduler)
@@ -128,3 +136,74 @@ def test_the_worker_plugin_pins_a_worker_process_and_restores_it(two_threads):
     finally:
         plugin.teardown(worker=None)
     assert _threads() == before
+
+
+def _pids(n: int, scheduler, **kw) -> set[int]:
+    import os
+
+    return set(compute([dask.delayed(os.getpid, pure=False)() for _ in range(n)], scheduler, **kw))
+
+
+def test_none_runs_long_gil_bound_work_on_processes_and_the_rest_on_threads():
+    """The caller's estimate decides: at least PROCESSES_FROM_S seconds -> worker processes
+    (other pids), less or no estimate -> threads of this process; one worker -> threads."""
+    import os
+
+    assert spawn_safe()  # pytest's main script runs its guarded block
+    assert default_scheduler(PROCESSES_FROM_S, 2) == "processes"
+    assert default_scheduler(PROCESSES_FROM_S - 1, 2) == "threads"
+    assert default_scheduler(None, 2) == "threads"
+    assert default_scheduler(1e6, 1) == "threads"
+    assert _pids(4, None, num_workers=2) == {os.getpid()}
+    assert _pids(4, None, num_workers=2, cpu_s=1.0) == {os.getpid()}
+    far = _pids(6, None, num_workers=2, cpu_s=PROCESSES_FROM_S)
+    assert os.getpid() not in far and 1 <= len(far) <= 2
+
+
+def test_the_process_pool_pins_one_blas_thread_and_ships_errors_back():
+    def seen():
+        return [p["num_threads"] for p in threadpool_info()]
+
+    inside = compute([dask.delayed(seen, pure=False)() for _ in range(2)], "processes",
+                     num_workers=2)
+    assert all(set(pools) == {1} for pools in inside), inside
+
+    def bad():
+        raise SchedulerError("planted failure in a worker")
+
+    with pytest.raises(SchedulerError, match="planted failure"):
+        compute([dask.delayed(bad)()], "processes", num_workers=2)
+
+
+_SCRIPT = """
+import sys
+import threading
+sys.path.insert(0, {root!r})
+from analysis.compute import default_scheduler
+print("top", default_scheduler(1e6, 2))
+def f():
+    return default_scheduler(1e6, 2)
+threading.Thread(target=lambda: print("via a library, unguarded", f())).run()
+if __name__ == "__main__":
+    print("guarded", f())
+    threading.Thread(target=lambda: print("via a library, guarded", f())).run()
+else:
+    print("else", default_scheduler(1e6, 2))
+"""
+
+
+@pytest.mark.slow  # runs a script in a subprocess
+def test_a_script_gets_processes_only_inside_its_main_guard(tmp_path):
+    """Spawned workers import the main script again: only a call from the script's
+    ``if __name__ == "__main__":`` block is safe; unguarded top-level code keeps threads."""
+    import pathlib
+    import subprocess
+    import sys
+
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    script = tmp_path / "analysis_script.py"
+    script.write_text(_SCRIPT.format(root=root))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split("\n")
+    assert out[:4] == ["top threads", "via a library, unguarded threads", "guarded processes",
+                       "via a library, guarded processes"], out
