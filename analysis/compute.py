@@ -77,6 +77,8 @@ LOCAL = {
     "synchronous": "sync",
     "single-threaded": "sync",
 }
+#: Environment variables that size a BLAS/OpenMP library's pool when it loads.
+ONE_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: ``scheduler=None`` runs on worker processes when the caller's estimate of its tasks'
 #: single-thread CPU seconds is at least this (and threads otherwise).
 PROCESSES_FROM_S = 20.0
@@ -96,20 +98,33 @@ def one_thread() -> Iterator[None]:
     """BLAS/OpenMP pools (threadpoolctl) and torch's intra-op pool limited to one thread.
 
     Process-wide limits, restored on exit. torch is pinned only if already imported (every
-    analysis that runs torch imports it before building its graph); no import is forced.
+    analysis that runs torch imports it before building its graph); no import is forced. A BLAS
+    library first loaded inside the block (scipy's own OpenBLAS, loaded when a task first
+    imports ``scipy.linalg``) is beyond threadpoolctl's reach, so the block also sets
+    :data:`ONE_THREAD_ENV`, which such a library reads as it loads: without it, scikit-learn
+    fits inside the block ran a second BLAS thread that spun, 2x the CPU for no gain.
     """
     from threadpoolctl import threadpool_limits
 
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None
-    with threadpool_limits(limits=1):
-        if torch is not None:
-            torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            if torch is not None and before is not None:
-                torch.set_num_threads(before)
+    env_before = {var: os.environ.get(var) for var in ONE_THREAD_ENV}
+    os.environ.update(dict.fromkeys(ONE_THREAD_ENV, "1"))
+    try:
+        with threadpool_limits(limits=1):
+            if torch is not None:
+                torch.set_num_threads(1)
+            try:
+                yield
+            finally:
+                if torch is not None and before is not None:
+                    torch.set_num_threads(before)
+    finally:
+        for var, value in env_before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 class OneThreadPerTask:
@@ -350,8 +365,7 @@ def _on_processes(tasks: list, num_workers: int | None) -> list:
 def _one_thread_process() -> None:
     """A pool process's whole life: one BLAS/OpenMP thread, and torch (imported later, by a
     task) sized by ``OMP_NUM_THREADS``."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
+    os.environ.update(dict.fromkeys(ONE_THREAD_ENV, "1"))
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1)

@@ -207,3 +207,30 @@ def test_a_script_gets_processes_only_inside_its_main_guard(tmp_path):
                          check=True, timeout=120).stdout.split("\n")
     assert out[:4] == ["top threads", "via a library, unguarded threads", "guarded processes",
                        "via a library, guarded processes"], out
+
+
+@pytest.mark.slow  # a fresh interpreter, so that scipy's BLAS is not loaded yet
+def test_a_blas_first_loaded_inside_one_thread_starts_with_one_thread():
+    """scipy ships its own OpenBLAS, loaded when scipy.linalg is first imported: loaded inside
+    the block, it must come up with one thread (threadpoolctl only limits what is loaded)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.environ.pop('OPENBLAS_NUM_THREADS', None); os.environ.pop('OMP_NUM_THREADS', None)\n"
+        "from threadpoolctl import threadpool_info, threadpool_limits\n"
+        "from analysis.compute import one_thread\n"
+        "with threadpool_limits(limits=2):\n"
+        "    loaded = {p['filepath'] for p in threadpool_info()}\n"
+        "    with one_thread():\n"
+        "        import scipy.linalg, sklearn.linear_model\n"
+        "        new = [p for p in threadpool_info() if p['filepath'] not in loaded]\n"
+        "        print(len(new), sorted({p['num_threads'] for p in new}))\n"
+        "    print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120, env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "2",
+                                           "OMP_NUM_THREADS": "2"}).stdout.split("\n")
+    n_new, counts = out[0].split(" ", 1)
+    assert int(n_new) >= 1 and counts == "[1]", out  # scipy's OpenBLAS (and libgomp) at one
+    assert out[1] == "None"  # the environment is restored
