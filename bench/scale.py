@@ -13,8 +13,9 @@ Prints one JSON line with one object per part run. Each part can be run alone
 * ``ram``: a store of ``--gb`` GB (default 30) of float16 hidden states at Pythia-160M's
   shape (13 layers x 768 features, length 64, one run, a 6-class label with a signal that
   grows with depth), written block by block through the Store API from generated arrays, so
-  building it holds one block. It is probed at every layer and position (``--positions
-  last``: the last only) with ``method="screen"`` (closed-form shrinkage LDA, 5 folds, no
+  building it holds one block. It is probed at every layer, at the last position (``--positions
+  all``: at every position, which reads each layer's chunks once per block of positions and
+  spends hours fitting 832 cells of 23,000 rows x 768 features) with ``method="screen"`` (closed-form shrinkage LDA, 5 folds, no
   control task, no per-sequence output) in a fresh process; that process reports
   its peak resident set size (``VmHWM``; a process that only opens the store is measured
   too) and the bytes the sweep read (``/proc/self/io`` from after the store is opened:
@@ -35,9 +36,8 @@ Prints one JSON line with one object per part run. Each part can be run alone
   Peak RSS of a capture of ``--rss-sequences`` and 10x as many sequences, each in a fresh
   process that rebuilds the model from the store (goal: ratio <= 1.2).
 
-Full run, on a quiet machine with 35 GB free where ``--dir`` points (hours on 2 cores: the
-ram part's screening sweep over every position is the long part; ``--positions last`` reads
-the same chunks with a fraction of the fitting): ``nice python -m bench.scale``. Smoke run: ``python -m bench.scale --gb 0.5 --sequences 64
+Full run, on a quiet machine with 35 GB free where ``--dir`` points (about an hour on 2 cores;
+hours with ``--positions all``): ``nice python -m bench.scale``. Smoke run: ``python -m bench.scale --gb 0.5 --sequences 64
 --rss-sequences 32 --runs 2 --scaleout-sequences 200 --rounds 1``. Figures measured on a loaded
 machine are not results: say so wherever they are quoted.
 """
@@ -392,8 +392,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scaleout-sequences", type=int, default=2000,
                     help="scaleout: sequences per run (default 2000)")
     ap.add_argument("--gb", type=float, default=30.0, help="ram: store size in GB (default 30)")
-    ap.add_argument("--positions", choices=("all", "last"), default="all",
-                    help="ram: probe every position (default) or only the last")
+    ap.add_argument("--positions", choices=("all", "last"), default="last",
+                    help="ram: probe every layer at the last position (default: one cell per layer, "
+                         "so the sweep is bound by reading) or at every position (bound by fitting)")
     ap.add_argument("--sequences", type=int, default=2000,
                     help="model: sequences of the timed capture and bare forward (default 2000)")
     ap.add_argument("--length", type=int, default=64, help="model: sequence length (default 64)")
