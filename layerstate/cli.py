@@ -585,14 +585,16 @@ def _subset_options(fn):
 @_names_option("--layers", "Source names that make the layers, in order (default: found from the names).")
 @_names_option("--sites", "Source names (globs) stored as extra sites, e.g. 'blocks.*.hook_mlp_out'.")
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
+@click.option("--allow-nonfinite", is_flag=True,
+              help="Store NaN/Inf values instead of refusing them (recorded in the store; validate warns).")
 def import_(fmt, source, store_path, run_id, task, arch, seed, variant, labels_path, layers, sites,
-            dtype) -> None:
+            dtype, allow_nonfinite) -> None:
     """Import activations another tool wrote (FORMAT: transformer-lens, nnsight, saelens,
     safetensors, npy) into STORE (created if missing; resumes an unfinished import)."""
     from capture.importers import format_import, import_source
 
     res = import_source(fmt, source, store_path, run_id, layers=layers, sites=sites, labels=labels_path,
-                        dtype=dtype, task=task, seed=seed, variant=variant, **({"arch": arch} if arch else {}))
+                        dtype=dtype, allow_nonfinite=allow_nonfinite, task=task, seed=seed, variant=variant, **({"arch": arch} if arch else {}))
     click.echo(format_import(res))
 
 

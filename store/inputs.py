@@ -120,5 +120,6 @@ def cast_finite(values: np.ndarray, name: str, dtype: str, *, start: int, layers
         raise InvalidArrayError(f"{name} exceeds the {dtype} range (|x| up to {big:.4g}, first at {where}); {fix}")
     raise InvalidArrayError(
         f"{name} contains NaN or Inf (first at {where}); fix the model or pass "
-        "allow_nonfinite=True to store it anyway (recorded in the store)"
+        "allow_nonfinite=True (layerstate import: --allow-nonfinite) to store it anyway "
+        "(recorded in the store)"
     )

@@ -117,6 +117,9 @@ class LengthWriter:
         except BaseException:
             self._lock.release()
             raise
+        if allow_nonfinite and not self.group.attrs.get("nonfinite_allowed"):
+            # resuming a group begun without it: from now on it may hold NaN/Inf (never unset)
+            self.group.attrs["nonfinite_allowed"] = True
         self._buffer: list[dict[str, Any]] = []
         self._buffered = 0
         self._pipeline = BlockPipeline(self.group, self._record)

@@ -25,6 +25,7 @@ from capture.importers import (
 )
 from layerstate.cli import main
 from store import InvalidArrayError, MissingError, Store, validate
+from store.errors import LayerstateError
 
 N, L, VOCAB = 10, 7, 16
 
@@ -280,3 +281,32 @@ def test_a_missing_library_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(MissingExtraError, match=r"needs the Python package 'datasets': pip install 'layerstate\[interop\]'"):
         import_hf_datasets(str(tmp_path / "s.zarr"), "x", tmp_path)
+
+
+def test_cli_refuses_nan_in_an_import_unless_allowed(tmp_path):
+    """A NaN in the source: one line naming where and the flag, exit 2, the run's group left
+    incomplete (a rerun with --allow-nonfinite completes it, recorded, and validate warns)."""
+    d = tmp_path / "npy"
+    d.mkdir()
+    rng = np.random.default_rng(5)
+    arrays = {k: rng.standard_normal((N, L, 4)).astype("float32") for k in ("embed", "L0")}
+    arrays["L0"][2, 3, 1] = np.nan
+    for k, v in arrays.items():
+        np.save(d / f"{k}.npy", v)
+    np.savez(tmp_path / "labels.npz", tokens=rng.integers(0, 5, (N, L)))
+    store = str(tmp_path / "s.zarr")
+    args = ["import", "npy", str(d), store, "--run", "n", "--labels", str(tmp_path / "labels.npz")]
+    res = CliRunner().invoke(main, args)
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert "NaN or Inf (first at sequence 2, position 3, layer L0)" in lines[0]
+    assert "--allow-nonfinite" in lines[0]
+    with pytest.raises(LayerstateError, match="incomplete|not complete|missing"):
+        Store.open(store).open_length("n", L)
+    res = CliRunner().invoke(main, [*args, "--allow-nonfinite"])
+    assert res.exit_code == 0, res.output
+    ds = Store.open(store).open_length("n", L)
+    assert np.isnan(ds.hidden.sel(layer="L0").values[2, 3, 1])
+    assert np.array_equal(ds.hidden.sel(layer="embed").values, arrays["embed"].astype("float16"))
+    res = CliRunner().invoke(main, ["validate", store])
+    assert res.exit_code == 0 and "allow_nonfinite" in res.output, res.output

@@ -60,13 +60,15 @@ __all__ = [
 
 def import_source(fmt: str, source: str | os.PathLike[str], store: Store | str, run: RunInfo | str, *,
                   layers: list[str] | None = None, sites: list[str] | None = None,
-                  labels: Any = None, dtype: str = "float16", **run_fields: Any) -> ImportResult:
+                  labels: Any = None, dtype: str = "float16", allow_nonfinite: bool = False,
+                  **run_fields: Any) -> ImportResult:
     """``layerstate import FORMAT SOURCE STORE``: files of any format above into ``store``.
 
     ``transformer-lens`` and ``nnsight`` read safetensors files holding a cache (hook name ->
     tensor) or trace outputs (module path -> tensor) per batch.
     """
-    kw: dict[str, Any] = {"labels": labels, "dtype": dtype, **run_fields}
+    kw: dict[str, Any] = {"labels": labels, "dtype": dtype, "allow_nonfinite": allow_nonfinite,
+                          **run_fields}
     if fmt == "transformer-lens":
         from .common import transformer_lens_plan
         from .files import SafetensorsSource, safetensors_files

@@ -402,11 +402,14 @@ def write(
     block_size: int | None = None,
     fmt: str,
     progress: Callable[[int], None] | None = None,
+    allow_nonfinite: bool = False,
 ) -> ImportResult:
-    """Write ``source`` through ``plan`` into run ``run`` of ``store`` (created if missing)."""
+    """Write ``source`` through ``plan`` into run ``run`` of ``store`` (created if missing).
+    ``allow_nonfinite``: store NaN/Inf instead of refusing them (recorded with the group)."""
     lab = (labels, tokens, mask)
     if isinstance(source, Batches):
-        return _write_batches(store, run, source, plan, lab, dtype, block_size, fmt, progress)
+        return _write_batches(store, run, source, plan, lab, dtype, block_size, fmt, progress,
+                              allow_nonfinite=allow_nonfinite)
     n = check_shapes(source.shapes, plan, source.what)
     fingerprint = getattr(source, "fingerprint", None)
     direct = getattr(source, "read_into", None)
@@ -414,7 +417,7 @@ def write(
     if direct is None or len(singles) != len(plan.layers) or len({source.dtype(n) for n in singles}) != 1:
         return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what,
                       lambda start, stop: source.read(plan.names(), start, stop), progress, ahead=True,
-                      fingerprint=fingerprint)
+                      fingerprint=fingerprint, allow_nonfinite=allow_nonfinite)
     layers_dtype = source.dtype(singles[0])
     others = [k for k in plan.names() if k not in singles]
 
@@ -429,11 +432,12 @@ def write(
         return out
 
     return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what, read,
-                  progress, ahead=True, fingerprint=fingerprint)
+                  progress, ahead=True, fingerprint=fingerprint, allow_nonfinite=allow_nonfinite)
 
 
 def _write_batches(store, run, source: Batches, plan: Plan, lab: tuple[Any, Any, Any], dtype: str,
-                   block_size: int | None, fmt: str, progress) -> ImportResult:
+                   block_size: int | None, fmt: str, progress, *,
+                   allow_nonfinite: bool = False) -> ImportResult:
     batches = source.batches
     if isinstance(batches, Sequence):  # in memory: every batch checked before anything is written
         ref: dict[str, tuple[int, ...]] | None = None
@@ -460,7 +464,7 @@ def _write_batches(store, run, source: Batches, plan: Plan, lab: tuple[Any, Any,
     check_shapes(shapes0, plan, f"{source.what}, batch 0")
     reader = _Sequential(source.what, plan, head, shapes0, it)
     return _write(store, run, plan, lab, n, shapes0, dtype, block_size, fmt, source.what,
-                  reader.read, progress, after=reader.finish)
+                  reader.read, progress, after=reader.finish, allow_nonfinite=allow_nonfinite)
 
 
 def first_tensor(value: Any) -> Any:
@@ -533,7 +537,7 @@ def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, 
            shapes: Mapping[str, Sequence[int]], dtype: str, block_size: int | None, fmt: str,
            what: str, read: Callable[[int, int], Arrays], progress: Callable[[int], None] | None,
            after: Callable[[], None] | None = None, ahead: bool = False,
-           fingerprint: str | None = None) -> ImportResult:
+           fingerprint: str | None = None, allow_nonfinite: bool = False) -> ImportResult:
     """The write itself. ``read(start, stop)`` hands over the arrays of a block; with
     ``ahead`` (files, which any thread may read) block ``b + 1`` is read by a second thread
     while block ``b`` is cast, checksummed and stored, so at most two blocks of the source
@@ -573,7 +577,8 @@ def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, 
             block_size = _block_size(st, run.run_id, L, n, width, dtype)
         with st.length_writer(run.run_id, L, n_sequences=n, n_features=width, labels=list(labels),
                               layers=[lay for lay, _ in plan.layers], n_classes=n_classes, dtype=dtype,
-                              block_size=block_size, attrs=attrs, extra=extra or None) as w:
+                              block_size=block_size, attrs=attrs, extra=extra or None,
+                              allow_nonfinite=allow_nonfinite) as w:
             todo = w.missing_blocks()
             order = list(range(w.n_blocks)) if after is not None else todo
             with closing(_blocks(read, [w.block_range(b) for b in order], order, ahead)) as blocks:

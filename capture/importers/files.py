@@ -292,11 +292,13 @@ def npy_dirs(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def _import(source: _Files, store: Store | str, run: RunInfo | str, *, layers, sites, plan, labels,
-            tokens, mask, dtype, block_size, fmt, default_arch, run_fields) -> ImportResult:
+            tokens, mask, dtype, block_size, fmt, default_arch, run_fields,
+            allow_nonfinite: bool = False) -> ImportResult:
     plan = plan or named_plan(source.names, layers=layers, sites=sites)
     source.check(plan.names())
     return write(store, as_run(run, **{"arch": default_arch, **run_fields}), source, plan,
-                 labels=labels, tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt=fmt)
+                 labels=labels, tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt=fmt,
+                 allow_nonfinite=allow_nonfinite)
 
 
 def import_safetensors(
@@ -313,6 +315,7 @@ def import_safetensors(
     dtype: str = "float16",
     block_size: int | None = None,
     fmt: str = "safetensors",
+    allow_nonfinite: bool = False,
     **run_fields: Any,
 ) -> ImportResult:
     """Import a safetensors file, or a directory of them (batches in name order)."""
@@ -320,7 +323,7 @@ def import_safetensors(
     src = SafetensorsSource(files, str(path))
     return _import(src, store, run, layers=layers, sites=sites, plan=plan, labels=labels, tokens=tokens,
                    mask=mask, dtype=dtype, block_size=block_size, fmt=fmt, default_arch="unknown",
-                   run_fields=run_fields)
+                   run_fields=run_fields, allow_nonfinite=allow_nonfinite)
 
 
 def import_npy(
@@ -336,10 +339,11 @@ def import_npy(
     mask: Any = None,
     dtype: str = "float16",
     block_size: int | None = None,
+    allow_nonfinite: bool = False,
     **run_fields: Any,
 ) -> ImportResult:
     """Import a directory of ``<layer>.npy`` files (or a directory of such directories)."""
     src = NpySource(npy_dirs(path), str(path))
     return _import(src, store, run, layers=layers, sites=sites, plan=plan, labels=labels, tokens=tokens,
                    mask=mask, dtype=dtype, block_size=block_size, fmt="npy", default_arch="unknown",
-                   run_fields=run_fields)
+                   run_fields=run_fields, allow_nonfinite=allow_nonfinite)

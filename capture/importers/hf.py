@@ -137,6 +137,7 @@ def import_hf_datasets(
     mask: Any = None,
     dtype: str = "float16",
     block_size: int | None = None,
+    allow_nonfinite: bool = False,
     **run_fields: Any,
 ) -> ImportResult:
     """Import a ``datasets`` directory (SAELens' cached activations, or an export of ours)."""
@@ -148,7 +149,8 @@ def import_hf_datasets(
     if labels is None and (src.labels or src.mask):
         labels = src.labels_and_mask()
     return write(store, as_run(run, **{"arch": "saelens", **run_fields}), src, plan, labels=labels,
-                 tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt="saelens")
+                 tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt="saelens",
+                 allow_nonfinite=allow_nonfinite)
 
 
 # ---------------------------------------------------------------------- export
