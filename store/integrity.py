@@ -40,8 +40,11 @@ class Report:
     n_metadata: int = 0
     #: what the metadata comparison found (``repair`` acts on it); None if not run
     metadata: M.MetadataCheck | None = None
-    #: ``(array path, chunk index, group path or None)`` of each damaged or missing chunk
-    damaged_chunks: list[tuple[str, tuple[int, ...], str | None]] = field(default_factory=list)
+    #: ``(array path, chunk index, group path or None, blocks)`` of each damaged or missing
+    #: chunk (a shard, in a sharded array); ``blocks``: the blocks (S21) its rows belong to, ()
+    #: for an array not laid out by sequence
+    damaged_chunks: list[tuple[str, tuple[int, ...], str | None, tuple[int, ...]]] = field(
+        default_factory=list)
     #: numeric arrays whose chunks carry no crc32c (S4): damage to them cannot be detected
     unchecksummed: list[str] = field(default_factory=list)
     #: chunks not stored in groups without a completion record (read as the fill value, S6)
@@ -289,6 +292,16 @@ class _Expect:
         mask = np.isin(rows // arr.chunks[ax], sorted(self.blocks))
         return True if mask.all() else (False if not mask.any() else mask)
 
+    def blocks_of(self, arr: zarr.Array, idx: tuple[int, ...], stored: tuple[int, ...]) -> tuple[int, ...]:
+        """The blocks (inner chunks along ``seq_axis``) that stored chunk ``idx`` holds rows of:
+        one for a plain chunk, several for a shard spanning blocks; () without a sequence axis."""
+        if self.seq_axis is None or not idx:
+            return ()
+        ax = self.seq_axis
+        start = idx[ax] * stored[ax]
+        stop = min(start + stored[ax], arr.shape[ax])
+        return tuple(range(start // arr.chunks[ax], -(-stop // arr.chunks[ax])))
+
 
 def _check_chunks(arr: zarr.Array, path: str, rep: Report, expect: _Expect) -> None:
     """Decode every chunk there is (which verifies its crc32c); a chunk of a recorded block
@@ -320,14 +333,14 @@ def _check_chunks(arr: zarr.Array, path: str, rep: Report, expect: _Expect) -> N
                     nonfinite, bad_chunks = nonfinite + n, bad_chunks + 1
             elif rows is not False:
                 rep.problems.append(f"{path}: {what} {idx} is missing ({key}) though recorded as written")
-                rep.damaged_chunks.append((path, idx, expect.group))
+                rep.damaged_chunks.append((path, idx, expect.group, expect.blocks_of(arr, idx, stored)))
             continue
         rep.n_chunks += 1
         try:
             decoded = np.asarray(arr.get_block_selection(idx))  # by store keys: shards if sharded
         except Exception as exc:  # crc32c mismatch, truncated chunk, undecodable bytes
             rep.problems.append(f"{path}: {what} {idx} ({key}) is corrupt: {type(exc).__name__}: {exc}")
-            rep.damaged_chunks.append((path, idx, expect.group))
+            rep.damaged_chunks.append((path, idx, expect.group, expect.blocks_of(arr, idx, stored)))
             continue
         if count_nonfinite and rows is not False:
             if rows is not True:

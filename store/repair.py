@@ -170,21 +170,21 @@ def _no_live_writers(loc: Location) -> None:
 def _damaged_blocks(rep: Report) -> dict[str, set[int]]:
     """Length group path -> blocks holding a damaged chunk (of an array chunked by sequence)."""
     out: dict[str, set[int]] = {}
-    for array_path, idx, group_path in rep.damaged_chunks:
+    for array_path, _idx, group_path, held in rep.damaged_chunks:
         if group_path is None or not S.parse_length_group(group_path.rsplit("/", 1)[-1]):
             continue
         name = array_path.rsplit("/", 1)[-1]
-        if name in ("sequence", "position", "layer") or not idx:
+        if name in ("sequence", "position", "layer") or not held:
             continue
-        out.setdefault(group_path, set()).add(int(idx[0]))
+        out.setdefault(group_path, set()).update(held)  # a shard: every block it spans
     return out
 
 
 def _chunk_lines(rep: Report, blocks: dict[str, set[int]], forgetting: bool) -> list[str]:
     lines = []
-    for array_path, idx, group_path in rep.damaged_chunks:
+    for array_path, idx, group_path, held in rep.damaged_chunks:
         what = f"{array_path} chunk {idx}: chunk data has no second copy"
-        if group_path is not None and group_path in blocks and idx and int(idx[0]) in blocks[group_path]:
+        if group_path is not None and held and set(held) <= blocks.get(group_path, set()):
             fix = ("its block is marked unwritten: run `layerstate capture` again, it rewrites it"
                    if forgetting else "re-capture it: `layerstate repair --forget-damaged` marks its "
                    "block unwritten, then `layerstate capture` rewrites it (capture resumes)")

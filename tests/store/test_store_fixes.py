@@ -101,7 +101,9 @@ def test_a_damaged_or_missing_shard_is_named(tmp_path):
     rep = validate(str(path))
     assert [p for p in rep.problems if "corrupt" in p] and all(
         p.startswith(f"{HIDDEN}: shard (1, 0, 0, 0) ") for p in rep.problems if "corrupt" in p)
-    assert rep.damaged_chunks == [(HIDDEN, (1, 0, 0, 0), "runs/r0/len_004")]
+    # shard 1 holds sequences 4-7: blocks (inner chunks of 2 sequences) 2 and 3, both forgotten
+    # by repair --forget-damaged, not block 1
+    assert rep.damaged_chunks == [(HIDDEN, (1, 0, 0, 0), "runs/r0/len_004", (2, 3))]
     shard.unlink()  # an absent shard of a NaN-filled array reads as 4*4*3*4 NaN (S6, S20)
     rep = validate(str(path))
     assert f"{HIDDEN} shard (1, 0, 0, 0)" in rep.absent
