@@ -29,6 +29,11 @@ BLOCK_BYTES = 48 * 2**20
 #: features x 6 classes x 5 C values (``bench/probes.py``, quiet machine). Only decides where
 #: a sweep runs (:attr:`ProbePlan.cpu_s`), so an estimate within a factor of two is enough.
 EXACT_S_PER_UNIT = 7e-8
+#: At most this many bytes of stored chunks per gathering task (``"last"``/``"pooled"`` cells):
+#: each task reads its chunks in one zarr call, which reads them concurrently. One dask task per
+#: 4 MiB chunk read a cold 4 GB store at 0.6-0.7x a plain sequential read; 32 chunks per task
+#: at 1.0x (docs/measured.md, "Scale-out").
+GATHER_BYTES = 128 * 2**20
 #: At most this many positions per task: enough work to amortise decoding the layer's chunks
 #: (a chunk holds every position), few enough that both threads stay busy.
 MAX_BLOCK_POSITIONS = 8
@@ -231,17 +236,48 @@ def _position_blocks(cells: list[Cell], n: int, d: int) -> list[list[Cell]]:
     return [cells[i : i + size] for i in range(0, len(cells), size)]
 
 
-def _gather(layer_array: Any, seq: np.ndarray, pos: np.ndarray) -> list:
-    """Delayed pieces, one per stored chunk, of rows (seq, pos) of a ``(sequence, position,
-    feature)`` dask array: each reads one chunk and keeps only its rows; concatenated in order
-    they are the rows (``seq`` must be sorted)."""
+def _gather(layer_array: Any, seq: np.ndarray, pos: np.ndarray, source: Any = None) -> list:
+    """Delayed pieces of rows (seq, pos) of a ``(sequence, position, feature)`` dask array;
+    concatenated in order they are the rows (``seq`` must be sorted).
+
+    With ``source`` (the group's ``hidden`` as a lazily indexed, dask-free xarray Variable, and
+    this layer's index), each piece reads a run of stored chunks (up to :data:`GATHER_BYTES`)
+    in one zarr call and keeps only the wanted positions; without it, one piece per stored
+    chunk, through the dask array's own tasks.
+    """
     bounds = np.cumsum((0,) + tuple(layer_array.chunks[0]))
+    if source is None:
+        parts = []
+        for b, blk in enumerate(layer_array.to_delayed().reshape(-1)):
+            sel = (seq >= bounds[b]) & (seq < bounds[b + 1])
+            if sel.any():
+                parts.append(dask.delayed(_take, pure=True)(blk, seq[sel] - bounds[b], pos[sel]))
+        return parts
+    var, layer_index = source
+    per_row = int(np.prod(layer_array.shape[1:])) * layer_array.dtype.itemsize
+    batches: list[tuple[int, int]] = []
+    for b in range(len(bounds) - 1):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        if batches and (hi - batches[-1][0]) * per_row <= GATHER_BYTES:
+            batches[-1] = (batches[-1][0], hi)
+        else:
+            batches.append((lo, hi))
     parts = []
-    for b, blk in enumerate(layer_array.to_delayed().reshape(-1)):
-        sel = (seq >= bounds[b]) & (seq < bounds[b + 1])
+    for lo, hi in batches:
+        sel = (seq >= lo) & (seq < hi)
         if sel.any():
-            parts.append(dask.delayed(_take, pure=True)(blk, seq[sel] - bounds[b], pos[sel]))
+            parts.append(dask.delayed(_read_rows, pure=True)(
+                var, layer_index, lo, hi, seq[sel] - lo, pos[sel]))
     return parts
+
+
+def _read_rows(var: Any, layer_index: int, lo: int, hi: int, seq: np.ndarray,
+               pos: np.ndarray) -> np.ndarray:
+    """Rows (seq, pos) (relative to sequence ``lo``) of one layer of sequences ``lo:hi``, read
+    in one call: only the wanted positions come back, the chunks are read concurrently."""
+    cols = np.unique(pos)
+    block = np.asarray(var[lo:hi, cols, layer_index, :].values)
+    return block[seq, np.searchsorted(cols, pos)]
 
 
 def _position_of(cell: Cell) -> int:
@@ -251,9 +287,9 @@ def _position_of(cell: Cell) -> int:
     return cell.position
 
 
-def _jobs(layer_array: Any, cells: list[Cell]):
+def _jobs(layer_array: Any, cells: list[Cell], source: Any = None):
     """(cells, data) of each task over one layer: slabs of position blocks, gathered rows for
-    ``last``/``pooled`` cells."""
+    ``last``/``pooled`` cells (``source``: see :func:`_gather`)."""
     by_position = [c for c in cells if c.kind == "position"]
     n, _, d = layer_array.shape
     for block in _position_blocks(by_position, n, d):
@@ -265,7 +301,7 @@ def _jobs(layer_array: Any, cells: list[Cell]):
         yield [replace(c, col=j) for j, c in enumerate(block)], slab
     for c in cells:
         if c.kind != "position":
-            yield [c], _gather(layer_array, c.seq, c.pos)
+            yield [c], _gather(layer_array, c.seq, c.pos, source)
 
 
 def build_graph(
@@ -279,8 +315,11 @@ def build_graph(
     C: float | tuple[float, ...],
     folds: int,
     per_sequence: bool,
+    rows_from: dict[tuple[str, int], Any] | None = None,
 ) -> list:
-    """Delayed tasks of the whole sweep; each computes to a list of :class:`CellOut`."""
+    """Delayed tasks of the whole sweep; each computes to a list of :class:`CellOut`.
+    ``rows_from``: per (run, length), ``hidden`` as a dask-free lazy Variable (wrapped in a
+    named ``Delayed``), which gathering tasks read many chunks at a time from (:func:`_gather`)."""
     tasks = []
     for run, rp in runs.items():
         common: _JobSettings = {
@@ -295,20 +334,29 @@ def build_graph(
             keep = bool(test_lengths[run])
             for L in fit_lengths[run]:
                 arr = _layer(hidden[run, L], layer)
-                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]]):
+                src = _source(rows_from, hidden, run, L, layer)
+                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]], src):
                     job = Job(job_cells, keep_models=keep, **common, n_sequences=arr.shape[0])
                     summary, fitted = dask.delayed(fit_task, nout=2, pure=True)(data, job)
                     tasks.append(summary)
                     models.update({c.key: fitted for c in job_cells})
             for L in test_lengths[run]:
                 arr = _layer(hidden[run, L], layer)
-                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]]):
+                src = _source(rows_from, hidden, run, L, layer)
+                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]], src):
                     deps = list(
                         {id(models[c.source]): models[c.source] for c in job_cells}.values()
                     )
                     job = Job(job_cells, **common, n_sequences=arr.shape[0])
                     tasks.append(dask.delayed(score_task, pure=True)(data, job, *deps))
     return tasks
+
+
+def _source(rows_from: dict | None, hidden: dict, run: str, L: int, layer: str) -> Any:
+    """(lazy Variable, layer index) for :func:`_gather`, or None."""
+    if rows_from is None or (run, L) not in rows_from:
+        return None
+    return rows_from[run, L], [str(v) for v in hidden[run, L]["layer"].values].index(layer)
 
 
 def _layer(hidden: Any, layer: str) -> Any:
@@ -440,10 +488,16 @@ def build(
     fit_L: dict[str, list[int]] = {}
     test_L: dict[str, list[int]] = {}
     hidden: dict[tuple[str, int], Any] = {}
+    rows_from: dict[tuple[str, int], Any] = {}
     for run in run_ids:
         fit_L[run], test_L[run] = P.choose_lengths(store, run, lengths, train_length)
         for L in fit_L[run] + test_L[run]:
             hidden[run, L] = store.open_length(run, L)["hidden"]
+            if mode in ("last", "pooled"):  # their cells gather rows across many chunks
+                var = store.open_length(run, L, lazy="xarray")["hidden"].variable
+                # named, not tokenized: tokenizing a dask-free Variable reads all of its data
+                name = f"hidden-rows-{dask.base.tokenize(str(store.location), run, L)}"
+                rows_from[run, L] = dask.delayed(var, name=name)
         first = hidden[run, fit_L[run][0]]
         available = [str(v) for v in first["layer"].values]
         chosen = P.choose_layers(available, layers, run)
@@ -464,6 +518,7 @@ def build(
         C=C,
         folds=folds,
         per_sequence=per_sequence,
+        rows_from=rows_from or None,
     )
     options = {
         "target": target,

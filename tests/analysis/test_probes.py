@@ -5,6 +5,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 import pytest
+import xarray as xr
 from dask.delayed import Delayed
 
 from analysis.probes import fit_exact, fit_reference, fit_screen, logits, plan_probes, probe
@@ -376,3 +377,26 @@ def test_nan_hidden_states_are_refused_naming_the_layer(tmp_path):
     ):
         probe(st, "y", scheduler="sync")
     assert np.isfinite(probe(st, "y", layers=["embed", "L1"])["accuracy"]).all()
+
+
+@pytest.mark.parametrize("positions", ["last", "pooled"])
+def test_gathered_rows_read_many_chunks_per_task_and_score_the_same(tmp_path, monkeypatch, positions):
+    """Last/pooled cells read their rows several stored chunks per task (one zarr call each);
+    with batches smaller than the store (here 2 chunks of 64 sequences per task) the rows, and
+    so the probes, are those of one task per chunk, bit for bit."""
+    from analysis.probes import sweep
+
+    st = make(tmp_path, lengths=(8,))  # 160 sequences in chunks of 64: 64, 64, 32
+    assert st.open_length("r0", 8)["hidden"].chunks[0] == (64, 64, 32)
+    row_bytes = 8 * st.open_length("r0", 8)["hidden"].sizes["feature"] * 2
+    monkeypatch.setattr(sweep, "GATHER_BYTES", 2 * 64 * row_bytes)
+    reads = []
+    read_rows = sweep._read_rows
+    monkeypatch.setattr(sweep, "_read_rows", lambda var, i, lo, hi, *a: (
+        reads.append((lo, hi)), read_rows(var, i, lo, hi, *a))[1])
+    batched = plan_probes(st, "y", positions=positions, folds=3).compute("sync")
+    assert set(reads) == {(0, 128), (128, 160)}  # two chunks, then the short last one
+    monkeypatch.setattr(sweep, "_source", lambda *a: None)  # one task per stored chunk
+    per_chunk = plan_probes(st, "y", positions=positions, folds=3).compute("sync")
+    xr.testing.assert_identical(batched, per_chunk)
+    assert np.isfinite(batched["accuracy"]).all()
