@@ -279,16 +279,21 @@ def _on_local(tasks: list, name: str, num_workers: int | None) -> list:
         return _on_processes(tasks, num_workers)
     from concurrent.futures import ThreadPoolExecutor
 
-    n = int(num_workers or dask.system.CPU_COUNT)
+    n = _local_workers(num_workers)
     with one_thread(), ThreadPoolExecutor(n, initializer=_one_openmp_thread) as pool:
         return list(dask.compute(*tasks, scheduler="threads", pool=pool))
+
+
+def _local_workers(num_workers: int | None) -> int:
+    """Threads or processes of a local scheduler: ``num_workers``, else one per core."""
+    return int(num_workers or dask.system.CPU_COUNT)
 
 
 def default_scheduler(cpu_s: float | None, num_workers: int | None = None) -> str:
     """What ``scheduler=None`` means for work estimated at ``cpu_s`` single-thread seconds
     (``None``: not GIL-bound): ``"processes"`` for long work when more than one worker is
     available and :func:`spawn_safe`, else ``"threads"``."""
-    n = int(num_workers or dask.system.CPU_COUNT)
+    n = _local_workers(num_workers)
     if cpu_s is not None and cpu_s >= PROCESSES_FROM_S and n > 1 and spawn_safe():
         return "processes"
     return "threads"
@@ -356,7 +361,7 @@ def _on_processes(tasks: list, num_workers: int | None) -> list:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    n = int(num_workers or dask.system.CPU_COUNT)
+    n = _local_workers(num_workers)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(n, mp_context=context, initializer=_one_thread_process) as pool:
         return list(dask.compute(*tasks, scheduler="processes", pool=pool))

@@ -356,13 +356,17 @@ def _source(rows_from: dict | None, hidden: dict, run: str, L: int, layer: str) 
     """(lazy Variable, layer index) for :func:`_gather`, or None."""
     if rows_from is None or (run, L) not in rows_from:
         return None
-    return rows_from[run, L], [str(v) for v in hidden[run, L]["layer"].values].index(layer)
+    return rows_from[run, L], _layer_index(hidden[run, L], layer)
+
+
+def _layer_index(hidden: Any, layer: str) -> int:
+    """Where ``layer`` lies along a ``hidden`` DataArray's ``layer`` axis."""
+    return [str(v) for v in hidden["layer"].values].index(layer)
 
 
 def _layer(hidden: Any, layer: str) -> Any:
     """One layer of a lazy ``hidden`` DataArray as a dask array (sequence, position, feature)."""
-    names = [str(v) for v in hidden["layer"].values]
-    return hidden.data[:, :, names.index(layer), :]
+    return hidden.data[:, :, _layer_index(hidden, layer), :]
 
 
 # ----------------------------------------------------------------------------- cells
