@@ -18,8 +18,9 @@ the ``O(feature^2)`` of a full matrix (it matters beside a small model's own cos
 
 Directions come from:
 
-* a **probe**: ``StandardScaler`` + multinomial ``LogisticRegression``, one direction per class
-  (one for a binary label), mapped back to raw feature space (``coef / scale``);
+* a **probe**: ``StandardScaler`` + multinomial ``LogisticRegression`` (fitted by the probes'
+  own solver, :mod:`analysis.probes.solvers`), one direction per class (one for a binary
+  label), mapped back to raw feature space (``coef / scale``);
 * **INLP** (Ravfogel et al. 2020), ``rounds`` times: fit a probe on the states projected so
   far, add its directions to the removed subspace. The product of the nullspace projections
   is the projection onto the complement of the span of all removed directions. **Ours**: the
@@ -34,6 +35,7 @@ dims plus ``feature`` and drop rows whose label is ``-1`` (undefined).
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -153,7 +155,7 @@ def projection_np(directions: np.ndarray, mean: np.ndarray | None = None) -> Era
 
 
 def probe_directions_np(
-    x: np.ndarray, y: np.ndarray, *, C: float = 1.0, max_iter: int = 500
+    x: np.ndarray, y: np.ndarray, *, C: float = 1.0, max_iter: int | None = None
 ) -> np.ndarray:
     """Directions of a logistic-regression probe, in raw feature space.
 
@@ -164,14 +166,21 @@ def probe_directions_np(
         At least two classes.
     C : float
         Inverse L2 strength (scikit-learn's).
+    max_iter : int, optional
+        Solver iterations (default: the probe solver's).
 
     Returns
     -------
     ndarray, float64, (direction, feature)
         One row per class (one for a binary label): the normal vector of each class's logit
         as a function of the raw features (``coef / scale`` after standardisation).
+
+    The probe is the project's probe solver (:func:`analysis.probes.solvers.fit_labelled`:
+    ``StandardScaler`` + multinomial ``LogisticRegression(C)``, preconditioned so that it
+    converges on the strongly correlated states of a layer); a probe that stops before its
+    tolerance raises a ``RuntimeWarning``.
     """
-    from sklearn.linear_model import LogisticRegression
+    from analysis.probes.solvers import fit_labelled
 
     classes = np.unique(y)
     if classes.size < 2:
@@ -179,12 +188,24 @@ def probe_directions_np(
             f"a probe needs at least two classes in the labels; found only {classes.tolist()}: "
             "use more sequences, or a layer/length where the label varies"
         )
-    x = np.asarray(x, dtype=np.float64)
-    mean, scale = x.mean(0), x.std(0)
-    scale[scale < 1e-6] = 1.0  # constant features contribute nothing (as StandardScaler)
-    probe = LogisticRegression(C=C, max_iter=max_iter)
-    probe.fit((x - mean) / scale, y)
-    return probe.coef_ / scale
+    params, _ = fit_labelled(np.asarray(x), y, C=C, max_iter=max_iter)
+    warn_unconverged(params, "probe direction")
+    w = params.original_space()[0][0].T  # (class, feature)
+    # binary: scikit-learn's one vector is the difference of the two centred class vectors
+    return (w[1] - w[0])[None] if classes.size == 2 else w
+
+
+def warn_unconverged(params, what: str) -> None:
+    """A ``RuntimeWarning`` naming ``what`` when any problem of ``params`` stopped short."""
+    stopped = int((~np.asarray(params.converged)).sum())
+    if stopped:
+        warnings.warn(
+            f"{stopped} of {params.converged.size} {what} fit(s) stopped before the gradient "
+            "fell below the solver's tolerance; their directions are the last iterate's "
+            "(a smaller C regularises more and converges sooner)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def inlp_np(

@@ -784,6 +784,31 @@ def fit_exact(
     return path_exact(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
 
 
+def fit_labelled(
+    X: np.ndarray,
+    y: np.ndarray,
+    train: np.ndarray | None = None,
+    *,
+    C: float = 1.0,
+    tol: float = TOL,
+    max_iter: int | None = None,
+) -> tuple[Params, np.ndarray]:
+    """:func:`fit_exact` for labels as they come: rows ``X (m, d)`` with integer labels ``y
+    (m,)`` of any values, one problem per row of ``train (P, m)`` bool (default: one problem
+    on every row). Returns the fitted :class:`Params` and the classes, ascending: class index
+    ``k`` of the parameters is label ``classes[k]``. The erasure probes and the ablation's
+    refitted probe use this, so that every probe of the project is fitted, and reports its
+    convergence, the same way."""
+    classes, index = np.unique(np.asarray(y), return_inverse=True)
+    m = index.size
+    train = np.ones((1, m), dtype=bool) if train is None else np.asarray(train, dtype=bool)
+    if train.ndim != 2 or train.shape[1] != m:
+        raise ValueError(f"train must be (problems, {m}) bool, got shape {train.shape}")
+    targets = np.ascontiguousarray(np.broadcast_to(index.astype(np.int64).ravel(), train.shape))
+    params = fit_exact(X, targets, train, classes.size, C, tol=tol, max_iter=max_iter)
+    return params, classes
+
+
 # ----------------------------------------------------------------------------- screen (LDA)
 
 
