@@ -1,0 +1,338 @@
+"""Evaluate claims on a store: each kind's test on the per-seed values, then one Holm family
+and the verdicts (:func:`evaluate_claims`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy import stats as sps
+
+from analysis.claims.metrics import (
+    paired_levels,
+    probe_seed_profile,
+    require_levels,
+    seed_list,
+    seed_metric,
+    sequence_counts,
+    too_few,
+)
+from analysis.claims.spec import ALPHA, CROSSCHECK, DEFAULT_MODEL, Claim, ClaimError, NotEvaluable
+from analysis.claims.verdicts import (
+    adjust,
+    claim_tests,
+    decide,
+    dropped_text,
+    primary_test,
+    test_text,
+)
+from store import Store
+
+
+def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
+    """A difference/equivalence claim on a per-seed metric (restoration, probe accuracy,
+    ablation drop, refitted probe accuracy, patching recovery): the paired t on per-seed
+    differences."""
+    from analysis.stats.equivalence import paired_t_np
+
+    t, r = paired_levels(seed_metric(store, claim, cache), claim)
+    ok = np.isfinite(t.values) & np.isfinite(r.values)
+    if ok.sum() < 2:
+        raise too_few(claim, int(ok.sum()))
+    res = paired_t_np((t - r).values[ok])
+    row = claim_tests(claim, float(res["estimate"]), float(res["se"]), float(ok.sum() - 1))
+    undefined = ~ok & (np.isfinite(t.values) | np.isfinite(r.values))
+    row.update(
+        n_seeds=int(ok.sum()), margin=claim.margin if claim.margin else np.nan,
+        treatment_mean=float(t.values[ok].mean()), reference_mean=float(r.values[ok].mean()),
+        test=test_text(claim, "paired_t"), model="paired_t",
+        dropped=(f"paired_t: seeds {seed_list(t.seed.values[undefined])} ({claim.metric} undefined in one "
+                 "condition)" if undefined.any() else ""),
+        crosscheck_model="", variance="",
+    )
+    return row
+
+
+def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
+    from analysis.stats.contrasts import contrast_np, glmm_contrast
+
+    corr = sequence_counts(store, claim, cache)
+    (ct, cr), (lt, lr) = paired_levels(corr.correct, claim), paired_levels(corr.labelled, claim)
+    core = ("seed", "sequence")
+    C = np.stack([cr.transpose(*core).values, ct.transpose(*core).values]).astype(float)
+    L = np.stack([lr.transpose(*core).values, lt.transpose(*core).values]).astype(float)
+    seeds = ct.seed.values
+    present = (np.nan_to_num(L) > 0).any(-1)  # (condition, seed)
+    requested = claim.model or DEFAULT_MODEL
+    model = requested if requested != "glmm" else DEFAULT_MODEL
+    second = "glmm" if requested == "glmm" else CROSSCHECK[model]
+    fits = {m: {k: np.asarray(v).item() for k, v in contrast_np(m, C, L).items()}
+            for m in dict.fromkeys([model, *(() if second == "glmm" else (second,)), "mixedlm"])}
+    fit = fits[model]
+    if not np.isfinite(fit["estimate"]):
+        if model == "gee":
+            raise too_few(claim, int(present.sum(-1).min()), "in each condition")
+        raise too_few(claim, int(present.all(0).sum()))
+    row = claim_tests(claim, fit["estimate"], fit["se"], fit["df"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.nansum(C, -1) / np.nansum(L, -1)
+    row.update(
+        n_seeds=int(fit["n_seeds"]), margin=claim.margin if claim.margin else np.nan,
+        treatment_mean=float(np.nanmean(acc[1][present[1]])), reference_mean=float(np.nanmean(acc[0][present[0]])),
+        test=test_text(claim, model), model=model, crosscheck_model=second,
+    )
+    mix = fits["mixedlm"]
+    row.update(sd_seed=float(np.sqrt(mix["var_seed"])), sd_model=float(np.sqrt(mix["var_model"])),
+               sd_sequence=float(np.sqrt(mix["var_shared"] + mix["var_residual"])), variance="")
+    if second == "glmm":
+        g = glmm_contrast(C, L, rng=0)
+        row["_x"] = {"estimate": g["estimate"], "lower": np.nan, "upper": np.nan, "p": np.nan}
+        row["variance"] = (f"GLMM (logit scale): seed SD {g['sd_seed']:.3f}, model SD {g['sd_model']:.3f}, "
+                           f"sequence SD {g['sd_sequence']:.3f}; log odds ratio {g['log_odds_ratio']:+.3f}")
+        row["test"] += "; glmm requested: its intervals are too narrow to decide, so the verdict is the default's"
+    else:
+        x = fits[second]
+        row["_x"] = (claim_tests(claim, x["estimate"], x["se"], x["df"]) if np.isfinite(x["estimate"]) else
+                     {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan})
+    row["dropped"] = dropped_text(claim, [model, second], present, C, L, seeds)
+    return row
+
+
+def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
+    if claim.metric != "accuracy":
+        return _evaluate_seedwise(store, claim, cache)
+    return _evaluate_accuracy(store, claim, cache)
+
+
+def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
+    threshold = claim.threshold
+    if threshold is None:  # the Claim validator requires a threshold for readable_by claims
+        raise ClaimError(f"claim {claim.id!r}: a readable_by claim needs a threshold")
+    acc = probe_seed_profile(store, probes, claim, claim.task, claim.arch)
+    if claim.layer not in [str(v) for v in acc.layer.values]:
+        raise ClaimError(
+            f"claim {claim.id!r}: layer {claim.layer!r} not probed; layers: "
+            f"{', '.join(map(str, acc.layer.values))}"
+        )
+    x = acc.sel(layer=claim.layer).values
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
+    n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
+    se = sd / math.sqrt(n) if sd > 0 else 1e-12
+    tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
+    p = float(sps.t.sf((mean - threshold) / se, n - 1))
+    return {
+        "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "p": p,
+        "n_seeds": n, "margin": np.nan, "power": np.nan, "mde": np.nan,
+        "treatment_mean": mean, "reference_mean": claim.threshold,
+        "test": f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}",
+    }
+
+
+def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
+    """One-sided t on the per-seed values of the claim's metric against ``threshold``."""
+    from analysis.stats.contrasts import mde_se
+
+    threshold = claim.threshold
+    if threshold is None:  # the Claim validator requires one
+        raise ClaimError(f"claim {claim.id!r}: a bound claim needs a threshold")
+    da = seed_metric(store, claim, cache)
+    sel: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": claim.variant,
+                                  "site": claim.site, "layer": claim.layer, "setting": claim.setting}
+    for dim, level in sel.items():
+        if dim in da.dims and level is not None:
+            require_levels(da, dim, [level], claim)
+            da = da.sel({dim: level})
+    extra = [d for d in da.dims if d != "seed" and da.sizes[d] > 1]
+    if extra:
+        raise ClaimError(f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim")
+    x = np.asarray(da.squeeze([d for d in da.dims if d != "seed"], drop=True).values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        raise too_few(claim, int(x.size), "with a defined value")
+    n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
+    se = sd / math.sqrt(n) if sd > 0 else 1e-12  # seeds alike (e.g. all at 1.0): the mean decides
+    tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
+    t = (mean - threshold) / se
+    p = float(sps.t.sf(t, n - 1) if claim.direction == "greater" else sps.t.cdf(t, n - 1))
+    what = {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
+            "refit_accuracy": f"refitted probe accuracy after {claim.setting} at {claim.layer}"
+                              + (" minus chance" if claim.baseline == "chance" else ""),
+            "patch_recovery": f"patching recovery at {claim.layer}"
+                              + (f", positions {_ranges(claim.positions)}" if claim.positions else ""),
+            "probe_accuracy": f"probe accuracy at {claim.layer}",
+            "restoration": f"restoration at {claim.site}",
+            "accuracy": "accuracy"}[claim.metric]
+    side = ">" if claim.direction == "greater" else "<"
+    return {
+        "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "se": se, "df": float(n - 1),
+        "p": p, "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan,
+        "mde": float(mde_se(se, n - 1, ALPHA, 0.8, "one-sided")),
+        "treatment_mean": mean, "reference_mean": threshold, "model": "paired_t",
+        "test": f"one-sided t over seeds: mean {what} at L = {claim.length} {side} {threshold:g}",
+    }
+
+
+def _ranges(values: list[int]) -> str:
+    """``[10, 11, 12, 20]`` -> ``'10-12, 20'``."""
+    out: list[str] = []
+    for v in sorted(values):
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
+
+
+def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str) -> dict:
+    from analysis.stats import profile_difference_test
+
+    if claim.matches is None or claim.differs_from is None:  # required by the Claim validator
+        raise ClaimError(f"claim {claim.id!r}: a profile_match claim needs matches and differs_from")
+    profiles = {t: probe_seed_profile(store, probes, claim, t, arch)
+                for t in (claim.task, claim.matches, claim.differs_from)}
+
+    def test(other: str) -> xr.Dataset:
+        pair = xr.concat([profiles[claim.task], profiles[other]],
+                         dim=xr.DataArray([claim.task, other], dims="task"))
+        return profile_difference_test(pair.transpose("task", "seed", "layer"), rng=0)
+
+    same, diff = test(claim.matches), test(claim.differs_from)
+    d_same, d_diff = float(same.statistic), float(diff.statistic)
+    return {
+        # the tested statistic: shape distance to `differs_from`, with its bootstrap interval
+        "estimate": d_diff, "lower": float(diff.lower), "upper": float(diff.upper),
+        # supported needs the profile to differ from `differs_from` (the test) AND to sit
+        # closer to `matches` than to it (a descriptive condition, reported beside it)
+        "p": float(diff.p) if d_same < d_diff else 1.0,
+        "n_seeds": int(profiles[claim.task].sizes["seed"]),
+        "margin": np.nan, "power": np.nan, "mde": np.nan,
+        "treatment_mean": d_same, "reference_mean": d_diff,
+        "test": f"exact permutation over seeds of the profile-shape distance ({claim.task} vs "
+                f"{claim.differs_from}; distance to {claim.matches} must be smaller)",
+    }
+
+
+#: Numeric columns of the claims Dataset (NaN where a column does not apply to a claim).
+NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "power", "power_at", "mde", "n_seeds", "margin",
+           "treatment_mean", "reference_mean", "p_zero", "p_equivalence", "p_margin",
+           "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
+           "sd_seed", "sd_model", "sd_sequence")
+TEXT = ("test", "model", "crosscheck_model", "dropped", "variance")
+
+
+def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None) -> xr.Dataset:
+    """Evaluate every claim; returns one row per claim (dim ``claim``).
+
+    Nothing is written if any claim fails to evaluate (no partial verdicts).
+
+    Returns
+    -------
+    xarray.Dataset
+        Dim ``claim``: ``statement``, ``kind``, ``test``, ``verdict``, ``outcome`` (the four
+        outcomes against a margin: effect, negligible, equivalent, inconclusive; '' without a
+        margin), ``reason`` (one line: which outcome and why), ``model``; ``estimate``,
+        ``lower``, ``upper`` (95% interval), ``se``, ``df``, ``p`` (the claim's own test),
+        ``p_adjusted`` (Holm over the claims), ``p_zero``, ``p_equivalence``, ``p_margin`` and
+        their ``*_adjusted``, ``power`` (of the claim's own test at a true effect
+        ``power_at``), ``mde``, ``n_seeds``, ``margin``; the cross-check ``crosscheck_model``,
+        ``crosscheck_estimate``, ``crosscheck_lower``, ``crosscheck_upper``, ``crosscheck_p``,
+        ``crosscheck_verdict``, ``disagreement``; variance components ``sd_seed``,
+        ``sd_model``, ``sd_sequence`` (accuracy scale) and ``variance`` (GLMM, text);
+        ``dropped`` (what each model left out).
+    """
+    if not claims:
+        raise ClaimError("no claims to evaluate; add [[claims]] tables to the experiment file")
+    cache: dict = {}
+    rows: list[dict] = []
+    ids: list[str] = []
+    kept: list[Claim] = []
+
+    def attempt(fn, *args) -> dict:
+        try:
+            return fn(*args)
+        except NotEvaluable as exc:
+            return {"test": f"not evaluable: {exc}", "not_evaluable": True}
+
+    cache["probes"] = probes
+    for claim in claims:
+        if claim.kind in ("difference", "equivalence", "bound"):
+            if claim.metric == "probe_accuracy" and probes is None:
+                raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
+            fn = _evaluate_bound if claim.kind == "bound" else _evaluate_comparison
+            rows.append(attempt(fn, store, claim, cache))
+            ids.append(claim.id)
+            kept.append(claim)
+            continue
+        if probes is None:
+            raise ClaimError(
+                f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first"
+            )
+        if claim.kind == "readable_by":
+            rows.append(attempt(_evaluate_readable, store, claim, probes))
+            ids.append(claim.id)
+            kept.append(claim)
+        else:
+            for arch in claim.archs or ([claim.arch] if claim.arch else []):
+                rows.append(attempt(_evaluate_profile, store, claim, probes, arch))
+                ids.append(f"{claim.id}[{arch}]")
+                kept.append(claim)
+    rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
+    adjusted = adjust(kept, rows)
+    decided = [decide(c, r, a) for c, r, a in zip(kept, rows, adjusted, strict=True)]
+    cross = []
+    for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
+        x = row.get("_x")
+        if x is None:
+            cross.append("")
+            continue
+        row.update(crosscheck_estimate=x["estimate"], crosscheck_lower=x["lower"], crosscheck_upper=x["upper"],
+                   crosscheck_p=x["p"])
+        if not np.isfinite(x["p"]):
+            cross.append("")
+            continue
+        swapped = [*rows[:i], {**row, **x}, *rows[i + 1:]]
+        cross.append(decide(claim, swapped[i], adjust(kept, swapped)[i])[0])
+    data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in NUMERIC}
+    data["p_adjusted"] = ("claim", np.array([a.get(primary_test(c), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
+    for name in ("zero", "equivalence", "margin"):
+        data[f"p_{name}_adjusted"] = ("claim", np.array([a.get(name, np.nan) for a in adjusted]))
+    data["verdict"] = ("claim", np.array([d[0] for d in decided], dtype=str))
+    data["outcome"] = ("claim", np.array([d[1] for d in decided], dtype=str))
+    data["reason"] = ("claim", np.array([d[2] for d in decided], dtype=str))
+    data["crosscheck_verdict"] = ("claim", np.array(cross, dtype=str))
+    data["disagreement"] = ("claim", np.array([bool(x) and x != d[0] for x, d in zip(cross, decided, strict=True)]))
+    for k in TEXT:
+        data[k] = ("claim", np.array([str(r[k]) for r in rows], dtype=str))
+    data["statement"] = ("claim", np.array([c.statement for c in kept], dtype=str))
+    data["kind"] = ("claim", np.array([c.kind for c in kept], dtype=str))
+    return xr.Dataset(
+        data, coords={"claim": np.array(ids, dtype=str)},
+        attrs={"alpha": ALPHA, "correction": "holm across the claims (each claim's own test; the second test "
+               "of the claims with a margin as a second family)", "ci_level": 1 - ALPHA,
+               "default_model": DEFAULT_MODEL,
+               "verdict_rule": "with a margin: different from 0 and not within the margin -> supported; "
+               "different and within -> negligible; not different and within -> equivalent; neither -> "
+               "inconclusive; a directional claim with its interval on the wrong side -> contradicted "
+               "(equivalence claims: within -> supported). docs: analysis.claims"},
+    )
+
+
+def stored_probe_profiles(store: Store) -> xr.Dataset | None:
+    """Every stored ``probes/*`` result's layer profiles, merged along ``run`` (None if none)."""
+    names = [n for n in store.results() if n.startswith("probes/")]
+    if not names:
+        return None
+    profiles = [store.read_result(n)[["profile"]] for n in names]
+    return xr.concat(profiles, dim="run", join="outer", data_vars="all")
+
+
+def evaluate_stored_claims(store: Store, claims: list[Claim]) -> xr.Dataset:
+    """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
+    store the verdicts as ``results/claims``; returns them (see :func:`evaluate_claims`)."""
+    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store))
+    store.write_result("claims", res)
+    return res

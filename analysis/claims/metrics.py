@@ -1,0 +1,300 @@
+"""Per-seed values of a claim's metric, read from the stored results: accuracy counts per
+sequence, probe profiles, restoration, ablation drops and refits, patching recovery."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import xarray as xr
+
+from analysis.claims.spec import ABLATION, MIN_GAP, Claim, ClaimError, NotEvaluable
+from store import MissingError, Store
+
+
+# ---------------------------------------------------------------------- per-kind evaluation
+def sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
+    """Per-sequence ``correct`` and ``labelled`` counts with dims (task, arch, variant, seed,
+    sequence) at the claim's length."""
+    from analysis.behaviour import by_factors, sequence_correctness
+
+    key = ("sequences", claim.length, claim.target)
+    if key not in cache:
+        runs = [r for r in store.run_ids() if claim.length in store.lengths(r)]
+        if not runs:
+            raise MissingError(
+                f"claim {claim.id!r}: no run has captured length {claim.length}; "
+                "run `layerstate capture` (or change the claim's length)"
+            )
+        counts = sequence_correctness(store, runs, [claim.length], target=claim.target)
+        cache[key] = by_factors(counts.sel(length=claim.length))
+    return cast(xr.Dataset, cache[key])
+
+
+def seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """The claim's metric, one value per trained model: dims (task, arch, variant, seed) at
+    the claim's length, plus ``site`` (restoration), ``layer`` (probe_accuracy,
+    patch_recovery) or ``layer, setting`` (ablation_drop, refit_accuracy)."""
+    from analysis.stats import seed_estimates
+
+    if claim.metric == "restoration":
+        return _seed_restoration(store, claim, cache)
+    if claim.metric == "probe_accuracy":
+        probes = cache.get("probes")
+        if probes is None:
+            raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
+        key = ("probe", claim.length)
+        if key not in cache:
+            cache[key] = seed_profiles(store, probes, claim.length)
+        return cast(xr.DataArray, cache[key])
+    if claim.metric in ABLATION:
+        return _seed_ablation(store, claim, cache)
+    if claim.metric == "patch_recovery":
+        return _seed_patching(store, claim, cache)
+    key = ("accuracy", claim.length)
+    if key not in cache:
+        corr = sequence_counts(store, claim, cache)
+        cache[key] = seed_estimates(corr.correct, corr.labelled)
+    return cast(xr.DataArray, cache[key])
+
+
+def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed interchange restoration, dims (task, arch, variant, seed, site), at the
+    claim's layer or, without one, at the best layer that is not trivially restored (the
+    embedding at the corrupted token itself, the last layer at the readout position), as
+    :func:`~analysis.interventions.classify_mechanism` reads it."""
+    from analysis.behaviour import by_factors
+
+    key = ("restoration", claim.task, claim.length, claim.layer, claim.result)
+    if key in cache:
+        return cast(xr.DataArray, cache[key])
+    from analysis.interventions.patching import nontrivial_restoration
+
+    names = [n for n in store.results() if n.startswith("interchange/")]
+    if claim.result is not None:
+        if f"interchange/{claim.result}" not in names:
+            raise ClaimError(
+                f"claim {claim.id!r}: no result interchange/{claim.result}; stored: "
+                f"{', '.join(names) or 'none'}"
+            )
+        names = [f"interchange/{claim.result}"]
+    parts: list[xr.DataArray] = []
+    source: dict[str, str] = {}
+    for name in names:
+        ds = store.read_result(name)
+        if int(ds.attrs.get("length", -1)) != claim.length:
+            continue
+        keep = [i for i, r in enumerate(ds.run.values) if store.run_attrs(str(r)).get("task") == claim.task]
+        for i in keep:
+            rid = str(ds.run.values[i])
+            if rid in source:
+                raise ClaimError(
+                    f"claim {claim.id!r}: run {rid!r} has interchange results in {source[rid]} and "
+                    f"{name}; say which with result = \"{source[rid].split('/', 1)[1]}\""
+                )
+            source[rid] = name
+        if not keep:
+            continue
+        part = ds.isel(run=keep)
+        gap = (part.p_clean - part.p_corrupt).mean(("layer", "sequence")) if "p_clean" in part else None
+        if claim.layer is not None:
+            layers = [str(v) for v in part.layer.values]
+            if claim.layer not in layers:
+                raise ClaimError(
+                    f"claim {claim.id!r}: layer {claim.layer!r} was not patched in {name}; "
+                    f"layers: {', '.join(layers)}"
+                )
+            parts.append(part.restoration.sel(layer=claim.layer, drop=True))
+        else:  # masked per result, so each keeps its own layer order
+            parts.append(nontrivial_restoration(part).max("layer"))
+        if gap is not None:  # a ratio over a ~0 gap is noise, not a restoration
+            parts[-1] = parts[-1].where(gap >= MIN_GAP)
+    if not parts:
+        raise MissingError(
+            f"claim {claim.id!r}: no interchange results for task {claim.task!r} at length "
+            f"{claim.length}; run `layerstate patch STORE --interchange --tasks {claim.task} "
+            f"--length {claim.length}`"
+        )
+    rest = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
+    out = by_factors(rest.reset_coords(drop=True), store)
+    cache[key] = out
+    return out
+
+
+def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missing: str) -> xr.DataArray:
+    """``extract(dataset) -> DataArray (run, ...)`` over the stored ``<prefix>/*`` results that
+    hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
+    then by factors; a run in two results must be told apart by ``result``."""
+    from analysis.behaviour import by_factors
+
+    names = [n for n in store.results() if n.startswith(f"{prefix}/")]
+    if claim.result is not None:
+        if f"{prefix}/{claim.result}" not in names:
+            raise ClaimError(f"claim {claim.id!r}: no result {prefix}/{claim.result}; stored: "
+                             f"{', '.join(names) or 'none'}")
+        names = [f"{prefix}/{claim.result}"]
+    parts: list[xr.DataArray] = []
+    source: dict[str, str] = {}
+    for name in names:
+        ds = store.read_result(name)
+        if not length_ok(ds):
+            continue
+        keep = [i for i, r in enumerate(ds.run.values) if store.run_attrs(str(r)).get("task") == claim.task]
+        for i in keep:
+            rid = str(ds.run.values[i])
+            if rid in source:
+                raise ClaimError(
+                    f"claim {claim.id!r}: run {rid!r} has results in {source[rid]} and {name}; say which "
+                    f"with result = \"{source[rid].split('/', 1)[1]}\""
+                )
+            source[rid] = name
+        if keep:
+            parts.append(extract(ds.isel(run=keep)))
+    if not parts:
+        raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
+                           f"{claim.length}; {missing}")
+    out = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
+    return by_factors(out.reset_coords(drop=True), store)
+
+
+def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed ``accuracy_drop`` or refitted-probe ``probe_accuracy`` (minus ``chance`` with
+    ``baseline = "chance"``) of ``results/ablation/*`` at the claim's length: dims (task,
+    arch, variant, seed, layer, setting)."""
+    key = ("ablation", claim.metric, claim.baseline, claim.task, claim.length, claim.result)
+    if key in cache:
+        return cast(xr.DataArray, cache[key])
+    L = claim.length
+    var = "accuracy_drop" if claim.metric == "ablation_drop" else "probe_accuracy"
+
+    def extract(ds: xr.Dataset) -> xr.DataArray:
+        if var not in ds:
+            raise ClaimError(f"claim {claim.id!r}: the ablation results hold no {var} (ablated without "
+                             "the refitted probe?); run `layerstate ablate` with the refit")
+        out = ds[var].sel(length=L, drop=True)
+        if claim.baseline == "chance":
+            out = out - ds["chance"].sel(length=L, drop=True)
+        return out.astype(float)
+
+    out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
+                   extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
+    cache[key] = out
+    return out
+
+
+def _seed_patching(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+    """Per-seed patching ``recovery`` of ``results/patching/*`` (length attribute = the claim's
+    length), averaged over the claim's ``positions`` (default all): dims (task, arch, variant,
+    seed, layer). The mean of per-position recoveries is the share of the gap one patched
+    position recovers on average, as every position's recovery has the same denominator
+    (the run's summed gap); a run whose summed gap is not positive has none (NaN)."""
+    key = ("patching", claim.task, claim.length, tuple(claim.positions), claim.result)
+    if key in cache:
+        return cast(xr.DataArray, cache[key])
+
+    def extract(ds: xr.Dataset) -> xr.DataArray:
+        rec = ds["recovery"]
+        if claim.positions:
+            have = [int(p) for p in ds.position.values]
+            lost = [p for p in claim.positions if p not in have]
+            if lost:
+                raise ClaimError(f"claim {claim.id!r}: positions {lost} were not patched; patched: "
+                                 f"{have[0]}..{have[-1]} ({len(have)} positions)")
+            rec = rec.sel(position=list(claim.positions))
+        out = rec.mean("position")
+        if "gap" in ds:
+            out = out.where(ds["gap"].sum("sequence") > 0)
+        return out.astype(float)
+
+    out = _per_run(store, claim, "patching", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
+                   extract, f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`")
+    cache[key] = out
+    return out
+
+
+def require_levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:
+    have = [str(v) for v in da[dim].values]
+    for w in wanted:
+        if w is not None and w not in have:
+            raise ClaimError(
+                f"claim {claim.id!r}: {dim} {w!r} has no results; stored {dim}s: {', '.join(have)}"
+            )
+
+
+def paired_levels(da: xr.DataArray, claim: Claim) -> tuple[xr.DataArray, xr.DataArray]:
+    """The claim's treatment and reference cells of ``da`` (dims task, arch, variant[, site],
+    seed[, sequence]), each left with its seed (and sequence) dims."""
+    # The variant is pinned when the claim names one or the results hold several (the claim's
+    # default, "default"); a store with one variant, whatever its name, needs no pin.
+    pin = "variant" in claim.model_fields_set or ("variant" in da.dims and da.sizes["variant"] > 1)
+    fixed: dict[str, str | None] = {"task": claim.task, "arch": claim.arch,
+                                    "variant": claim.variant if pin else None}
+    if claim.metric == "restoration":
+        fixed["site"] = claim.site
+    for dim, level in (("layer", claim.layer), ("setting", claim.setting)):
+        if dim in da.dims:
+            fixed[dim] = level
+    fixed[claim.compare] = None
+    for dim, level in fixed.items():
+        if level is not None:
+            require_levels(da, dim, [level], claim)
+            da = da.sel({dim: level})
+    require_levels(da, claim.compare, [claim.treatment, claim.reference], claim)
+    t = da.sel({claim.compare: claim.treatment})
+    r = da.sel({claim.compare: claim.reference})
+    extra = [d for d in t.dims if d not in ("seed", "sequence") and t.sizes[d] > 1]
+    if extra:
+        raise ClaimError(
+            f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim "
+            f"(e.g. arch = ...)"
+        )
+    other = [d for d in t.dims if d not in ("seed", "sequence")]
+    return t.squeeze(other, drop=True), r.squeeze(other, drop=True)
+
+
+def too_few(claim: Claim, found: int, what: str = "with results in both conditions") -> NotEvaluable:
+    why = {"restoration": f"; restoration is undefined for models whose answer the corruption does not move "
+                          f"(mean probability gap < {MIN_GAP})",
+           "patch_recovery": "; recovery is undefined for models whose summed logit gap is not positive"
+           }.get(claim.metric, "")
+    return NotEvaluable(
+        f"claim {claim.id!r} needs at least 2 seeds {what} (found {found}){why}; train more seeds "
+        "(or longer) — seeds are the unit of replication"
+    )
+
+
+def seed_list(seeds: np.ndarray) -> str:
+    return ", ".join(str(int(s)) for s in seeds)
+
+
+def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray:
+    """Probe accuracy across layers per trained model, as dims (task, arch, variant, seed, layer).
+
+    Each run's profile is its cross-validated accuracy averaged over folds (and positions),
+    i.e. the ``profile`` variable of a probe result; runs become the grid's factors.
+    """
+    from analysis.behaviour import FACTORS, by_factors
+
+    if "profile" not in probes or length not in probes.length.values:
+        have = [int(v) for v in probes.length.values] if "length" in probes.coords else []
+        raise ClaimError(
+            f"probe results have no profile at length {length} (lengths: {have}); "
+            f"run `layerstate probe STORE --lengths {length}`"
+        )
+    prof = probes["profile"].sel(length=length, drop=True)
+    # the factors always come from the runs' attributes
+    return by_factors(prof.drop_vars([f for f in FACTORS if f in prof.coords]), store)
+
+
+def probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str | None,
+                        arch: str | None) -> xr.DataArray:
+    """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant."""
+    prof = seed_profiles(store, probes, claim.length)
+    sel: dict[str, str] = {"task": str(task), "variant": claim.variant}
+    if arch is not None:
+        sel["arch"] = arch
+    for dim, level in sel.items():
+        require_levels(prof, dim, [level], claim)
+    out = prof.sel(sel)
+    finite = cast(xr.DataArray, np.isfinite(out))  # numpy ufuncs on a DataArray return one
+    return out.isel(seed=np.flatnonzero(finite.any("layer").values))

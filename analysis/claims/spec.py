@@ -1,0 +1,279 @@
+"""What a claim is: the declared fields, their validation, and the constants of the tests
+(alpha, the default and cross-check models)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from store import LayerstateError
+
+ALPHA = 0.05
+
+#: The model of an accuracy claim that names none: the best calibrated of paired_t, gee and
+#: mixedlm in ``python -m bench.calibration`` (4000 simulated experiments per figure: type-I
+#: 0.041-0.050 and 95% coverage 0.943-0.950 in every scenario; the three are one test in
+#: balanced designs, and GEE ran liberal, 0.059, in the unbalanced one; docs/measured.md,
+#: "Statistics").
+DEFAULT_MODEL = "paired_t"
+#: The second model every accuracy claim is cross-checked with (MixedLM: as well calibrated
+#: as the paired t, 0.048 in the unbalanced design, and uses every paired sequence).
+CROSSCHECK = {"paired_t": "mixedlm", "mixedlm": "paired_t", "gee": "paired_t"}
+MODEL_NAMES = {
+    "paired_t": "paired t on per-seed differences",
+    "gee": "binomial GEE on per-sequence counts (seeds as clusters, CR1, t(G-1))",
+    "mixedlm": "mixed model on per-sequence accuracy (REML; seed, model and sequence intercepts; Satterthwaite df)",
+    "glmm": "Bayesian binomial GLMM (point estimate and variance components only)",
+}
+
+
+class ClaimError(LayerstateError, ValueError):
+    """A claim that is malformed or cannot be evaluated as written (one line, with the fix)."""
+
+
+class NotEvaluable(ClaimError):
+    """The stored results cannot answer a well-formed claim (e.g. fewer than 2 seeds with a
+    defined value): the claim is reported with verdict ``not evaluable`` and the reason,
+    while the other claims are still evaluated."""
+
+
+#: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them).
+LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery")
+#: Metrics read from ``results/ablation/*`` (one value per setting).
+ABLATION = ("ablation_drop", "refit_accuracy")
+
+#: Below this mean clean-corrupt probability gap a run's restoration is undefined: the
+#: corruption does not change its answer (as in :func:`classify_mechanism`'s ``min_gap``).
+MIN_GAP = 0.05
+
+
+class Claim(BaseModel):
+    """One declared hypothesis."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(description="Short unique name.")
+    statement: str = Field(description="The hypothesis in words, as it will appear in the report.")
+    kind: Literal["difference", "equivalence", "readable_by", "profile_match", "bound"] = Field(
+        description="Which test evaluates it (bound: a metric's per-seed mean above/below `threshold`)."
+    )
+    metric: Literal["accuracy", "probe_accuracy", "restoration", "ablation_drop", "refit_accuracy",
+                    "patch_recovery"] = Field(
+        default="accuracy",
+        description="accuracy (the model's own readout), probe_accuracy, restoration (interchange "
+        "interventions: fraction of the clean answer's probability restored), ablation_drop "
+        "(clean - ablated accuracy, results/ablation), refit_accuracy (a probe refitted on the "
+        "ablated states) or patch_recovery (share of the logit gap a patch recovers, results/patching).",
+    )
+    task: str | None = Field(default=None, description="Task the claim is about.")
+    arch: str | None = Field(default=None, description="Architecture the claim is about.")
+    archs: list[str] = Field(default=[], description="profile_match: architectures to test (each a claim row).")
+    variant: str = Field(
+        default="default",
+        description="Variant the claim reads (readable_by, profile_match, bound; and difference/"
+        "equivalence claims that do not compare variants, when the results hold several).")
+    length: int = Field(default=40, description="Sequence length the metric is taken at.")
+    compare: Literal["variant", "arch", "task", "site", "layer", "setting"] = Field(
+        default="variant",
+        description="Factor compared (site: interchange sites, metric = restoration; layer: layers of "
+        "one model, paired by seed; setting: ablation settings, e.g. leace vs probe).",
+    )
+    site: str | None = Field(
+        default=None, description="restoration: the patched site (key, value, divider, query) when not compared."
+    )
+    treatment: str | None = Field(default=None, description="Level of `compare` under test.")
+    reference: str | None = Field(default=None, description="Level of `compare` compared against.")
+    direction: Literal["less", "greater", "two-sided"] = Field(default="two-sided", description="Expected sign.")
+    margin: float | None = Field(
+        default=None,
+        description="Smallest effect of interest: with it the verdict tells a real but negligible "
+        "effect from one that matters (docs: analysis.claims).",
+    )
+    model: Literal["paired_t", "gee", "mixedlm", "glmm"] | None = Field(
+        default=None,
+        description="Accuracy claims: the model of the contrast (default: analysis.claims.DEFAULT_MODEL); "
+        "glmm gives point estimates and variance components, the verdict then comes from the default.",
+    )
+    test_against: Literal["zero", "margin"] = Field(
+        default="zero",
+        description="Difference claims: 'margin' supports the claim only if |effect| > margin "
+        "(minimum-effect test) rather than != 0.",
+    )
+    layer: str | None = Field(default=None, description="The layer, e.g. L1 (readable_by, bound, and the "
+                              "probe, ablation and patching metrics when layers are not compared).")
+    threshold: float | None = Field(default=None, description="readable_by: accuracy to exceed; bound: "
+                                    "the value the metric's mean lies above (direction greater) or below.")
+    setting: str | None = Field(default=None, description="ablation_drop, refit_accuracy: the ablation "
+                                "setting (probe, leace, pca:4, ...) when settings are not compared.")
+    positions: list[int] = Field(default=[], description="patch_recovery: the patched positions averaged "
+                                 "over (default: every patched position).")
+    baseline: Literal["none", "chance"] = Field(
+        default="none", description="refit_accuracy: 'chance' takes the metric minus each run's chance "
+        "(majority-class accuracy of the evaluated positions).",
+    )
+    matches: str | None = Field(default=None, description="profile_match: task whose profile `task` should match.")
+    differs_from: str | None = Field(default=None, description="profile_match: task it should differ from.")
+    target: str | None = Field(
+        default=None,
+        description="accuracy: the label the readout is scored on; probe_accuracy: the probed label "
+        "(default the run's declared target, or the only label; needed when a store written by "
+        "another tool has several labels and declares none).")
+    result: str | None = Field(
+        default=None, description="restoration: which results/interchange/<name> to read when several cover the task."
+    )
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> Claim:
+        need = {
+            "difference": ("task", "treatment", "reference"),
+            "equivalence": ("task", "treatment", "reference", "margin"),
+            "readable_by": ("task", "arch", "layer", "threshold"),
+            "profile_match": ("task", "matches", "differs_from"),
+            "bound": ("task", "arch", "threshold"),
+        }[self.kind]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            article = "an" if self.kind[0] in "aeiou" else "a"
+            raise ValueError(f"{article} {self.kind} claim needs {', '.join(missing)}")
+        if self.compare == "site" and self.metric != "restoration":
+            raise ValueError("compare = 'site' needs metric = 'restoration' (interchange sites)")
+        if self.metric == "restoration":
+            if self.kind not in ("difference", "equivalence"):
+                raise ValueError("metric = 'restoration' works with difference and equivalence claims")
+            if self.compare == "task":
+                raise ValueError("restoration claims compare sites, architectures or variants within one task")
+            if self.compare != "site" and self.site is None:
+                raise ValueError("a restoration claim compares sites (compare = 'site') or names one site = ...")
+        self._check_seed_metrics()
+        if self.margin is not None and not self.margin > 0:
+            raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
+        if self.model not in (None, "paired_t") and (
+                self.metric != "accuracy" or self.kind not in ("difference", "equivalence")):
+            raise ValueError(
+                f"model = {self.model!r} fits per-sequence accuracy: it works with difference and "
+                "equivalence claims on metric = 'accuracy'; restoration is compared by paired_t"
+            )
+        if self.test_against == "margin":
+            if self.kind != "difference":
+                raise ValueError("test_against = 'margin' is for difference claims (an equivalence "
+                                 "claim already tests against its margin)")
+            if self.margin is None:
+                raise ValueError("test_against = 'margin' needs a margin (the effect to exceed)")
+        return self
+
+    def _check_seed_metrics(self) -> None:
+        """The fields the per-seed metrics (bound claims, layer and setting comparisons) need."""
+        m = self.metric
+        if self.kind == "bound":
+            if self.direction == "two-sided":
+                raise ValueError("a bound claim needs direction = 'greater' (mean above threshold) or 'less'")
+            if m == "restoration" and self.site is None:
+                raise ValueError("a bound claim on restoration names its site = ...")
+        elif self.kind in ("readable_by", "profile_match") and m not in ("accuracy", "probe_accuracy"):
+            raise ValueError(f"metric = {m!r} works with difference, equivalence and bound claims")
+        if self.compare == "layer":
+            if m not in LAYERED:
+                raise ValueError(f"compare = 'layer' needs metric = {', '.join(map(repr, LAYERED))} "
+                                 f"(a layer profile), not {m!r}")
+            if self.layer is not None:
+                raise ValueError("compare = 'layer' takes the layers as treatment and reference; drop layer = ...")
+        if self.compare == "setting" and m not in ABLATION:
+            raise ValueError("compare = 'setting' needs metric = 'ablation_drop' or 'refit_accuracy'")
+        compares = self.kind in ("difference", "equivalence")
+        if m in LAYERED and self.layer is None and not (compares and self.compare == "layer") and (
+                self.kind not in ("readable_by", "profile_match")):
+            raise ValueError(f"metric = {m!r} needs layer = ... (or compare = 'layer')")
+        if m in ABLATION and self.setting is None and not (compares and self.compare == "setting"):
+            raise ValueError(f"metric = {m!r} needs setting = ... (the ablation setting, e.g. 'probe'), "
+                             "or compare = 'setting'")
+        if self.setting is not None and m not in ABLATION:
+            raise ValueError("setting = ... is for metric = 'ablation_drop' or 'refit_accuracy'")
+        if self.positions and m != "patch_recovery":
+            raise ValueError("positions = [...] is for metric = 'patch_recovery'")
+        if self.baseline == "chance" and m != "refit_accuracy":
+            raise ValueError("baseline = 'chance' is for metric = 'refit_accuracy'")
+
+    def levels(self) -> list[tuple[str, str, str | int]]:
+        """Every level of the experiment the claim names, as ``(field, factor, level)``:
+        factors are ``task``, ``arch``, ``variant``, ``site``, ``layer``, ``setting`` (ablation),
+        ``position`` (patching) and ``length``, in the order they are checked (tasks first:
+        sites and layers depend on them)."""
+        named: list[tuple[str, str, str | int | None]] = [
+            ("task", "task", self.task),
+            ("arch", "arch", self.arch),
+            *(("archs", "arch", a) for a in self.archs),
+        ]
+        if self.kind in ("readable_by", "profile_match", "bound") or (
+            self.compare != "variant" and "variant" in self.model_fields_set
+        ):  # a comparison of variants names its two in treatment/reference
+            named.append(("variant", "variant", self.variant))
+        named += [
+            ("treatment", self.compare, self.treatment),
+            ("reference", self.compare, self.reference),
+            ("matches", "task", self.matches),
+            ("differs_from", "task", self.differs_from),
+            ("length", "length", self.length),
+            ("site", "site", self.site),
+            ("layer", "layer", self.layer),
+            ("setting", "setting", self.setting),
+            *(("positions", "position", p) for p in self.positions),
+        ]
+        return [(f, factor, level) for f, factor, level in named if level is not None]
+
+    def check_levels(self, valid: Mapping[str, Collection[str | int] | None]) -> None:
+        """Refuse a claim naming a level not in ``valid`` (factor -> its levels; a factor
+        missing or ``None`` is not checked).
+
+        Raises
+        ------
+        ClaimError
+            One line naming the claim, the field, and the levels there are.
+        """
+        for field, factor, level in self.levels():
+            levels = valid.get(factor)
+            if levels is not None and level not in levels:
+                shown = ", ".join(str(v) for v in levels) or "none"
+                raise ClaimError(
+                    f"claim {self.id!r}: {field} {level!r} is not one of this experiment's "
+                    f"{factor}s ({shown})"
+                )
+
+
+def parse_claims(items: list[dict[str, Any]], source: str | None = None) -> list[Claim]:
+    """Validate a list of claim tables; one-line errors name the claim and the field.
+
+    Raises
+    ------
+    ClaimError
+        ``"<source>: claim '<id>': <field>: <problem>"`` (no source prefix when not given).
+    """
+    prefix = f"{source}: " if source else ""
+    if not isinstance(items, list):
+        raise ClaimError(f"{prefix}claims must be a list of [[claims]] tables")
+    out, seen = [], set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ClaimError(f"{prefix}claim #{i + 1} is not a table; write it as a [[claims]] table")
+        try:
+            claim = Claim(**item)
+        except ValidationError as exc:
+            name = item.get("id", f"#{i + 1}")
+            raise ClaimError(f"{prefix}claim {name!r}: {_one_line(exc)}") from None
+        if claim.id in seen:
+            raise ClaimError(f"{prefix}claim id {claim.id!r} is used twice; ids must be unique")
+        seen.add(claim.id)
+        out.append(claim)
+    return out
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(where, list(Claim.model_fields), n=1)
+        msg = f"unknown field; did you mean {near[0]!r}?" if near else (
+            f"unknown field; a claim's fields are {', '.join(Claim.model_fields)}")
+    return f"{where}: {msg}" if where else msg

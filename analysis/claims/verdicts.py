@@ -1,0 +1,196 @@
+"""From an estimate to a verdict: intervals and tests against zero and the margin, power and
+MDE, Holm across the claims of a file, and the four-outcome decision with its reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from analysis.claims.spec import ALPHA, MODEL_NAMES, Claim
+
+
+def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
+    """Interval, the claim's tests, power and MDE of an estimate (``se``, ``df``)."""
+    from analysis.stats.contrasts import inference_np, mde_se, power_se, tost_power_se
+
+    margin = claim.margin
+    direction = claim.direction if claim.kind == "difference" else "two-sided"
+    inf = {k: float(v) for k, v in inference_np(est, se, df, margin=margin, alpha=ALPHA, direction=direction,
+                                                 test_against=claim.test_against).items()}
+    alt = "two-sided" if direction == "two-sided" else "one-sided"
+    sign = -1.0 if direction == "less" else 1.0  # power_at: a true effect in the claimed direction
+    power, power_at = np.nan, np.nan
+    mde = float(mde_se(se, df, ALPHA, 0.8, alt))
+    if claim.kind == "equivalence" and margin is not None:
+        power, power_at = float(tost_power_se(se, df, margin, ALPHA / 2)), 0.0
+        mde = float(mde_se(se, df, ALPHA, 0.8))
+        primary = "equivalence"
+    elif claim.test_against == "margin" and margin is not None:
+        # the minimum-effect test at twice the margin is the test against zero at the margin
+        power, power_at, mde = float(power_se(margin, se, df, ALPHA, alt)), sign * 2 * margin, margin + mde
+        primary = "margin"
+    else:
+        if margin is not None:
+            power, power_at = float(power_se(margin, se, df, ALPHA, alt)), sign * margin
+        primary = "zero"
+    return {
+        "estimate": float(est), "lower": inf["lower"], "upper": inf["upper"], "se": float(se), "df": float(df),
+        "p": inf[f"p_{primary}"], "p_zero": inf["p_zero"], "p_equivalence": inf.get("p_equivalence", np.nan),
+        "p_margin": inf.get("p_margin", np.nan) if claim.test_against == "margin" else np.nan,
+        "power": power, "power_at": power_at, "mde": mde,
+    }
+
+
+def test_text(claim: Claim, model: str) -> str:
+    direction = claim.direction if claim.kind == "difference" else "two-sided"
+    name = MODEL_NAMES[model]
+    if claim.kind == "equivalence":
+        return f"{name}: TOST ±{claim.margin:g}, alpha/2 per side (p doubled); and against 0"
+    text = f"{name} ({direction})"
+    if claim.margin is not None:
+        against = (f"minimum-effect test |effect| > {claim.margin:g}" if claim.test_against == "margin"
+                   else "against 0")
+        text += f"; {against}, and TOST ±{claim.margin:g} at alpha/2 per side"
+    return text
+
+
+def dropped_text(claim: Claim, models: list[str], present: np.ndarray, C: np.ndarray, L: np.ndarray,
+             seeds: np.ndarray) -> str:
+    """What each model left out, in words ('' when nothing)."""
+    one = np.asarray(present.any(0) & ~present.all(0), dtype=bool)
+    where = [f"{s} (only in {claim.reference if present[0, i] else claim.treatment})"
+             for i, s in enumerate(seeds) if one[i]]
+    has = np.nan_to_num(L) > 0
+    unpaired = int((has[0] ^ has[1])[present.all(0)].sum())
+    parts = []
+    for m in dict.fromkeys(models):
+        if m == "paired_t" and where:
+            parts.append(f"paired_t dropped seed {', '.join(where)}")
+        elif m == "gee" and where:
+            parts.append(f"gee used seed {', '.join(where)} for that condition only")
+        elif m == "mixedlm" and (where or unpaired):
+            bits = ([f"seed {', '.join(where)}"] if where else []) + (
+                [f"{unpaired} sequences evaluated in one condition only"] if unpaired else [])
+            parts.append(f"mixedlm dropped {' and '.join(bits)}")
+    return "; ".join(parts)
+
+
+def primary_test(claim: Claim) -> str:
+    if claim.kind == "equivalence":
+        return "equivalence"
+    if claim.kind == "difference":
+        return "margin" if claim.test_against == "margin" else "zero"
+    return "other"
+
+
+def secondary_tests(claim: Claim) -> tuple[str, ...]:
+    if claim.margin is None or claim.kind not in ("difference", "equivalence"):
+        return ()
+    return {"zero": ("equivalence",), "margin": ("zero", "equivalence"), "equivalence": ("zero",)}[primary_test(claim)]
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    from analysis.stats.multiple import adjust_np
+
+    p = np.asarray(p, dtype=float)
+    return adjust_np(p, "holm", ALPHA)[0] if p.size else p
+
+
+def adjust(claims: list[Claim], rows: list[dict]) -> list[dict[str, float]]:
+    """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
+    ``margin``, ``other``): each claim's own test over all claims, and the second tests of the
+    claims with a margin as a second family."""
+    primary = holm(np.array([r["p"] for r in rows], dtype=float))
+    out = [{primary_test(c): float(primary[i])} for i, c in enumerate(claims)]
+    entries = [(i, name, rows[i].get(f"p_{name}", np.nan)) for i, c in enumerate(claims)
+               if not rows[i].get("not_evaluable") for name in secondary_tests(c)]
+    second = holm(np.array([p for _, _, p in entries], dtype=float))
+    for (i, name, _), pa in zip(entries, second, strict=True):
+        out[i][name] = float(pa)
+    return out
+
+
+def fmt_p(x: float) -> str:
+    return "nan" if not np.isfinite(x) else (f"{x:.2g}" if x < 0.001 else f"{x:.3f}")
+
+
+def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, str]:
+    """(verdict, outcome, reason) of one claim from its row and Holm-adjusted p-values."""
+    if row.get("not_evaluable"):
+        return "not evaluable", "", str(row["test"])
+    lo, hi = row["lower"], row["upper"]
+    iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
+    if claim.kind == "readable_by":
+        p = adj["other"]
+        if p < ALPHA:
+            return "supported", "", f"mean probe accuracy at {claim.layer} above {claim.threshold:g} (Holm p = {fmt_p(p)})"
+        if hi < (claim.threshold or 0):
+            return "contradicted", "", f"the {iv} lies below {claim.threshold:g}"
+        return "inconclusive", "", f"not shown above {claim.threshold:g} (Holm p = {fmt_p(p)}; {iv})"
+    if claim.kind == "bound":
+        p, v = adj["other"], claim.threshold or 0.0
+        side, opposite = ("above", "below") if claim.direction == "greater" else ("below", "above")
+        what = "mean" + (" minus chance" if claim.baseline == "chance" else "")
+        if p < ALPHA:
+            return "supported", "", f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}; {iv})"
+        if (claim.direction == "greater" and hi < v) or (claim.direction == "less" and lo > v):
+            return "contradicted", "", f"the {iv} lies {opposite} {v:g}"
+        return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {iv}); MDE {row['mde']:.3f} "
+                                    f"{side} it at {int(row['n_seeds'])} seeds")
+    if claim.kind == "profile_match":
+        p = adj["other"]
+        if p < ALPHA:
+            return "supported", "", (f"profile differs from {claim.differs_from}'s (Holm p = {fmt_p(p)}) and lies "
+                                     f"closer to {claim.matches}'s")
+        return "inconclusive", "", f"not shown to differ from {claim.differs_from}'s profile closer to {claim.matches}'s (Holm p = {fmt_p(p)})"
+    from analysis.stats.contrasts import outcome_np
+
+    m = claim.margin
+    p_zero = adj.get("zero", np.nan)
+    zero_sig = bool(p_zero < ALPHA)
+    power = (f"power {row['power']:.2f} at {row['power_at']:+g}, " if np.isfinite(row.get("power", np.nan)) else "")
+    power += f"MDE {row['mde']:.3f}"
+    if claim.kind == "equivalence":
+        within = bool(adj["equivalence"] < ALPHA)
+        outcome = str(outcome_np(zero_sig, within))
+        if within:
+            extra = (f"; different from zero (Holm p = {fmt_p(p_zero)}): real but negligible" if zero_sig else "")
+            return "supported", outcome, f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = {fmt_p(adj['equivalence'])}){extra}"
+        if m is not None and (lo > m or hi < -m):
+            return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}"
+        return "inconclusive", outcome, (f"not shown within ±{m:g} (TOST Holm p = {fmt_p(adj['equivalence'])}; "
+                                         f"{iv}); {power} (to show equivalence at a true difference of 0)")
+    side = {"less": "below", "greater": "above", "two-sided": "different from"}[claim.direction]
+    wrong = (claim.direction == "less" and lo > 0) or (claim.direction == "greater" and hi < 0)
+    if m is None:
+        if zero_sig:
+            return "supported", "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {iv}); no margin declared, so a "
+                                     "negligible effect is not told apart")
+        return "inconclusive", "", (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}; {iv}); no margin declared, "
+                                    f"so no power (MDE {row['mde']:.3f})")
+    within = bool(adj.get("equivalence", np.nan) < ALPHA)
+    if claim.test_against == "margin":
+        beyond = bool(adj["margin"] < ALPHA)
+        outcome = "effect" if beyond else ("negligible" if within and zero_sig else
+                                           "equivalent" if within else "inconclusive")
+    else:
+        outcome = str(outcome_np(zero_sig, within))
+    opposite = "above" if claim.direction == "less" else "below"
+    if wrong:
+        return "contradicted", outcome, f"the {iv} lies {opposite} zero: the opposite of the claimed direction"
+    if outcome == "effect":
+        if claim.test_against == "margin":
+            return "supported", outcome, (f"beyond the margin: |effect| > {m:g} (minimum-effect test, Holm p = "
+                                          f"{fmt_p(adj['margin'])}; {iv})")
+        return "supported", outcome, f"{side} zero (Holm p = {fmt_p(p_zero)}) and not within ±{m:g} ({iv})"
+    if outcome == "negligible":
+        return "negligible", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but within ±{m:g}: the {iv} lies "
+                                       "inside the margin, a real but negligible effect")
+    if outcome == "equivalent":
+        return "equivalent", outcome, (f"not {side} zero (Holm p = {fmt_p(p_zero)}) and within ±{m:g}: the {iv} "
+                                       "lies inside the margin")
+    if claim.test_against == "margin" and zero_sig:
+        return "inconclusive", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but not shown beyond ±{m:g} "
+                                         f"(minimum-effect Holm p = {fmt_p(adj['margin'])}; {iv}); {power}")
+    return "inconclusive", outcome, f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); {power}"
