@@ -68,7 +68,7 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     key = ("restoration", claim.task, claim.length, claim.layer, claim.result)
     if key in cache:
         return cast(xr.DataArray, cache[key])
-    from analysis.interventions.patching import nontrivial_restoration
+    from analysis.interventions.mechanism import nontrivial_restoration
 
     names = [n for n in store.results() if n.startswith("interchange/")]
     if claim.result is not None:

@@ -16,7 +16,8 @@ Models are rebuilt from a run's stored weights and resumed from a stored layer
   paired by seed).
 - :mod:`.patching`: activation patching (layer x position grids, denoising and noising, logit
   difference and probability, optionally a subspace beside the whole component) and
-  interchange interventions at named positions, with mechanism labels.
+  interchange interventions at named positions; :mod:`.patch_kernels` computes one patched
+  cell, :mod:`.mechanism` reads mechanism labels from interchange results.
 
 What each diagnostic answers, and which paper raised it: docs/interventions.md.
 
@@ -56,18 +57,19 @@ from analysis.interventions.erasure import (  # noqa: E402
     projection_eraser,
     random_directions,
 )
-from analysis.interventions.patching import (  # noqa: E402
-    DISAGREE,
-    NOISE_REFUSED,
+from analysis.interventions.mechanism import classify_mechanism, nontrivial_restoration  # noqa: E402
+from analysis.interventions.patch_kernels import (  # noqa: E402
     answer_probability,
-    classify_mechanism,
-    interchange,
     logit_metric,
-    noised_twin,
-    nontrivial_restoration,
     patch_effects,
     patched_logits,
     patched_logits_reference,
+)
+from analysis.interventions.patching import (  # noqa: E402
+    DISAGREE,
+    NOISE_REFUSED,
+    interchange,
+    noised_twin,
     patching,
     run_interchange,
     run_patching,
