@@ -38,14 +38,16 @@ MIN_GAP = 0.05
 from analysis.interventions._common import rebuild, site_description  # noqa: E402
 from analysis.interventions.ablation import (  # noqa: E402
     MAX_VARIANCE_REMOVED,
+    ablation,
+    matched_comparison,
+    run_ablation,
+)
+from analysis.interventions.directions import (  # noqa: E402
     METHODS,
     Setting,
-    ablation,
     fit_directions,
     load_probe_directions,
-    matched_comparison,
     parse_settings,
-    run_ablation,
 )
 from analysis.interventions.engine import Cell, Plan, Var, assemble, run_and_store  # noqa: E402
 from analysis.interventions.erasure import (  # noqa: E402

@@ -203,11 +203,11 @@ def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_le
         return {}
     if subspace not in SUBSPACES:
         raise InvalidArgumentError(f"unknown subspace {subspace!r}; use one of {', '.join(SUBSPACES)}")
-    from analysis.interventions.ablation import (
+    from analysis.interventions.directions import (
         Setting,
-        _check_directions,
-        _fit_rows_from,
-        _fixed_directions,
+        check_directions,
+        fit_rows,
+        fixed_directions,
         load_probe_directions,
     )
 
@@ -221,14 +221,14 @@ def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_le
             if directions is None:
                 raise InvalidArgumentError("subspace 'given' needs directions=DataArray (layer, direction, feature)")
             da = directions.sel(run=rid) if "run" in directions.dims else directions
-            given["given"] = _check_directions(da, "directions")
+            given["given"] = check_directions(da, "directions")
         elif subspace == "stored":
             given["stored"] = load_probe_directions(plan.store, plan.target[rid], run_id=rid,
                                                     length=int(fit))
         idx = np.arange(group.sizes["sequence"])
         for layer in plan.run_layers[rid]:
-            fixed = _fixed_directions(plan, given, rid, layer, Setting(subspace))
-            rows = None if fixed is not None else dask.delayed(_fit_rows_from, pure=False)(group, layer, idx)
+            fixed = fixed_directions(plan, given, rid, layer, Setting(subspace))
+            rows = None if fixed is not None else dask.delayed(fit_rows, pure=False)(group, layer, idx)
             out[rid, layer] = dask.delayed(_subspace_basis, pure=False)(rows, fixed)
     return out
 
