@@ -68,7 +68,7 @@ def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim
 
     Cells may hold different numbers of seeds (a missing seed is NaN): cells are grouped by
     their number of finite seeds and each group goes through
-    :func:`analysis.stats.bootstrap.t_interval_np`, so a missing seed never turns a cell into
+    :func:`analysis.stats.resample.t_interval_np`, so a missing seed never turns a cell into
     NaN and never counts as a zero.
 
     Parameters
@@ -82,7 +82,7 @@ def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim
         Dims (...): ``estimate``, ``lower``, ``upper`` (NaN with fewer than 2 seeds) and
         ``n_seeds``; attrs ``method``, ``ci_level``.
     """
-    from analysis.stats.bootstrap import t_interval_np
+    from analysis.stats.resample import t_interval_np
 
     da = per_seed.transpose(..., seed_dim)
     vals = np.asarray(da.values, dtype=float)

@@ -41,7 +41,8 @@ import numpy as np
 import xarray as xr
 
 from analysis.stats import validate
-from analysis.stats.bootstrap import hierarchical_bootstrap, seed_estimates, t_interval_np
+from analysis.stats.bootstrap import hierarchical_bootstrap, seed_estimates
+from analysis.stats.resample import t_interval_np
 
 # --------------------------------------------------------------------------- numpy kernels
 

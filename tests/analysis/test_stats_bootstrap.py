@@ -13,7 +13,7 @@ from analysis.stats import (
     sequence_mask,
     simulate_paired_accuracy,
 )
-from analysis.stats.bootstrap import Resamples, draw_resamples, hierarchical_draws_np
+from analysis.stats.resample import Resamples, draw_resamples, hierarchical_draws_np
 
 
 def _ragged(rng, n_seeds=4, n_seq=30, cells=3):

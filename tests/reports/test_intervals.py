@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.stats.bootstrap import t_interval_np
+from analysis.stats.resample import t_interval_np
 from reports import intervals as I
 from reports import references as R
 
