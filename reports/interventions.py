@@ -489,18 +489,12 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
     part = Section(_slug(name), f"Interchange: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     sites = [str(v) for v in ds["site"].values]
-    frame = _layer_positions(_rules(group_intervals(ds["restored"], ds["gap"], snap.store), "restoration"), order)
-    frame["site"] = frame["site"].astype(str)
-    frame = frame.sort_values(["task", "arch", "variant", "layer_pos"])
-    plot = frame.assign(site=pd.Categorical(frame["site"], sites, ordered=True)).sort_values(["layer_pos", "site"])
-    part.figures.append(Figure(
-        f"{_slug(name)}_restoration", f"Share of the clean answer's probability restored by patching each "
-        f"site, per layer (length {ds.attrs.get('length', '?')}; band: 95% interval{_seeds_caption(frame)}).",
-        F.position_lines(plot.rename(columns={"estimate": "restoration", "lower": "restoration_lower",
-                                              "upper": "restoration_upper"}),
-                         value="restoration", ylabel="restoration", x="site", series="layer")))
-    part.tables.append(Table(f"{_slug(name)}_restoration", "Restoration [95% interval] per layer and site.",
-                             frame, _pivot(frame, ["task", "arch", "variant", "layer"], "site", sites)))
+    flat = _flat_runs(ds)
+    if flat:
+        part.notes.append(_flat_note(flat, snap.store))
+    kept = ds.drop_sel(run=flat)
+    if kept.sizes["run"]:
+        _restoration_views(part, kept, snap.store, name, order, sites)
     if "damaged" in ds:
         table = directions_table(ds, snap.store, name, order, "site", INTERCHANGE_PAIRS)
         part.tables.append(table)
@@ -516,6 +510,47 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
     if patched is not None:
         collect_sites(ds, snap.store, "patched_site", f"interchange: {name.split('/', 1)[-1]}", patched)
     return part
+
+
+def _restoration_views(part: Section, ds: xr.Dataset, store, name: str, order: list[str],
+                       sites: list[str]) -> None:
+    """The restoration figure and table (per layer and site, 95% intervals) of ``ds``'s runs."""
+    frame = _layer_positions(_rules(group_intervals(ds["restored"], ds["gap"], store), "restoration"), order)
+    frame["site"] = frame["site"].astype(str)
+    frame = frame.sort_values(["task", "arch", "variant", "layer_pos"])
+    plot = frame.assign(site=pd.Categorical(frame["site"], sites, ordered=True)).sort_values(["layer_pos", "site"])
+    part.figures.append(Figure(
+        f"{_slug(name)}_restoration", f"Share of the clean answer's probability restored by patching each "
+        f"site, per layer (length {ds.attrs.get('length', '?')}; band: 95% interval{_seeds_caption(frame)}).",
+        F.position_lines(plot.rename(columns={"estimate": "restoration", "lower": "restoration_lower",
+                                              "upper": "restoration_upper"}),
+                         value="restoration", ylabel="restoration", x="site", series="layer")))
+    part.tables.append(Table(f"{_slug(name)}_restoration", "Restoration [95% interval] per layer and site.",
+                             frame, _pivot(frame, ["task", "arch", "variant", "layer"], "site", sites)))
+
+
+def _flat_runs(ds: xr.Dataset) -> list[str]:
+    """Runs whose corruption barely moves the clean answer's probability (mean ``p_clean -
+    p_corrupt`` below :data:`analysis.interventions.MIN_GAP`): a restoration there is a ratio
+    over a ~0 gap, noise that can read 3 or -7, and the claims and mechanism labels leave
+    those runs out too."""
+    from analysis.interventions import MIN_GAP
+
+    if "p_clean" not in ds or "p_corrupt" not in ds:
+        return []
+    gap = (ds["p_clean"] - ds["p_corrupt"]).mean([d for d in ("layer", "sequence") if d in ds["p_clean"].dims])
+    return [str(r) for r, g in zip(ds["run"].values, gap.values, strict=True) if not g >= MIN_GAP]
+
+
+def _flat_note(runs: list[str], store) -> str:
+    from analysis.interventions import MIN_GAP
+
+    table = run_factors(store, runs)
+    groups = "; ".join(f"{t}/{a}/{v}: {len(g)} of its runs" for (t, a, v), g in
+                       table.groupby(["task", "arch", "variant"], dropna=False))
+    return (f"Left out of the restoration table and figure: runs whose corruption moves the clean answer's "
+            f"probability by less than {MIN_GAP:g} on average, so a share of that gap is noise ({groups}); "
+            "their mechanism is 'none' and restoration claims leave them out too.")
 
 
 def mechanism_frame(ds: xr.Dataset, store) -> pd.DataFrame | None:
