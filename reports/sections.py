@@ -233,7 +233,7 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
     if "claims" not in snap.results():
         return missing_section("claims", CLAIMS_TITLE, "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
     ds = read_result(snap.store, "claims")
-    frame = claims_frame(ds, claim_metrics(experiment))
+    frame = claims_frame(ds, claim_metrics(experiment, ds))
     sec = Section("claims", CLAIMS_TITLE, intro=CLAIMS_INTRO)
     alpha = ds.attrs.get("alpha", 0.05)
     sec.notes.append(f"alpha = {alpha}; correction: {ds.attrs.get('correction', 'holm')}. "
@@ -313,13 +313,17 @@ def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
     return shown.reset_index(drop=True)
 
 
-def claim_metrics(experiment: dict | None) -> dict[str, str]:
-    """Claim id -> the metric it reads, from the experiment's ``claims`` tables (the default,
-    ``accuracy``, where a table does not say)."""
+def claim_metrics(experiment: dict | None, stored=None) -> dict[str, str]:
+    """Claim id -> the metric it reads: from the stored claims result's ``metric`` variable
+    (``stored``, written since the claims record it), else from the experiment's ``claims``
+    tables (the default, ``accuracy``, where a table does not say). Without either, a report
+    built by ``layerstate report STORE`` could not bound an accuracy claim's interval."""
     out = {}
     for c in (experiment or {}).get("claims") or []:
         if isinstance(c, dict) and c.get("id"):
             out[str(c["id"])] = str(c.get("metric") or "accuracy")
+    if stored is not None and "metric" in stored:
+        out.update(zip(map(str, stored["claim"].values), map(str, stored["metric"].values), strict=True))
     return out
 
 

@@ -309,6 +309,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         data[k] = ("claim", np.array([str(r[k]) for r in rows], dtype=str))
     data["statement"] = ("claim", np.array([c.statement for c in kept], dtype=str))
     data["kind"] = ("claim", np.array([c.kind for c in kept], dtype=str))
+    data["metric"] = ("claim", np.array([c.metric for c in kept], dtype=str))  # its interval's range
     return xr.Dataset(
         data, coords={"claim": np.array(ids, dtype=str)},
         attrs={"alpha": ALPHA, "correction": "holm across the claims (each claim's own test; the second test "

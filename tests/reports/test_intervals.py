@@ -197,3 +197,23 @@ def test_claims_get_their_metric_range_and_a_crosscheck_interval_too():
     assert frame.loc["read", "upper"] == 1.0  # probe accuracy
     assert frame.loc["unknown", "upper"] == 1.1  # metric unknown (no experiment): not clipped
     assert frame.loc["acc", "crosscheck_upper"] == 1.0 and frame.loc["rest", "crosscheck_upper"] == 1.2
+
+
+def test_a_report_without_the_experiment_reads_each_claims_metric_from_the_store(tmp_path):
+    """`layerstate report STORE` has no experiment file: the stored claims carry their metric,
+    so an accuracy bound's interval is still kept inside [0, 1]."""
+    import xarray as xr
+
+    from reports.sections import claim_metrics, claims_frame
+
+    ds = xr.Dataset(
+        {"statement": ("claim", ["a", "b"]), "kind": ("claim", ["bound", "difference"]),
+         "metric": ("claim", ["accuracy", "restoration"]),
+         "test": ("claim", ["t"] * 2), "verdict": ("claim", ["inconclusive"] * 2),
+         "estimate": ("claim", [0.2, 0.9]), "lower": ("claim", [-0.09, 0.7]),
+         "upper": ("claim", [0.49, 1.1]), "n_seeds": ("claim", [3.0, 3.0])},
+        coords={"claim": ["h3-fails", "rest"]})
+    assert claim_metrics(None, ds) == {"h3-fails": "accuracy", "rest": "restoration"}
+    frame = claims_frame(ds, claim_metrics(None, ds)).set_index("claim")
+    assert frame.loc["h3-fails", "lower"] == 0.0 and frame.loc["h3-fails", "interval_note"] == I.CLIPPED
+    assert frame.loc["rest", "upper"] == 1.1
