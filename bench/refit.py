@@ -10,8 +10,9 @@ so that load falls on both alike:
 
 - ``solver``: :func:`analysis.interventions.ablation._refit_correct` -- the five folds as one
   batch of the preconditioned lockstep L-BFGS (what the ablation runs);
-- ``sklearn_loop``: what it replaced, per fold ``StandardScaler`` + ``LogisticRegression(C=1,
-  max_iter=500)``, the same seeded row subsets.
+- ``sklearn_loop``: what it replaced (:func:`~analysis.interventions.ablation.refit_reference`),
+  per fold ``StandardScaler`` + ``LogisticRegression(C=1, max_iter=500)``, the same seeded row
+  subsets.
 
 CPU time per layer (one BLAS thread), the ratio, the largest gap in refitted accuracy, and how
 many fits each left unconverged (scikit-learn's ``ConvergenceWarning`` count; the solver's
@@ -28,33 +29,11 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from analysis.interventions.ablation import _refit_correct
+from analysis.interventions.ablation import _refit_correct, refit_reference
 from capture.models import ModelConfig, build_model
 
 N_SEQ, LENGTH, VOCAB, CLASSES, FOLDS, MAX_ROWS = 256, 40, 16, 6, 5, 10_000
 ARCHS = ("transformer", "lstm", "mamba2")
-
-
-def sklearn_loop(x, labels, mask, folds, max_rows, seed):
-    """The refit as scikit-learn writes it: one fit per fold on the other folds' rows."""
-    from sklearn.linear_model import LogisticRegression
-
-    n = x.shape[0]
-    rng = np.random.default_rng(seed)
-    correct = np.zeros(n)
-    for held in np.array_split(np.arange(n), folds):
-        train = np.setdiff1d(np.arange(n), held)
-        xt, yt = x[train][mask[train]], labels[train][mask[train]]
-        if yt.size > max_rows:
-            keep = np.sort(rng.choice(yt.size, size=max_rows, replace=False))
-            xt, yt = xt[keep], yt[keep]
-        xt = xt.astype(np.float64)
-        xh, yh = x[held][mask[held]].astype(np.float64), labels[held][mask[held]]
-        mean, scale = xt.mean(0), xt.std(0)
-        scale[scale < 1e-6] = 1.0
-        probe = LogisticRegression(max_iter=500).fit((xt - mean) / scale, yt)
-        np.add.at(correct, np.repeat(held, mask[held].sum(1)), probe.predict((xh - mean) / scale) == yh)
-    return correct
 
 
 def _timed(fn, *args):
@@ -81,7 +60,7 @@ def main() -> None:
             for i in range(hidden.shape[2]):
                 x = hidden[:, :, i].numpy().astype(np.float16).astype(np.float32)  # as stored
                 ours, t_ours, w_ours = _timed(_refit_correct, x, labels, mask, FOLDS, MAX_ROWS, [i])
-                ref, t_ref, w_ref = _timed(sklearn_loop, x, labels, mask, FOLDS, MAX_ROWS, [i])
+                ref, t_ref, w_ref = _timed(refit_reference, x, labels, mask, FOLDS, MAX_ROWS, [i])
                 totals["solver"] += t_ours
                 totals["sklearn_loop"] += t_ref
                 rows.append({"arch": arch, "layer": i, "solver_s": round(t_ours, 3), "sklearn_s": round(t_ref, 3),

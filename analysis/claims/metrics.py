@@ -63,40 +63,13 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     claim's layer or, without one, at the best layer that is not trivially restored (the
     embedding at the corrupted token itself, the last layer at the readout position), as
     :func:`~analysis.interventions.classify_mechanism` reads it."""
-    from analysis.behaviour import by_factors
+    from analysis.interventions.mechanism import nontrivial_restoration
 
     key = ("restoration", claim.task, claim.length, claim.layer, claim.result)
     if key in cache:
         return cast(xr.DataArray, cache[key])
-    from analysis.interventions.mechanism import nontrivial_restoration
 
-    names = [n for n in store.results() if n.startswith("interchange/")]
-    if claim.result is not None:
-        if f"interchange/{claim.result}" not in names:
-            raise ClaimError(
-                f"claim {claim.id!r}: no result interchange/{claim.result}; stored: "
-                f"{', '.join(names) or 'none'}"
-            )
-        names = [f"interchange/{claim.result}"]
-    parts: list[xr.DataArray] = []
-    source: dict[str, str] = {}
-    for name in names:
-        ds = store.read_result(name)
-        if int(ds.attrs.get("length", -1)) != claim.length:
-            continue
-        keep = [i for i, r in enumerate(ds.run.values) if store.run_attrs(str(r)).get("task") == claim.task]
-        for i in keep:
-            rid = str(ds.run.values[i])
-            if rid in source:
-                raise ClaimError(
-                    f"claim {claim.id!r}: run {rid!r} has interchange results in {source[rid]} and "
-                    f"{name}; say which with result = \"{source[rid].split('/', 1)[1]}\""
-                )
-            source[rid] = name
-        if not keep:
-            continue
-        part = ds.isel(run=keep)
-        gap = (part.p_clean - part.p_corrupt).mean(("layer", "sequence")) if "p_clean" in part else None
+    def extract(part: xr.Dataset, name: str) -> xr.DataArray:
         if claim.layer is not None:
             layers = [str(v) for v in part.layer.values]
             if claim.layer not in layers:
@@ -104,25 +77,22 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
                     f"claim {claim.id!r}: layer {claim.layer!r} was not patched in {name}; "
                     f"layers: {', '.join(layers)}"
                 )
-            parts.append(part.restoration.sel(layer=claim.layer, drop=True))
+            rest = part.restoration.sel(layer=claim.layer, drop=True)
         else:  # masked per result, so each keeps its own layer order
-            parts.append(nontrivial_restoration(part).max("layer"))
-        if gap is not None:  # a ratio over a ~0 gap is noise, not a restoration
-            parts[-1] = parts[-1].where(gap >= MIN_GAP)
-    if not parts:
-        raise MissingError(
-            f"claim {claim.id!r}: no interchange results for task {claim.task!r} at length "
-            f"{claim.length}; run `layerstate patch STORE --interchange --tasks {claim.task} "
-            f"--length {claim.length}`"
-        )
-    rest = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
-    out = by_factors(rest.reset_coords(drop=True), store)
+            rest = nontrivial_restoration(part).max("layer")
+        if "p_clean" in part:  # a ratio over a ~0 gap is noise, not a restoration
+            rest = rest.where((part.p_clean - part.p_corrupt).mean(("layer", "sequence")) >= MIN_GAP)
+        return rest
+
+    out = _per_run(store, claim, "interchange", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
+                   extract, f"run `layerstate patch STORE --interchange --tasks {claim.task} "
+                   f"--length {claim.length}`")
     cache[key] = out
     return out
 
 
 def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missing: str) -> xr.DataArray:
-    """``extract(dataset) -> DataArray (run, ...)`` over the stored ``<prefix>/*`` results that
+    """``extract(dataset, name) -> DataArray (run, ...)`` over the stored ``<prefix>/*`` results that
     hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
     then by factors; a run in two results must be told apart by ``result``."""
     from analysis.behaviour import by_factors
@@ -144,12 +114,12 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
             rid = str(ds.run.values[i])
             if rid in source:
                 raise ClaimError(
-                    f"claim {claim.id!r}: run {rid!r} has results in {source[rid]} and {name}; say which "
-                    f"with result = \"{source[rid].split('/', 1)[1]}\""
+                    f"claim {claim.id!r}: run {rid!r} has {prefix} results in {source[rid]} and {name}; say "
+                    f"which with result = \"{source[rid].split('/', 1)[1]}\""
                 )
             source[rid] = name
         if keep:
-            parts.append(extract(ds.isel(run=keep)))
+            parts.append(extract(ds.isel(run=keep), name))
     if not parts:
         raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
                            f"{claim.length}; {missing}")
@@ -167,7 +137,7 @@ def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     L = claim.length
     var = "accuracy_drop" if claim.metric == "ablation_drop" else "probe_accuracy"
 
-    def extract(ds: xr.Dataset) -> xr.DataArray:
+    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
         if var not in ds:
             raise ClaimError(f"claim {claim.id!r}: the ablation results hold no {var} (ablated without "
                              "the refitted probe?); run `layerstate ablate` with the refit")
@@ -192,7 +162,7 @@ def _seed_patching(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
     if key in cache:
         return cast(xr.DataArray, cache[key])
 
-    def extract(ds: xr.Dataset) -> xr.DataArray:
+    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
         rec = ds["recovery"]
         if claim.positions:
             have = [int(p) for p in ds.position.values]

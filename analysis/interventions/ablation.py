@@ -176,6 +176,38 @@ def _refit_correct(
     return correct
 
 
+def refit_reference(
+    x: np.ndarray, labels: np.ndarray, mask: np.ndarray, folds: int, max_rows: int, seed: list, *,
+    max_iter: int = 500, tol: float = 1e-4,
+) -> np.ndarray:
+    """`_refit_correct` the obvious way, for tests and ``bench.refit``: per fold, the same seeded
+    row subset, ``StandardScaler`` + scikit-learn's ``LogisticRegression(C=1)`` (float64,
+    ``max_iter``/``tol`` as given; the defaults are what the refit used before the probe
+    solver)."""
+    from sklearn.linear_model import LogisticRegression
+
+    n = x.shape[0]
+    rng = np.random.default_rng(seed)
+    correct = np.zeros(n)
+    for held in np.array_split(np.arange(n), folds):
+        train = np.setdiff1d(np.arange(n), held)
+        xt, yt = x[train][mask[train]], labels[train][mask[train]]
+        if yt.size > max_rows:
+            keep = np.sort(rng.choice(yt.size, size=max_rows, replace=False))
+            xt, yt = xt[keep], yt[keep]
+        xt = xt.astype(np.float64)
+        xh, yh = x[held][mask[held]].astype(np.float64), labels[held][mask[held]]
+        if np.unique(yt).size < 2:
+            pred = np.full(yh.shape, yt[0] if yt.size else -1)
+        else:
+            mean, scale = xt.mean(0), xt.std(0)
+            scale[scale < 1e-6] = 1.0
+            probe = LogisticRegression(max_iter=max_iter, tol=tol).fit((xt - mean) / scale, yt)
+            pred = probe.predict((xh - mean) / scale)
+        np.add.at(correct, np.repeat(held, mask[held].sum(1)), pred == yh)
+    return correct
+
+
 def _label_counts(data) -> tuple[np.ndarray, float]:
     """Labelled positions per sequence, and the majority-class accuracy (``chance``)."""
     _, labels, mask = data

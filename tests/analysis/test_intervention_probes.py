@@ -11,7 +11,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
-from analysis.interventions.ablation import _refit_correct
+from analysis.interventions.ablation import _refit_correct, refit_reference
 from analysis.interventions.erasure import inlp_np, probe_directions_np
 
 
@@ -66,25 +66,6 @@ def test_probe_directions_warn_when_the_solver_stops_short():
         probe_directions_np(x, y, max_iter=2)
 
 
-def _sklearn_refit(x, labels, mask, folds, max_rows, seed):
-    """The refit as it was: one scikit-learn fit per fold, the same seeded row subsets."""
-    n = x.shape[0]
-    rng = np.random.default_rng(seed)
-    correct = np.zeros(n)
-    for held in np.array_split(np.arange(n), folds):
-        train = np.setdiff1d(np.arange(n), held)
-        xt, yt = x[train][mask[train]], labels[train][mask[train]]
-        if yt.size > max_rows:
-            keep = np.sort(rng.choice(yt.size, size=max_rows, replace=False))
-            xt, yt = xt[keep], yt[keep]
-        xt = xt.astype(np.float64)
-        xh, yh = x[held][mask[held]].astype(np.float64), labels[held][mask[held]]
-        mean, scale = xt.mean(0), xt.std(0)
-        probe = LogisticRegression(max_iter=10_000, tol=1e-8).fit((xt - mean) / scale, yt)
-        np.add.at(correct, np.repeat(held, mask[held].sum(1)), probe.predict((xh - mean) / scale) == yh)
-    return correct
-
-
 @pytest.mark.parametrize("max_rows", [100_000, 900])
 def test_refit_counts_match_scikit_learn_per_sequence(max_rows):
     n_seq, n_pos, d = 120, 12, 16
@@ -92,7 +73,7 @@ def test_refit_counts_match_scikit_learn_per_sequence(max_rows):
     x, labels = x.reshape(n_seq, n_pos, d), y.reshape(n_seq, n_pos) + 3  # labels need not start at 0
     mask = np.random.default_rng(0).random((n_seq, n_pos)) < 0.8
     ours = _refit_correct(x, labels, mask, folds=5, max_rows=max_rows, seed=[4, 2])
-    ref = _sklearn_refit(x, labels, mask, folds=5, max_rows=max_rows, seed=[4, 2])
+    ref = refit_reference(x, labels, mask, folds=5, max_rows=max_rows, seed=[4, 2], max_iter=10_000, tol=1e-8)
     assert ours.shape == (n_seq,)
     assert ours.sum() == pytest.approx(ref.sum(), abs=3)  # a few near-tie rows may flip
     assert (ours != ref).sum() <= 3
