@@ -45,6 +45,7 @@ Example (the capture sections of ``experiments/quick.toml``)::
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -52,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from capture.tasks import TASKS, get_task
 from store import LayerstateError
+from store.errors import InvalidArgumentError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 M = TypeVar("M", bound=BaseModel)
@@ -299,6 +301,27 @@ class CapturePlan(BaseModel):
                     for seed in self.grid.seeds:
                         out.append(RunSpec(exp=self, task=task, arch=arch, variant=variant, seed=seed))
         return out
+
+    def select(self, *, runs: Sequence[str] = (), tasks: Sequence[str] = (), archs: Sequence[str] = (),
+               seeds: Sequence[int] = ()) -> list[RunSpec]:
+        """The runs of the grid that a part of it names, in grid order: run ids, or any of
+        tasks, architectures and seeds (each empty: every value). A grid can then be trained
+        in parts (seed 0 of every cell first, say) into one store; the runs' configs and
+        hashes are those of the whole grid, so the parts are one experiment.
+
+        A name the grid does not have raises :class:`InvalidArgumentError` listing the
+        grid's values."""
+        every = self.runs()
+        for what, asked, have in (("run", runs, [r.run_id for r in every]), ("task", tasks, self.grid.tasks),
+                                  ("arch", archs, self.grid.archs), ("seed", seeds, self.grid.seeds)):
+            unknown = [x for x in asked if x not in have]
+            if unknown:
+                raise InvalidArgumentError(
+                    f"{what} {', '.join(map(str, unknown))} is not in the experiment's grid; "
+                    f"its {what}s: {', '.join(map(str, have))}")
+        return [r for r in every
+                if (not runs or r.run_id in runs) and (not tasks or r.task in tasks)
+                and (not archs or r.arch in archs) and (not seeds or r.seed in seeds)]
 
     def train_for(self, task: str, arch: str | None = None) -> TrainConfig:
         """The training settings of ``task`` (and ``arch``): [train], then

@@ -342,23 +342,38 @@ def unpack(archive: str, target: str) -> None:
 @click.option("--store", "store_path", required=True, metavar="DIR|URL",
               help="Store to train into (created if missing); on a dask cluster, a directory every "
                    "worker mounts at the same path or an object-store URL.")
+@_run_filters[0]
+@_run_filters[1]
+@_run_filters[2]
+@click.option("--seed", "seeds", multiple=True, type=int,
+              help="Only runs of this seed (repeatable): train a grid in parts, seed 0 of every cell first.")
+@click.option("--jobs", default=1, show_default=True,
+              help="Runs trained in parallel on this machine (processes, one thread each; no progress "
+                   "bars above 1); a cluster uses its workers.")
 @device_option
 @scheduler_option(SCHEDULER_HELP + " On a cluster each run is one task; workers write their runs "
                   "into the store.")
 @storage_option
-def train(experiment: str, store_path: str, device: str, scheduler: str, storage_options: dict) -> None:
-    """Train every run of EXPERIMENT (skips runs already trained)."""
+def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[str, ...],
+          archs: tuple[str, ...], seeds: tuple[int, ...], jobs: int, device: str, scheduler: str,
+          storage_options: dict) -> None:
+    """Train every run of EXPERIMENT, or the part of its grid that --runs/--task/--arch/--seed
+    name (skips runs already trained)."""
     from layerstate.experiment import load_experiment
     from layerstate.pipeline import train_experiment
     from store import Store
 
+    if jobs < 1:
+        raise BadInput(f"--jobs must be at least 1, got {jobs}")
     exp = load_experiment(experiment)
-    n = len(exp.plan.runs())
+    part = exp.plan.select(runs=runs, tasks=tasks, archs=archs, seeds=seeds)
+    n = len(part)
     with _session(scheduler) as sched, _Bars() as bars:
         Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True,
                      storage_options=storage_options)
-        for i, res in enumerate(train_experiment(exp.plan, store_path, device=device, progress=bars.training,
-                                                 scheduler=sched, storage_options=storage_options), 1):
+        for i, res in enumerate(train_experiment(exp.plan, store_path, jobs=jobs, device=device,
+                                                 progress=bars.training, scheduler=sched,
+                                                 storage_options=storage_options, runs=part), 1):
             bars.close()
             click.echo(present.training_line(res, i, n))
 

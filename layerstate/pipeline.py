@@ -35,7 +35,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -318,6 +318,7 @@ def train_experiment(
     progress: TrainProgress | None = None,
     scheduler: Any = "threads",
     storage_options: dict | None = None,
+    runs: Sequence[RunSpec] | None = None,
 ) -> Iterator[TrainResult]:
     """Train every run of the experiment into the store at ``store_path`` (skipping trained ones).
 
@@ -327,12 +328,13 @@ def train_experiment(
     in-process. Results come in grid order. Any other scheduler (:mod:`analysis.compute`):
     one task per run on the cluster, after :func:`check_store_shared`; results come as the
     runs finish. ``storage_options`` go with the URL to every process that opens the store.
+    ``runs``: only these runs of the grid (:meth:`CapturePlan.select`), to train it in parts.
     """
     from analysis.compute import connect, is_local
     from store import Store
 
     url = store_url(store_path)
-    specs = exp.runs()
+    specs = list(runs) if runs is not None else exp.runs()
     with connect(scheduler) as sched:
         if not is_local(sched):
             Store.open(url, mode="r+", storage_options=storage_options)  # one line if it is not one

@@ -65,6 +65,38 @@ def test_train_then_capture_then_inspect(exp_file, tmp_path):
     assert run("validate", store).exit_code == 0
 
 
+@pytest.mark.slow
+def test_train_a_part_of_the_grid_then_the_rest(exp_file, tmp_path):
+    """--seed trains that part only; the whole grid later reuses it (same configs and hashes)."""
+    store = str(tmp_path / "s.zarr")
+    res = run("train", str(exp_file), "--store", store, "--seed", "1")
+    assert res.exit_code == 0, res.output
+    assert "[1/1] parity-lstm-default-s1: 30 steps" in res.output and "-s0" not in res.output
+    from store import Store
+
+    assert Store.open(store).run_ids() == ["parity-lstm-default-s1"]
+    rest = run("train", str(exp_file), "--store", store, "--jobs", "2")
+    assert rest.exit_code == 0, rest.output
+    lines = rest.output.strip().splitlines()
+    assert lines[0].startswith("[1/2] parity-lstm-default-s0: 30 steps")
+    assert lines[1] == "[2/2] parity-lstm-default-s1: already trained; accuracy " + res.output.split("accuracy ")[1].strip()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seed", "7"], "seed 7 is not in the experiment's grid; its seeds: 0, 1"),
+    (["--arch", "mamba"], "arch mamba is not in the experiment's grid; its archs: lstm"),
+    (["--task", "s3", "--task", "dyck"], "task s3, dyck is not in the experiment's grid; its tasks: parity"),
+    (["--runs", "parity-lstm-default-s9"], "run parity-lstm-default-s9 is not in the experiment's grid"),
+    (["--jobs", "0"], "--jobs must be at least 1, got 0"),
+])
+def test_a_part_the_grid_does_not_have_is_one_line_and_nothing_is_created(exp_file, tmp_path, flags, message):
+    store = tmp_path / "s.zarr"
+    res = CliRunner().invoke(main, ["train", str(exp_file), "--store", str(store), *flags])
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1 and message in res.output
+    assert not store.exists()
+
+
 def test_capture_before_training_is_refused(exp_file, tmp_path):
     store = tmp_path / "s.zarr"
     from store import Store
