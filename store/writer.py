@@ -209,8 +209,11 @@ class LengthWriter:
         floats = float_dtypes(self.spec)
 
         def cast_checked(var: str, values: np.ndarray) -> np.ndarray:
-            return cast_finite(values, var, floats[var], start=start, layers=self.spec["layers"],
-                               allow_nonfinite=self.allow_nonfinite)
+            try:
+                return cast_finite(values, var, floats[var], start=start, layers=self.spec["layers"],
+                                   allow_nonfinite=self.allow_nonfinite)
+            except InvalidArrayError as exc:  # a grid's capture must say which of its runs
+                raise InvalidArrayError(f"run {self.run_id!r}, length {self.length}: {exc}") from None
 
         # Rewriting a block already recorded (or about to be): check everything before
         # touching it, so a refused rewrite cannot leave a recorded block half replaced.

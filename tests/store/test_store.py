@@ -225,14 +225,15 @@ def test_nan_hidden_refused_unless_allowed_and_recorded(tmp_path):
 
 def test_values_beyond_float16_are_refused_not_stored_as_inf(tmp_path):
     """A finite float32 state above 65504 would become Inf in the float16 cast: refused, with
-    the fix (store float32), naming the first bad cell of the right block."""
+    the fix (store float32), naming the run and length (a grid's capture has many) and the
+    first bad cell of the right block."""
     st = Store.create(str(tmp_path / "s.zarr"))
     st.add_run("r0", task="parity", arch="lstm", seed=0)
     arrs = synthetic_arrays(np.random.default_rng(0), n=10)
     arrs["hidden"] = arrs["hidden"].astype("float32")
     arrs["hidden"][7, 2, 2, 1] = 1e5
     with pytest.raises(InvalidArrayError,
-                       match=r"hidden exceeds the float16 range \(\|x\| up to 1e\+05, first at sequence 7, "
+                       match=r"^run 'r0', length 12: hidden exceeds the float16 range \(\|x\| up to 1e\+05, first at sequence 7, "
                              r"position 2, layer L1\); store it as float32"):
         st.write_length("r0", 12, **arrs, block_size=4)
     # the unfinished float16 group (block 0 was written) is replaced when written as float32
