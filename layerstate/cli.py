@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import click
@@ -57,11 +59,26 @@ class _Commands(click.Group):
             raise BadInput(_one_line(exc)) from None
 
 
+#: The project's own packages: a warning raised in them is one line, without the source line
+#: Python's default format adds (a researcher reads the message, not our code).
+_OWN = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in
+             ("analysis", "capture", "layerstate", "reports", "store"))
+_default_format = warnings.formatwarning
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    line: str | None = None) -> str:
+    if str(Path(filename).resolve()).startswith(_OWN):
+        return f"layerstate: warning: {message}\n"
+    return _default_format(message, category, filename, lineno, line)
+
+
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.version_option(package_name="layerstate")
 def main(debug: bool) -> None:
     """layerstate: where does a sequence model hold its task state, and how sure are we?"""
+    warnings.formatwarning = _format_warning
 
 
 # ----------------------------------------------------------------------------- option types

@@ -139,3 +139,21 @@ def test_importing_sets_nothing_process_wide():
             "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())\n"
             "assert not [f for f in warnings.filters if f[1] and 'Consolidated' in f[1].pattern]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_own_warnings_print_as_one_line_others_keep_their_source():
+    """A warning from layerstate's own code is one 'layerstate: warning:' line, without the
+    source line Python's default format appends; a library's keeps the default."""
+    import importlib
+    import warnings
+
+    from layerstate.cli import _format_warning
+
+    ablation = importlib.import_module("analysis.interventions.ablation")
+    ours = _format_warning(RuntimeWarning("2 of 3 refitted probe fit(s) stopped"), RuntimeWarning,
+                           str(ablation.__file__), 234, "    probe = _refit_correct(...)")
+    assert ours == "layerstate: warning: 2 of 3 refitted probe fit(s) stopped\n"
+    theirs = _format_warning(UserWarning("deprecated"), UserWarning, warnings.__file__, 10, "x = 1")
+    assert theirs == warnings._formatwarning_orig(UserWarning("deprecated"), UserWarning,  # type: ignore[attr-defined]
+                                                  warnings.__file__, 10, "x = 1")
+    assert "x = 1" in theirs
