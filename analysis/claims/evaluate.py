@@ -194,6 +194,11 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
         raise ClaimError(f"claim {claim.id!r}: a profile_match claim needs matches and differs_from")
     profiles = {t: probe_seed_profile(store, probes, claim, t, arch)
                 for t in (claim.task, claim.matches, claim.differs_from)}
+    for t, profile in profiles.items():
+        seeds = int(np.isfinite(profile.values).any(axis=tuple(
+            i for i, d in enumerate(profile.dims) if d != "seed")).sum())
+        if seeds < 2:
+            raise too_few(claim, seeds, f"with a {t} probe profile for {arch}")
 
     def test(other: str) -> xr.Dataset:
         pair = xr.concat([profiles[claim.task], profiles[other]],

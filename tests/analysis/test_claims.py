@@ -273,7 +273,7 @@ def test_stats_command_writes_claims_and_prints_verdicts(conv_store, tmp_path):
     assert res.exit_code == 2 and "margin must be positive" in res.output
 
 
-def _fake_probes(store, rng):
+def _fake_probes(store, rng, n_seeds=5):
     """Probe profiles: parity and s3 jump at the last layer, dyck is readable from L0."""
     import xarray as xr
 
@@ -282,7 +282,7 @@ def _fake_probes(store, rng):
               "dyck": [0.6, 0.95, 0.97, 0.98, 0.98]}
     runs, prof = [], []
     for task, shape in shapes.items():
-        for seed in range(5):
+        for seed in range(n_seeds):
             rid = f"{task}-lstm-{seed}"
             store.add_run(rid, task=task, arch="lstm", seed=seed)
             runs.append(rid)
@@ -308,6 +308,23 @@ def test_probe_claims_profile_match_and_readable_by(tmp_path):
     assert v == {"s3-like-parity[lstm]": "supported", "dyck-early": "supported",
                  "parity-early": "contradicted"}
     assert float(res.sel(claim="dyck-early").estimate) == pytest.approx(0.95, abs=0.02)
+
+
+def test_probe_claims_from_one_seed_are_not_evaluable_not_an_error(tmp_path):
+    """A grid's seed 0 alone (trained first to read its curves): every probe claim says it
+    needs 2 seeds, the profile test included (it raised a ValueError that ended the run)."""
+    st = Store.create(str(tmp_path / "p.zarr"))
+    probes = _fake_probes(st, np.random.default_rng(0), n_seeds=1)
+    claims = parse_claims([
+        {"id": "s3-like-parity", "statement": "S3 matches Parity, not Dyck", "kind": "profile_match",
+         "metric": "probe_accuracy", "task": "s3", "matches": "parity", "differs_from": "dyck",
+         "archs": ["lstm"]},
+        {"id": "dyck-early", "statement": "Dyck readable by L0", "kind": "readable_by",
+         "metric": "probe_accuracy", "task": "dyck", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+    ])
+    res = evaluate_claims(st, claims, probes=probes)
+    assert list(res.verdict.values) == ["not evaluable", "not evaluable"]
+    assert "needs at least 2 seeds with a s3 probe profile for lstm (found 1)" in str(res.test.values[0])
 
 
 def _interchange_store(tmp_path, n_seeds=4, no_conv=False):
