@@ -291,15 +291,21 @@ def _fake_probes(store, rng, n_seeds=5):
                       coords={"run": runs, "length": [40], "layer": layers})
 
 
+#: A profile claim and a readable_by claim on _fake_probes.
+PROFILE_CLAIMS = (
+    {"id": "s3-like-parity", "statement": "S3 matches Parity, not Dyck", "kind": "profile_match",
+     "metric": "probe_accuracy", "task": "s3", "matches": "parity", "differs_from": "dyck",
+     "archs": ["lstm"]},
+    {"id": "dyck-early", "statement": "Dyck readable by L0", "kind": "readable_by",
+     "metric": "probe_accuracy", "task": "dyck", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+)
+
+
 def test_probe_claims_profile_match_and_readable_by(tmp_path):
     st = Store.create(str(tmp_path / "p.zarr"))
     probes = _fake_probes(st, np.random.default_rng(0))
     claims = parse_claims([
-        {"id": "s3-like-parity", "statement": "S3 matches Parity, not Dyck", "kind": "profile_match",
-         "metric": "probe_accuracy", "task": "s3", "matches": "parity", "differs_from": "dyck",
-         "archs": ["lstm"]},
-        {"id": "dyck-early", "statement": "Dyck readable by L0", "kind": "readable_by",
-         "metric": "probe_accuracy", "task": "dyck", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+        *PROFILE_CLAIMS,
         {"id": "parity-early", "statement": "Parity readable by L0", "kind": "readable_by",
          "metric": "probe_accuracy", "task": "parity", "arch": "lstm", "layer": "L0", "threshold": 0.9},
     ])
@@ -316,11 +322,7 @@ def test_probe_claims_from_one_seed_are_not_evaluable_not_an_error(tmp_path):
     st = Store.create(str(tmp_path / "p.zarr"))
     probes = _fake_probes(st, np.random.default_rng(0), n_seeds=1)
     claims = parse_claims([
-        {"id": "s3-like-parity", "statement": "S3 matches Parity, not Dyck", "kind": "profile_match",
-         "metric": "probe_accuracy", "task": "s3", "matches": "parity", "differs_from": "dyck",
-         "archs": ["lstm"]},
-        {"id": "dyck-early", "statement": "Dyck readable by L0", "kind": "readable_by",
-         "metric": "probe_accuracy", "task": "dyck", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+        *PROFILE_CLAIMS,
     ])
     res = evaluate_claims(st, claims, probes=probes)
     assert list(res.verdict.values) == ["not evaluable", "not evaluable"]
