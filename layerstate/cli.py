@@ -359,9 +359,7 @@ def unpack(archive: str, target: str) -> None:
 @click.option("--store", "store_path", required=True, metavar="DIR|URL",
               help="Store to train into (created if missing); on a dask cluster, a directory every "
                    "worker mounts at the same path or an object-store URL.")
-@_run_filters[0]
-@_run_filters[1]
-@_run_filters[2]
+@run_filters
 @click.option("--seed", "seeds", multiple=True, type=int,
               help="Only runs of this seed (repeatable): train a grid in parts, seed 0 of every cell first.")
 @click.option("--jobs", default=1, show_default=True,
