@@ -1,7 +1,10 @@
 """``layerstate run``: train -> capture -> analyse -> claims -> report, resumable per stage.
 
 Every stage skips what is already done (trained runs, captured blocks, stored results), so
-re-running after an interruption does only what is missing. The experiment, claims
+re-running after an interruption does only what is missing. A stored result is reused only
+if it was computed from the experiment's present runs and parameters (recorded in its
+``pipeline_request`` attribute): a grid given more seeds, or a run trained again, or changed
+analysis settings, make it out of date, and it is computed again (said in one line). The experiment, claims
 included, is validated before anything is created (:func:`layerstate.experiment.load_experiment`).
 Result lines come from :mod:`layerstate.present`.
 
@@ -407,20 +410,21 @@ def probe_experiment(store, exp: Experiment, say: Say = print, scheduler: Any = 
     from analysis.probes import probe
 
     cfg = exp.analysis
-    done = set(store.results())
     names = []
     for task in exp.grid.tasks:
         name = f"probes/{task}"
         names.append(name)
-        if name in done:
-            say(f"{name}: already stored")
-            continue
         runs = [r.run_id for r in exp.plan.runs() if r.task == task]
+        params: dict[str, Any] = dict(
+            positions=cfg.probe_positions, lengths=cfg.probe_lengths,
+            train_length=cfg.probe_train_length, folds=cfg.probe_folds,
+            method=cfg.probe_method, control=cfg.probe_control)
+        request = result_request(store, runs, params)
+        if stored_answers(store, name, request, say):
+            continue
         t0 = time.perf_counter()
-        ds = probe(store, runs=runs, positions=cfg.probe_positions, lengths=cfg.probe_lengths,
-                   train_length=cfg.probe_train_length, folds=cfg.probe_folds,
-                   method=cfg.probe_method, control=cfg.probe_control, save=True, name=name,
-                   scheduler=scheduler)
+        ds = probe(store, runs=runs, **params, save=True, name=name, scheduler=scheduler,
+                   attrs={REQUEST_ATTR: request})
         say(present.probe_summary(name, ds, time.perf_counter() - t0))
     return names
 
@@ -431,35 +435,98 @@ def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: An
     from analysis.interventions import run_ablation, run_interchange, run_patching
 
     cfg = exp.analysis
-    done, names = set(store.results()), []
+    names: list[str] = []
     for task in exp.grid.tasks:
         runs = [r.run_id for r in exp.plan.runs() if r.task == task]
-        jobs = []
+        # (result name, its parameters, the function computing and storing it)
+        jobs: list[tuple[str, dict, Callable[..., Any]]] = []
         if cfg.ablate:
-            jobs.append((f"ablation/{task}", lambda runs=runs, task=task: run_ablation(
-                store, task, runs=runs, settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
-                fit_length=cfg.ablate_fit_length or exp.train.length, mode=cfg.ablate_mode,
-                refit_rows=cfg.ablate_refit_rows, scheduler=scheduler)))
+            params: dict[str, Any] = dict(
+                settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
+                fit_length=cfg.ablate_fit_length or exp.train.length,
+                mode=cfg.ablate_mode, refit_rows=cfg.ablate_refit_rows)
+            jobs.append((f"ablation/{task}", params, lambda p, a, task=task, runs=runs: run_ablation(
+                store, task, runs=runs, **p, scheduler=scheduler, attrs=a)))
         has_pairs = all(cfg.patch_length in store.lengths(r, kind="cfclean") for r in runs)
         if cfg.patch and has_pairs:
-            jobs.append((f"patching/{task}", lambda runs=runs, task=task: run_patching(
-                store, cfg.patch_length, task, runs=runs, positions=cfg.patch_positions,
-                scheduler=scheduler)))
+            params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
+            jobs.append((f"patching/{task}", params, lambda p, a, task=task, runs=runs: run_patching(
+                store, p["length"], task, runs=runs, positions=p["positions"],
+                scheduler=scheduler, attrs=a)))
         if cfg.interchange and has_pairs and task in ("assoc_recall", "treecall"):
-            jobs.append((f"interchange/{task}", lambda runs=runs, task=task: run_interchange(
-                store, cfg.patch_length, task, runs=runs, scheduler=scheduler)))
+            params = dict(length=cfg.patch_length)
+            jobs.append((f"interchange/{task}", params, lambda p, a, task=task, runs=runs: run_interchange(
+                store, p["length"], task, runs=runs, scheduler=scheduler, attrs=a)))
         if (cfg.patch or cfg.interchange) and not has_pairs:
             say(f"{task}: no counterfactual pairs at length {cfg.patch_length}; set "
                 "[capture] counterfactual_pairs and counterfactual_lengths to patch")
-        for name, job in jobs:
+        for name, params, job in jobs:
             names.append(name)
-            if name in done:
-                say(f"{name}: already stored")
+            request = result_request(store, runs, params)
+            if stored_answers(store, name, request, say):
                 continue
             t0 = time.perf_counter()
-            job()
+            job(params, {REQUEST_ATTR: request})
             say(f"{name}: stored in {time.perf_counter() - t0:.0f}s")
     return names
+
+
+# ----------------------------------------------------------------------------- stored results
+#: The attribute in which `layerstate run` records what a result was computed from.
+REQUEST_ATTR = "pipeline_request"
+
+
+def result_request(store, runs: Sequence[str], params: dict) -> dict:
+    """What a pipeline result is computed from: its parameters and each run's identity (its
+    config hash and when it was created, so a run trained again is a different run), as
+    plain JSON (the form it takes in the stored attributes)."""
+    import json
+
+    ident = {}
+    for r in runs:
+        a = store.run_attrs(r)
+        ident[r] = {"config_hash": a.get("config_hash"), "created": a.get("created")}
+    return json.loads(json.dumps({"runs": ident, "params": params}))
+
+
+def stored_answers(store, name: str, request: dict, say: Say) -> bool:
+    """Whether the stored result ``name`` was computed from ``request`` (then it is reused).
+
+    A result stored from other runs (an experiment given more seeds, a run trained again) or
+    with other parameters is stale: this says why in one line and returns False, and the
+    caller computes it again (a result is derived data, recomputable from the store)."""
+    if name not in store.results():
+        return False
+    stored = store.result_attrs(name).get(REQUEST_ATTR)
+    why = _staleness(stored, request)
+    if why is None:
+        say(f"{name}: already stored")
+        return True
+    say(f"{name}: the stored result is out of date ({why}); computing it again")
+    return False
+
+
+def _staleness(stored: dict | None, request: dict) -> str | None:
+    if not isinstance(stored, dict):
+        return "it has no record of the runs and parameters it came from"
+    old, new = stored.get("runs", {}), request["runs"]
+    parts = []
+    added, dropped = sorted(set(new) - set(old)), sorted(set(old) - set(new))
+    again = sorted(r for r in set(new) & set(old) if old[r] != new[r])
+    for what, ids in (("it lacks {n} of the experiment's runs", added),
+                      ("it covers {n} {runs} the experiment no longer has", dropped),
+                      ("{n} {runs} trained again since it was computed", again)):
+        if ids:
+            shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+            runs = "run" if len(ids) == 1 else "runs"
+            parts.append(what.format(n=len(ids), runs=runs) + f": {shown}")
+    changed = sorted(k for k in set(stored.get("params", {})) | set(request["params"])
+                     if stored.get("params", {}).get(k) != request["params"].get(k))
+    if changed:
+        parts.append("its parameters differ: " + ", ".join(
+            f"{k} {stored.get('params', {}).get(k)!r} -> {request['params'].get(k)!r}"
+            for k in changed))
+    return "; ".join(parts) if parts else None
 
 
 def run_experiment(

@@ -433,6 +433,10 @@ class Store:
         """A stored result, loaded into memory."""
         return _results.read_result(self.root, name, self.location)
 
+    def result_attrs(self, name: str) -> dict:
+        """A stored result's attributes, without reading its arrays."""
+        return _results.result_attrs(self.root, name, self.location)
+
     # ------------------------------------------------------------------ helpers
     def compute(self, obj: Any) -> Any:
         """Compute a lazy xarray object, naming the array and chunk if a checksum fails."""
@@ -489,7 +493,17 @@ class PairedStore(Store):
             return self.results_store.read_result(name)
         if name in self.source.results():
             return self.source.read_result(name)
-        raise MissingError(
+        raise self._missing(name)
+
+    def result_attrs(self, name: str) -> dict:
+        """A result's attributes (results store first, then the source), arrays unread."""
+        for st in (self.results_store, self.source):
+            if name in st.results():
+                return st.result_attrs(name)
+        raise self._missing(name)
+
+    def _missing(self, name: str) -> MissingError:
+        return MissingError(
             f"no result {name!r} in {self.location} or its results store {self.results_location}; "
             f"stored results: {', '.join(self.results()) or '(none)'}"
         )

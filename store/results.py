@@ -55,6 +55,15 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
         )
 
 
+def result_attrs(root: zarr.Group, name: str, where: object) -> dict:
+    """A stored result's attributes, without reading its arrays."""
+    if name not in result_names(root):
+        raise MissingError(
+            f"no result {name!r} in {where}; stored results: {', '.join(result_names(root)) or '(none)'}"
+        )
+    return dict(group(root, f"{S.RESULTS}/{name}").attrs)
+
+
 def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
     """A stored result, loaded into memory."""
     names = result_names(root)

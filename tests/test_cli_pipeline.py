@@ -170,6 +170,21 @@ length = 12
     assert res.exit_code == 0 and "max recovery" in res.output
     again = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
     assert again.output.count("already trained") == 2 and "probes/parity: already stored" in again.output
+    assert "ablation/parity: already stored" in again.output
+    # a third seed and other ablation settings: every stored result that no longer answers
+    # the experiment is computed again, said in one line, and the claims see the new seed
+    exp_file.write_text(exp_file.read_text().replace("seeds = [0, 1]", "seeds = [0, 1, 2]")
+                        .replace('ablate_settings = ["probe", "pca:2"]', 'ablate_settings = ["probe"]'))
+    grown = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
+    assert grown.exit_code == 0, grown.output
+    assert ("probes/parity: the stored result is out of date (it lacks 1 of the experiment's "
+            "runs: parity-lstm-default-s2); computing it again") in grown.output
+    assert "ablation/parity: the stored result is out of date (it lacks 1 of" in grown.output
+    assert "its parameters differ: settings ['probe', 'pca:2'] -> ['probe']" in grown.output
+    st = Store.open(str(out / "store.zarr"))
+    for name in ("probes/parity", "ablation/parity", "patching/parity"):
+        assert len(st.read_result(name).run) == 3, name
+    assert set(st.read_result("ablation/parity").setting.values) == {"probe"}
 
 
 BAD_CLAIM = """
@@ -219,3 +234,21 @@ def test_training_restores_the_thread_count(exp_file, tmp_path):
     res = list(train_experiment(load_experiment(exp_file), store))
     assert [r.run_id for r in res] == ["parity-lstm-default-s0"] and not res[0].skipped
     assert torch.get_num_threads() == before
+
+
+def test_a_stored_result_is_reused_only_for_the_runs_and_parameters_it_came_from():
+    from layerstate.pipeline import _staleness
+
+    req = {"runs": {"a": {"config_hash": "h", "created": "t0"}, "b": {"config_hash": "h", "created": "t0"}},
+           "params": {"lengths": [40, 80], "folds": 5}}
+    assert _staleness(req, req) is None
+    retrained = {**req, "runs": {**req["runs"], "b": {"config_hash": "h", "created": "t1"}}}
+    assert _staleness(req, retrained) == "1 run trained again since it was computed: b"
+    fewer = {**req, "runs": {"a": req["runs"]["a"]}}
+    assert _staleness(req, fewer) == "it covers 1 run the experiment no longer has: b"
+    more = {**req, "runs": {**req["runs"], **{f"r{i}": {} for i in range(5)}}}
+    assert _staleness(req, more) == ("it lacks 5 of the experiment's runs: r0, r1, r2 and 2 more")
+    other = {**req, "params": {"lengths": [40], "folds": 5}}
+    assert _staleness(req, other) == "its parameters differ: lengths [40, 80] -> [40]"
+    # a result written by hand (or before runs recorded what they were computed from)
+    assert "no record" in _staleness(None, req)

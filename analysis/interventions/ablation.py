@@ -50,7 +50,7 @@ over sequences and seeds: ``correct / n_labelled`` summed over sequences is the 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dask
@@ -682,6 +682,7 @@ def run_ablation(
     *,
     scheduler: Any = "threads",
     num_workers: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
     **kwargs,
 ) -> xr.Dataset:
     """Compute `ablation` and store it as ``results/ablation/<name>``.
@@ -694,6 +695,8 @@ def run_ablation(
     scheduler, num_workers
         Where to compute: see `analysis.compute.compute` (``"threads"``, ``"sync"``,
         ``"local:N"``, an address, a ``Client`` or a cluster).
+    attrs : mapping, optional
+        Added to the stored result's attributes.
     **kwargs
         Everything `ablation` takes.
 
@@ -703,4 +706,4 @@ def run_ablation(
         The computed result (same variables as `ablation`).
     """
     return run_and_store(store, f"ablation/{name}", ablation(store, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers)
+                         scheduler=scheduler, num_workers=num_workers, attrs=attrs)

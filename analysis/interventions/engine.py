@@ -21,7 +21,7 @@ How the pieces fit the rest of the project: docs/design.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,13 +273,17 @@ def run_and_store(
     scheduler: Any = None,
     num_workers: int | None = None,
     finish: Callable[[xr.Dataset], xr.Dataset] | None = None,
+    attrs: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
     """Compute a built analysis, optionally ``finish`` it, and store it as ``results/<result>``.
 
-    ``scheduler`` and ``num_workers`` are those of :func:`analysis.compute.compute`.
+    ``scheduler`` and ``num_workers`` are those of :func:`analysis.compute.compute`;
+    ``attrs`` are added to the stored result's attributes (`layerstate run` records there
+    what the result was computed from).
     """
     (done,) = compute([lazy], scheduler, num_workers)
     if finish is not None:
         done = finish(done)
+    done.attrs.update(attrs or {})
     store.write_result(result, done)
     return done

@@ -58,7 +58,7 @@ computation (patched logits, metrics, `patch_effects`) is in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dask
@@ -610,6 +610,7 @@ def run_patching(
     runs: Sequence[str] | None = None,
     scheduler: Any = "threads",
     num_workers: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
     **kwargs,
 ) -> xr.Dataset:
     """Compute `patching` and store it as ``results/patching/<name>``.
@@ -625,6 +626,8 @@ def run_patching(
         Default: every run.
     scheduler, num_workers
         Where to compute: see `analysis.compute.compute`.
+    attrs : mapping, optional
+        Added to the stored result's attributes.
     **kwargs
         ``layers``, ``positions``, ``batch_size`` of `patching`.
 
@@ -634,7 +637,7 @@ def run_patching(
         The computed `patching` result.
     """
     return run_and_store(store, f"patching/{name}", patching(store, runs, length, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers)
+                         scheduler=scheduler, num_workers=num_workers, attrs=attrs)
 
 
 def run_interchange(
@@ -647,6 +650,7 @@ def run_interchange(
     min_gap: float = MIN_GAP,
     scheduler: Any = "threads",
     num_workers: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
     **kwargs,
 ) -> xr.Dataset:
     """Compute `interchange`, add ``mechanism (run)`` when the sites allow, and store it as
@@ -665,6 +669,8 @@ def run_interchange(
         Passed to `classify_mechanism`.
     scheduler, num_workers
         Where to compute: see `analysis.compute.compute`.
+    attrs : mapping, optional
+        Added to the stored result's attributes.
     **kwargs
         ``layers``, ``sites``, ``batch_size`` of `interchange`.
 
@@ -681,4 +687,5 @@ def run_interchange(
         return result
 
     return run_and_store(store, f"interchange/{name}", interchange(store, runs, length, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, finish=with_mechanism)
+                         scheduler=scheduler, num_workers=num_workers, finish=with_mechanism,
+                         attrs=attrs)

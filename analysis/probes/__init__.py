@@ -33,7 +33,7 @@ cluster or scheduler address; one BLAS thread per task).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import xarray as xr
@@ -135,6 +135,7 @@ def probe(
     per_sequence: bool = True,
     save: bool = False,
     name: str | None = None,
+    attrs: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
     """Fit and score linear probes for every selected (run, length, layer, position) cell.
 
@@ -189,6 +190,9 @@ def probe(
         Store the result under ``results/<name>`` (default ``probes/<target>``).
     name : str, optional
         The result name when saving.
+    attrs : mapping, optional
+        Added to the result's attributes (`layerstate run` records there what it was
+        computed from).
 
     Returns
     -------
@@ -236,6 +240,7 @@ def probe(
         per_sequence=per_sequence,
     )
     ds = plan.compute(scheduler)
+    ds.attrs.update(attrs or {})
     if save:
         save_probes(store, ds, name)
     return ds
