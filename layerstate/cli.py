@@ -10,10 +10,12 @@ shows its traceback.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -329,6 +331,70 @@ def repair(store_path: str, dry_run: bool, forget_damaged: bool, storage_options
     if not rep.ok and not dry_run:
         raise BadInput(lines[-1])
     click.echo(lines[-1])
+
+
+@main.command()
+@store_argument
+@click.option("--result", "results", multiple=True, metavar="NAME",
+              help="A result to remove, e.g. ablation/parity (repeatable).")
+@run_filters
+@click.option("--captures", is_flag=True,
+              help="Remove the selected runs' captures (every kind: activations and counterfactual "
+                   "twins), not the runs; with --lengths only those lengths.")
+@click.option("--lengths", type=INTS, default=None, help="With --captures: comma-separated lengths.")
+@click.option("--yes", is_flag=True, help="Needed to remove whole runs (their weights cannot be "
+                                          "recomputed without training again).")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; change nothing.")
+@storage_option
+def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_run,
+           storage_options) -> None:
+    """Remove results, captures or whole runs from STORE (to capture again with another dtype,
+    train a run again with another budget, or drop a stale result)."""
+    from store import Store
+
+    selected = bool(runs or tasks or archs)
+    if not (results or selected):
+        raise BadInput("name what to forget: --result NAME, or runs (--runs/--task/--arch), "
+                       "with --captures to keep the runs and remove only their captures")
+    if lengths and not captures:
+        raise BadInput("--lengths applies to --captures; add --captures (whole runs have no lengths "
+                       "to choose)")
+    if captures and not selected:
+        raise BadInput("--captures needs runs: --runs/--task/--arch")
+    st = Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
+    missing = [r for r in results if r not in st.results()]
+    if missing:
+        raise BadInput(f"no result {missing[0]!r} in {store_path}; stored results: "
+                       f"{', '.join(st.results()) or '(none)'}")
+    ids = _selected_runs(st, runs, tasks, archs) or []
+    unknown = [r for r in ids if r not in st.run_ids()]
+    if unknown:
+        raise BadInput(f"no run {unknown[0]!r} in {store_path}; see `layerstate inspect`")
+    if selected and not captures and not (yes or dry_run):
+        raise BadInput(f"removing {len(ids)} whole run(s) ({', '.join(ids[:3])}"
+                       f"{' ...' if len(ids) > 3 else ''}) deletes their weights; pass --yes "
+                       "(or --captures to remove only their captures, --dry-run to list)")
+    from store.forget import captured_groups
+
+    plan: list[tuple[str, Callable[[], object]]] = [
+        (f"result {r}", functools.partial(st.forget_result, r)) for r in results]
+    for rid in ids:
+        if captures:
+            groups = captured_groups(st, rid, lengths)
+            if groups:
+                plan.append((f"{rid}: {', '.join(groups)}",
+                             functools.partial(st.forget_captures, rid, lengths)))
+        else:
+            plan.append((f"run {rid} (record, weights, captures)",
+                         functools.partial(st.forget_run, rid)))
+    if not plan:
+        raise BadInput(f"the selected runs hold no captures at length(s) {lengths}; nothing to remove")
+    for what, remove in plan:
+        if not dry_run:
+            remove()
+        click.echo(f"{'would remove' if dry_run else 'removed'} {what}")
+    if dry_run:
+        click.echo("dry run: nothing was removed")
 
 
 @main.command()

@@ -429,6 +429,25 @@ class Store:
         """Names of stored results (nested names use ``/``)."""
         return _results.result_names(self.root)
 
+    # ------------------------------------------------------------------ removing (store.forget)
+    def forget_result(self, name: str) -> None:
+        """Remove ``results/<name>``."""
+        from .forget import forget_result
+
+        forget_result(self, name)
+
+    def forget_captures(self, run_id: str, lengths: Any = None) -> list[str]:
+        """Remove the run's captured groups at ``lengths`` (default all); returns their names."""
+        from .forget import forget_captures
+
+        return forget_captures(self, run_id, lengths)
+
+    def forget_run(self, run_id: str) -> None:
+        """Remove a run: record, weights and captures."""
+        from .forget import forget_run
+
+        forget_run(self, run_id)
+
     def read_result(self, name: str) -> xr.Dataset:
         """A stored result, loaded into memory."""
         return _results.read_result(self.root, name, self.location)
