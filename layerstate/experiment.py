@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
@@ -241,10 +242,28 @@ class Experiment(CapturePlan):
                 raise ClaimError(f"claim {claim.id!r}: patch_recovery needs patching; set [analysis] patch = true")
             claim.check_levels(self.levels_for(claim))
             self._check_cells(claim)
+            if claim.kind == "profile_match":
+                self._warn_if_untestable(claim)
         ids = [c.id for c in self.claims]
         for i, ref in enumerate(self.reference, 1):
             self._check_reference(i, ref, ids)
         return self
+
+    def _warn_if_untestable(self, claim: Claim) -> None:
+        """A profile_match claim is decided by an exact permutation of whole seeds between two
+        tasks; with few seeds no split can give a p below the level, whatever the data. Said
+        when the file is read (before any training), not refused: the profiles are still
+        reported, and the verdict will say why it is inconclusive."""
+        from analysis.claims.spec import ALPHA
+        from analysis.stats.profiles import attainable_min_p, seeds_for_profile_test
+
+        n = len(self.grid.seeds)
+        floor = attainable_min_p(n, n)
+        if floor >= ALPHA:
+            warnings.warn(
+                f"claim {claim.id!r}: a profile_match claim cannot be supported with {n} seeds per "
+                f"task (the exact permutation test's smallest p is {floor:.3f}, not below {ALPHA:g}); "
+                f"{seeds_for_profile_test(ALPHA)} or more seeds can decide it", stacklevel=2)
 
     def _check_cells(self, claim: Claim) -> None:
         """Refuse a claim that reads a (task, arch, variant) the grid has no run of: a variant

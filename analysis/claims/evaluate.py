@@ -213,6 +213,8 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
         # supported needs the profile to differ from `differs_from` (the test) AND to sit
         # closer to `matches` than to it (a descriptive condition, reported beside it)
         "p": float(diff.p) if d_same < d_diff else 1.0,
+        # the exact permutation test cannot go below this p (2 / number of seed splits)
+        "min_p": float(diff.min_p),
         "n_seeds": int(profiles[claim.task].sizes["seed"]),
         "margin": np.nan, "power": np.nan, "mde": np.nan,
         "treatment_mean": d_same, "reference_mean": d_diff,
@@ -222,7 +224,7 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
 
 
 #: Numeric columns of the claims Dataset (NaN where a column does not apply to a claim).
-NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "power", "power_at", "mde", "n_seeds", "margin",
+NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "power_at", "mde", "n_seeds", "margin",
            "treatment_mean", "reference_mean", "p_zero", "p_equivalence", "p_margin",
            "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
            "sd_seed", "sd_model", "sd_sequence")

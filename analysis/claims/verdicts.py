@@ -139,11 +139,20 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
         return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {iv}); MDE {row['mde']:.3f} "
                                     f"{side} it at {int(row['n_seeds'])} seeds")
     if claim.kind == "profile_match":
+        from analysis.stats.profiles import seeds_for_profile_test
+
         p = adj["other"]
         if p < ALPHA:
             return "supported", "", (f"profile differs from {claim.differs_from}'s (Holm p = {fmt_p(p)}) and lies "
                                      f"closer to {claim.matches}'s")
-        return "inconclusive", "", f"not shown to differ from {claim.differs_from}'s profile closer to {claim.matches}'s (Holm p = {fmt_p(p)})"
+        floor = row.get("min_p", np.nan)
+        if np.isfinite(floor) and floor >= ALPHA:
+            return "inconclusive", "", (
+                f"cannot be supported with {int(row['n_seeds'])} seeds per task: the exact permutation "
+                f"test's smallest attainable p is {floor:.3f}, not below {ALPHA:g} "
+                f"({seeds_for_profile_test(ALPHA)} seeds per task would be needed)")
+        return "inconclusive", "", (f"not shown to differ from {claim.differs_from}'s profile while lying "
+                                    f"closer to {claim.matches}'s (Holm p = {fmt_p(p)})")
     from analysis.stats.contrasts import outcome_np
 
     m = claim.margin

@@ -132,6 +132,23 @@ def permutation_shape_test_np(a, b, rng, max_exact=20000, n_permutations=9999):
     return stat, p, exact, len(null)
 
 
+def attainable_min_p(n_a: int, n_b: int) -> float:
+    """The smallest p the exact permutation shape test can return for groups of ``n_a`` and
+    ``n_b`` seeds: every split of the seeds is one null value, the observed split among them;
+    with equal groups the swapped split gives the same distance too."""
+    splits = comb(n_a + n_b, n_a)
+    return (2 if n_a == n_b else 1) / splits
+
+
+def seeds_for_profile_test(alpha: float) -> int:
+    """The fewest seeds per task (equal groups) at which the exact profile test can reach
+    ``p < alpha``: 4 at 0.05 (3 seeds per task can give no p below 0.1)."""
+    s = 2
+    while attainable_min_p(s, s) >= alpha:
+        s += 1
+    return s
+
+
 def bootstrap_shape_distance_np(a, b, rng, n_boot):
     """Draws of the shape distance, resampling seeds within each group. Shape (n_boot,)."""
     ia = rng.integers(0, a.shape[0], (n_boot, a.shape[0]))
@@ -385,7 +402,7 @@ def profile_difference_test(
         stat, p, exact, n_splits = permutation_shape_test_np(a, b, gen, max_exact, n_permutations)
         draws = bootstrap_shape_distance_np(a, b, gen, n_boot)
         lo, hi = np.quantile(draws, [(1 - ci_level) / 2, (1 + ci_level) / 2])
-        min_p = 2 / n_splits if exact else 1 / (1 + n_splits)
+        min_p = attainable_min_p(a.shape[0], b.shape[0]) if exact else 1 / (1 + n_splits)
         rows.append((stat, lo, hi, p, min_p, n_splits, exact))
     names = ("statistic", "lower", "upper", "p", "min_p", "n_splits")
     out = xr.Dataset(

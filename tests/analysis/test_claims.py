@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -327,6 +329,34 @@ def test_probe_claims_from_one_seed_are_not_evaluable_not_an_error(tmp_path):
     res = evaluate_claims(st, claims, probes=probes)
     assert list(res.verdict.values) == ["not evaluable", "not evaluable"]
     assert "needs at least 2 seeds with a s3 probe profile for lstm (found 1)" in str(res.test.values[0])
+
+
+def test_a_profile_claim_that_three_seeds_cannot_decide_says_so(tmp_path):
+    """3 seeds per task: 20 splits, the observed one and its mirror among them, so no p is
+    below 0.1 — the verdict names that floor instead of a p that could never be small."""
+    st = Store.create(str(tmp_path / "p.zarr"))
+    probes = _fake_probes(st, np.random.default_rng(0), n_seeds=3)
+    res = evaluate_claims(st, parse_claims([PROFILE_CLAIMS[0]]), probes=probes)
+    row = res.sel(claim="s3-like-parity[lstm]")
+    assert str(row.verdict.values) == "inconclusive"
+    assert float(row.min_p) == pytest.approx(0.1)
+    assert ("cannot be supported with 3 seeds per task: the exact permutation test's smallest "
+            "attainable p is 0.100, not below 0.05 (4 seeds per task would be needed)") in str(row.reason.values)
+
+
+def test_reading_an_experiment_warns_of_a_profile_claim_its_seeds_cannot_decide(tmp_path):
+    from layerstate.experiment import parse_experiment
+
+    def exp(seeds):
+        return {"experiment": {"name": "x"},
+                "grid": {"tasks": ["parity", "s3", "dyck"], "archs": ["lstm"], "seeds": seeds},
+                "claims": [PROFILE_CLAIMS[0]]}
+
+    with pytest.warns(UserWarning, match=r"cannot be supported with 3 seeds per task .*smallest p is 0.100"):
+        parse_experiment(exp([0, 1, 2]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parse_experiment(exp([0, 1, 2, 3]))  # 2/70 < 0.05: no warning
 
 
 def _interchange_store(tmp_path, n_seeds=4, no_conv=False):

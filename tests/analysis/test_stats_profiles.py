@@ -113,3 +113,20 @@ def test_profile_functions_reject_bad_inputs_with_pinned_messages():
         profile_difference_test(acc.isel(seed=[0]), rng=0)
     with pytest.raises(ValueError, match="chance must be < 1"):
         profile_statistics(acc, rng=0, chance=1.0)
+
+
+def test_the_smallest_attainable_p_and_the_seeds_it_takes():
+    from analysis.stats.profiles import attainable_min_p, seeds_for_profile_test
+
+    assert attainable_min_p(3, 3) == pytest.approx(2 / 20)  # a split and its mirror
+    assert attainable_min_p(2, 3) == pytest.approx(1 / 10)
+    assert attainable_min_p(5, 5) == pytest.approx(2 / 252)
+    assert seeds_for_profile_test(0.05) == 4 and seeds_for_profile_test(0.01) == 5
+    # what the test returns agrees: two clearly different shapes, 3 seeds each, p at the floor
+    rng = np.random.default_rng(0)
+    a = np.array([0.5, 0.5, 0.5, 0.6, 1.0]) + rng.normal(0, 0.005, (3, 5))
+    b = np.array([0.5, 1.0, 1.0, 1.0, 1.0]) + rng.normal(0, 0.005, (3, 5))
+    from analysis.stats.profiles import permutation_shape_test_np
+
+    _, p, exact, n_splits = permutation_shape_test_np(a, b, rng)
+    assert exact and n_splits == 20 and p == pytest.approx(attainable_min_p(3, 3))
