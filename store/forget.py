@@ -17,7 +17,7 @@ again (their record names the runs they came from).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from zarr.core.sync import sync
 
@@ -25,8 +25,9 @@ from . import schema as S
 from .errors import MissingError
 from .lengths import lengths as _lengths
 
-if TYPE_CHECKING:
-    from .core import Store
+#: ``st`` below is a :class:`store.Store` opened for writing; typed ``Any`` because ``core``
+#: imports this module (the store's modules never import each other both ways).
+Store = Any
 
 #: The kinds of length group a run may hold (activations, counterfactual twins).
 KINDS = ("len", "cfclean", "cfcorrupt")
