@@ -3,9 +3,10 @@
 Every stage skips what is already done (trained runs, captured blocks, stored results), so
 re-running after an interruption does only what is missing. A stored result is reused only
 if it was computed from the experiment's present runs and parameters (recorded in its
-``pipeline_request`` attribute): a grid given more seeds, or a run trained again, or changed
-analysis settings, make it out of date, and it is computed again (said in one line). The experiment, claims
-included, is validated before anything is created (:func:`layerstate.experiment.load_experiment`).
+``pipeline_request`` attribute): a grid given more seeds, a run trained again or changed
+analysis settings make it out of date, and it is computed again (said in one line). The
+experiment, claims included, is validated before anything is created
+(:func:`layerstate.experiment.load_experiment`).
 Result lines come from :mod:`layerstate.present`.
 
 Where the work runs is one ``scheduler`` (:mod:`analysis.compute`), the same for every stage:

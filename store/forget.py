@@ -65,8 +65,9 @@ def forget_captures(st: Store, run_id: str, lengths: Iterable[int] | None = None
     names = captured_groups(st, run_id, lengths)
     if not names:
         have = sorted({n for kind in KINDS for n in _lengths(st.run_group(run_id), kind)})
+        where = "" if lengths is None else f" at length(s) {', '.join(map(str, lengths))}"
         raise MissingError(
-            f"run {run_id!r} has no captures at length(s) {', '.join(map(str, lengths or []))}; "
+            f"run {run_id!r} has no captures{where}; "
             f"its captured lengths: {', '.join(map(str, have)) or '(none)'}"
         )
     with st.lock(run_id):

@@ -84,3 +84,10 @@ def test_cli_forget(make_store):
         res = cli.invoke(main, ["forget", path, *args])
         assert res.exit_code == 2 and message in res.output, (args, res.output)
     assert validate(path).ok
+
+
+def test_forgetting_the_captures_of_a_run_that_has_none_names_that(make_store):
+    st = make_store(runs=("r0",), lengths=(12,))
+    st.forget_captures("r0")
+    with pytest.raises(MissingError, match=r"run 'r0' has no captures; its captured lengths: \(none\)"):
+        st.forget_captures("r0")
