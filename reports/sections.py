@@ -306,7 +306,7 @@ def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
         values = _floats(frame, col)
         if np.isfinite(values).any():
             shown[head] = [fmt(v, 3) for v in values]
-    for col, head in (("dropped", "dropped"), ("variance", "variance (GLMM)")):
+    for col, head in (("dropped", "dropped"), ("variance", "variance")):
         values = _text(frame, col)
         if (values != "").any():
             shown[head] = values.replace("", "–")

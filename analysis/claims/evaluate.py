@@ -3,12 +3,10 @@ and the verdicts (:func:`evaluate_claims`)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import xarray as xr
-from scipy import stats as sps
 
 from analysis.claims.metrics import (
     paired_levels,
@@ -28,6 +26,7 @@ from analysis.claims.verdicts import (
     primary_test,
     test_text,
 )
+from analysis.stats.equivalence import bound_t_np
 from store import Store
 
 
@@ -116,20 +115,49 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
             f"claim {claim.id!r}: layer {claim.layer!r} not probed; layers: "
             f"{', '.join(map(str, acc.layer.values))}"
         )
-    x = acc.sel(layer=claim.layer).values
-    x = x[np.isfinite(x)]
+    da = acc.sel(layer=claim.layer)
+    ok = np.isfinite(da.values)
+    x, seeds = da.values[ok], da.seed.values[ok]
     if x.size < 2:
         raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
-    n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
-    se = sd / math.sqrt(n) if sd > 0 else 1e-12
-    tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
-    p = float(sps.t.sf((mean - threshold) / se, n - 1))
+    units = _sequences_per_seed(store, claim, str(claim.task), claim.arch, seeds)
+    res = bound_t_np(x, threshold, "greater", n_units=units, ci_level=1 - ALPHA, bounds=(0.0, 1.0))
+    mean = float(res["estimate"])
+    if float(res["se"]) == 0:
+        raise NotEvaluable(
+            f"claim {claim.id!r}: its {x.size} seeds' probe accuracies at {claim.layer} are identical "
+            f"({mean:.4g}) and no captured sequences were found at L = {claim.length} to bound their "
+            "sampling error; capture the runs at that length"
+        )
     return {
-        "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "p": p,
-        "n_seeds": n, "margin": np.nan, "power": np.nan, "mde": np.nan,
-        "treatment_mean": mean, "reference_mean": claim.threshold,
+        "estimate": mean, "lower": float(res["lower"]), "upper": float(res["upper"]), "p": float(res["p"]),
+        "n_seeds": int(x.size), "margin": np.nan, "power": np.nan, "mde": np.nan,
+        "treatment_mean": mean, "reference_mean": claim.threshold, "variance": _floor_text(res, units),
         "test": f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}",
     }
+
+
+def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
+                        seeds: np.ndarray) -> np.ndarray:
+    """Each seed's number of captured sequences at the claim's length (the sampling unit)."""
+    out = np.zeros(len(seeds))
+    for i, seed in enumerate(seeds):
+        filters: dict[str, Any] = {"task": task, "variant": claim.variant, "seed": int(seed)}
+        if arch is not None:
+            filters["arch"] = arch
+        runs = [r for r in store.select(**filters) if claim.length in store.lengths(r)]
+        if runs:
+            out[i] = store.open_length(runs[0], claim.length).sizes["sequence"]
+    return out
+
+
+def _floor_text(res: dict, units: np.ndarray | None) -> str:
+    """What the variance of a bound test rests on, when the sampling floor was used."""
+    if not bool(res["floored"]):
+        return ""
+    return (f"the seeds' SD {float(res['sd']):.4f} is below the sampling SD {float(res['sampling_sd']):.4f} "
+            f"of a proportion over {int(np.min(units)) if units is not None else 0} sequences per seed: "
+            "the interval and test use the sampling SD")
 
 
 def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
@@ -149,15 +177,26 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     extra = [d for d in da.dims if d != "seed" and da.sizes[d] > 1]
     if extra:
         raise ClaimError(f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim")
-    x = np.asarray(da.squeeze([d for d in da.dims if d != "seed"], drop=True).values, dtype=float)
-    x = x[np.isfinite(x)]
+    da = da.squeeze([d for d in da.dims if d != "seed"], drop=True)
+    ok = np.isfinite(np.asarray(da.values, dtype=float))
+    x, seeds = np.asarray(da.values, dtype=float)[ok], da.seed.values[ok]
     if x.size < 2:
         raise too_few(claim, int(x.size), "with a defined value")
-    n, mean, sd = x.size, float(x.mean()), float(x.std(ddof=1))
-    se = sd / math.sqrt(n) if sd > 0 else 1e-12  # seeds alike (e.g. all at 1.0): the mean decides
-    tcrit = sps.t.ppf(1 - ALPHA / 2, n - 1)
-    t = (mean - threshold) / se
-    p = float(sps.t.sf(t, n - 1) if claim.direction == "greater" else sps.t.cdf(t, n - 1))
+    units = None
+    if claim.metric == "accuracy":
+        units = _labelled_sequences(store, claim, cache, seeds)
+    elif claim.metric == "probe_accuracy" and claim.task is not None:
+        units = _sequences_per_seed(store, claim, claim.task, claim.arch, seeds)
+    proportion = claim.metric in ("accuracy", "probe_accuracy")
+    res = bound_t_np(x, threshold, claim.direction, n_units=units, ci_level=1 - ALPHA,
+                     bounds=(0.0, 1.0) if proportion else None)
+    n, mean, se = x.size, float(res["estimate"]), float(res["se"])
+    if se == 0:
+        raise NotEvaluable(
+            f"claim {claim.id!r}: its {n} seeds' {claim.metric} values are identical ({mean:.4g}), so their "
+            "spread gives no interval and the metric has no sequence count to bound it; add seeds"
+        )
+    p = float(res["p"])
     what = {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
             "refit_accuracy": f"refitted probe accuracy after {claim.setting} at {claim.layer}"
                               + (" minus chance" if claim.baseline == "chance" else ""),
@@ -168,12 +207,24 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
             "accuracy": "accuracy"}[claim.metric]
     side = ">" if claim.direction == "greater" else "<"
     return {
-        "estimate": mean, "lower": mean - tcrit * se, "upper": mean + tcrit * se, "se": se, "df": float(n - 1),
+        "estimate": mean, "lower": float(res["lower"]), "upper": float(res["upper"]), "se": se, "df": float(n - 1),
         "p": p, "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan,
         "mde": float(mde_se(se, n - 1, ALPHA, 0.8, "one-sided")),
         "treatment_mean": mean, "reference_mean": threshold, "model": "paired_t",
+        "variance": _floor_text(res, units),
         "test": f"one-sided t over seeds: mean {what} at L = {claim.length} {side} {threshold:g}",
     }
+
+
+def _labelled_sequences(store: Store, claim: Claim, cache: dict, seeds: np.ndarray) -> np.ndarray:
+    """Each seed's number of sequences with a label at the claim's length (accuracy claims)."""
+    labelled = sequence_counts(store, claim, cache).labelled
+    for dim, level in {"task": claim.task, "arch": claim.arch, "variant": claim.variant}.items():
+        if dim in labelled.dims and level is not None:
+            labelled = labelled.sel({dim: level})
+    has = (labelled.fillna(0) > 0).sum("sequence")
+    has = has.squeeze([d for d in has.dims if d != "seed"], drop=True)
+    return np.asarray(has.sel(seed=seeds).values, dtype=float)
 
 
 def _ranges(values: list[int]) -> str:

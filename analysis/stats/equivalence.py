@@ -94,6 +94,69 @@ def paired_t_np(diff: np.ndarray, ci_level: float = 0.95, axis: int = -1) -> dic
     }
 
 
+def proportion_sampling_var(values: np.ndarray, n_units: np.ndarray) -> np.ndarray:
+    """The largest sampling variance a seed's proportion can have, from its sequence count.
+
+    A seed's value is a mean over its ``n_units`` sequences of per-sequence values in [0, 1];
+    such a mean with mean p has variance at most p(1 - p)/m. p is shrunk towards 1/2 as in the
+    Agresti-Coull interval, p~ = (m p + 2)/(m + 4), so that a seed at exactly 0 or 1 still
+    has a positive variance (its sequences are a sample: a next one could be wrong).
+    """
+    m = np.asarray(n_units, dtype=float)
+    shrunk = (m * np.asarray(values, dtype=float) + 2.0) / (m + 4.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(m > 0, shrunk * (1.0 - shrunk) / m, np.nan)
+
+
+def bound_t_np(values: np.ndarray, threshold: float, direction: str = "greater", *,
+               n_units: np.ndarray | None = None, ci_level: float = 0.95,
+               bounds: tuple[float, float] | None = None, axis: int = -1) -> dict:
+    """One-sided t over seeds of ``mean > threshold`` (or ``<``), with a sampling floor.
+
+    Seeds are the random effect, so the test is a t on the per-seed values with n - 1
+    degrees of freedom. Their spread estimates the seed-to-seed variance plus each seed's
+    sampling variance; with few seeds it can come out smaller than sampling alone allows
+    (three seeds all at exactly 1.000 give a spread of 0, hence a zero-width interval and
+    p = 0). Given ``n_units`` (each seed's number of sequences; the value must then be a
+    proportion), the variance used is the larger of the seeds' and
+    :func:`proportion_sampling_var` averaged over the seeds. ``bounds`` clips the reported
+    interval to the metric's range (not the test).
+
+    Returns
+    -------
+    dict of ndarray, each of ``values``' shape without ``axis``
+        ``estimate``, ``sd`` (of the seeds), ``sampling_sd`` (NaN without ``n_units``),
+        ``floored`` (the sampling floor was used), ``se``, ``statistic``, ``p`` (one-sided),
+        ``lower``, ``upper`` (two-sided ``ci_level`` interval), ``df``.
+    """
+    if direction not in ("greater", "less"):
+        raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
+    x = np.moveaxis(np.asarray(values, dtype=float), axis, -1)
+    n = x.shape[-1]
+    est = x.mean(-1)
+    var = x.var(-1, ddof=1)
+    if n_units is None:
+        samp = np.full(est.shape, np.nan)
+    else:
+        m = np.moveaxis(np.broadcast_to(np.asarray(n_units, dtype=float), np.asarray(values).shape), axis, -1)
+        samp = proportion_sampling_var(x, m).mean(-1)
+    floored = np.isfinite(samp) & (samp > var)
+    se = np.sqrt(np.where(floored, samp, var) / n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stat = (est - threshold) / se
+    p = scipy.stats.t.sf(stat, n - 1) if direction == "greater" else scipy.stats.t.cdf(stat, n - 1)
+    p = np.where(se > 0, p, np.where(est > threshold, 0.0, 1.0) if direction == "greater"
+                 else np.where(est < threshold, 0.0, 1.0))
+    half = scipy.stats.t.ppf(0.5 + ci_level / 2, n - 1) * se
+    lower, upper = est - half, est + half
+    if bounds is not None:
+        lower, upper = np.clip(lower, *bounds), np.clip(upper, *bounds)
+    return {
+        "estimate": est, "sd": np.sqrt(var), "sampling_sd": np.sqrt(samp), "floored": floored,
+        "se": se, "statistic": stat, "p": p, "lower": lower, "upper": upper, "df": float(n - 1),
+    }
+
+
 def tost_np(diff: np.ndarray, margin: float, alpha: float = 0.05, axis: int = -1) -> dict:
     """Two one-sided t tests of ``|mean difference| < margin``.
 

@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from analysis.behaviour import accuracy_intervals, sequence_correctness
 from analysis.claims import ClaimError, evaluate_claims, parse_claims
@@ -316,6 +317,43 @@ def test_probe_claims_profile_match_and_readable_by(tmp_path):
     assert v == {"s3-like-parity[lstm]": "supported", "dyck-early": "supported",
                  "parity-early": "contradicted"}
     assert float(res.sel(claim="dyck-early").estimate) == pytest.approx(0.95, abs=0.02)
+
+
+def test_readable_by_with_seeds_alike_has_an_interval_from_the_sequences(tmp_path):
+    """Three seeds all probing at exactly 1.000: the seeds' spread is 0, so the interval comes
+    from the sampling error of each seed's 64 captured sequences, not a zero width and p = 0."""
+    import xarray as xr
+
+    st = Store.create(str(tmp_path / "p.zarr"))
+    rng = np.random.default_rng(0)
+    runs = []
+    for seed in range(3):
+        rid = f"dyck-lstm-{seed}"
+        st.add_run(rid, task="dyck", arch="lstm", seed=seed)
+        labels = rng.integers(0, 2, size=(64, 8))
+        st.write_length(rid, 8, hidden=rng.standard_normal((64, 8, 2, 4)).astype("float32"),
+                        tokens=labels, labels={"depth": labels})
+        runs.append(rid)
+    probes = xr.Dataset({"profile": (("run", "length", "layer"), np.ones((3, 1, 2)))},
+                        coords={"run": runs, "length": [8], "layer": ["L0", "L1"]})
+    claim = {**PROFILE_CLAIMS[1], "threshold": 0.9, "length": 8}
+    res = evaluate_claims(st, parse_claims([claim, {**claim, "id": "strict", "threshold": 0.99}]),
+                          probes=probes)
+    row = res.sel(claim="dyck-early")
+    shrunk = 66 / 68  # (64 * 1.0 + 2) / (64 + 4)
+    se = np.sqrt(shrunk * (1 - shrunk) / 64 / 3)
+    assert float(row.upper) == 1.0
+    assert float(row.lower) == pytest.approx(1 - scipy.stats.t.ppf(0.975, 2) * se)
+    assert "over 64 sequences per seed" in str(row.variance.values)
+    assert str(row.verdict.values) == "supported"
+    assert str(res.sel(claim="strict").verdict.values) == "inconclusive"  # 192 sequences can't show 0.99
+    # no captures to take the sequence count from: identical seeds give no interval at all
+    bare = Store.create(str(tmp_path / "bare.zarr"))
+    for seed in range(3):
+        bare.add_run(f"dyck-lstm-{seed}", task="dyck", arch="lstm", seed=seed)
+    res = evaluate_claims(bare, parse_claims([claim]), probes=probes)
+    assert str(res.verdict.values[0]) == "not evaluable"
+    assert "are identical (1)" in str(res.test.values[0])
 
 
 def test_probe_claims_from_one_seed_are_not_evaluable_not_an_error(tmp_path):

@@ -440,7 +440,7 @@ def test_claims_table_shows_reason_crosscheck_power_at_and_variance_components(f
     assert heads[:5] == ["claim", "statement", "verdict", "reason", "estimate [95% CI]"]
     assert {"power at effect", "cross-check", "cross-check [95% CI]", "cross-check p", "cross-check verdict",
             "SD seed", "SD model", "SD sequence"} <= set(heads)
-    assert "dropped" not in heads and "variance (GLMM)" not in heads  # empty for every claim here
+    assert "dropped" not in heads and "variance" not in heads  # empty for every claim here
     text = re.sub(r"<[^>]+>", "", page)
     assert "0.42 at +0.05" in text or re.search(r"\d\.\d\d at \+0\.05", text)  # power at the margin
     assert "mixedlm" in text
@@ -501,7 +501,7 @@ def test_a_disagreeing_crosscheck_is_flagged_and_glmm_text_and_drops_are_shown()
     assert shown.loc["c", "cross-check verdict"] == f"{DISAGREES}: inconclusive"
     assert shown.loc["g", "cross-check verdict"] == "–" and "estimate only" in shown.loc["g", "cross-check [95% CI]"]
     assert shown.loc["g", "dropped"] == "paired_t dropped seed 3" and shown.loc["c", "dropped"] == "–"
-    assert shown.loc["g", "variance (GLMM)"].startswith("GLMM")
+    assert shown.loc["g", "variance"].startswith("GLMM")
     assert shown.loc["c", "power at effect"] == "0.80 at +0.05"
     assert "too few seeds" in shown.loc["e", "reason"] and "-0.900" not in shown.loc["e", "reason"]
     sec = Section("claims", "Claims", tables=[Table("claims", "t", full, claims_display(full))])
