@@ -106,8 +106,9 @@ def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
 
 
 def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
-    threshold = claim.threshold
-    if threshold is None:  # the Claim validator requires a threshold for readable_by claims
+    """A readable_by claim: a bound claim (probe accuracy at ``layer`` > ``threshold``) on the
+    stored probe profiles."""
+    if claim.threshold is None:  # the Claim validator requires a threshold for readable_by claims
         raise ClaimError(f"claim {claim.id!r}: a readable_by claim needs a threshold")
     acc = probe_seed_profile(store, probes, claim, claim.task, claim.arch)
     if claim.layer not in [str(v) for v in acc.layer.values]:
@@ -121,51 +122,41 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     if x.size < 2:
         raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
     units = _sequences_per_seed(store, claim, str(claim.task), claim.arch, seeds)
-    res = bound_t_np(x, threshold, "greater", n_units=units, ci_level=1 - ALPHA, bounds=(0.0, 1.0))
-    mean = float(res["estimate"])
-    if float(res["se"]) == 0:
-        raise NotEvaluable(
-            f"claim {claim.id!r}: its {x.size} seeds' probe accuracies at {claim.layer} are identical "
-            f"({mean:.4g}) and no captured sequences were found at L = {claim.length} to bound their "
-            "sampling error; capture the runs at that length"
-        )
-    return {
-        "estimate": mean, "lower": float(res["lower"]), "upper": float(res["upper"]), "p": float(res["p"]),
-        "n_seeds": int(x.size), "margin": np.nan, "power": np.nan, "mde": np.nan,
-        "treatment_mean": mean, "reference_mean": claim.threshold, "variance": _floor_text(res, units),
-        "test": f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}",
-    }
+    row = _bound_row(claim, x, units, "greater", proportion=True, what=f"probe accuracy at {claim.layer}")
+    row["test"] = f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}"
+    return row
 
 
 def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
                         seeds: np.ndarray) -> np.ndarray:
-    """Each seed's number of captured sequences at the claim's length (the sampling unit)."""
+    """Each seed's number of captured sequences at the claim's length (the sampling unit);
+    0 for a seed with no run captured at that length."""
+    runs = store.runs()
+    keep = (runs["task"] == task) & (runs["variant"] == claim.variant)
+    if arch is not None:
+        keep &= runs["arch"] == arch
+    runs = runs[keep & runs["lengths"].map(lambda ls: claim.length in ls)]
     out = np.zeros(len(seeds))
     for i, seed in enumerate(seeds):
-        filters: dict[str, Any] = {"task": task, "variant": claim.variant, "seed": int(seed)}
-        if arch is not None:
-            filters["arch"] = arch
-        runs = [r for r in store.select(**filters) if claim.length in store.lengths(r)]
-        if runs:
-            out[i] = store.open_length(runs[0], claim.length).sizes["sequence"]
+        match = runs.index[runs["seed"] == int(seed)]
+        if len(match):
+            out[i] = store.open_length(str(match[0]), claim.length).sizes["sequence"]
     return out
 
 
-def _floor_text(res: dict, units: np.ndarray | None) -> str:
-    """What the variance of a bound test rests on, when the sampling floor was used."""
+def _floor_text(res: dict, units: np.ndarray) -> str:
+    """What the variance of a bound test rests on, when the sampling floor was used (the
+    floor is only used when ``units`` were given)."""
     if not bool(res["floored"]):
         return ""
     return (f"the seeds' SD {float(res['sd']):.4f} is below the sampling SD {float(res['sampling_sd']):.4f} "
-            f"of a proportion over {int(np.min(units)) if units is not None else 0} sequences per seed: "
+            f"of a proportion over {int(np.min(units))} sequences per seed: "
             "the interval and test use the sampling SD")
 
 
 def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     """One-sided t on the per-seed values of the claim's metric against ``threshold``."""
-    from analysis.stats.contrasts import mde_se
-
-    threshold = claim.threshold
-    if threshold is None:  # the Claim validator requires one
+    if claim.threshold is None:  # the Claim validator requires one
         raise ClaimError(f"claim {claim.id!r}: a bound claim needs a threshold")
     da = seed_metric(store, claim, cache)
     sel: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": claim.variant,
@@ -187,16 +178,6 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
         units = _labelled_sequences(store, claim, cache, seeds)
     elif claim.metric == "probe_accuracy" and claim.task is not None:
         units = _sequences_per_seed(store, claim, claim.task, claim.arch, seeds)
-    proportion = claim.metric in ("accuracy", "probe_accuracy")
-    res = bound_t_np(x, threshold, claim.direction, n_units=units, ci_level=1 - ALPHA,
-                     bounds=(0.0, 1.0) if proportion else None)
-    n, mean, se = x.size, float(res["estimate"]), float(res["se"])
-    if se == 0:
-        raise NotEvaluable(
-            f"claim {claim.id!r}: its {n} seeds' {claim.metric} values are identical ({mean:.4g}), so their "
-            "spread gives no interval and the metric has no sequence count to bound it; add seeds"
-        )
-    p = float(res["p"])
     what = {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
             "refit_accuracy": f"refitted probe accuracy after {claim.setting} at {claim.layer}"
                               + (" minus chance" if claim.baseline == "chance" else ""),
@@ -205,13 +186,35 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
             "probe_accuracy": f"probe accuracy at {claim.layer}",
             "restoration": f"restoration at {claim.site}",
             "accuracy": "accuracy"}[claim.metric]
-    side = ">" if claim.direction == "greater" else "<"
+    return _bound_row(claim, x, units, claim.direction,
+                      proportion=claim.metric in ("accuracy", "probe_accuracy"), what=what)
+
+
+def _bound_row(claim: Claim, x: np.ndarray, units: np.ndarray | None, direction: str, *,
+               proportion: bool, what: str) -> dict:
+    """The one-sided t of per-seed values ``x`` against the claim's threshold, as a claims row.
+
+    ``units`` (sequences per seed) floors the variance of a proportion at its sampling
+    variance, so seeds that agree exactly still get an interval."""
+    from analysis.stats.contrasts import mde_se
+
+    threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
+    res = bound_t_np(x, threshold, direction, n_units=units, ci_level=1 - ALPHA,
+                     bounds=(0.0, 1.0) if proportion else None)
+    n, mean, se = x.size, float(res["estimate"]), float(res["se"])
+    if se == 0:
+        why = (f"no captured sequences were found at L = {claim.length} to bound their sampling error; "
+               "capture the runs at that length") if units is not None else (
+               "the metric has no sequence count to bound their sampling error; add seeds")
+        raise NotEvaluable(f"claim {claim.id!r}: its {n} seeds' {what} values are identical ({mean:.4g}), "
+                           f"so their spread gives no interval and {why}")
+    side = ">" if direction == "greater" else "<"
     return {
         "estimate": mean, "lower": float(res["lower"]), "upper": float(res["upper"]), "se": se, "df": float(n - 1),
-        "p": p, "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan,
+        "p": float(res["p"]), "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan,
         "mde": float(mde_se(se, n - 1, ALPHA, 0.8, "one-sided")),
         "treatment_mean": mean, "reference_mean": threshold, "model": "paired_t",
-        "variance": _floor_text(res, units),
+        "variance": _floor_text(res, units) if units is not None else "",
         "test": f"one-sided t over seeds: mean {what} at L = {claim.length} {side} {threshold:g}",
     }
 
