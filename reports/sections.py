@@ -165,7 +165,82 @@ def behaviour(snap: Snapshot) -> Section:
     sec.figures.append(Figure("behaviour_accuracy", "Accuracy against sequence length (bands: 95% intervals).",
                               F.accuracy_vs_length(frame)))
     sec.tables.append(Table("behaviour_accuracy", "Accuracy [95% interval] per length.", frame, pivot))
+    training = training_frame(snap)
+    if len(training):
+        sec.tables.append(Table(
+            "behaviour_training", "Training: how each cell's seeds stopped, and whether they were still "
+            "learning at the end of the budget.", training, _training_display(training)))
+        rising = training[training["still_rising"] > 0]
+        if len(rising):
+            cells = ", ".join(f"{r.task}/{r.arch}" + ("" if r.variant == "default" else f"/{r.variant}")
+                              + f" ({r.still_rising} of {r.seeds})" for r in rising.itertuples())
+            sec.notes.append(
+                f"Still learning when the budget ran out (whole budget used and held-out accuracy up "
+                f"{RISING_GAIN * 100:.0f} pp or more over its second half): {cells}. These models are "
+                "under-trained for their architecture; their accuracy is a lower bound on what it can reach "
+                "at this size.")
     return sec
+
+
+#: Held-out accuracy gained over the second half of a run's budget that counts as still rising.
+RISING_GAIN = 0.01
+
+
+def training_frame(snap: Snapshot) -> pd.DataFrame:
+    """One row per trained (task, arch, variant): seeds, the step budget, the steps each seed
+    used, how many stopped at the target accuracy, on patience or at the end of the budget,
+    and how many of those that used the whole budget were still rising (held-out accuracy at
+    the end minus at the budget's midpoint >= :data:`RISING_GAIN`)."""
+    rows = []
+    for rid in snap.runs:
+        a = snap.store.run_attrs(rid)
+        m, cfg = a.get("metrics") or {}, a.get("train_config") or {}
+        curve = [p for p in m.get("curve", []) if _num(p.get("valid_accuracy"))]
+        if a.get("status") != "trained" or not curve or not _num(cfg.get("steps")):
+            continue
+        budget, steps = int(cfg["steps"]), int(m.get("steps", curve[-1]["step"]))
+        final = float(curve[-1]["valid_accuracy"])
+        target = cfg.get("target_accuracy")
+        if target is not None and _num(target) and final >= float(target):
+            stop = "target"
+        elif steps < budget:
+            stop = "patience"
+        else:
+            stop = "budget"
+        half = [p for p in curve if p["step"] <= budget / 2]
+        gain = final - float(half[-1]["valid_accuracy"]) if half else np.nan
+        rows.append({"task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
+                     "budget": budget, "steps": steps, "stop": stop, "gain_second_half": gain,
+                     "rising": stop == "budget" and _num(gain) and gain >= RISING_GAIN})
+    cols = ["task", "arch", "variant", "seeds", "budget", "steps_min", "steps_max", "target", "patience",
+            "budget_used", "still_rising", "gain_second_half_max"]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    runs = pd.DataFrame(rows)
+    out = runs.groupby(["task", "arch", "variant"], sort=True).agg(
+        seeds=("steps", "size"), budget=("budget", "max"), steps_min=("steps", "min"),
+        steps_max=("steps", "max"), target=("stop", lambda s: int((s == "target").sum())),
+        patience=("stop", lambda s: int((s == "patience").sum())),
+        budget_used=("stop", lambda s: int((s == "budget").sum())),
+        still_rising=("rising", "sum"), gain_second_half_max=("gain_second_half", "max"),
+    ).reset_index()
+    out["still_rising"] = out["still_rising"].astype(int)
+    return out[cols]
+
+
+def _training_display(frame: pd.DataFrame) -> pd.DataFrame:
+    shown = pd.DataFrame({
+        "task": frame["task"], "arch": frame["arch"], "variant": frame["variant"], "seeds": frame["seeds"],
+        "budget": frame["budget"],
+        "steps used": [f"{a}" if a == b else f"{a}–{b}" for a, b in zip(frame["steps_min"], frame["steps_max"],
+                                                                      strict=True)],
+        "stopped (target / patience / budget)": [
+            f"{t} / {p} / {b}" for t, p, b in zip(frame["target"], frame["patience"], frame["budget_used"],
+                                                  strict=True)],
+        "still rising": [f"{r} of {b}" if b else "–" for r, b in zip(frame["still_rising"], frame["budget_used"],
+                                                                    strict=True)],
+    })
+    return shown
 
 
 def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, list[str]]:
