@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports import sections
+from reports import build_report, sections
 from reports.snapshot import take_snapshot
 from store import Store
 
@@ -50,6 +50,11 @@ def test_stops_are_classified_and_rising_cells_are_named(tmp_path):
     assert shown.loc["lstm", "stopped (target / patience / budget)"] == "1 / 1 / 0"
     note = next(n for n in sec.notes if n.startswith("Still learning"))
     assert "parity/transformer (1 of 2)" in note and "lstm" not in note
+
+    index = build_report(st, tmp_path / "report")
+    assert (tmp_path / "report" / "tables" / "behaviour_training.csv").exists()
+    md = (index.parent / "report.md").read_text()
+    assert "| transformer | default | 2 | 1000 | 1000 | 0 / 0 / 2 | 1 of 2 |" in md
 
 
 def test_runs_without_a_training_curve_give_no_table(tmp_path):
