@@ -237,8 +237,8 @@ def _training_display(frame: pd.DataFrame) -> pd.DataFrame:
         "stopped (target / patience / budget)": [
             f"{t} / {p} / {b}" for t, p, b in zip(frame["target"], frame["patience"], frame["budget_used"],
                                                   strict=True)],
-        "still rising": [f"{r} of {b}" if b else "–" for r, b in zip(frame["still_rising"], frame["budget_used"],
-                                                                    strict=True)],
+        "still rising": [f"{r} of {n}" if b else "–" for r, b, n in zip(
+            frame["still_rising"], frame["budget_used"], frame["seeds"], strict=True)],
     })
     return shown
 
