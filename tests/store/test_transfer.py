@@ -78,6 +78,21 @@ class CountingProxy:
                 except OSError:
                     pass
 
+    def wait_quiet(self, still: float = 0.5, timeout: float = 10.0) -> None:
+        """Return once no byte has been relayed for ``still`` seconds (or after ``timeout``).
+
+        A pump counts a block before forwarding it, so after a client is killed its
+        connections can still count the blocks they had in hand; on a loaded machine that
+        happens after the next ``reset`` and is charged to the next copy unless waited out."""
+        deadline = time.time() + timeout
+        last = (self.down, self.up)
+        while time.time() < deadline:
+            time.sleep(still)
+            now = (self.down, self.up)
+            if now == last:
+                return
+            last = now
+
     def reset(self) -> int:
         """Bytes downloaded since the last reset (both counters restart)."""
         return self.take()[0]
@@ -180,6 +195,7 @@ def _killed_half_way(proxy: CountingProxy, args: list[str], progress) -> None:
         _out, err = p.communicate()
     finally:
         proxy.rate = None
+    proxy.wait_quiet()  # the killed client's last blocks are counted before the caller resets
     assert p.returncode == -signal.SIGKILL, err.decode()[-2000:]
 
 
