@@ -486,17 +486,20 @@ def capture(experiment: str, store_path: str, device: str, scheduler: str, stora
                    "a cluster whose workers share no filesystem.")
 @click.option("--jobs", default=2, show_default=True,
               help="Runs trained in parallel on this machine (processes); a cluster uses its workers.")
+@click.option("--task", "tasks", multiple=True,
+              help="Run only this task's part of the grid (repeatable): its runs, and the claims "
+                   "that read only the tasks named. A grid too big for one sitting is run in parts.")
 @device_option
 @scheduler_option(SCHEDULER_HELP + " On a cluster each run's training and each (run, length) "
                   "capture is a task, then the analyses run there; claims and the report here.")
 @storage_option
-def run(experiment: str, out: str, store_path: str | None, jobs: int, device: str, scheduler: str,
-        storage_options: dict) -> None:
+def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tuple[str, ...], device: str,
+        scheduler: str, storage_options: dict) -> None:
     """The main job: train -> capture -> analyse -> claims -> report (re-run resumes)."""
     from layerstate.pipeline import run_experiment
 
     run_experiment(experiment, out, store=store_path, storage_options=storage_options, scheduler=scheduler,
-                   jobs=jobs, device=device, say=click.echo)
+                   jobs=jobs, device=device, tasks=tasks or None, say=click.echo)
 
 
 # ----------------------------------------------------------------------------- analyses

@@ -316,6 +316,32 @@ class Experiment(CapturePlan):
     def _references_as_written(self, refs: list[Reference]) -> list[dict[str, Any]]:
         return [r.model_dump(mode="json", exclude_unset=True) for r in refs]
 
+    def part(self, tasks: Collection[str]) -> Experiment:
+        """This experiment restricted to ``tasks``: their runs (the same runs, configs and
+        hashes as in the whole grid, so parts trained and analysed in different sittings are
+        one experiment), the claims that read only those tasks, and the references to them.
+
+        A grid too large for one sitting is run a task at a time this way
+        (``layerstate run --task``); a claim comparing tasks (``profile_match``) is kept only
+        by a part holding every task it names. An unknown task raises
+        :class:`~store.errors.InvalidArgumentError` naming the grid's tasks."""
+        from store.errors import InvalidArgumentError
+
+        unknown = [t for t in tasks if t not in self.grid.tasks]
+        if unknown or not tasks:
+            raise InvalidArgumentError(
+                f"task {', '.join(unknown) or '(none)'} is not in the experiment's grid; its tasks: "
+                f"{', '.join(self.grid.tasks)}")
+        keep = [t for t in self.grid.tasks if t in tasks]
+        claims = [c for c in self.claims if set(claim_tasks(c)) <= set(keep)]
+        ids = {c.id for c in claims}
+        refs = [r for r in self.reference
+                if (r.task is None or r.task in keep) and (r.claim is None or r.claim in ids)]
+        title = self.experiment.title or self.experiment.name
+        meta = self.experiment.model_copy(update={"title": f"{title} (part: {', '.join(keep)})"})
+        return self.model_copy(update={"grid": self.grid.model_copy(update={"tasks": keep}),
+                                       "claims": claims, "reference": refs, "experiment": meta})
+
     @property
     def plan(self) -> CapturePlan:
         """Only the sections capture reads (already validated)."""
@@ -388,6 +414,11 @@ def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[s
     pair = get_task(task, **params).counterfactual(  # type: ignore[attr-defined]
         np.random.default_rng(0), 2, length)
     return list(pair.sites) or ["corrupt", "label"]
+
+
+def claim_tasks(claim: Claim) -> list[str]:
+    """The tasks a claim reads: its task, and for ``profile_match`` the tasks it compares with."""
+    return [t for t in (claim.task, claim.matches, claim.differs_from) if t]
 
 
 def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Experiment:

@@ -539,6 +539,7 @@ def run_experiment(
     scheduler: Any = "auto",
     jobs: int = 2,
     device: str = "cpu",
+    tasks: Sequence[str] | None = None,
     say: Say = print,
 ) -> Path:
     """The main job: every stage of an experiment into a store and ``out/report``.
@@ -547,12 +548,20 @@ def run_experiment(
     with ``storage_options`` everywhere. ``scheduler``: see the module docstring (``jobs``
     counts training processes on this machine only). A malformed experiment or claim, or a
     scheduler that does not answer, is refused before anything is created or trained.
+    ``tasks``: run only this part of the grid (:meth:`~layerstate.experiment.Experiment.part`:
+    those tasks' runs and the claims that read only them); the other parts can be run into
+    the same store later, and each part's report covers what the store holds.
     """
     from analysis.compute import check, connect, is_local
     from layerstate.experiment import load_experiment
     from store import Store
 
     exp = load_experiment(exp_path)
+    if tasks:
+        whole = len(exp.claims)
+        exp = exp.part(tasks)
+        say(f"part of {exp_path}: tasks {', '.join(exp.grid.tasks)}; {len(exp.plan.runs())} runs, "
+            f"{len(exp.claims)} of its {whole} claims (those reading only these tasks)")
     check(scheduler)
     t0 = time.perf_counter()
     with connect(scheduler, say=say) as sched:

@@ -252,3 +252,63 @@ def test_a_stored_result_is_reused_only_for_the_runs_and_parameters_it_came_from
     assert _staleness(req, other) == "its parameters differ: lengths [40, 80] -> [40]"
     # a result written by hand (or before runs recorded what they were computed from)
     assert "no record" in _staleness(None, req)
+
+
+PART_CLAIMS = """
+[[claims]]
+id = "parity-readable"
+statement = "Parity is readable at L1"
+kind = "readable_by"
+metric = "probe_accuracy"
+task = "parity"
+arch = "lstm"
+layer = "L1"
+threshold = 0.4
+length = 12
+
+[[claims]]
+id = "dyck-readable"
+statement = "Dyck is readable at L1"
+kind = "readable_by"
+metric = "probe_accuracy"
+task = "dyck"
+arch = "lstm"
+layer = "L1"
+threshold = 0.4
+length = 12
+"""
+
+
+@pytest.mark.slow
+def test_run_a_grid_one_task_at_a_time_into_one_store(exp_file, tmp_path):
+    """`run --task`: that task's runs, analyses and claims only; the next part reuses the
+    store and leaves the first part's runs and results as they were."""
+    exp_file.write_text(TINY.replace('tasks = ["parity"]', 'tasks = ["parity", "dyck"]')
+                        .replace("seeds = [0, 1]", "seeds = [0]") + '[analysis]\nprobe_positions = "pooled"\n'
+                        'probe_folds = 3\n' + PART_CLAIMS)
+    out = tmp_path / "out"
+    first = run("run", str(exp_file), "--out", str(out), "--jobs", "1", "--task", "parity")
+    assert first.exit_code == 0, first.output
+    assert "tasks parity; 1 runs, 1 of its 2 claims (those reading only these tasks)" in first.output
+    assert "claim parity-readable:" in first.output and "dyck-readable" not in first.output
+    from store import Store
+
+    st = Store.open(str(out / "store.zarr"))
+    assert st.run_ids() == ["parity-lstm-default-s0"] and "probes/dyck" not in st.results()
+    probes = st.read_result("probes/parity")
+    second = run("run", str(exp_file), "--out", str(out), "--jobs", "1", "--task", "dyck")
+    assert second.exit_code == 0, second.output
+    assert "parity-lstm" not in second.output and "claim dyck-readable:" in second.output
+    st = Store.open(str(out / "store.zarr"))
+    assert st.run_ids() == ["dyck-lstm-default-s0", "parity-lstm-default-s0"]
+    assert st.read_result("probes/parity").identical(probes)
+    assert {"probes/parity", "probes/dyck"} <= set(st.results())
+    assert "dyck" in (out / "report" / "report.md").read_text()
+
+
+def test_run_of_a_task_the_grid_does_not_have_is_one_line_and_nothing_is_created(exp_file, tmp_path):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["run", str(exp_file), "--out", str(out), "--task", "s3"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == ("layerstate: error: task s3 is not in the experiment's grid; its tasks: "
+                                  "parity") and not out.exists()

@@ -11,6 +11,7 @@ import pytest
 from analysis.claims import Claim
 from capture.experiment import CapturePlan
 from layerstate.experiment import ExperimentError, load_claims, load_experiment, parse_experiment
+from store import config_hash, run_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,3 +214,35 @@ def test_seed_metric_claims_load():
                                    analysis=ANALYSIS))
     assert [c.kind for c in exp.claims] == ["bound", "bound", "difference", "bound"]
     assert exp.model_dump(mode="json")["claims"][1]["positions"] == [19, 20]
+
+
+PROFILE = {"id": "p", "statement": "s", "kind": "profile_match", "metric": "probe_accuracy", "task": "s3",
+           "matches": "parity", "differs_from": "dyck", "archs": ["lstm", "gru"]}
+DYCK = {"id": "d", "statement": "s", "kind": "readable_by", "metric": "probe_accuracy", "task": "dyck",
+        "arch": "lstm", "layer": "L1", "threshold": 0.9}
+
+
+def test_a_part_of_the_grid_keeps_its_runs_and_only_the_claims_it_can_answer():
+    """`layerstate run --task`: the same runs (configs, hence hashes) as the whole grid, the
+    claims reading only the part's tasks, a task-comparing claim only where every task it
+    names is in the part, and the references to what is kept."""
+    exp = parse_experiment(minimal(
+        [CLAIM, DYCK, PROFILE], grid={"tasks": ["parity", "s3", "dyck"], "archs": ["lstm", "gru"], "seeds": [0, 1]},
+        reference=[REF, {"source": "p", "metric": "accuracy", "task": "dyck", "arch": "lstm", "length": 80,
+                         "value": 0.9}]))
+    part = exp.part(["dyck"])
+    assert part.grid.tasks == ["dyck"] and [c.id for c in part.claims] == ["d"]
+    assert [r.task for r in part.reference] == ["dyck"]  # the Parity claim's reference went with it
+    assert part.experiment.title.endswith("(part: dyck)")
+    whole = {r.run_id: r for r in exp.runs()}
+    assert [r.run_id for r in part.runs()] == [i for i in whole if i.startswith("dyck-")]
+    def identity(r):
+        return config_hash(run_identity(r.task, r.arch, r.variant, r.seed, r.model_config().model_dump(),
+                                        r.task_config().model_dump())), r.train
+
+    assert all(identity(r) == identity(whole[r.run_id]) for r in part.runs())
+    assert [c.id for c in exp.part(["parity", "s3"]).claims] == ["c"]
+    assert [c.id for c in exp.part(["dyck", "s3", "parity"]).claims] == ["c", "d", "p"]
+    assert exp.part(["dyck", "parity"]).grid.tasks == ["parity", "dyck"]  # grid order
+    with pytest.raises(Exception, match="task s4 is not in the experiment's grid; its tasks: parity, s3, dyck"):
+        exp.part(["s4"])
