@@ -56,6 +56,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_serializer,
     field_validator,
@@ -215,6 +216,7 @@ class Experiment(CapturePlan):
         description="Values papers reported ([[reference]] tables), shown beside ours in the report; "
         "checked against the claims and the grid when the file loads.",
     )
+    _absent_claims: list[Claim] = PrivateAttr(default_factory=list)
 
     @field_validator("reference", mode="before")
     @classmethod
@@ -339,8 +341,16 @@ class Experiment(CapturePlan):
                 if (r.task is None or r.task in keep) and (r.claim is None or r.claim in ids)]
         title = self.experiment.title or self.experiment.name
         meta = self.experiment.model_copy(update={"title": f"{title} (part: {', '.join(keep)})"})
-        return self.model_copy(update={"grid": self.grid.model_copy(update={"tasks": keep}),
+        part = self.model_copy(update={"grid": self.grid.model_copy(update={"tasks": keep}),
                                        "claims": claims, "reference": refs, "experiment": meta})
+        part._absent_claims = [c for c in self.claims if c.id not in ids] + self._absent_claims
+        return part
+
+    @property
+    def absent_claims(self) -> list[Claim]:
+        """The declared claims a part (:meth:`part`) does not hold: they stay in the Holm
+        families of the claims it evaluates (with p = 1), as the file declared one family."""
+        return list(self._absent_claims)
 
     @property
     def plan(self) -> CapturePlan:

@@ -399,7 +399,7 @@ def evaluate_experiment_claims(store, exp: Experiment, say: Say = print):
     if not exp.claims:
         say("no claims declared; skipping statistics of claims")
         return None
-    res = evaluate_stored_claims(store, exp.claims)
+    res = evaluate_stored_claims(store, exp.claims, absent=exp.absent_claims)
     for line in present.claim_summaries(res):
         say(line)
     return res
@@ -561,7 +561,8 @@ def run_experiment(
         whole = len(exp.claims)
         exp = exp.part(tasks)
         say(f"part of {exp_path}: tasks {', '.join(exp.grid.tasks)}; {len(exp.plan.runs())} runs, "
-            f"{len(exp.claims)} of its {whole} claims (those reading only these tasks)")
+            f"{len(exp.claims)} of its {whole} claims (those reading only these tasks; the other "
+            f"{whole - len(exp.claims)} stay in the Holm correction with p = 1)")
     check(scheduler)
     t0 = time.perf_counter()
     with connect(scheduler, say=say) as sched:

@@ -289,13 +289,14 @@ def test_run_a_grid_one_task_at_a_time_into_one_store(exp_file, tmp_path):
     out = tmp_path / "out"
     first = run("run", str(exp_file), "--out", str(out), "--jobs", "1", "--task", "parity")
     assert first.exit_code == 0, first.output
-    assert "tasks parity; 1 runs, 1 of its 2 claims (those reading only these tasks)" in first.output
+    assert "tasks parity; 1 runs, 1 of its 2 claims (those reading only these tasks; the other 1 stay in" in first.output
     assert "claim parity-readable:" in first.output and "dyck-readable" not in first.output
     from store import Store
 
     st = Store.open(str(out / "store.zarr"))
     assert st.run_ids() == ["parity-lstm-default-s0"] and "probes/dyck" not in st.results()
     probes = st.read_result("probes/parity")
+    assert st.read_result("claims").attrs["absent_claims"] == ["dyck-readable"]
     second = run("run", str(exp_file), "--out", str(out), "--jobs", "1", "--task", "dyck")
     assert second.exit_code == 0, second.output
     assert "parity-lstm" not in second.output and "claim dyck-readable:" in second.output

@@ -232,6 +232,7 @@ def test_a_part_of_the_grid_keeps_its_runs_and_only_the_claims_it_can_answer():
                          "value": 0.9}]))
     part = exp.part(["dyck"])
     assert part.grid.tasks == ["dyck"] and [c.id for c in part.claims] == ["d"]
+    assert [c.id for c in part.absent_claims] == ["c", "p"]  # still in the Holm families, at p = 1
     assert [r.task for r in part.reference] == ["dyck"]  # the Parity claim's reference went with it
     assert part.experiment.title.endswith("(part: dyck)")
     whole = {r.run_id: r for r in exp.runs()}

@@ -3,6 +3,7 @@ and the verdicts (:func:`evaluate_claims`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from analysis.claims.verdicts import (
     claim_tests,
     decide,
     dropped_text,
+    family_share,
     primary_test,
     test_text,
 )
@@ -285,8 +287,13 @@ NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "pow
 TEXT = ("test", "model", "crosscheck_model", "dropped", "variance")
 
 
-def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None) -> xr.Dataset:
+def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None,
+                    absent: Sequence[Claim] = ()) -> xr.Dataset:
     """Evaluate every claim; returns one row per claim (dim ``claim``).
+
+    ``absent``: claims of the same declared family not evaluated here (the rest of a grid run
+    a part at a time); their tests count in the Holm correction with p = 1, the worst case for
+    these (:func:`~analysis.claims.verdicts.adjust`).
 
     Nothing is written if any claim fails to evaluate (no partial verdicts).
 
@@ -342,7 +349,8 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)
     rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
-    adjusted = adjust(kept, rows)
+    pad = family_share(absent)
+    adjusted = adjust(kept, rows, absent=pad)
     decided = [decide(c, r, a) for c, r, a in zip(kept, rows, adjusted, strict=True)]
     cross = []
     for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
@@ -356,7 +364,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             cross.append("")
             continue
         swapped = [*rows[:i], {**row, **x}, *rows[i + 1:]]
-        cross.append(decide(claim, swapped[i], adjust(kept, swapped)[i])[0])
+        cross.append(decide(claim, swapped[i], adjust(kept, swapped, absent=pad)[i])[0])
     data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in NUMERIC}
     data["p_adjusted"] = ("claim", np.array([a.get(primary_test(c), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
     for name in ("zero", "equivalence", "margin"):
@@ -374,7 +382,10 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
     return xr.Dataset(
         data, coords={"claim": np.array(ids, dtype=str)},
         attrs={"alpha": ALPHA, "correction": "holm across the claims (each claim's own test; the second test "
-               "of the claims with a margin as a second family)", "ci_level": 1 - ALPHA,
+               "of the claims with a margin as a second family)" + (
+                   f"; {len(absent)} declared claims not evaluated here ({pad[0]} + {pad[1]} tests) count "
+                   "in their families with p = 1, the worst case for these" if absent else ""),
+               "absent_claims": [c.id for c in absent], "ci_level": 1 - ALPHA,
                "default_model": DEFAULT_MODEL,
                "verdict_rule": "with a margin: different from 0 and not within the margin -> supported; "
                "different and within -> negligible; not different and within -> equivalent; neither -> "
@@ -392,9 +403,9 @@ def stored_probe_profiles(store: Store) -> xr.Dataset | None:
     return xr.concat(profiles, dim="run", join="outer", data_vars="all")
 
 
-def evaluate_stored_claims(store: Store, claims: list[Claim]) -> xr.Dataset:
+def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
     """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
     store the verdicts as ``results/claims``; returns them (see :func:`evaluate_claims`)."""
-    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store))
+    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store), absent=absent)
     store.write_result("claims", res)
     return res

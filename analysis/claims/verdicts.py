@@ -3,6 +3,7 @@ MDE, Holm across the claims of a file, and the four-outcome decision with its re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -97,15 +98,30 @@ def holm(p: np.ndarray) -> np.ndarray:
     return adjust_np(p, "holm", ALPHA)[0] if p.size else p
 
 
-def adjust(claims: list[Claim], rows: list[dict]) -> list[dict[str, float]]:
+def family_share(claims: Sequence[Claim]) -> tuple[int, int]:
+    """How many tests ``claims`` put in each Holm family: (their own tests, one per claim and
+    one per architecture of a profile_match claim; the second tests of the claims with a margin)."""
+    own = sum(max(len(c.archs), 1) if c.kind == "profile_match" else 1 for c in claims)
+    return own, sum(len(secondary_tests(c)) for c in claims)
+
+
+def adjust(claims: list[Claim], rows: list[dict], *, absent: tuple[int, int] = (0, 0)) -> list[dict[str, float]]:
     """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
     ``margin``, ``other``): each claim's own test over all claims, and the second tests of the
-    claims with a margin as a second family."""
-    primary = holm(np.array([r["p"] for r in rows], dtype=float))
+    claims with a margin as a second family.
+
+    ``absent``: tests of the same declared family that are not evaluated here (a part of a grid,
+    :func:`family_share` of the claims it does not hold), counted with p = 1. That is the worst
+    case for the tests present: each adjusted p is then at least what Holm over the whole family
+    would give, so a claim a part supports the whole family supports too."""
+    def padded(p: list[float], n: int) -> np.ndarray:
+        return holm(np.array([*p, *([1.0] * n)], dtype=float))[: len(p)]
+
+    primary = padded([r["p"] for r in rows], absent[0])
     out = [{primary_test(c): float(primary[i])} for i, c in enumerate(claims)]
     entries = [(i, name, rows[i].get(f"p_{name}", np.nan)) for i, c in enumerate(claims)
                if not rows[i].get("not_evaluable") for name in secondary_tests(c)]
-    second = holm(np.array([p for _, _, p in entries], dtype=float))
+    second = padded([p for _, _, p in entries], absent[1])
     for (i, name, _), pa in zip(entries, second, strict=True):
         out[i][name] = float(pa)
     return out
