@@ -427,8 +427,9 @@ def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[s
 
 
 def claim_tasks(claim: Claim) -> list[str]:
-    """The tasks a claim reads: its task, and for ``profile_match`` the tasks it compares with."""
-    return [t for t in (claim.task, claim.matches, claim.differs_from) if t]
+    """The tasks a claim reads (:meth:`Claim.levels`): its task, the tasks a profile_match
+    claim compares with, and the treatment and reference of a comparison of tasks."""
+    return [str(level) for _, factor, level in claim.levels() if factor == "task"]
 
 
 def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Experiment:

@@ -245,5 +245,9 @@ def test_a_part_of_the_grid_keeps_its_runs_and_only_the_claims_it_can_answer():
     assert [c.id for c in exp.part(["parity", "s3"]).claims] == ["c"]
     assert [c.id for c in exp.part(["dyck", "s3", "parity"]).claims] == ["c", "d", "p"]
     assert exp.part(["dyck", "parity"]).grid.tasks == ["parity", "dyck"]  # grid order
+    across = parse_experiment(minimal([{**CLAIM, "compare": "task", "treatment": "parity",
+                                        "reference": "dyck", "arch": "lstm"}],
+                                      grid={"tasks": ["parity", "dyck"], "archs": ["lstm", "gru"]}))
+    assert across.part(["parity"]).claims == [] and len(across.part(["parity", "dyck"]).claims) == 1
     with pytest.raises(Exception, match="task s4 is not in the experiment's grid; its tasks: parity, s3, dyck"):
         exp.part(["s4"])
