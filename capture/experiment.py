@@ -119,6 +119,11 @@ class TrainConfig(BaseModel):
     )
     n_test: int = Field(default=512, ge=1, description="Sequences per length for final accuracy.")
     threads: int = Field(default=1, ge=1, description="torch threads (1 is fastest for small models).")
+    checkpoint_seconds: float = Field(
+        default=300, ge=0,
+        description="Seconds of training between checkpoints in the store (0: none); an "
+                    "interrupted run resumes from its last one, with the same result.",
+    )
 
 
 class CaptureConfig(BaseModel):

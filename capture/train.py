@@ -6,8 +6,12 @@ initialisation through ``build_model(..., seed)``, and every batch from a numpy 
 seeded by (seed, stream), so the same seed gives the same weights on a CPU.
 
 Weights, the resolved configs (and their hash), the training curve and the accuracy at
-every evaluation length go into the store. A finished run is skipped when trained again;
-an interrupted one (no complete weights) is retrained from the start.
+every evaluation length go into the store. A finished run is skipped when trained again.
+While a run trains, its state (model, best weights so far, AdamW moments, schedule, the data
+generator's and torch's random states, the curve) is checkpointed into the store every
+``[train] checkpoint_seconds`` (:class:`Checkpointer`, S46); an interrupted run resumes
+from its last checkpoint and ends with the same weights, bit for bit, as one never
+interrupted. A checkpoint left by a different ``[train]`` config is discarded.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from torch.nn import functional as F
 from capture.experiment import RunSpec, TrainConfig
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import RunConflictError, Store
+from store.checkpoints import Checkpoint
 from store.zarrutil import jsonable as _jsonable
 
 # Independent random streams per purpose, so e.g. changing n_eval never changes training data.
@@ -119,10 +124,13 @@ def fit(
     *,
     device: str = "cpu",
     progress: Callable[[int, dict], None] | None = None,
+    checkpoint: Checkpointer | None = None,
 ) -> tuple[list[dict], int]:
     """Train ``model`` in place; returns the curve and the number of steps taken.
 
-    The model ends with the weights of its best held-out evaluation.
+    The model ends with the weights of its best held-out evaluation. With ``checkpoint``,
+    training starts from its stored state if it has one, and saves its state at evaluation
+    steps once ``checkpoint`` says one is due.
     """
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -133,7 +141,13 @@ def fit(
     curve: list[dict] = []
     best: tuple[float, dict[str, torch.Tensor] | None] = (-1.0, None)
     stale, step = 0, 0
-    for step in range(1, cfg.steps + 1):
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:
+        step, curve, stale, best = _restore(saved, model, opt, sched, data_rng, device)
+        if progress and curve:
+            progress(step, curve[-1])
+    first = step + 1
+    for step in range(first, cfg.steps + 1):
         model.train()
         batch = train_task.generate(data_rng, cfg.batch_size, cfg.length)
         logits = model(torch.as_tensor(batch.tokens, device=device))
@@ -156,9 +170,140 @@ def fit(
                 stale += 1
             if val >= cfg.target_accuracy or stale >= cfg.patience:
                 break
+            if checkpoint is not None and step < cfg.steps and checkpoint.due():
+                checkpoint.save(step, model, opt, sched, data_rng, best, stale, curve)
     if best[1] is not None:
         model.load_state_dict(best[1])
     return curve, step
+
+
+class Checkpointer:
+    """Saves :func:`fit`'s state into a run's checkpoint (S46) and gives it back on resume.
+
+    A save is due once ``cfg.checkpoint_seconds`` of training have passed since the last
+    (never when it is 0). ``seconds_before`` is the training time the checkpoint had already
+    spent, so a resumed run records its whole training time; ``resumed_at`` lists the steps
+    it was resumed from. A checkpoint written under another ``[train]`` config (the fields
+    that change what is trained) is not used, and the next save replaces it.
+    """
+
+    def __init__(self, store: Store, run_id: str, cfg: TrainConfig,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.store, self.run_id, self.cfg, self.clock = store, run_id, cfg, clock
+        self.started = self.last = clock()
+        self.seconds_before = 0.0
+        self.resumed_at: list[int] = []
+
+    def key(self) -> dict:
+        return {k: v for k, v in _jsonable(self.cfg.model_dump()).items() if k not in _TRAIN_FIELDS_IGNORED}
+
+    def load(self) -> Checkpoint | None:
+        saved = self.store.read_checkpoint(self.run_id)
+        if saved is None or saved.state.get("train_config") != self.key():
+            return None
+        self.seconds_before = float(saved.state.get("train_seconds", 0.0))
+        self.resumed_at = [*saved.state.get("resumed_at_steps", []), saved.step]
+        return saved
+
+    def due(self) -> bool:
+        every = self.cfg.checkpoint_seconds
+        return every > 0 and self.clock() - self.last >= every
+
+    def save(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
+             sched: torch.optim.lr_scheduler.LRScheduler, data_rng: np.random.Generator,
+             best: tuple[float, dict[str, torch.Tensor] | None], stale: int, curve: list[dict]) -> None:
+        moments, scalars, opt_doc = _flat_optimizer(opt.state_dict())
+        sections: dict[str, dict] = {
+            "model": model.state_dict(),
+            "optimizer": moments,
+            "rng": {"torch": torch.get_rng_state()},
+        }
+        if best[1] is not None:
+            sections["best"] = best[1]
+        state = {
+            "train_config": self.key(),
+            "stale": stale,
+            "best_valid": best[0],
+            "curve": curve,
+            "optimizer": opt_doc,
+            "optimizer_scalars": scalars,
+            "scheduler": sched.state_dict(),
+            "data_rng": _encode_ints(data_rng.bit_generator.state),
+            "train_seconds": self.seconds_before + self.clock() - self.started,
+            "resumed_at_steps": self.resumed_at,
+        }
+        self.store.write_checkpoint(self.run_id, step, sections, state)
+        self.last = self.clock()
+
+
+def _flat_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict[str, dict], dict]:
+    """An optimiser's state_dict as arrays (``"<param>.<key>"``), 0-d tensors as values with
+    their dtype, and the rest (hyper-parameters per group) as JSON."""
+    moments: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict] = {}
+    other: dict[str, dict] = {}
+    for idx, st in sd["state"].items():
+        for key, value in st.items():
+            name = f"{idx}.{key}"
+            if isinstance(value, torch.Tensor) and value.ndim > 0:
+                moments[name] = value
+            elif isinstance(value, torch.Tensor):
+                scalars[name] = {"value": value.item(), "dtype": str(value.dtype).removeprefix("torch.")}
+            else:
+                other.setdefault(str(idx), {})[key] = value
+    return moments, scalars, {"param_groups": sd["param_groups"], "other": other}
+
+
+def _unflat_optimizer(saved: Checkpoint) -> dict:
+    state: dict[int, dict] = {}
+    arrays, dtypes = saved.arrays.get("optimizer", {}), saved.dtypes.get("optimizer", {})
+    for name, arr in arrays.items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = _tensor(arr, dtypes.get(name))
+    for name, sv in saved.state["optimizer_scalars"].items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = torch.tensor(sv["value"], dtype=getattr(torch, sv["dtype"]))
+    doc = saved.state["optimizer"]
+    for idx, extra in doc["other"].items():
+        state.setdefault(int(idx), {}).update(extra)
+    return {"state": state, "param_groups": doc["param_groups"]}
+
+
+def _tensor(arr: np.ndarray, dtype: str | None) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    return t.to(getattr(torch, dtype)) if dtype and str(t.dtype).removeprefix("torch.") != dtype else t
+
+
+def _tensors(saved: Checkpoint, section: str) -> dict[str, torch.Tensor]:
+    dtypes = saved.dtypes.get(section, {})
+    return {k: _tensor(v, dtypes.get(k)) for k, v in saved.arrays[section].items()}
+
+
+def _encode_ints(obj):
+    """A bit generator's state with its integers as strings (they exceed JSON's 2**53)."""
+    if isinstance(obj, dict):
+        return {k: _encode_ints(v) for k, v in obj.items()}
+    return str(obj) if isinstance(obj, int) and not isinstance(obj, bool) else obj
+
+
+def _decode_ints(obj):
+    if isinstance(obj, dict):
+        return {k: (v if k == "bit_generator" else _decode_ints(v)) for k, v in obj.items()}
+    return int(obj) if isinstance(obj, str) else obj
+
+
+def _restore(saved: Checkpoint, model: torch.nn.Module, opt: torch.optim.Optimizer,
+             sched: torch.optim.lr_scheduler.LRScheduler, data_rng: np.random.Generator,
+             device: str) -> tuple[int, list[dict], int, tuple[float, dict[str, torch.Tensor] | None]]:
+    """Put a checkpoint's state back into fit's objects; returns (step, curve, stale, best)."""
+    model.load_state_dict(_tensors(saved, "model"))
+    opt.load_state_dict(_unflat_optimizer(saved))
+    sched.load_state_dict(saved.state["scheduler"])
+    data_rng.bit_generator.state = _decode_ints(saved.state["data_rng"])
+    torch.set_rng_state(torch.from_numpy(np.ascontiguousarray(saved.arrays["rng"]["torch"])))
+    best_w = _tensors(saved, "best") if "best" in saved.arrays else None
+    best = (float(saved.state["best_valid"]), best_w)
+    return saved.step, list(saved.state["curve"]), int(saved.state["stale"]), best
 
 
 def train_run(
@@ -200,9 +345,11 @@ def _train_run(
         try:
             n_classes = task.n_classes[task.target]
             model = build_model(mcfg, vocab_size=task.vocab_size, n_classes=n_classes, seed=spec.seed)
+            ckpt = Checkpointer(store, rid, cfg)
             t0 = time.perf_counter()
-            curve, steps = fit(model, task, cfg, spec.seed, device=device, progress=progress)
-            seconds = time.perf_counter() - t0
+            curve, steps = fit(model, task, cfg, spec.seed, device=device, progress=progress,
+                               checkpoint=ckpt)
+            seconds = ckpt.seconds_before + time.perf_counter() - t0
             acc = accuracy_by_length(model, task, cfg, spec.seed, device)
             store.write_weights(rid, model.state_dict(), overwrite=True)
             store.update_run_attrs(
@@ -221,8 +368,10 @@ def _train_run(
                     "train_seconds": seconds,
                     "sequences_per_second": steps * cfg.batch_size / max(seconds, 1e-9),
                     "curve": curve,
+                    **({"resumed_at_steps": ckpt.resumed_at} if ckpt.resumed_at else {}),
                 },
             )
+            store.delete_checkpoint(rid)
             store.consolidate()
         finally:
             torch.set_num_threads(threads_before)
@@ -230,7 +379,7 @@ def _train_run(
 
 
 #: [train] fields that do not change what is trained or measured (only how fast).
-_TRAIN_FIELDS_IGNORED = frozenset({"threads"})
+_TRAIN_FIELDS_IGNORED = frozenset({"threads", "checkpoint_seconds"})
 
 
 def check_trained_with(store: Store, run_id: str, cfg: TrainConfig) -> None:

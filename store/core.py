@@ -5,6 +5,7 @@ Layout (schema ``layerstate/1``; docs/store-format.md, "Overview")::
     <store>/                  attrs: schema, title, created, tool_version, provenance
       runs/<run_id>/          attrs: task, arch, variant, seed, model/task config, config_hash, …
          weights/             one array per parameter tensor (no pickle)
+         checkpoint/          an unfinished training's state, removed once weights exist
          len_040/             hidden (sequence, position, layer, feature), tokens, mask,
                               logits (sequence, position, class), one int array per label
       results/<name>/         analysis outputs (xarray Datasets)
@@ -28,6 +29,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from . import checkpoints as _checkpoints
 from . import lengths as _lengths
 from . import metadata as _metadata
 from . import pairing as _pairing
@@ -335,6 +337,26 @@ class Store:
     def read_weights(self, run_id: str) -> dict[str, np.ndarray]:
         """The stored parameters as numpy arrays, in the order they were written."""
         return _weights.read_weights(self.run_group(run_id), run_id, self.location)
+
+    # ------------------------------------------------------------------ checkpoints
+    def write_checkpoint(self, run_id: str, step: int, sections: Mapping[str, Mapping[str, Any]],
+                         state: Mapping[str, Any]) -> None:
+        """Store an unfinished training's state at ``step`` (S46): ``sections`` of arrays
+        (numpy or torch) and a JSON ``state``. The previous checkpoint is removed only after
+        this one is complete."""
+        self._writable()
+        _checkpoints.write_checkpoint(self.run_group(run_id), step, sections, state)
+        self.consolidate()
+
+    def read_checkpoint(self, run_id: str) -> _checkpoints.Checkpoint | None:
+        """The run's newest complete training checkpoint, or None."""
+        return _checkpoints.read_checkpoint(self.run_group(run_id))
+
+    def delete_checkpoint(self, run_id: str) -> None:
+        """Remove the run's training checkpoints (done when its weights are written)."""
+        self._writable()
+        if _checkpoints.delete_checkpoint(self.run_group(run_id)):
+            self.consolidate()
 
     # ------------------------------------------------------------------ lengths
     def lengths(self, run_id: str, kind: str = "len") -> list[int]:

@@ -39,6 +39,8 @@ def schema_refusal(schema: object) -> str | None:
 RUNS = "runs"
 RESULTS = "results"
 WEIGHTS = "weights"
+#: An unfinished training's state (S46), removed when the run's weights are written.
+CHECKPOINT = "checkpoint"
 #: Beside the root's zarr.json: a copy of the root's own document and the digest of every
 #: node's document at the last consolidation (docs/store-format.md, S34).
 METADATA_COPY = "layerstate-metadata.json"

@@ -9,6 +9,7 @@ import torch
 from capture.experiment import parse_plan as parse_experiment
 from capture.train import rebuild_model, train_run
 from store import MissingError, RunConflictError, Store
+from store.integrity import validate
 
 
 def tiny_experiment(task="parity", arch="lstm", steps=20, **over):
@@ -96,3 +97,64 @@ def test_train_run_restores_the_callers_torch_thread_count(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(step_to_stop):
+    def progress(step, point):
+        if step == step_to_stop:
+            raise _Stop
+    return progress
+
+
+def _every_eval(base):
+    """The same experiment, checkpointing at every evaluation (the clock always says due)."""
+    return tiny_experiment(arch=base.grid.archs[0], steps=base.train.steps,
+                           train={**base.train.model_dump(), "checkpoint_seconds": 1e-9},
+                           models=base.models)
+
+
+@pytest.mark.parametrize("arch", ["lstm", "mamba"])
+def test_an_interrupted_run_resumes_to_the_same_weights_bit_for_bit(tmp_path, arch):
+    base = tiny_experiment(arch=arch, steps=40, train={
+        "steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
+        "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0})
+    whole = Store.create(str(tmp_path / "whole.zarr"))
+    train_run(whole, base.runs()[0])
+
+    spec = _every_eval(base).runs()[0]
+    st = Store.create(str(tmp_path / "cut.zarr"))
+    with pytest.raises(_Stop):  # killed at the evaluation of step 30: last checkpoint is 20
+        train_run(st, spec, progress=_stop_at(30))
+    saved = st.read_checkpoint(spec.run_id)
+    assert saved is not None and saved.step == 20 and not st.has_weights(spec.run_id)
+    assert {"model", "optimizer", "rng", "best"} <= set(saved.arrays)
+    assert validate(str(st.location)).ok  # an unfinished training is a legal store state
+    resumed = train_run(st, spec)
+    assert not resumed.skipped and resumed.steps == 40
+    wa, wb = whole.read_weights(spec.run_id), st.read_weights(spec.run_id)
+    assert list(wa) == list(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
+    a, b = whole.run_attrs(spec.run_id)["metrics"], st.run_attrs(spec.run_id)["metrics"]
+    assert a["curve"] == b["curve"] and a["accuracy"] == b["accuracy"]
+    assert b["resumed_at_steps"] == [20] and "resumed_at_steps" not in a
+    assert st.read_checkpoint(spec.run_id) is None  # finished: the checkpoint is gone
+    assert validate(str(st.location)).ok
+
+
+def test_a_checkpoint_of_another_training_config_is_not_resumed(tmp_path):
+    base = tiny_experiment(steps=30)
+    spec = _every_eval(base).runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    with pytest.raises(_Stop):
+        train_run(st, spec, progress=_stop_at(20))
+    assert st.read_checkpoint(spec.run_id).step == 10
+    other_lr = tiny_experiment(steps=30, train={**spec.train.model_dump(), "lr": 1e-3}).runs()[0]
+    fresh = Store.create(str(tmp_path / "fresh.zarr"))
+    train_run(fresh, other_lr)
+    train_run(st, other_lr)  # starts over under the new config
+    wa, wb = fresh.read_weights(spec.run_id), st.read_weights(spec.run_id)
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+    assert "resumed_at_steps" not in st.run_attrs(spec.run_id)["metrics"]

@@ -1,0 +1,111 @@
+"""Training checkpoints: ``runs/<run_id>/checkpoint/step_<NNNNNNN>/`` (docs/store-format.md, S46).
+
+A checkpoint is what an unfinished training needs to go on exactly where it stopped: named
+sections of plain arrays (the model's parameters, the best weights so far, the optimiser's
+moments, the random generators' states) and one JSON document of everything else (step,
+counters, the curve so far, the schedule). No pickle: the arrays are checksummed Zarr arrays
+written like weights (S12-S14), and the document is the step group's attributes.
+
+A new checkpoint is written beside the last one and marked ``complete`` only after every
+array is there; then the older ones are removed. A writer killed at any moment therefore
+leaves at least one complete checkpoint (or none, before the first), never a half-written
+one that would be read. Finishing the run (its weights written) removes the whole group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import zarr
+
+from . import schema as S
+from .errors import InvalidArrayError
+from .zarrutil import CHECKSUM, array, group, jsonable, row_chunks, to_numpy, torch_dtype
+
+#: Largest chunk of a checkpoint array (as for weights: chunks split the first axis only).
+CHUNK_BYTES = 8 * 2**20
+_PREFIX = "step_"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint as read back: its step, arrays by section, and its document."""
+
+    step: int
+    arrays: dict[str, dict[str, np.ndarray]]
+    dtypes: dict[str, dict[str, str]]
+    state: dict[str, Any]
+
+
+def _write_section(parent: zarr.Group, section: str, arrays: Mapping[str, Any]) -> None:
+    grp = parent.create_group(section)
+    dtypes = {}
+    for name, value in arrays.items():
+        arr = to_numpy(value)
+        if arr.dtype == object or arr.dtype.kind in "USV":
+            raise InvalidArrayError(f"checkpoint arrays must be numeric, got {name!r} of dtype {arr.dtype}")
+        dtypes[name] = torch_dtype(value) or str(arr.dtype)
+        a = grp.create_array(
+            name, shape=arr.shape, dtype=arr.dtype, fill_value=0,
+            chunks=row_chunks(arr.shape, arr.dtype.itemsize, CHUNK_BYTES),
+            compressors=CHECKSUM, config={"write_empty_chunks": True},
+            dimension_names=[f"{name}:{i}" for i in range(arr.ndim)],
+        )
+        a[...] = arr
+    grp.attrs.update({"dtypes": dtypes, "names": list(arrays)})
+
+
+def _steps(ck: zarr.Group) -> list[tuple[int, zarr.Group]]:
+    """The checkpoints under ``ck`` as (step, group), complete or not, oldest first."""
+    out = []
+    for name, grp in ck.groups():
+        if name.startswith(_PREFIX) and name[len(_PREFIX):].isdigit():
+            out.append((int(name[len(_PREFIX):]), grp))
+    return sorted(out, key=lambda sg: sg[0])
+
+
+def write_checkpoint(run: zarr.Group, step: int, sections: Mapping[str, Mapping[str, Any]],
+                     state: Mapping[str, Any]) -> None:
+    """Write a checkpoint at ``step``; on success, remove every other checkpoint of the run."""
+    ck = group(run, S.CHECKPOINT) if S.CHECKPOINT in run else run.create_group(S.CHECKPOINT)
+    name = f"{_PREFIX}{int(step):07d}"
+    if name in ck:  # a leftover of a writer killed while writing this very step
+        del ck[name]
+    grp = ck.create_group(name)
+    for section, arrays in sections.items():
+        _write_section(grp, section, arrays)
+    grp.attrs.update({S.ATTR_COMPLETE: True, "step": int(step), "sections": list(sections),
+                      "state": jsonable(dict(state))})
+    for other, _ in _steps(ck):
+        if other != step:
+            del ck[f"{_PREFIX}{other:07d}"]
+
+
+def read_checkpoint(run: zarr.Group) -> Checkpoint | None:
+    """The run's newest complete checkpoint, or None when it has none."""
+    if S.CHECKPOINT not in run:
+        return None
+    for step, grp in reversed(_steps(group(run, S.CHECKPOINT))):
+        a: dict[str, Any] = dict(grp.attrs)
+        if not a.get(S.ATTR_COMPLETE):
+            continue
+        arrays: dict[str, dict[str, np.ndarray]] = {}
+        dtypes: dict[str, dict[str, str]] = {}
+        for section in cast("list[str]", a.get("sections") or []):
+            sec = group(grp, section)
+            names = cast("list[str]", sec.attrs.get("names") or [])
+            arrays[section] = {n: np.asarray(array(sec, n)[...]) for n in names}
+            dtypes[section] = dict(cast("dict[str, str]", sec.attrs.get("dtypes") or {}))
+        return Checkpoint(step, arrays, dtypes, dict(a.get("state") or {}))
+    return None
+
+
+def delete_checkpoint(run: zarr.Group) -> bool:
+    """Remove every checkpoint of the run; True if there was one."""
+    if S.CHECKPOINT not in run:
+        return False
+    del run[S.CHECKPOINT]
+    return True
