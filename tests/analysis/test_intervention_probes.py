@@ -46,14 +46,16 @@ def test_probe_directions_are_scikit_learns(n_classes):
 
 def test_probe_directions_converge_where_scikit_learn_at_its_cap_does_not():
     # a noiseless linear label in 128 badly scaled features: nearly separable, the case where
-    # the erasure probe of old (scikit-learn, max_iter 500) stopped short
+    # the erasure probe of old (scikit-learn's lbfgs at a fixed cap) stopped short. lbfgs needs
+    # 497-535 iterations here, depending on the BLAS thread count and summation order, so the
+    # cap shown is 300, not the borderline 500 of old
     rng = np.random.default_rng(0)
     z = rng.normal(size=(4000, 128))
     x = (z * np.geomspace(0.1, 10, 128) + z[:, :1] * 5).astype(np.float32)
     y = (z @ rng.normal(size=(128, 6))).argmax(1)
     xs = (x - x.mean(0)) / x.std(0)
     with pytest.warns(ConvergenceWarning):
-        LogisticRegression(C=1.0, max_iter=500).fit(xs, y)
+        LogisticRegression(C=1.0, max_iter=300).fit(xs, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         probe_directions_np(x, y)
