@@ -28,12 +28,13 @@ def conv_store(tmp_path_factory):
     """5 seeds; removing the conv costs 10 pp on s3 and nothing on dyck."""
     st = Store.create(str(tmp_path_factory.mktemp("claims") / "s.zarr"))
     rng = np.random.default_rng(0)
-    for seed in range(5):
-        offset = rng.normal(0, 0.02)
-        for task, drop in (("s3", 0.10), ("dyck", 0.0)):
-            base = 0.85 + offset
-            _write_run(st, f"{task}-d-{seed}", task, "default", seed, base, rng)
-            _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, base - drop, rng)
+    with st.deferred_consolidation():  # one snapshot for the 20 runs, not one per write
+        for seed in range(5):
+            offset = rng.normal(0, 0.02)
+            for task, drop in (("s3", 0.10), ("dyck", 0.0)):
+                base = 0.85 + offset
+                _write_run(st, f"{task}-d-{seed}", task, "default", seed, base, rng)
+                _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, base - drop, rng)
     return st
 
 
@@ -67,11 +68,13 @@ def _precise_store(path):
     costs 10 pp on s3, 1.5 pp on parity (real but inside a 5 pp margin) and nothing on dyck."""
     st = Store.create(str(path))
     rng = np.random.default_rng(5)
-    for seed in range(5):
-        offset = rng.normal(0, 0.002)
-        for task, drop in (("s3", 0.10), ("parity", 0.015), ("dyck", 0.0)):
-            _write_run(st, f"{task}-d-{seed}", task, "default", seed, 0.85 + offset, rng, n=400, L=20)
-            _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, 0.85 + offset - drop, rng, n=400, L=20)
+    with st.deferred_consolidation():  # one snapshot for the 30 runs, not one per write
+        for seed in range(5):
+            offset = rng.normal(0, 0.002)
+            for task, drop in (("s3", 0.10), ("parity", 0.015), ("dyck", 0.0)):
+                _write_run(st, f"{task}-d-{seed}", task, "default", seed, 0.85 + offset, rng, n=400, L=20)
+                _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, 0.85 + offset - drop, rng,
+                           n=400, L=20)
     return st
 
 

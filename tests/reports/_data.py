@@ -174,8 +174,9 @@ def build_store(path, *, probes: bool = True, interventions: bool = True, claims
     ``seeds_for`` gives some tasks other seeds than ``seeds``."""
     rng = np.random.default_rng(7)
     st = Store.create(str(path), title="Report test <store> & friends")
-    runs = [_write_run(st, task, arch, seed, rng) for task in tasks for arch in ARCHS
-            for seed in (seeds_for or {}).get(task, seeds)]
+    with st.deferred_consolidation():  # one snapshot for every run, not one per write
+        runs = [_write_run(st, task, arch, seed, rng) for task in tasks for arch in ARCHS
+                for seed in (seeds_for or {}).get(task, seeds)]
     if probes:
         from analysis.probes import probe
 
