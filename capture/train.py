@@ -76,6 +76,8 @@ class TrainResult:
     steps: int
     seconds: float
     accuracy: dict[int, float]
+    #: the steps this training was resumed from (its checkpoints), empty if it ran in one go
+    resumed_at: tuple[int, ...] = ()
 
 
 def masked_loss_and_accuracy(logits: torch.Tensor, batch: TaskBatch) -> tuple[torch.Tensor, float]:
@@ -375,7 +377,7 @@ def _train_run(
             store.consolidate()
         finally:
             torch.set_num_threads(threads_before)
-    return TrainResult(rid, False, steps, seconds, acc)
+    return TrainResult(rid, False, steps, seconds, acc, tuple(ckpt.resumed_at))
 
 
 #: [train] fields that do not change what is trained or measured (only how fast).

@@ -20,6 +20,8 @@ def training_line(res: Any, i: int, n: int) -> str:
     :class:`capture.train.TrainResult`."""
     accs = " ".join(f"len{k}={v:.3f}" for k, v in sorted(res.accuracy.items()))
     state = "already trained" if res.skipped else f"{res.steps} steps, {res.seconds:.0f}s"
+    if getattr(res, "resumed_at", ()):
+        state += f" (resumed from step {', '.join(map(str, res.resumed_at))})"
     return f"[{i}/{n}] {res.run_id}: {state}; accuracy {accs}"
 
 

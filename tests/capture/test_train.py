@@ -134,7 +134,10 @@ def test_an_interrupted_run_resumes_to_the_same_weights_bit_for_bit(tmp_path, ar
     assert {"model", "optimizer", "rng", "best"} <= set(saved.arrays)
     assert validate(str(st.location)).ok  # an unfinished training is a legal store state
     resumed = train_run(st, spec)
-    assert not resumed.skipped and resumed.steps == 40
+    assert not resumed.skipped and resumed.steps == 40 and resumed.resumed_at == (20,)
+    from layerstate.present import training_line
+
+    assert "40 steps" in training_line(resumed, 1, 1) and "(resumed from step 20)" in training_line(resumed, 1, 1)
     wa, wb = whole.read_weights(spec.run_id), st.read_weights(spec.run_id)
     assert list(wa) == list(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
     a, b = whole.run_attrs(spec.run_id)["metrics"], st.run_attrs(spec.run_id)["metrics"]
