@@ -28,8 +28,9 @@ on the same host the new writer takes the dead one's run lease over at once; on 
 it waits for that lease to expire (plus a small margin) and then takes it over, but a lease
 that is renewed meanwhile has a live writer and fails the task in one line. A cluster that
 goes away before its tasks finish (training, capture or an analysis) stops the command with
-one line naming its address; what finished stays stored (trained runs, recorded blocks,
-whole analysis results), so the same command on a new cluster resumes. Every task pins one
+one line naming its address; what finished stays stored (trained runs, the checkpoints of
+runs still training, recorded blocks, whole analysis results), so the same command on a new
+cluster resumes. Every task pins one
 BLAS and torch thread (training then uses its ``[train] threads``), here as on the workers,
 so the stored arrays are bit-identical whatever the scheduler.
 """
