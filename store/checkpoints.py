@@ -84,14 +84,27 @@ def write_checkpoint(run: zarr.Group, step: int, sections: Mapping[str, Mapping[
             del ck[f"{_PREFIX}{other:07d}"]
 
 
-def read_checkpoint(run: zarr.Group) -> Checkpoint | None:
-    """The run's newest complete checkpoint, or None when it has none."""
+def _newest(run: zarr.Group) -> tuple[int, zarr.Group, dict[str, Any]] | None:
     if S.CHECKPOINT not in run:
         return None
     for step, grp in reversed(_steps(group(run, S.CHECKPOINT))):
         a: dict[str, Any] = dict(grp.attrs)
-        if not a.get(S.ATTR_COMPLETE):
-            continue
+        if a.get(S.ATTR_COMPLETE):
+            return step, grp, a
+    return None
+
+
+def checkpoint_state(run: zarr.Group) -> tuple[int, dict[str, Any]] | None:
+    """(step, state document) of the run's newest complete checkpoint, its arrays unread."""
+    newest = _newest(run)
+    return None if newest is None else (newest[0], dict(newest[2].get("state") or {}))
+
+
+def read_checkpoint(run: zarr.Group) -> Checkpoint | None:
+    """The run's newest complete checkpoint, or None when it has none."""
+    newest = _newest(run)
+    if newest is not None:
+        step, grp, a = newest
         arrays: dict[str, dict[str, np.ndarray]] = {}
         dtypes: dict[str, dict[str, str]] = {}
         for section in cast("list[str]", a.get("sections") or []):

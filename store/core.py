@@ -343,10 +343,14 @@ class Store:
                          state: Mapping[str, Any]) -> None:
         """Store an unfinished training's state at ``step`` (S46): ``sections`` of arrays
         (numpy or torch) and a JSON ``state``. The previous checkpoint is removed only after
-        this one is complete."""
+        this one is complete.
+
+        Consolidates even inside :meth:`deferred_consolidation`: the snapshot is what
+        read-only openers see (``layerstate inspect`` shows a training's last checkpoint), and
+        one consolidation per checkpoint (minutes apart) costs little."""
         self._writable()
         _checkpoints.write_checkpoint(self.run_group(run_id), step, sections, state)
-        self.consolidate()
+        _consolidate(self.location, self.root.store)
 
     def read_checkpoint(self, run_id: str) -> _checkpoints.Checkpoint | None:
         """The run's newest complete training checkpoint, or None."""

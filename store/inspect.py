@@ -6,6 +6,7 @@ import numpy as np
 
 from . import lengths as L
 from . import schema as S
+from .checkpoints import checkpoint_state
 from .core import Store
 from .zarrutil import iter_arrays
 
@@ -34,10 +35,17 @@ def summary(store: Store) -> dict:
                 "arrays": {n: {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": list(arr.chunks)}
                            for n, arr in arrays.items() if n in ("hidden", "tokens", "logits")},
             }
+        ck = checkpoint_state(store.run_group(rid))
         runs[rid] = {
             "task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
             "seed": a.get("seed"), "weights": store.has_weights(rid), "groups": groups,
             "metrics": a.get("metrics"),
+            # a training in progress (or interrupted): where its last checkpoint stands
+            "training": None if ck is None else {
+                "step": ck[0], "steps": (ck[1].get("train_config") or {}).get("steps"),
+                "train_seconds": ck[1].get("train_seconds"),
+                "valid_accuracy": ((ck[1].get("curve") or [{}])[-1]).get("valid_accuracy"),
+            },
         }
     paired = getattr(store, "results_location", None)
     return {
@@ -76,6 +84,14 @@ def format_summary(info: dict) -> str:
             f"  {rid}: task={r['task']} arch={r['arch']} variant={r['variant']} seed={r['seed']}"
             f" weights={'yes' if r['weights'] else 'no'}"
         )
+        if r.get("training"):
+            t = r["training"]
+            acc = t["valid_accuracy"]
+            lines.append(
+                f"    training: checkpoint at step {t['step']} of {t['steps']}, "
+                f"{(t['train_seconds'] or 0):.0f}s trained, held-out accuracy "
+                f"{'-' if acc is None else f'{acc:.3f}'} (`layerstate train`/`run` resumes it)"
+            )
         for g, d in sorted(r["groups"].items()):
             h = d["arrays"].get("hidden")
             shape = "x".join(map(str, h["shape"])) if h else "?"

@@ -161,3 +161,18 @@ def test_a_checkpoint_of_another_training_config_is_not_resumed(tmp_path):
     wa, wb = fresh.read_weights(spec.run_id), st.read_weights(spec.run_id)
     assert all(np.array_equal(wa[k], wb[k]) for k in wa)
     assert "resumed_at_steps" not in st.run_attrs(spec.run_id)["metrics"]
+
+
+def test_inspect_shows_where_an_interrupted_training_stands(tmp_path):
+    from store.inspect import format_summary, summary
+
+    spec = _every_eval(tiny_experiment(steps=30)).runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    with pytest.raises(_Stop):
+        train_run(st, spec, progress=_stop_at(20))
+    info = summary(Store.open(str(st.location)))  # read-only, from the consolidated snapshot
+    t = info["runs"][spec.run_id]["training"]
+    assert t["step"] == 10 and t["steps"] == 30 and 0 <= t["valid_accuracy"] <= 1
+    assert "training: checkpoint at step 10 of 30" in format_summary(info)
+    train_run(st, spec)
+    assert summary(Store.open(str(st.location)))["runs"][spec.run_id]["training"] is None
