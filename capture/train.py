@@ -218,6 +218,8 @@ class Checkpointer:
         sections: dict[str, dict] = {
             "model": model.state_dict(),
             "optimizer": moments,
+            # the CPU generator; training draws nothing from torch's generators today (no
+            # dropout), and a CUDA one would need torch.cuda.get_rng_state_all() as well
             "rng": {"torch": torch.get_rng_state()},
         }
         if best[1] is not None:
