@@ -145,7 +145,7 @@ def fit(
     stale, step = 0, 0
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is not None:
-        step, curve, stale, best = _restore(saved, model, opt, sched, data_rng, device)
+        step, curve, stale, best = _restore(saved, model, opt, sched, data_rng)
         if progress and curve:
             progress(step, curve[-1])
     first = step + 1
@@ -297,8 +297,8 @@ def _decode_ints(obj):
 
 
 def _restore(saved: Checkpoint, model: torch.nn.Module, opt: torch.optim.Optimizer,
-             sched: torch.optim.lr_scheduler.LRScheduler, data_rng: np.random.Generator,
-             device: str) -> tuple[int, list[dict], int, tuple[float, dict[str, torch.Tensor] | None]]:
+             sched: torch.optim.lr_scheduler.LRScheduler,
+             data_rng: np.random.Generator) -> tuple[int, list[dict], int, tuple[float, dict[str, torch.Tensor] | None]]:
     """Put a checkpoint's state back into fit's objects; returns (step, curve, stale, best)."""
     model.load_state_dict(_tensors(saved, "model"))
     opt.load_state_dict(_unflat_optimizer(saved))

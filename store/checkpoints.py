@@ -22,11 +22,9 @@ import numpy as np
 import zarr
 
 from . import schema as S
-from .errors import InvalidArrayError
-from .zarrutil import CHECKSUM, array, group, jsonable, row_chunks, to_numpy, torch_dtype
+from .weights import write_arrays
+from .zarrutil import array, group, jsonable
 
-#: Largest chunk of a checkpoint array (as for weights: chunks split the first axis only).
-CHUNK_BYTES = 8 * 2**20
 _PREFIX = "step_"
 
 
@@ -38,24 +36,6 @@ class Checkpoint:
     arrays: dict[str, dict[str, np.ndarray]]
     dtypes: dict[str, dict[str, str]]
     state: dict[str, Any]
-
-
-def _write_section(parent: zarr.Group, section: str, arrays: Mapping[str, Any]) -> None:
-    grp = parent.create_group(section)
-    dtypes = {}
-    for name, value in arrays.items():
-        arr = to_numpy(value)
-        if arr.dtype == object or arr.dtype.kind in "USV":
-            raise InvalidArrayError(f"checkpoint arrays must be numeric, got {name!r} of dtype {arr.dtype}")
-        dtypes[name] = torch_dtype(value) or str(arr.dtype)
-        a = grp.create_array(
-            name, shape=arr.shape, dtype=arr.dtype, fill_value=0,
-            chunks=row_chunks(arr.shape, arr.dtype.itemsize, CHUNK_BYTES),
-            compressors=CHECKSUM, config={"write_empty_chunks": True},
-            dimension_names=[f"{name}:{i}" for i in range(arr.ndim)],
-        )
-        a[...] = arr
-    grp.attrs.update({"dtypes": dtypes, "names": list(arrays)})
 
 
 def _steps(ck: zarr.Group) -> list[tuple[int, zarr.Group]]:
@@ -76,7 +56,7 @@ def write_checkpoint(run: zarr.Group, step: int, sections: Mapping[str, Mapping[
         del ck[name]
     grp = ck.create_group(name)
     for section, arrays in sections.items():
-        _write_section(grp, section, arrays)
+        write_arrays(grp, section, arrays, what="checkpoint arrays")
     grp.attrs.update({S.ATTR_COMPLETE: True, "step": int(step), "sections": list(sections),
                       "state": jsonable(dict(state))})
     for other, _ in _steps(ck):

@@ -30,22 +30,36 @@ def write_weights(run: zarr.Group, run_id: str, state_dict: Mapping[str, Any], *
                 f"run {run_id!r} already has weights; pass overwrite=True to replace them"
             )
         del run[S.WEIGHTS]
-    grp = run.create_group(S.WEIGHTS)
+    grp = write_arrays(run, S.WEIGHTS, state_dict, what="weights")
+    grp.attrs["complete"] = True
+
+
+def write_arrays(parent: zarr.Group, name: str, arrays: Mapping[str, Any], *,
+                 what: str) -> zarr.Group:
+    """Write ``arrays`` (numpy arrays or torch tensors) as checksummed arrays of a new group.
+
+    The group ``parent/name`` must not exist. Each array is chunked along its first axis only
+    (chunks of at most ``WEIGHT_CHUNK_BYTES``); the group's attributes list the names in order and
+    each array's original dtype (torch's name for a widened bfloat16). ``what`` names the
+    arrays in the error raised for a non-numeric one. The caller marks the group complete.
+    """
+    grp = parent.create_group(name)
     dtypes = {}
-    for name, value in state_dict.items():
+    for key, value in arrays.items():
         arr = to_numpy(value)
         if arr.dtype == object or arr.dtype.kind in "USV":
-            raise InvalidArrayError(f"weights must be numeric arrays, got dtype {arr.dtype}")
-        dtypes[name] = torch_dtype(value) or str(arr.dtype)
+            raise InvalidArrayError(f"{what} must be numeric arrays, got {key!r} of dtype {arr.dtype}")
+        dtypes[key] = torch_dtype(value) or str(arr.dtype)
         a = grp.create_array(
-            name, shape=arr.shape, dtype=arr.dtype, fill_value=0,
+            key, shape=arr.shape, dtype=arr.dtype, fill_value=0,
             chunks=row_chunks(arr.shape, arr.dtype.itemsize, WEIGHT_CHUNK_BYTES),
             compressors=CHECKSUM, config={"write_empty_chunks": True},
             # Plain xarray needs dim names on every array: one private dim per axis.
-            dimension_names=[f"{name}:{i}" for i in range(arr.ndim)],
+            dimension_names=[f"{key}:{i}" for i in range(arr.ndim)],
         )
         a[...] = arr
-    grp.attrs.update({"complete": True, "dtypes": dtypes, "names": list(state_dict)})
+    grp.attrs.update({"dtypes": dtypes, "names": list(arrays)})
+    return grp
 
 
 def has_weights(run: zarr.Group) -> bool:
