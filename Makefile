@@ -18,8 +18,9 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # torch first, pinned: an unpinned torch pulls a multi-GB CUDA build; the project only asks torch>=2.4.
-# The rest through uv, which keeps that torch and installs the other ~180 packages in about 15 s
-# where pip takes about 140 s (docs/measured.md, "Install"); pip is the fallback if uv fails.
+# The rest through uv, which keeps that torch and installs the other ~180 packages in about
+# 15 s where pip takes about 140 s (docs/measured.md, "Install and tests"); pip is the
+# fallback if uv fails.
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet "uv>=0.5"
