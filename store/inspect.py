@@ -11,6 +11,20 @@ from .core import Store
 from .zarrutil import iter_arrays
 
 
+def _training(step: int, state: dict) -> dict:
+    """Where a checkpointed training stands, and its remaining time at its pace so far (its
+    steps still to go at the seconds per step of those done; less if it stops early)."""
+    steps = (state.get("train_config") or {}).get("steps")
+    seconds = state.get("train_seconds")
+    left = None
+    if steps is not None and seconds is not None and step > 0:
+        left = float(seconds) / step * max(int(steps) - step, 0)
+    return {
+        "step": step, "steps": steps, "train_seconds": seconds, "seconds_left": left,
+        "valid_accuracy": ((state.get("curve") or [{}])[-1]).get("valid_accuracy"),
+    }
+
+
 def summary(store: Store) -> dict:
     """A JSON-able description: root attrs, and per run its lengths, shapes, dtypes, labels."""
     runs = {}
@@ -41,11 +55,7 @@ def summary(store: Store) -> dict:
             "seed": a.get("seed"), "weights": store.has_weights(rid), "groups": groups,
             "metrics": a.get("metrics"),
             # a training in progress (or interrupted): where its last checkpoint stands
-            "training": None if ck is None else {
-                "step": ck[0], "steps": (ck[1].get("train_config") or {}).get("steps"),
-                "train_seconds": ck[1].get("train_seconds"),
-                "valid_accuracy": ((ck[1].get("curve") or [{}])[-1]).get("valid_accuracy"),
-            },
+            "training": None if ck is None else _training(ck[0], ck[1]),
         }
     paired = getattr(store, "results_location", None)
     return {
@@ -92,6 +102,11 @@ def format_summary(info: dict) -> str:
                 f"{(t['train_seconds'] or 0):.0f}s trained, held-out accuracy "
                 f"{'-' if acc is None else f'{acc:.3f}'} (`layerstate train`/`run` resumes it)"
             )
+            if t.get("seconds_left") is not None:
+                lines.append(
+                    f"      about {t['seconds_left']:.0f}s of training left at its pace so far "
+                    "(less if it stops early)"
+                )
         for g, d in sorted(r["groups"].items()):
             h = d["arrays"].get("hidden")
             shape = "x".join(map(str, h["shape"])) if h else "?"

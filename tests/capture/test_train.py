@@ -174,5 +174,8 @@ def test_inspect_shows_where_an_interrupted_training_stands(tmp_path):
     t = info["runs"][spec.run_id]["training"]
     assert t["step"] == 10 and t["steps"] == 30 and 0 <= t["valid_accuracy"] <= 1
     assert "training: checkpoint at step 10 of 30" in format_summary(info)
+    # 20 steps to go at the pace of the first 10
+    assert t["seconds_left"] == pytest.approx(t["train_seconds"] / 10 * 20)
+    assert f"about {t['seconds_left']:.0f}s of training left" in format_summary(info)
     train_run(st, spec)
     assert summary(Store.open(str(st.location)))["runs"][spec.run_id]["training"] is None
