@@ -625,6 +625,33 @@ def stats(store_path: str, claims_file: str, results: str | None, scheduler: str
 
 
 @main.command()
+@click.argument("parts", nargs=-1, required=True, metavar="PART...")
+@click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
+              help="The experiment TOML the parts were run from (every claim it declares is the family).")
+@click.option("--out", "out", default=None,
+              help="Folder for claims.csv (full precision) and claims.md (the verdict table).")
+@storage_option
+def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_options: dict) -> None:
+    """One verdict table for a grid run in parts (`layerstate run --task`): each claim from the
+    PART that evaluated it, Holm-corrected once over the file's whole family.
+
+    PART: a part's store (its results/claims), its report folder, or the report's
+    tables/claims.csv. Each part alone counted the other parts' tests with p = 1; the
+    combined p-values can only be lower. A claim no part evaluated stays not evaluable.
+    """
+    from analysis.claims.combine import combine_parts, read_part
+    from layerstate.experiment import load_claims
+
+    claims = load_claims(claims_file)
+    res = combine_parts(claims, [(p, read_part(p, storage_options=storage_options)) for p in parts])
+    for line in present.claim_lines(res):
+        click.echo(line)
+    if out is not None:
+        for path in present.write_claims_table(res, out, claims_file):
+            click.echo(f"wrote {path}")
+
+
+@main.command()
 @store_argument
 @click.option("--out", "out", required=True, help="Folder for index.html, report.md, figures/, tables/.")
 @click.option("--force", is_flag=True, help="Replace an earlier report in --out.")

@@ -240,6 +240,37 @@ def claim_lines(res: xr.Dataset) -> Iterator[str]:
         yield line
 
 
+def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
+    """Write a combined claims table (:func:`analysis.claims.combine.combine_parts`) into the
+    folder ``out``: ``claims.csv`` (every column, full precision, interval rules applied as in
+    a report) and ``claims.md`` (claim, statement, estimate and interval, verdict, Holm p, why,
+    part). Returns the two paths."""
+    from pathlib import Path
+
+    from reports.sections import claims_display, claims_frame
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    frame = claims_frame(res)
+    csv = folder / "claims.csv"
+    frame.to_csv(csv, index=False)
+    shown = claims_display(frame)
+    cols = ["claim", "statement", "estimate [95% CI]", "verdict", "p (Holm)", "reason"]
+
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"# Claims of {source}, combined over {len(res.attrs.get('parts', []))} parts", "",
+             f"alpha = {res.attrs.get('alpha', 0.05)}; correction: {res.attrs.get('correction', 'holm')}.", "",
+             "| " + " | ".join([*cols, "part"]) + " |", "|" + "---|" * (len(cols) + 1)]
+    parts = [str(p) or "–" for p in res["part"].values] if "part" in res else ["–"] * len(shown)
+    for (_, r), part in zip(shown.iterrows(), parts, strict=True):
+        lines.append("| " + " | ".join(cell(r[c]) for c in cols) + f" | {cell(part)} |")
+    md = folder / "claims.md"
+    md.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [str(csv), str(md)]
+
+
 def validation_notes(rep: Any) -> Iterator[str]:
     """Warnings and problems of a :class:`store.Report` (for stderr)."""
     for w in rep.warnings:

@@ -3,7 +3,8 @@
 The package: :mod:`~analysis.claims.spec` (the claim and its validation),
 :mod:`~analysis.claims.metrics` (per-seed values from the store),
 :mod:`~analysis.claims.verdicts` (tests, Holm, the decision) and
-:mod:`~analysis.claims.evaluate` (each kind, and :func:`evaluate_claims`).
+:mod:`~analysis.claims.evaluate` (each kind, and :func:`evaluate_claims`) and
+:mod:`~analysis.claims.combine` (one verdict table for a grid run in parts).
 
 A claim lives in the experiment TOML (``[[claims]]``) or its own TOML file; an experiment's
 claims are validated, and checked against its grid (:meth:`Claim.check_levels`), as the file
@@ -117,6 +118,7 @@ picks one ``ablation/<name>`` or ``patching/<name>`` result when several hold a 
 
 from __future__ import annotations
 
+from analysis.claims.combine import combine_parts, read_part
 from analysis.claims.evaluate import (
     NUMERIC,
     TEXT,
@@ -141,6 +143,6 @@ from analysis.claims.spec import (
 
 __all__ = [
     "ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED", "MIN_GAP", "MODEL_NAMES", "NUMERIC", "TEXT",
-    "Claim", "ClaimError", "NotEvaluable", "evaluate_claims", "evaluate_stored_claims", "parse_claims",
-    "seed_profiles", "stored_probe_profiles",
+    "Claim", "ClaimError", "NotEvaluable", "combine_parts", "evaluate_claims", "evaluate_stored_claims", "parse_claims",
+    "read_part", "seed_profiles", "stored_probe_profiles",
 ]

@@ -283,6 +283,7 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
 NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "power_at", "mde", "n_seeds", "margin",
            "treatment_mean", "reference_mean", "p_zero", "p_equivalence", "p_margin",
            "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
+           "crosscheck_se", "crosscheck_df",
            "sd_seed", "sd_model", "sd_sequence")
 TEXT = ("test", "model", "crosscheck_model", "dropped", "variance")
 
@@ -348,18 +349,35 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
                 rows.append(attempt(_evaluate_profile, store, claim, probes, arch))
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)
-    rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
     pad = family_share(absent)
+    correction = "holm across the claims (each claim's own test; the second test of the claims with a margin " \
+        "as a second family)" + (
+            f"; {len(absent)} declared claims not evaluated here ({pad[0]} + {pad[1]} tests) count in their "
+            "families with p = 1, the worst case for these" if absent else "")
+    return verdict_table(kept, ids, rows, pad=pad, correction=correction,
+                         attrs={"absent_claims": [c.id for c in absent]})
+
+
+def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *, pad: tuple[int, int] = (0, 0),
+                  correction: str, attrs: dict | None = None) -> xr.Dataset:
+    """The claims Dataset of :func:`evaluate_claims` from one row of test results per claim row:
+    Holm over the rows (plus ``pad`` absent tests at p = 1), each verdict and its cross-check's.
+
+    A row's ``_x`` (the cross-check model's :func:`claim_tests`) gives its cross-check verdict;
+    a row without one keeps ``_crosscheck_verdict`` (or none).
+    """
+    kept = list(kept)
+    rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
     adjusted = adjust(kept, rows, absent=pad)
     decided = [decide(c, r, a) for c, r, a in zip(kept, rows, adjusted, strict=True)]
     cross = []
     for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
         x = row.get("_x")
         if x is None:
-            cross.append("")
+            cross.append(str(row.get("_crosscheck_verdict", "")))
             continue
         row.update(crosscheck_estimate=x["estimate"], crosscheck_lower=x["lower"], crosscheck_upper=x["upper"],
-                   crosscheck_p=x["p"])
+                   crosscheck_p=x["p"], crosscheck_se=x.get("se", np.nan), crosscheck_df=x.get("df", np.nan))
         if not np.isfinite(x["p"]):
             cross.append("")
             continue
@@ -381,11 +399,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
     data["metric"] = ("claim", np.array([c.metric for c in kept], dtype=str))  # its interval's range
     return xr.Dataset(
         data, coords={"claim": np.array(ids, dtype=str)},
-        attrs={"alpha": ALPHA, "correction": "holm across the claims (each claim's own test; the second test "
-               "of the claims with a margin as a second family)" + (
-                   f"; {len(absent)} declared claims not evaluated here ({pad[0]} + {pad[1]} tests) count "
-                   "in their families with p = 1, the worst case for these" if absent else ""),
-               "absent_claims": [c.id for c in absent], "ci_level": 1 - ALPHA,
+        attrs={"alpha": ALPHA, "correction": correction, **(attrs or {}), "ci_level": 1 - ALPHA,
                "default_model": DEFAULT_MODEL,
                "verdict_rule": "with a margin: different from 0 and not within the margin -> supported; "
                "different and within -> negligible; not different and within -> equivalent; neither -> "

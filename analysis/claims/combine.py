@@ -1,0 +1,201 @@
+"""One verdict table for a grid run in parts: each claim's test from the part that evaluated
+it, and Holm over the whole declared family (:func:`combine_parts`).
+
+A part of a grid (``layerstate run --task``) evaluates the claims that read only its tasks and
+counts every other declared test in its Holm families with p = 1, the worst case for the tests
+it holds (:func:`~analysis.claims.verdicts.adjust`). Once every part has run, the tests are all
+known: combining them corrects each claim once, over the family the file declared, and an
+adjusted p can only fall (never below what one store holding the whole grid would give, which
+is exactly what the combined table is when every claim was evaluated somewhere).
+
+What a part kept is enough to decide again: each claim row's estimate, interval, raw p-values,
+power, MDE and seeds (``results/claims``, or the CSV a report writes of it, full precision).
+A cross-check's verdict is decided again from its estimate, standard error and degrees of
+freedom (``crosscheck_se``, ``crosscheck_df``); a part stored before those were kept keeps the
+cross-check verdict it reached itself, corrected within the part (said in the table's
+``crosscheck_from``). A declared claim no part evaluated (a claim reading tasks of several
+parts, or a part not given) is ``not evaluable`` and its tests count with p = 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from analysis.claims.evaluate import NUMERIC, TEXT, verdict_table
+from analysis.claims.spec import Claim, ClaimError
+from analysis.claims.verdicts import claim_tests, secondary_tests
+
+#: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
+#: verdict reads the interval, so such a row can only be combined from the part's store.
+HIDDEN = ("too few seeds", "interval spans the whole range")
+
+
+def claim_rows(claim: Claim) -> list[str]:
+    """The row ids a claim evaluates to: its id, or ``id[arch]`` per architecture of a
+    profile_match claim (as :func:`~analysis.claims.evaluate.evaluate_claims` names them)."""
+    if claim.kind == "profile_match":
+        return [f"{claim.id}[{a}]" for a in (claim.archs or ([claim.arch] if claim.arch else []))]
+    return [claim.id]
+
+
+def part_frame(part: xr.Dataset | pd.DataFrame) -> pd.DataFrame:
+    """A part's claims (``results/claims`` or a report's ``claims.csv``) as one row per claim row."""
+    if isinstance(part, xr.Dataset):
+        frame = part.to_dataframe().reset_index()
+    else:
+        frame = part.copy()
+    if "claim" not in frame or "verdict" not in frame:
+        raise ClaimError("a part's claims table needs 'claim' and 'verdict' columns: give a store's "
+                         "results/claims or the tables/claims.csv of its report")
+    return frame
+
+
+def _float(r: pd.Series, key: str) -> float:
+    try:
+        v = float(r.get(key, np.nan))
+    except (TypeError, ValueError):
+        return np.nan
+    return v
+
+
+def _text(r: pd.Series, key: str) -> str:
+    v = r.get(key, "")
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+
+
+def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
+    """A stored claim row back as the test results :func:`verdict_table` decides from; and
+    where its cross-check verdict comes from."""
+    row: dict = {k: _float(r, k) for k in NUMERIC} | {k: _text(r, k) for k in TEXT}
+    if _text(r, "verdict") == "not evaluable":
+        row["not_evaluable"] = True
+        return row, ""
+    note = _text(r, "interval_note")
+    if note in HIDDEN:
+        raise ClaimError(
+            f"part {name}: claim {r['claim']!r}'s interval is hidden in this table ({note}), and its "
+            "verdict reads it; combine from the part's store instead of its report's CSV")
+    if not _text(r, "crosscheck_model"):
+        return row, ""
+    est, se, df = (row[f"crosscheck_{k}"] for k in ("estimate", "se", "df"))
+    if np.isfinite(est) and np.isfinite(se) and np.isfinite(df):
+        row["_x"] = claim_tests(claim, est, se, df)
+        return row, "combined"
+    if not np.isfinite(row["crosscheck_p"]):  # an estimate only (GLMM): no verdict either way
+        row["_x"] = {"estimate": est, "lower": row["crosscheck_lower"], "upper": row["crosscheck_upper"],
+                     "p": np.nan}
+        return row, ""
+    row["_crosscheck_verdict"] = _text(r, "crosscheck_verdict")
+    return row, "part"
+
+
+def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset | pd.DataFrame]]) -> xr.Dataset:
+    """Combine the claims evaluated by the parts of one grid into one verdict table.
+
+    Parameters
+    ----------
+    claims : list of Claim
+        Every claim the experiment file declares: the family.
+    parts : list of (name, claims table)
+        Each part's ``results/claims`` Dataset or its report's ``claims.csv`` as a DataFrame;
+        ``name`` says where it came from (a path).
+
+    Returns
+    -------
+    xarray.Dataset
+        The claims Dataset of :func:`~analysis.claims.evaluate.evaluate_claims` over every
+        declared claim row in file order, Holm-corrected once over the whole family; plus
+        ``part`` (which part each row came from; '' for none) and ``crosscheck_from``
+        (``combined``: decided again here; ``part``: the part's own; '' without a cross-check).
+
+    Raises
+    ------
+    ClaimError
+        A part holds a claim the file does not declare, or with another statement or kind; two
+        parts evaluated the same claim row differently; a CSV hides an interval a verdict reads.
+    """
+    if not parts:
+        raise ClaimError("no parts to combine; give each part's store or its report's tables/claims.csv")
+    declared = {rid: c for c in claims for rid in claim_rows(c)}
+    found: dict[str, tuple[str, pd.Series]] = {}
+    for name, table in parts:
+        for _, r in part_frame(table).iterrows():
+            rid = str(r["claim"])
+            claim = declared.get(rid)
+            if claim is None:
+                raise ClaimError(f"part {name} holds claim {rid!r}, which the experiment file does not declare; "
+                                 "combine the parts of the experiment file they were run from")
+            if _text(r, "statement") not in ("", claim.statement) or _text(r, "kind") not in ("", claim.kind):
+                raise ClaimError(f"part {name}: claim {rid!r} was evaluated with another statement or kind than "
+                                 "the file declares; combine the parts of the experiment file they were run from")
+            if rid in found:
+                other, prev = found[rid]
+                same = all(np.isclose(_float(prev, k), _float(r, k), equal_nan=True, rtol=1e-12, atol=0)
+                           for k in ("estimate", "lower", "upper", "p"))
+                if not same:
+                    raise ClaimError(f"claim {rid!r} was evaluated differently in parts {other} and {name}; "
+                                     "combine parts whose tasks do not overlap")
+                continue
+            found[rid] = (name, r)
+    kept, ids, rows, sources, cross_from = [], [], [], [], []
+    missing: list[Claim] = []  # one entry per claim row no part evaluated
+    for claim in claims:
+        for rid in claim_rows(claim):
+            kept.append(claim)
+            ids.append(rid)
+            if rid not in found:
+                missing.append(claim)
+                tasks = _tasks(claim)
+                why = (f"it reads tasks {', '.join(tasks)}, which no one part holds; evaluate it on a store that "
+                       "holds them all" if len(tasks) > 1 else
+                       f"it reads task {', '.join(tasks)}; add the part that ran it")
+                rows.append({"test": f"not evaluable: no part given evaluated it ({why})", "not_evaluable": True})
+                sources.append("")
+                cross_from.append("")
+                continue
+            name, r = found[rid]
+            row, how = _row(claim, r, name)
+            rows.append(row)
+            sources.append(name)
+            cross_from.append(how)
+    # each row no part evaluated: its own test (one per row) and its second tests, at p = 1
+    pad = (len(missing), sum(len(secondary_tests(c)) for c in missing))
+    gone = list(dict.fromkeys(c.id for c in missing))
+    correction = ("holm across the claims of every part as one family (each claim's own test; the second test "
+                  "of the claims with a margin as a second family)" + (
+                      f"; {len(gone)} declared claims no part evaluated ({pad[0]} + {pad[1]} tests) count "
+                      "with p = 1" if missing else ""))
+    res = verdict_table(kept, ids, rows, pad=pad, correction=correction,
+                        attrs={"parts": [name for name, _ in parts], "absent_claims": gone})
+    res["part"] = ("claim", np.array(sources, dtype=str))
+    res["crosscheck_from"] = ("claim", np.array(cross_from, dtype=str))
+    return res
+
+
+def _tasks(claim: Claim) -> list[str]:
+    return list(dict.fromkeys(str(level) for _, factor, level in claim.levels() if factor == "task"))
+
+
+def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Dataset | pd.DataFrame:
+    """A part's claims: ``path`` is a report's ``claims.csv``, a report folder (its
+    ``tables/claims.csv``), or a store whose results hold ``claims``."""
+    from store import MissingError, open_analysis
+
+    p = Path(str(path))
+    if p.is_dir() and (p / "tables" / "claims.csv").is_file():
+        p = p / "tables" / "claims.csv"
+    if p.suffix == ".csv":
+        if not p.is_file():
+            raise ClaimError(f"{p}: no such claims table; give a report's tables/claims.csv or a store")
+        return pd.read_csv(p, keep_default_na=True)
+    st = open_analysis(str(path), write=False, storage_options=storage_options,
+                       results_options=storage_options)
+    if "claims" not in st.results():
+        raise MissingError(f"{path} holds no evaluated claims (results/claims); run `layerstate stats` "
+                           "(or `layerstate run`) on it first")
+    return st.read_result("claims")

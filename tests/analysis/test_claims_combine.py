@@ -1,0 +1,162 @@
+"""Combining the parts of a grid: the parts' claims, corrected once over the declared family,
+give exactly the verdicts one store holding the whole grid gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.claims import ClaimError, combine_parts, evaluate_claims, parse_claims, read_part
+from reports.sections import claims_frame
+from store import Store
+from tests.analysis.test_claims import _write_run
+
+RAW = [
+    {"id": "s3-drop", "statement": "Removing Conv1D lowers Mamba's S3 accuracy", "kind": "difference",
+     "task": "s3", "arch": "mamba", "treatment": "no_conv", "reference": "default",
+     "direction": "less", "length": 12, "margin": 0.05},
+    {"id": "s3-small", "statement": "Removing Conv1D costs S3 less than 2 pp", "kind": "equivalence",
+     "task": "s3", "arch": "mamba", "treatment": "no_conv", "reference": "default", "margin": 0.02,
+     "length": 12},
+    {"id": "s3-gee", "statement": "Removing Conv1D lowers S3 accuracy (GEE)", "kind": "difference",
+     "task": "s3", "arch": "mamba", "treatment": "no_conv", "reference": "default", "direction": "less",
+     "length": 12, "margin": 0.05, "model": "gee"},
+    {"id": "dyck-null", "statement": "Removing Conv1D leaves Dyck accuracy within ±5 pp",
+     "kind": "equivalence", "task": "dyck", "arch": "mamba", "treatment": "no_conv",
+     "reference": "default", "margin": 0.05, "length": 12},
+    {"id": "dyck-diff", "statement": "Removing Conv1D changes Dyck accuracy", "kind": "difference",
+     "task": "dyck", "arch": "mamba", "treatment": "no_conv", "reference": "default", "length": 12},
+    {"id": "dyck-above", "statement": "Mamba's Dyck accuracy is above 0.8", "kind": "bound",
+     "metric": "accuracy", "task": "dyck", "arch": "mamba", "threshold": 0.8, "direction": "greater",
+     "length": 12},
+]
+CLAIMS = parse_claims(RAW)
+S3 = [c for c in CLAIMS if c.task == "s3"]
+DYCK = [c for c in CLAIMS if c.task == "dyck"]
+DECIDED = ("verdict", "outcome", "reason", "p_adjusted", "p_zero_adjusted", "p_equivalence_adjusted",
+           "p_margin_adjusted", "crosscheck_verdict", "disagreement")
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """4 seeds of a 3 pp S3 drop (close to the margins, so Holm's family size moves verdicts)
+    and no Dyck drop; the whole store and its two parts' claims."""
+    st = Store.create(str(tmp_path_factory.mktemp("combine") / "s.zarr"))
+    rng = np.random.default_rng(3)
+    with st.deferred_consolidation():
+        for seed in range(4):
+            offset = rng.normal(0, 0.02)
+            for task, drop in (("s3", 0.06), ("dyck", 0.0)):
+                base = 0.85 + offset
+                _write_run(st, f"{task}-d-{seed}", task, "default", seed, base, rng, n=300)
+                _write_run(st, f"{task}-n-{seed}", task, "no_conv", seed, base - drop, rng, n=300)
+    whole = evaluate_claims(st, CLAIMS)
+    parts = {"s3": evaluate_claims(st, S3, absent=DYCK), "dyck": evaluate_claims(st, DYCK, absent=S3)}
+    return whole, parts
+
+
+def _same(a, b, cols=DECIDED):
+    for col in cols:
+        x, y = a[col].values, b[col].values
+        if x.dtype.kind == "f":
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=0, err_msg=col)
+        else:
+            assert list(x) == list(y), col
+
+
+def test_combined_parts_decide_as_the_whole_grid_does(grid):
+    whole, parts = grid
+    combined = combine_parts(CLAIMS, list(parts.items()))
+    assert list(combined.claim.values) == list(whole.claim.values)
+    _same(combined, whole)
+    assert list(combined.part.values) == ["s3"] * 3 + ["dyck"] * 3
+    assert set(combined.crosscheck_from.values) <= {"combined", ""} and "combined" in combined.crosscheck_from
+    # each part alone was corrected against the worst case: never below the combined p
+    for part in parts.values():
+        held = combined.sel(claim=part.claim.values)
+        assert (part.p_adjusted.values >= held.p_adjusted.values - 1e-12).all()
+    # and strictly above it where a part's claim ranks behind another part's smaller p
+    assert float(parts["dyck"].p_adjusted.sel(claim="dyck-null")) > float(combined.p_adjusted.sel(claim="dyck-null"))
+
+
+def test_combined_from_the_reports_csv_tables_decides_the_same(grid, tmp_path):
+    whole, parts = grid
+    tables = []
+    for name, part in parts.items():
+        path = tmp_path / name / "tables" / "claims.csv"
+        path.parent.mkdir(parents=True)
+        claims_frame(part).to_csv(path, index=False)  # what a report writes
+        tables.append((name, read_part(tmp_path / name)))  # the report folder finds its table
+    assert all(isinstance(t, pd.DataFrame) for _, t in tables)
+    _same(combine_parts(CLAIMS, tables), whole)
+
+
+def test_a_part_stored_before_the_cross_check_kept_its_se_keeps_its_own_cross_check_verdict(grid):
+    whole, parts = grid
+    old = {n: p.drop_vars(["crosscheck_se", "crosscheck_df"]) for n, p in parts.items()}
+    combined = combine_parts(CLAIMS, list(old.items()))
+    _same(combined, whole, cols=("verdict", "reason", "p_adjusted"))
+    has_cross = combined.crosscheck_model.values != ""
+    assert (combined.crosscheck_from.values[has_cross] == "part").all()
+    part_verdicts = np.concatenate([parts["s3"].crosscheck_verdict.values, parts["dyck"].crosscheck_verdict.values])
+    assert list(combined.crosscheck_verdict.values) == list(part_verdicts)
+
+
+def test_a_part_not_given_counts_with_p_one_as_each_part_did(grid):
+    whole, parts = grid
+    alone = combine_parts(CLAIMS, [("s3", parts["s3"])])
+    s3 = alone.sel(claim=[c.id for c in S3])
+    _same(s3, parts["s3"], cols=("verdict", "p_adjusted", "p_zero_adjusted", "p_equivalence_adjusted"))
+    dyck = alone.sel(claim=[c.id for c in DYCK])
+    assert set(dyck.verdict.values) == {"not evaluable"}
+    assert all("no part given evaluated it (it reads task dyck; add the part that ran it)" in str(t) for t in dyck.test.values)
+    assert alone.attrs["absent_claims"] == [c.id for c in DYCK] and "count with p = 1" in alone.attrs["correction"]
+
+
+def test_parts_that_do_not_belong_together_are_refused(grid, tmp_path):
+    _, parts = grid
+    with pytest.raises(ClaimError, match="does not declare"):
+        combine_parts(S3, list(parts.items()))
+    changed = parts["s3"].assign(statement=("claim", np.array(["another"] * 3)))
+    with pytest.raises(ClaimError, match="another statement or kind"):
+        combine_parts(CLAIMS, [("s3", changed), ("dyck", parts["dyck"])])
+    moved = parts["s3"].assign(p=parts["s3"].p * 0.5)
+    with pytest.raises(ClaimError, match="evaluated differently in parts s3 and again"):
+        combine_parts(CLAIMS, [("s3", parts["s3"]), ("again", moved)])
+    # the same part given twice is harmless
+    _same(combine_parts(CLAIMS, [("s3", parts["s3"]), ("s3b", parts["s3"]), ("dyck", parts["dyck"])]), grid[0])
+    hidden = claims_frame(parts["dyck"]).assign(interval_note="too few seeds", lower=np.nan, upper=np.nan)
+    with pytest.raises(ClaimError, match="interval is hidden in this table"):
+        combine_parts(CLAIMS, [("dyck", hidden)])
+    with pytest.raises(ClaimError, match="no parts to combine"):
+        combine_parts(CLAIMS, [])
+
+
+def test_combine_command_prints_and_writes_the_table(grid, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from layerstate.cli import main
+
+    _, parts = grid
+    claims = tmp_path / "claims.toml"
+    claims.write_text("".join("[[claims]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+                              for table in RAW))
+    paths = []
+    for name, part in parts.items():
+        path = tmp_path / f"{name}.csv"
+        claims_frame(part).to_csv(path, index=False)
+        paths.append(str(path))
+    out = tmp_path / "combined"
+    res = CliRunner().invoke(main, ["combine", *paths, "--claims", str(claims), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert lines[0].startswith("s3-drop: ") and len(lines) == len(CLAIMS) + 2
+    table = pd.read_csv(out / "claims.csv")
+    assert list(table["claim"]) == [c.id for c in CLAIMS] and "part" in table
+    md = (out / "claims.md").read_text()
+    assert md.count("\n| ") == len(CLAIMS) + 1 and "| s3-drop |" in md and "combined over 2 parts" in md
+    res = CliRunner().invoke(main, ["combine", str(tmp_path / "nope.csv"), "--claims", str(claims)])
+    assert res.exit_code != 0 and "no such claims table" in res.output
