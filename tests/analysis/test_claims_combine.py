@@ -160,3 +160,23 @@ def test_combine_command_prints_and_writes_the_table(grid, tmp_path):
     assert md.count("\n| ") == len(CLAIMS) + 1 and "| s3-drop |" in md and "combined over 2 parts" in md
     res = CliRunner().invoke(main, ["combine", str(tmp_path / "nope.csv"), "--claims", str(claims)])
     assert res.exit_code != 0 and "no such claims table" in res.output
+
+
+def test_a_part_is_read_from_its_store_and_a_store_without_claims_is_named(tmp_path):
+    from analysis.claims import evaluate_stored_claims
+    from store import MissingError
+
+    st = Store.create(str(tmp_path / "part.zarr"))
+    rng = np.random.default_rng(0)
+    with st.deferred_consolidation():
+        for seed in range(3):
+            for variant, p in (("default", 0.85), ("no_conv", 0.8)):
+                _write_run(st, f"dyck-{variant}-{seed}", "dyck", variant, seed, p, rng)
+    with pytest.raises(MissingError, match="holds no evaluated claims.*layerstate stats"):
+        read_part(str(tmp_path / "part.zarr"))
+    stored = evaluate_stored_claims(st, DYCK, absent=S3)
+    read = read_part(str(tmp_path / "part.zarr"))
+    assert list(read.claim.values) == list(stored.claim.values)
+    np.testing.assert_array_equal(read.p.values, stored.p.values)
+    combined = combine_parts(CLAIMS, [("part.zarr", read)])
+    assert list(combined.part.values) == [""] * 3 + ["part.zarr"] * 3
