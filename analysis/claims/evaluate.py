@@ -22,6 +22,7 @@ from analysis.claims.spec import ALPHA, CROSSCHECK, DEFAULT_MODEL, Claim, ClaimE
 from analysis.claims.verdicts import (
     adjust,
     claim_tests,
+    contra_p,
     decide,
     dropped_text,
     family_share,
@@ -306,9 +307,12 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         margin), ``reason`` (one line: which outcome and why), ``model``; ``estimate``,
         ``lower``, ``upper`` (95% interval), ``se``, ``df``, ``p`` (the claim's own test),
         ``p_adjusted`` (Holm over the claims), ``p_zero``, ``p_equivalence``, ``p_margin`` and
-        their ``*_adjusted``, ``power`` (of the claim's own test at a true effect
+        their ``*_adjusted``, ``p_contra`` and ``p_contra_adjusted`` (the test of the side
+        opposite to the claim, :func:`~analysis.claims.verdicts.contra_p`; NaN for a claim that
+        cannot be contradicted), ``power`` (of the claim's own test at a true effect
         ``power_at``), ``mde``, ``n_seeds``, ``margin``; the cross-check ``crosscheck_model``,
         ``crosscheck_estimate``, ``crosscheck_lower``, ``crosscheck_upper``, ``crosscheck_p``,
+        ``crosscheck_se``, ``crosscheck_df``,
         ``crosscheck_verdict``, ``disagreement``; variance components ``sd_seed``,
         ``sd_model``, ``sd_sequence`` (accuracy scale) and ``variance`` (GLMM, text);
         ``dropped`` (what each model left out).
@@ -350,15 +354,20 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)
     pad = family_share(absent)
-    correction = "holm across the claims (each claim's own test; the second test of the claims with a margin " \
-        "as a second family)" + (
-            f"; {len(absent)} declared claims not evaluated here ({pad[0]} + {pad[1]} tests) count in their "
-            "families with p = 1, the worst case for these" if absent else "")
+    correction = FAMILIES + (
+        f"; {len(absent)} declared claims not evaluated here ({' + '.join(map(str, pad))} tests) count in their "
+        "families with p = 1, the worst case for these" if absent else "")
     return verdict_table(kept, ids, rows, pad=pad, correction=correction,
                          attrs={"absent_claims": [c.id for c in absent]})
 
 
-def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *, pad: tuple[int, int] = (0, 0),
+#: The Holm families of a claims table (:func:`~analysis.claims.verdicts.adjust`).
+FAMILIES = ("holm across the claims, in three families: each claim's own test; the second test of the claims "
+            "with a margin; the test of the side opposite to each claim (a claim is contradicted only when it "
+            "passes)")
+
+
+def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *, pad: tuple[int, ...] = (0, 0, 0),
                   correction: str, attrs: dict | None = None) -> xr.Dataset:
     """The claims Dataset of :func:`evaluate_claims` from one row of test results per claim row:
     Holm over the rows (plus ``pad`` absent tests at p = 1), each verdict and its cross-check's.
@@ -387,6 +396,9 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     data["p_adjusted"] = ("claim", np.array([a.get(primary_test(c), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
     for name in ("zero", "equivalence", "margin"):
         data[f"p_{name}_adjusted"] = ("claim", np.array([a.get(name, np.nan) for a in adjusted]))
+    # the opposite side's test: a claim is contradicted only when its adjusted p is below alpha
+    data["p_contra"] = ("claim", np.array([contra_p(c, r) for c, r in zip(kept, rows, strict=True)]))
+    data["p_contra_adjusted"] = ("claim", np.array([a.get("contra", np.nan) for a in adjusted]))
     data["verdict"] = ("claim", np.array([d[0] for d in decided], dtype=str))
     data["outcome"] = ("claim", np.array([d[1] for d in decided], dtype=str))
     data["reason"] = ("claim", np.array([d[2] for d in decided], dtype=str))

@@ -98,22 +98,61 @@ def holm(p: np.ndarray) -> np.ndarray:
     return adjust_np(p, "holm", ALPHA)[0] if p.size else p
 
 
-def family_share(claims: Sequence[Claim]) -> tuple[int, int]:
+def contra_test(claim: Claim) -> bool:
+    """Whether ``claim`` can be ``contradicted``: a bound or readable_by claim, a directional
+    difference claim with a margin, or an equivalence claim with a margin."""
+    if claim.kind in ("bound", "readable_by"):
+        return True
+    if claim.kind == "difference":
+        return claim.margin is not None and claim.direction != "two-sided"
+    return claim.kind == "equivalence" and claim.margin is not None
+
+
+def contra_p(claim: Claim, row: dict) -> float:
+    """p of the test that the effect lies on the side opposite to the claim: twice the one-sided
+    p of that side, so that uncorrected ``contra_p < alpha`` is exactly "the 95% interval lies
+    wholly on the other side" (an equivalence claim: wholly outside the margin). The opposite
+    side was not what the claim declared, so it is judged at the two-sided level; the claimed
+    side keeps the one-sided test it declared. NaN where the claim cannot be contradicted."""
+    from scipy import stats
+
+    if row.get("not_evaluable") or not contra_test(claim):
+        return np.nan
+    if claim.kind == "equivalence":
+        est, se, df, m = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df", "margin"))
+        m = float(claim.margin) if claim.margin is not None else m
+        if not (np.isfinite(est) and np.isfinite(se)):
+            return np.nan
+        if se == 0:
+            return 0.0 if abs(est) > m else 1.0
+        df = df if np.isfinite(df) else np.inf
+        one = min(float(stats.t.sf((est - m) / se, df)), float(stats.t.cdf((est + m) / se, df)))
+        return min(1.0, 2.0 * one)
+    claimed = float(row.get("p_zero" if claim.kind == "difference" else "p", np.nan))
+    return min(1.0, 2.0 * (1.0 - claimed)) if np.isfinite(claimed) else np.nan
+
+
+def family_share(claims: Sequence[Claim]) -> tuple[int, int, int]:
     """How many tests ``claims`` put in each Holm family: (their own tests, one per claim and
-    one per architecture of a profile_match claim; the second tests of the claims with a margin)."""
+    one per architecture of a profile_match claim; the second tests of the claims with a margin;
+    the tests of the opposite side, one per claim that can be contradicted)."""
     own = sum(max(len(c.archs), 1) if c.kind == "profile_match" else 1 for c in claims)
-    return own, sum(len(secondary_tests(c)) for c in claims)
+    return own, sum(len(secondary_tests(c)) for c in claims), sum(contra_test(c) for c in claims)
 
 
-def adjust(claims: list[Claim], rows: list[dict], *, absent: tuple[int, int] = (0, 0)) -> list[dict[str, float]]:
+def adjust(claims: list[Claim], rows: list[dict], *,
+           absent: tuple[int, ...] = (0, 0, 0)) -> list[dict[str, float]]:
     """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
-    ``margin``, ``other``): each claim's own test over all claims, and the second tests of the
-    claims with a margin as a second family.
+    ``margin``, ``other``; ``contra``, the opposite side's): each claim's own test over all
+    claims, the second tests of the claims with a margin as a second family, and the tests of
+    the opposite side (:func:`contra_p`) as a third.
 
     ``absent``: tests of the same declared family that are not evaluated here (a part of a grid,
     :func:`family_share` of the claims it does not hold), counted with p = 1. That is the worst
     case for the tests present: each adjusted p is then at least what Holm over the whole family
-    would give, so a claim a part supports the whole family supports too."""
+    would give, so a claim a part supports (or contradicts) the whole family supports too."""
+    absent = (*absent, 0, 0, 0)[:3]
+
     def padded(p: list[float], n: int) -> np.ndarray:
         return holm(np.array([*p, *([1.0] * n)], dtype=float))[: len(p)]
 
@@ -124,6 +163,10 @@ def adjust(claims: list[Claim], rows: list[dict], *, absent: tuple[int, int] = (
     second = padded([p for _, _, p in entries], absent[1])
     for (i, name, _), pa in zip(entries, second, strict=True):
         out[i][name] = float(pa)
+    contra = [(i, contra_p(c, rows[i])) for i, c in enumerate(claims) if contra_test(c)]
+    third = padded([p for _, p in contra], absent[2])
+    for (i, _), pa in zip(contra, third, strict=True):
+        out[i]["contra"] = float(pa)
     return out
 
 
@@ -141,19 +184,24 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
         p = adj["other"]
         if p < ALPHA:
             return "supported", "", f"mean probe accuracy at {claim.layer} above {claim.threshold:g} (Holm p = {fmt_p(p)})"
-        if hi < (claim.threshold or 0):
-            return "contradicted", "", f"the {iv} lies below {claim.threshold:g}"
-        return "inconclusive", "", f"not shown above {claim.threshold:g} (Holm p = {fmt_p(p)}; {iv})"
+        if _contradicted(adj):
+            return "contradicted", "", f"the {iv} lies below {claim.threshold:g}{_contra_text(adj)}"
+        return "inconclusive", "", (f"not shown above {claim.threshold:g} (Holm p = {fmt_p(p)}; {iv})"
+                                    f"{_short_of(adj, hi < (claim.threshold or 0), 'below it')}")
     if claim.kind == "bound":
         p, v = adj["other"], claim.threshold or 0.0
         side, opposite = ("above", "below") if claim.direction == "greater" else ("below", "above")
         what = "mean" + (" minus chance" if claim.baseline == "chance" else "")
+        reaches = lo <= v if claim.direction == "greater" else hi >= v
         if p < ALPHA:
-            return "supported", "", f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}; {iv})"
-        if (claim.direction == "greater" and hi < v) or (claim.direction == "less" and lo > v):
-            return "contradicted", "", f"the {iv} lies {opposite} {v:g}"
+            return "supported", "", (f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}; {iv})"
+                                     f"{_one_sided_note(reaches, v)}")
+        if _contradicted(adj):
+            return "contradicted", "", f"the {iv} lies {opposite} {v:g}{_contra_text(adj)}"
+        beyond = (claim.direction == "greater" and hi < v) or (claim.direction == "less" and lo > v)
         return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {iv}); MDE {row['mde']:.3f} "
-                                    f"{side} it at {int(row['n_seeds'])} seeds")
+                                    f"{side} it at {int(row['n_seeds'])} seeds"
+                                    f"{_short_of(adj, beyond, f'{opposite} it')}")
     if claim.kind == "profile_match":
         from analysis.stats.profiles import seeds_for_profile_test
 
@@ -182,16 +230,19 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
         if within:
             extra = (f"; different from zero (Holm p = {fmt_p(p_zero)}): real but negligible" if zero_sig else "")
             return "supported", outcome, f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = {fmt_p(adj['equivalence'])}){extra}"
-        if m is not None and (lo > m or hi < -m):
-            return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}"
+        if _contradicted(adj):
+            return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}{_contra_text(adj)}"
+        outside = m is not None and (lo > m or hi < -m)
         return "inconclusive", outcome, (f"not shown within ±{m:g} (TOST Holm p = {fmt_p(adj['equivalence'])}; "
-                                         f"{iv}); {power} (to show equivalence at a true difference of 0)")
+                                         f"{iv}); {power} (to show equivalence at a true difference of 0)"
+                                         f"{_short_of(adj, outside, 'wholly outside the margin')}")
     side = {"less": "below", "greater": "above", "two-sided": "different from"}[claim.direction]
     wrong = (claim.direction == "less" and lo > 0) or (claim.direction == "greater" and hi < 0)
+    reaches = {"less": hi >= 0, "greater": lo <= 0}.get(claim.direction, False)
     if m is None:
         if zero_sig:
-            return "supported", "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {iv}); no margin declared, so a "
-                                     "negligible effect is not told apart")
+            return "supported", "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {iv}){_one_sided_note(reaches, 0)}; "
+                                     "no margin declared, so a negligible effect is not told apart")
         return "inconclusive", "", (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}; {iv}); no margin declared, "
                                     f"so no power (MDE {row['mde']:.3f})")
     within = bool(adj.get("equivalence", np.nan) < ALPHA)
@@ -202,20 +253,50 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
     else:
         outcome = str(outcome_np(zero_sig, within))
     opposite = "above" if claim.direction == "less" else "below"
-    if wrong:
-        return "contradicted", outcome, f"the {iv} lies {opposite} zero: the opposite of the claimed direction"
+    if _contradicted(adj):
+        return "contradicted", outcome, (f"the {iv} lies {opposite} zero: the opposite of the claimed direction"
+                                         f"{_contra_text(adj)}")
+    short = _short_of(adj, wrong, f"{opposite} zero")
     if outcome == "effect":
         if claim.test_against == "margin":
             return "supported", outcome, (f"beyond the margin: |effect| > {m:g} (minimum-effect test, Holm p = "
                                           f"{fmt_p(adj['margin'])}; {iv})")
-        return "supported", outcome, f"{side} zero (Holm p = {fmt_p(p_zero)}) and not within ±{m:g} ({iv})"
+        return "supported", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) and not within ±{m:g} ({iv})"
+                                      f"{_one_sided_note(reaches, 0)}")
     if outcome == "negligible":
         return "negligible", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but within ±{m:g}: the {iv} lies "
                                        "inside the margin, a real but negligible effect")
     if outcome == "equivalent":
         return "equivalent", outcome, (f"not {side} zero (Holm p = {fmt_p(p_zero)}) and within ±{m:g}: the {iv} "
-                                       "lies inside the margin")
+                                       f"lies inside the margin{short}")
     if claim.test_against == "margin" and zero_sig:
         return "inconclusive", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but not shown beyond ±{m:g} "
                                          f"(minimum-effect Holm p = {fmt_p(adj['margin'])}; {iv}); {power}")
-    return "inconclusive", outcome, f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); {power}"
+    return "inconclusive", outcome, (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); "
+                                     f"{power}{short}")
+
+
+def _contradicted(adj: dict[str, float]) -> bool:
+    """The opposite side's test, Holm-corrected across the claims (:func:`contra_p`)."""
+    return bool(adj.get("contra", np.nan) < ALPHA)
+
+
+def _contra_text(adj: dict[str, float]) -> str:
+    return f" (two-sided test of that side, Holm p = {fmt_p(adj['contra'])})"
+
+
+def _short_of(adj: dict[str, float], beyond: bool, where: str) -> str:
+    """Said of an interval that lies on the opposite side without the corrected test agreeing."""
+    if not beyond or not np.isfinite(adj.get("contra", np.nan)):
+        return ""
+    return (f"; the interval lies {where}, but not beyond what the whole family of claims allows by chance "
+            f"(two-sided test of that side, Holm p = {fmt_p(adj['contra'])}): not contradicted")
+
+
+def _one_sided_note(reaches: bool, value: float) -> str:
+    """Said of a claim supported by its one-sided test whose two-sided 95% interval reaches
+    ``value``: the test's own bound is the one-sided 95% bound, which clears it."""
+    if not reaches:
+        return ""
+    return (f" — a one-sided test: its one-sided 95% bound clears {value:g}, while the two-sided "
+            "interval shown reaches it")
