@@ -14,7 +14,11 @@ A cross-check's verdict is decided again from its estimate, standard error and d
 freedom (``crosscheck_se``, ``crosscheck_df``); a part stored before those were kept keeps the
 cross-check verdict it reached itself, corrected within the part (said in the table's
 ``crosscheck_from``). A declared claim no part evaluated (a claim reading tasks of several
-parts, or a part not given) is ``not evaluable`` and its tests count with p = 1.
+parts, or a part not given) is ``not evaluable`` and its tests count with p = 1. A report's CSV
+may clip an interval to its metric's range (``interval_note`` ``clipped``): the verdicts cannot
+change (thresholds and margins lie inside the range), only the interval shown is the clipped
+one. A part evaluated under a claim since edited in the file (its margin, threshold, metric,
+direction or test) is refused: its p-values answer another question.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.claims.evaluate import NUMERIC, TEXT, verdict_table
+from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
 from analysis.claims.spec import Claim, ClaimError
-from analysis.claims.verdicts import claim_tests, secondary_tests
+from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
 #: verdict reads the interval, so such a row can only be combined from the part's store.
@@ -43,15 +47,18 @@ def claim_rows(claim: Claim) -> list[str]:
     return [claim.id]
 
 
-def part_frame(part: xr.Dataset | pd.DataFrame) -> pd.DataFrame:
+def part_frame(part: xr.Dataset | pd.DataFrame, name: str = "part") -> pd.DataFrame:
     """A part's claims (``results/claims`` or a report's ``claims.csv``) as one row per claim row."""
     if isinstance(part, xr.Dataset):
         frame = part.to_dataframe().reset_index()
     else:
         frame = part.copy()
     if "claim" not in frame or "verdict" not in frame:
-        raise ClaimError("a part's claims table needs 'claim' and 'verdict' columns: give a store's "
-                         "results/claims or the tables/claims.csv of its report")
+        raise ClaimError(f"part {name} has no 'claim' and 'verdict' columns: give a part's store, its report "
+                         "folder or the report's tables/claims.csv")
+    if "part" in frame:
+        raise ClaimError(f"part {name} is a combined table already (it has a 'part' column); combine the parts "
+                         "themselves, whose rows say what each evaluated")
     return frame
 
 
@@ -76,7 +83,7 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
         row["not_evaluable"] = True
         return row, ""
     note = _text(r, "interval_note")
-    if note in HIDDEN:
+    if note in HIDDEN and claim.kind != "profile_match":  # a permutation test's verdict reads no interval
         raise ClaimError(
             f"part {name}: claim {r['claim']!r}'s interval is hidden in this table ({note}), and its "
             "verdict reads it; combine from the part's store instead of its report's CSV")
@@ -124,22 +131,23 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
     declared = {rid: c for c in claims for rid in claim_rows(c)}
     found: dict[str, tuple[str, pd.Series]] = {}
     for name, table in parts:
-        for _, r in part_frame(table).iterrows():
+        for _, r in part_frame(table, name).iterrows():
             rid = str(r["claim"])
             claim = declared.get(rid)
             if claim is None:
                 raise ClaimError(f"part {name} holds claim {rid!r}, which the experiment file does not declare; "
                                  "combine the parts of the experiment file they were run from")
-            if _text(r, "statement") not in ("", claim.statement) or _text(r, "kind") not in ("", claim.kind):
-                raise ClaimError(f"part {name}: claim {rid!r} was evaluated with another statement or kind than "
-                                 "the file declares; combine the parts of the experiment file they were run from")
+            changed = _changed(claim, r)
+            if changed:
+                raise ClaimError(f"part {name}: claim {rid!r} was evaluated with {changed}; evaluate the part "
+                                 "again with this file (`layerstate stats`), or combine with the file it ran from")
             if rid in found:
                 other, prev = found[rid]
-                same = all(np.isclose(_float(prev, k), _float(r, k), equal_nan=True, rtol=1e-12, atol=0)
-                           for k in ("estimate", "lower", "upper", "p"))
-                if not same:
-                    raise ClaimError(f"claim {rid!r} was evaluated differently in parts {other} and {name}; "
-                                     "combine parts whose tasks do not overlap")
+                if not all(np.isclose(_float(prev, k), _float(r, k), equal_nan=True, rtol=1e-12, atol=0)
+                           for k in ("estimate", "p")):
+                    raise ClaimError(f"claim {rid!r} was evaluated differently in parts {other} and {name} (the "
+                                     "same part's results from two evaluations, or two parts holding one task); "
+                                     "give each part once, as last evaluated")
                 continue
             found[rid] = (name, r)
     kept, ids, rows, sources, cross_from = [], [], [], [], []
@@ -164,17 +172,42 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
             sources.append(name)
             cross_from.append(how)
     # each row no part evaluated: its own test (one per row) and its second tests, at p = 1
-    pad = (len(missing), sum(len(secondary_tests(c)) for c in missing))
+    pad = (len(missing), sum(len(secondary_tests(c)) for c in missing), sum(contra_test(c) for c in missing))
     gone = list(dict.fromkeys(c.id for c in missing))
-    correction = ("holm across the claims of every part as one family (each claim's own test; the second test "
-                  "of the claims with a margin as a second family)" + (
-                      f"; {len(gone)} declared claims no part evaluated ({pad[0]} + {pad[1]} tests) count "
-                      "with p = 1" if missing else ""))
+    correction = FAMILIES.replace("holm across the claims", "holm across the claims of every part") + (
+        f"; {len(gone)} declared claims no part evaluated ({' + '.join(map(str, pad))} tests) count with p = 1"
+        if missing else "")
     res = verdict_table(kept, ids, rows, pad=pad, correction=correction,
                         attrs={"parts": [name for name, _ in parts], "absent_claims": gone})
     res["part"] = ("claim", np.array(sources, dtype=str))
     res["crosscheck_from"] = ("claim", np.array(cross_from, dtype=str))
     return res
+
+
+def _changed(claim: Claim, r: pd.Series) -> str:
+    """How a part's row was evaluated under another claim than ``claim`` ('' if it was not):
+    the statement, kind, margin, metric, threshold, or the test (direction, test_against)."""
+    from analysis.claims.verdicts import test_text
+
+    def differs(stored: str, declared: str, what: str) -> str:
+        return f"another {what} ({stored!r}, the file: {declared!r})" if stored not in ("", declared) else ""
+
+    for stored, declared, what in ((_text(r, "statement"), claim.statement, "statement"),
+                                   (_text(r, "kind"), claim.kind, "kind"),
+                                   (_text(r, "metric"), claim.metric or "", "metric")):
+        if differs(stored, declared, what):
+            return differs(stored, declared, what)
+    if _text(r, "verdict") == "not evaluable":
+        return ""
+    margin = _float(r, "margin")
+    if not np.isclose(margin, claim.margin if claim.margin else np.nan, equal_nan=True):
+        return f"another margin ({margin:g}, the file: {claim.margin})"
+    if claim.kind in ("bound", "readable_by") and not np.isclose(_float(r, "reference_mean"), float(claim.threshold or 0)):
+        return f"another threshold ({_float(r, 'reference_mean'):g}, the file: {claim.threshold})"
+    model = _text(r, "model")
+    if claim.kind in ("difference", "equivalence") and model and not _text(r, "test").startswith(test_text(claim, model)):
+        return f"another test ({_text(r, 'test')!r}, the file's: {test_text(claim, model)!r})"
+    return ""
 
 
 def _tasks(claim: Claim) -> list[str]:
@@ -188,11 +221,16 @@ def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Da
 
     p = Path(str(path))
     if p.is_dir() and (p / "tables" / "claims.csv").is_file():
-        p = p / "tables" / "claims.csv"
+        p = p / "tables" / "claims.csv"  # a report folder
+    elif p.is_dir() and ((p / "report.md").is_file() or (p / "index.html").is_file()):
+        raise ClaimError(f"{path} is a report without a claims table (tables/claims.csv): its store had no "
+                         "evaluated claims; run `layerstate stats` on the store and report it again")
     if p.suffix == ".csv":
         if not p.is_file():
             raise ClaimError(f"{p}: no such claims table; give a report's tables/claims.csv or a store")
-        return pd.read_csv(p, keep_default_na=True)
+        # every cell as text, so ids and statements stay as written ('01', 'NA'); numbers are
+        # parsed by float(), which rounds exactly as the CSV's full-precision digits were written
+        return pd.read_csv(p, dtype=str, keep_default_na=False)
     st = open_analysis(str(path), write=False, storage_options=storage_options,
                        results_options=storage_options)
     if "claims" not in st.results():

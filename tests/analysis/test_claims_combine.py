@@ -119,7 +119,7 @@ def test_parts_that_do_not_belong_together_are_refused(grid, tmp_path):
     with pytest.raises(ClaimError, match="does not declare"):
         combine_parts(S3, list(parts.items()))
     changed = parts["s3"].assign(statement=("claim", np.array(["another"] * 3)))
-    with pytest.raises(ClaimError, match="another statement or kind"):
+    with pytest.raises(ClaimError, match="another statement"):
         combine_parts(CLAIMS, [("s3", changed), ("dyck", parts["dyck"])])
     moved = parts["s3"].assign(p=parts["s3"].p * 0.5)
     with pytest.raises(ClaimError, match="evaluated differently in parts s3 and again"):
@@ -131,6 +131,24 @@ def test_parts_that_do_not_belong_together_are_refused(grid, tmp_path):
         combine_parts(CLAIMS, [("dyck", hidden)])
     with pytest.raises(ClaimError, match="no parts to combine"):
         combine_parts(CLAIMS, [])
+    # a combined table is not a part: its rows for absent claims would leave the family
+    with pytest.raises(ClaimError, match="is a combined table already"):
+        combine_parts(CLAIMS, [("combined", combine_parts(CLAIMS, [("s3", parts["s3"])]))])
+    # a part evaluated under a claim since edited answers another question
+    edited = parse_claims([{**RAW[0], "margin": 0.5}, *RAW[1:]])
+    with pytest.raises(ClaimError, match="another margin"):
+        combine_parts(edited, list(parts.items()))
+    flipped = parse_claims([{**RAW[0], "direction": "greater"}, *RAW[1:]])
+    with pytest.raises(ClaimError, match="another test"):
+        combine_parts(flipped, list(parts.items()))
+    raised = parse_claims([*RAW[:5], {**RAW[5], "threshold": 0.7}])
+    with pytest.raises(ClaimError, match="another threshold"):
+        combine_parts(raised, list(parts.items()))
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "report.md").write_text("# a report of a store without claims\n")
+    with pytest.raises(ClaimError, match="a report without a claims table"):
+        read_part(report)
 
 
 def test_combine_command_prints_and_writes_the_table(grid, tmp_path):
