@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 
 from analysis.claims import ClaimError, combine_parts, evaluate_claims, parse_claims, read_part
 from reports.sections import claims_frame
@@ -198,3 +199,31 @@ def test_a_part_is_read_from_its_store_and_a_store_without_claims_is_named(tmp_p
     np.testing.assert_array_equal(read.p.values, stored.p.values)
     combined = combine_parts(CLAIMS, [("part.zarr", read)])
     assert list(combined.part.values) == [""] * 3 + ["part.zarr"] * 3
+
+
+def test_probe_claims_combine_as_the_whole_store_decides_them(tmp_path):
+    """A profile_match claim (one row per architecture), readable_by claims supported and
+    contradicted, and a part's own not-evaluable claim."""
+    from tests.analysis.test_claims import PROFILE_CLAIMS, _fake_probes
+
+    st = Store.create(str(tmp_path / "p.zarr"))
+    probes = _fake_probes(st, np.random.default_rng(0))
+    st.add_run("parity-gru-0", task="parity", arch="gru", seed=0)  # one seed: not evaluable
+    one = probes.isel(run=[0]).assign_coords(run=["parity-gru-0"])
+    probes = xr.concat([probes, one], dim="run")
+    raw = [*PROFILE_CLAIMS,
+           {"id": "parity-early", "statement": "Parity readable by L0", "kind": "readable_by",
+            "metric": "probe_accuracy", "task": "parity", "arch": "lstm", "layer": "L0", "threshold": 0.9},
+           {"id": "gru-early", "statement": "A GRU readable by L0", "kind": "readable_by",
+            "metric": "probe_accuracy", "task": "parity", "arch": "gru", "layer": "L0", "threshold": 0.9}]
+    claims = parse_claims(raw)
+    whole = evaluate_claims(st, claims, probes=probes)
+    assert dict(zip(whole.claim.values, whole.verdict.values, strict=True)) == {
+        "s3-like-parity[lstm]": "supported", "dyck-early": "supported", "parity-early": "contradicted",
+        "gru-early": "not evaluable"}
+    first, second = claims[:2], claims[2:]
+    parts = [("a", evaluate_claims(st, first, probes=probes, absent=second)),
+             ("b", evaluate_claims(st, second, probes=probes, absent=first))]
+    combined = combine_parts(claims, parts)
+    _same(combined, whole, cols=(*DECIDED, "p_contra", "p_contra_adjusted"))
+    assert list(combined.claim.values) == ["s3-like-parity[lstm]", "dyck-early", "parity-early", "gru-early"]
