@@ -603,6 +603,9 @@ def run_experiment(
                          experiment=exp.model_dump(mode="json"))
     say(f"done in {time.perf_counter() - t0:.0f}s: store {url}")
     say(present.report_line(index))
+    if tasks:
+        say(f"this part's claims were corrected with the other parts' tests at p = 1; once every part has run, "
+            f"`layerstate combine {url} OTHER_PARTS... --claims {exp_path}` gives one verdict table")
     return index
 
 

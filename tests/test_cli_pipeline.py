@@ -291,6 +291,7 @@ def test_run_a_grid_one_task_at_a_time_into_one_store(exp_file, tmp_path):
     assert first.exit_code == 0, first.output
     assert "tasks parity; 1 runs, 1 of its 2 claims (those reading only these tasks; the other 1 stay in" in first.output
     assert "claim parity-readable:" in first.output and "dyck-readable" not in first.output
+    assert "once every part has run, `layerstate combine " in first.output
     from store import Store
 
     st = Store.open(str(out / "store.zarr"))
