@@ -415,7 +415,8 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
                "default_model": DEFAULT_MODEL,
                "verdict_rule": "with a margin: different from 0 and not within the margin -> supported; "
                "different and within -> negligible; not different and within -> equivalent; neither -> "
-               "inconclusive; a directional claim with its interval on the wrong side -> contradicted "
+               "inconclusive; a directional claim with its interval on the wrong side, the test of that side "
+               "Holm-corrected across the claims -> contradicted "
                "(equivalence claims: within -> supported). docs: analysis.claims"},
     )
 
