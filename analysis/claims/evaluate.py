@@ -367,7 +367,7 @@ FAMILIES = ("holm across the claims, in three families: each claim's own test; t
             "passes)")
 
 
-def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *, pad: tuple[int, ...] = (0, 0, 0),
+def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *, pad: tuple[int, int, int] = (0, 0, 0),
                   correction: str, attrs: dict | None = None) -> xr.Dataset:
     """The claims Dataset of :func:`evaluate_claims` from one row of test results per claim row:
     Holm over the rows (plus ``pad`` absent tests at p = 1), each verdict and its cross-check's.

@@ -113,23 +113,29 @@ def contra_p(claim: Claim, row: dict) -> float:
     p of that side, so that uncorrected ``contra_p < alpha`` is exactly "the 95% interval lies
     wholly on the other side" (an equivalence claim: wholly outside the margin). The opposite
     side was not what the claim declared, so it is judged at the two-sided level; the claimed
-    side keeps the one-sided test it declared. NaN where the claim cannot be contradicted."""
+    side keeps the one-sided test it declared. From the row's estimate, SE and degrees of
+    freedom, the t the interval was built from (its tail directly, not 1 - p, so a tiny p keeps
+    its digits). NaN where the claim cannot be contradicted or the row has no df."""
     from scipy import stats
 
     if row.get("not_evaluable") or not contra_test(claim):
         return np.nan
+    est, se, df = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df"))
+    if not (np.isfinite(est) and np.isfinite(se)) or np.isnan(df):
+        return np.nan  # no interval either (inference_np gives NaN bounds without a df)
     if claim.kind == "equivalence":
-        est, se, df, m = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df", "margin"))
-        m = float(claim.margin) if claim.margin is not None else m
-        if not (np.isfinite(est) and np.isfinite(se)):
-            return np.nan
+        m = float(claim.margin)  # type: ignore[arg-type]  # contra_test: an equivalence claim has one
         if se == 0:
             return 0.0 if abs(est) > m else 1.0
-        df = df if np.isfinite(df) else np.inf
         one = min(float(stats.t.sf((est - m) / se, df)), float(stats.t.cdf((est + m) / se, df)))
         return min(1.0, 2.0 * one)
-    claimed = float(row.get("p_zero" if claim.kind == "difference" else "p", np.nan))
-    return min(1.0, 2.0 * (1.0 - claimed)) if np.isfinite(claimed) else np.nan
+    value = float(claim.threshold or 0.0) if claim.kind in ("bound", "readable_by") else 0.0
+    greater = claim.kind == "readable_by" or claim.direction == "greater"
+    if se == 0:  # seeds that agree exactly: the side decides, and 0 / 0 is no test (as for p_zero)
+        return np.nan if est == value else (0.0 if (est < value if greater else est > value) else 1.0)
+    stat = (est - value) / se
+    opposite = float(stats.t.cdf(stat, df) if greater else stats.t.sf(stat, df))
+    return min(1.0, 2.0 * opposite)
 
 
 def family_share(claims: Sequence[Claim]) -> tuple[int, int, int]:
@@ -141,7 +147,7 @@ def family_share(claims: Sequence[Claim]) -> tuple[int, int, int]:
 
 
 def adjust(claims: list[Claim], rows: list[dict], *,
-           absent: tuple[int, ...] = (0, 0, 0)) -> list[dict[str, float]]:
+           absent: tuple[int, int, int] = (0, 0, 0)) -> list[dict[str, float]]:
     """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
     ``margin``, ``other``; ``contra``, the opposite side's): each claim's own test over all
     claims, the second tests of the claims with a margin as a second family, and the tests of
@@ -151,7 +157,8 @@ def adjust(claims: list[Claim], rows: list[dict], *,
     :func:`family_share` of the claims it does not hold), counted with p = 1. That is the worst
     case for the tests present: each adjusted p is then at least what Holm over the whole family
     would give, so a claim a part supports (or contradicts) the whole family supports too."""
-    absent = (*absent, 0, 0, 0)[:3]
+    if len(absent) != 3:
+        raise ValueError(f"absent must count the three families' tests (family_share), got {absent!r}")
 
     def padded(p: list[float], n: int) -> np.ndarray:
         return holm(np.array([*p, *([1.0] * n)], dtype=float))[: len(p)]
@@ -282,7 +289,7 @@ def _contradicted(adj: dict[str, float]) -> bool:
 
 
 def _contra_text(adj: dict[str, float]) -> str:
-    return f" (two-sided test of that side, Holm p = {fmt_p(adj['contra'])})"
+    return f" (the test of that side at the two-sided level, Holm p = {fmt_p(adj['contra'])})"
 
 
 def _short_of(adj: dict[str, float], beyond: bool, where: str) -> str:
@@ -290,7 +297,7 @@ def _short_of(adj: dict[str, float], beyond: bool, where: str) -> str:
     if not beyond or not np.isfinite(adj.get("contra", np.nan)):
         return ""
     return (f"; the interval lies {where}, but not beyond what the whole family of claims allows by chance "
-            f"(two-sided test of that side, Holm p = {fmt_p(adj['contra'])}): not contradicted")
+            f"(the test of that side at the two-sided level, Holm p = {fmt_p(adj['contra'])}): not contradicted")
 
 
 def _one_sided_note(reaches: bool, value: float) -> str:
