@@ -257,15 +257,21 @@ class Experiment(CapturePlan):
         when the file is read (before any training), not refused: the profiles are still
         reported, and the verdict will say why it is inconclusive."""
         from analysis.claims.spec import ALPHA
+        from analysis.claims.verdicts import family_share
         from analysis.stats.profiles import attainable_min_p, seeds_for_profile_test
 
         n = len(self.grid.seeds)
         floor = attainable_min_p(n, n)
         if floor >= ALPHA:
+            # Holm's first step tests at alpha / m: below that the claim is decided whatever the
+            # file's other tests give (m: the family the whole file declares)
+            m = family_share([*self.claims, *self._absent_claims])[0]
             warnings.warn(
                 f"claim {claim.id!r}: a profile_match claim cannot be supported with {n} seeds per "
                 f"task (the exact permutation test's smallest p is {floor:.3f}, not below {ALPHA:g}); "
-                f"{seeds_for_profile_test(ALPHA)} or more seeds can decide it", stacklevel=2)
+                f"{seeds_for_profile_test(ALPHA)} or more seeds can decide it"
+                + (f", {seeds_for_profile_test(ALPHA / m)} or more whatever the file's other tests give "
+                   f"(Holm over its {m} tests)" if m > 1 else ""), stacklevel=2)
 
     def _check_cells(self, claim: Claim) -> None:
         """Refuse a claim that reads a (task, arch, variant) the grid has no run of: a variant

@@ -398,6 +398,10 @@ def test_reading_an_experiment_warns_of_a_profile_claim_its_seeds_cannot_decide(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         parse_experiment(exp([0, 1, 2, 3]))  # 2/70 < 0.05: no warning
+    both = exp([0, 1, 2]) | {"claims": list(PROFILE_CLAIMS)}  # a family of 2: Holm's first step at 0.025
+    with pytest.warns(UserWarning, match=r"4 or more seeds can decide it, 5 or more whatever the file's other "
+                                         r"tests give \(Holm over its 2 tests\)"):
+        parse_experiment(both)
 
 
 def _interchange_store(tmp_path, n_seeds=4, no_conv=False):
