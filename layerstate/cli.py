@@ -628,7 +628,7 @@ def stats(store_path: str, claims_file: str, results: str | None, scheduler: str
 @click.argument("parts", nargs=-1, required=True, metavar="PART...")
 @click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
               help="The experiment TOML the parts were run from (every claim it declares is the family).")
-@click.option("--out", "out", default=None,
+@click.option("--out", "out", default=None, metavar="DIR",
               help="Folder for claims.csv (full precision) and claims.md (the verdict table).")
 @storage_option
 def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_options: dict) -> None:
