@@ -130,7 +130,7 @@ class MambaFamilyModel(_HFSequenceModel):
 
     @property
     def implementation(self) -> str:
-        """"torch-fast-scan" / "torch-chunked" on the CPU, "cuda-kernels" with the
+        """"torch-fast-scan" / "torch-ssd" on the CPU, "cuda-kernels" with the
         ``gpu`` extra on a GPU, "torch-reference" on request (`capture.models.mamba`)."""
         return mamba_paths.mixer_path(self._mixers()[0], self.head.weight.device)
 

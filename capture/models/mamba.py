@@ -7,10 +7,11 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
 
 - ``"cuda-kernels"``: tensors on a GPU and `mamba-ssm` + `causal-conv1d` importable (the
   optional ``gpu`` extra): `transformers`' own forward, which uses the fused kernels.
-- ``"torch-fast-scan"`` (Mamba) / ``"torch-chunked"`` (Mamba-2): everywhere else. Same
+- ``"torch-fast-scan"`` (Mamba) / ``"torch-ssd"`` (Mamba-2): everywhere else. Same
   parameters, pure PyTorch; Mamba uses `capture.models.scan.selective_scan`, Mamba-2
-  `transformers`' own torch chunked scan (its plain function, never the kernel it may have
-  bound). Every submodule used here is called as a module, so hooks see it
+  `capture.models.ssd.ssd_block` up to ``ssd.BLOCK_MAX`` positions (about 2x faster
+  training steps at L = 40) and `transformers`' own torch chunked scan beyond (its plain
+  function, never the kernel it may have bound). Every submodule used here is called as a module, so hooks see it
   ("L0.mixer.conv1d").
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.mamba2 import modeling_mamba2
 
+from capture.models import ssd
 from capture.models.scan import selective_scan
 
 # The widths the causal-conv1d CUDA kernel accepts (docs/measured.md, "Models"); others use
@@ -102,18 +104,18 @@ def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tenso
     # Mamba-2 convolves x, B and C together: no_conv un-convolves all three
     xbc = mixer.act(_causal_conv(mixer.conv1d, xbc))
     x, B, C = xbc.split([mixer.intermediate_size, groups_state, groups_state], dim=-1)
-    y = torch_chunk_scan()(
+    args = (
         x.view(batch, length, mixer.num_heads, mixer.head_dim),
         dt,
         -torch.exp(mixer.A_log.float()),
         B.view(batch, length, mixer.n_groups, mixer.ssm_state_size),
         C.view(batch, length, mixer.n_groups, mixer.ssm_state_size),
-        chunk_size=mixer.chunk_size,
-        D=mixer.D,
-        dt_bias=mixer.dt_bias,
-        dt_softplus=True,
-        dt_limit=mixer.time_step_limit,
     )
+    common = {"D": mixer.D, "dt_bias": mixer.dt_bias, "dt_softplus": True, "dt_limit": mixer.time_step_limit}
+    if length <= ssd.BLOCK_MAX:
+        y = ssd.ssd_block(*args, **common)
+    else:
+        y = torch_chunk_scan()(*args, chunk_size=mixer.chunk_size, **common)
     y = mixer.norm(y.reshape(batch, length, -1), gate)  # (batch, position, d_inner)
     return mixer.out_proj(y.to(hidden_states.dtype))
 
@@ -124,8 +126,30 @@ def torch_chunk_scan():
 
 
 def _plain_torch(function):
-    """The torch function under `transformers`' kernel-dispatch wrappers (functools.wraps)."""
+    """The torch function under `transformers`' kernel-dispatch wrappers.
+
+    Up to transformers 5.24 the wrappers are functions made with ``functools.wraps``. From
+    5.25, when the `kernels` package imports, the decorated function becomes an ``nn.Module``
+    instance whose ``forward`` calls the wrapped dispatcher it closes over (docs/measured.md,
+    "Models"); the plain function is found there, by name and module, and a layout that
+    hides it is refused rather than guessed at.
+    """
+    if isinstance(function, nn.Module):
+        name, module = function.__class__.__name__, modeling_mamba2.__name__
+        closed = inspect.getclosurevars(type(function).forward).nonlocals.values()
+        found = [f for f in map(_unwrapped, closed)
+                 if getattr(f, "__module__", None) == module and hasattr(f, "__code__")]
+        if len(found) != 1:
+            raise RuntimeError(
+                f"cannot find the torch function under transformers' kernel dispatch ({name}); "
+                "this transformers release changed it: pin the version pyproject.toml allows"
+            )
+        return found[0]
     return inspect.unwrap(function)
+
+
+def _unwrapped(value: Any) -> Any:
+    return inspect.unwrap(value) if callable(value) else value
 
 
 def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwargs):
@@ -141,7 +165,7 @@ def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwar
 
 
 def _torch_path(mixer: Any) -> str:
-    return "torch-fast-scan" if _is_mamba1(mixer) else "torch-chunked"
+    return "torch-fast-scan" if _is_mamba1(mixer) else "torch-ssd"
 
 
 def install_mixer_paths(mixers: list[Any]) -> None:

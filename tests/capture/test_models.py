@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers
+from packaging.version import Version
 
 from capture.models import (
     ARCHS,
@@ -15,11 +19,13 @@ from capture.models import (
     load_pretrained,
     make_conv_identity,
     parameter_table,
+    ssd,
 )
 from capture.models import mamba as mamba_paths
 from capture.models.rnn import lstm_cell_states
 from capture.models.scan import _SelectiveScan, selective_scan, selective_scan_reference
 
+TRANSFORMERS = Version(transformers.__version__)
 VOCAB, CLASSES, BATCH, LENGTH = 10, 3, 4, 12
 TINY = {"d_model": 32, "n_layers": 2}
 ATOL = 1e-5
@@ -90,10 +96,11 @@ def test_explicit_block_loop_matches_transformers_forward(arch):
     out = model.backbone(tok, use_cache=False, output_hidden_states=True)
     assert all_close(model.head(out.last_hidden_state), logits)
     # transformers' own lists (docs/measured.md, "Models"): GPT-NeoX = embeddings + blocks
-    # 1..n-1 (+ final norm), Mamba = blocks 1..n raw (+ final norm); the overlapping entries
-    # must agree
+    # 1..n-1 (+ final norm), Mamba = blocks 1..n raw (+ final norm); Mamba-2 switched to
+    # GPT-NeoX's list in transformers 5.25. The overlapping entries must agree
     theirs = torch.stack(out.hidden_states[:-1], dim=2)
-    ours = hidden[:, :, :-1] if arch == "transformer" else hidden[:, :, 1:]
+    with_embeddings = arch == "transformer" or (arch == "mamba2" and TRANSFORMERS >= Version("5.25"))
+    ours = hidden[:, :, :-1] if with_embeddings else hidden[:, :, 1:]
     assert all_close(ours, theirs)
 
 
@@ -168,7 +175,7 @@ def _logits_and_grads(model, tok):
 )
 def test_cpu_path_matches_transformers_reference_outputs_and_gradients(arch, variant):
     model, tok = tiny(arch, **variant).train(), tokens()
-    expected = "torch-fast-scan" if arch == "mamba" else "torch-chunked"
+    expected = "torch-fast-scan" if arch == "mamba" else "torch-ssd"
     assert model.implementation == expected
     logits, grads = _logits_and_grads(model, tok)
     model.set_reference_path(True)
@@ -188,6 +195,44 @@ def test_calls_with_a_cache_go_to_transformers_own_forward(arch):
     assert all_close(model.head(cached.last_hidden_state), model(tok))
 
 
+@pytest.mark.parametrize(("length", "groups"), [(1, 1), (12, 1), (40, 2), (80, 4)])
+def test_ssd_block_matches_transformers_chunked_scan_outputs_and_gradients(length, groups):
+    gen = torch.Generator().manual_seed(length)
+    heads, head_dim, state = 8, 4, 3
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=gen).requires_grad_()
+
+    inputs = [draw(2, length, heads, head_dim), draw(2, length, heads), draw(heads).detach().exp().neg().requires_grad_(),
+              draw(2, length, groups, state), draw(2, length, groups, state), draw(heads), draw(heads)]
+    x, dt, A, B, C, D, bias = inputs
+    common = {"D": D, "dt_bias": bias, "dt_softplus": True, "dt_limit": (0.0, 5.0)}
+    ours = ssd.ssd_block(x, dt, A, B, C, **common)
+    theirs = mamba_paths.torch_chunk_scan()(x, dt, A, B, C, chunk_size=16, **common)
+    assert ours.shape == theirs.shape == x.shape
+    assert all_close(ours, theirs, atol=1e-4)
+    weights = torch.randn(ours.shape, generator=gen)
+    for a, b in zip(torch.autograd.grad((ours * weights).sum(), inputs),
+                    torch.autograd.grad((theirs * weights).sum(), inputs), strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("length", [ssd.BLOCK_MAX, ssd.BLOCK_MAX + 1])
+def test_mamba2_cpu_path_matches_the_reference_on_both_sides_of_the_block_limit(length, monkeypatch):
+    calls = []
+    block = ssd.ssd_block
+    monkeypatch.setattr(ssd, "ssd_block", lambda *a, **k: calls.append(1) or block(*a, **k))
+    model, tok = tiny("mamba2").train(), tokens(length=length)
+    logits, grads = _logits_and_grads(model, tok)
+    assert bool(calls) == (length <= ssd.BLOCK_MAX)  # the block up to the limit, chunked beyond
+    model.set_reference_path(True)
+    logits_ref, grads_ref = _logits_and_grads(model, tok)
+    assert all_close(logits, logits_ref)
+    # gradients summed over 64 positions reach |g| ~ 30: rounding shows at 1e-5 absolute
+    for a, b in zip(grads, grads_ref, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=ATOL)
+
+
 @torch.no_grad()
 def test_mamba2_chunk_size_changes_speed_not_results():
     tok = tokens(length=13)
@@ -197,6 +242,31 @@ def test_mamba2_chunk_size_changes_speed_not_results():
 def test_mamba2_cpu_path_calls_transformers_torch_scan_not_a_kernel():
     scan = mamba_paths.torch_chunk_scan()
     assert scan.__code__.co_filename.endswith("modeling_mamba2.py")
+    assert scan.__name__ == "mamba2_chunk_scan"
+
+
+def test_plain_torch_finds_the_function_under_a_kernels_dispatch_module():
+    # transformers 5.25 with `kernels`: the decorated function is an nn.Module instance whose
+    # forward calls the functools.wraps dispatcher it closes over
+    def torch_scan(x):
+        return x + 1
+
+    torch_scan.__module__ = mamba_paths.modeling_mamba2.__name__
+
+    @functools.wraps(torch_scan)
+    def dispatcher(*args, **kwargs):
+        raise AssertionError("the dispatcher is not the torch function")
+
+    def make(func):
+        class Func(torch.nn.Module):
+            def forward(self, *args, **kwargs):
+                return func(*args, **kwargs)
+        return Func()
+
+    assert mamba_paths._plain_torch(make(dispatcher)) is torch_scan
+    assert mamba_paths._plain_torch(dispatcher) is torch_scan  # up to 5.24: the wrapper itself
+    with pytest.raises(RuntimeError, match="kernel dispatch"):
+        mamba_paths._plain_torch(make(len))  # nothing of modeling_mamba2 under it
 
 
 def test_cpu_tensors_never_reach_cuda_kernels_even_when_they_import(monkeypatch):
