@@ -12,6 +12,9 @@ alike; trust the ratios more than the absolute times.
 - ``mamba_scan``: the same Mamba-1 model trained through the fast CPU scan and through
   `transformers`' torch path (``set_reference_path``). The reference is quadratic in
   length (~1 min per step at batch 64, L = 120), so L = 120 is measured at batch 8.
+- ``mamba2_scan``: the same Mamba-2 model trained with its scan as one masked block
+  (`capture.models.ssd`, the CPU path up to ``ssd.BLOCK_MAX`` positions) and through
+  `transformers`' torch chunked scan, at L = 40 and at the limit (64), batch 64.
 - ``zoo``: the same for Based, BaseConv, H3, Hyena and DeltaNet against GPT-NeoX of the same
   width (default configs: 4 layers, d 128, parameter-matched), batch 64, L = 40 and 160
   (goal: within 3x).
@@ -34,7 +37,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from capture.models import CORE_ARCHS, ZOO_ARCHS, ModelConfig, build_model, count_parameters
+from capture.models import CORE_ARCHS, ZOO_ARCHS, ModelConfig, build_model, count_parameters, ssd
 from capture.models.hf import MambaFamilyModel
 from capture.models.zoo import ZooModel
 
@@ -140,6 +143,34 @@ def mamba_scan() -> dict:
     return out
 
 
+def mamba2_scan() -> dict:
+    """Mamba-2's one-block scan against transformers' chunked scan, same weights and data."""
+    out = {}
+    for length in (40, ssd.BLOCK_MAX):
+        models = {name: build_model(ModelConfig(arch="mamba2"), VOCAB, CLASSES, seed=0)
+                  for name in ("block", "chunked")}
+        trainers = {name: _trainer(m, BATCH, length, seed=2) for name, m in models.items()}
+
+        def with_limit(step, limit):
+            def run() -> float:
+                saved, ssd.BLOCK_MAX = ssd.BLOCK_MAX, limit
+                try:
+                    return step()
+                finally:
+                    ssd.BLOCK_MAX = saved
+            return run
+
+        steps = {"block": with_limit(trainers["block"], length),
+                 "chunked": with_limit(trainers["chunked"], 0)}
+        median = _round_robin(steps, ROUNDS)
+        out[f"L{length}_batch{BATCH}"] = {
+            "block_seconds": round(median["block"], 4),
+            "chunked_seconds": round(median["chunked"], 4),
+            "speedup": round(median["chunked"] / median["block"], 2),
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Training-step speed of the architectures.")
     parser.add_argument("--only", choices=("core", "zoo"), help="measure one half only")
@@ -150,6 +181,7 @@ def main() -> None:
     if only != "zoo":
         result.update(architectures())
         result["mamba_scan"] = mamba_scan()
+        result["mamba2_scan"] = mamba2_scan()
     if only != "core":
         result["zoo"] = architectures(("transformer", *ZOO_ARCHS), ZOO_LENGTHS)
         result["zoo_reference"] = zoo_reference()
