@@ -9,8 +9,8 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   optional ``gpu`` extra): `transformers`' own forward, which uses the fused kernels.
 - ``"torch-fast-scan"`` (Mamba) / ``"torch-ssd"`` (Mamba-2): everywhere else. Same
   parameters, pure PyTorch; Mamba uses `capture.models.scan.selective_scan`, Mamba-2
-  `capture.models.ssd.ssd_block` up to ``ssd.BLOCK_MAX`` positions (about 2x faster
-  training steps at L = 40) and `transformers`' own torch chunked scan beyond (its plain
+  `capture.models.ssd.ssd_block` up to ``ssd.BLOCK_MAX`` positions (training steps
+  1.4x faster at L = 40) and `transformers`' own torch chunked scan beyond (its plain
   function, never the kernel it may have bound). Every submodule used here is called as a module, so hooks see it
   ("L0.mixer.conv1d").
 - ``"torch-reference"``: `transformers`' forward as written, on request
