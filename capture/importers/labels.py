@@ -19,7 +19,7 @@ import numpy as np
 
 from store import InvalidArrayError, MissingError
 
-from .common import Labels, require
+from .checks import Labels, require
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 ARRAY_SUFFIXES = (".npz", ".safetensors")

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capture.importers import common, import_safetensors, import_transformer_lens
+from capture.importers import import_safetensors, import_transformer_lens
+from capture.importers import writer
 from store import IncompleteError, InvalidArrayError, MissingError, RunConflictError, Store
 
 L, W = 5, 6
@@ -135,10 +136,10 @@ def test_inconsistent_files_are_refused_and_an_existing_store_is_untouched(tmp_p
 
 def test_blocks_fill_whole_chunks_and_a_resume_keeps_its_layout(tmp_path, monkeypatch):
     whole = _parts(tmp_path / "parts")  # 17 sequences
-    monkeypatch.setattr(common, "TARGET_CHUNK_BYTES", L * W * 2 * 6)  # the default: 6 a block
+    monkeypatch.setattr(writer, "TARGET_CHUNK_BYTES", L * W * 2 * 6)  # the default: 6 a block
     res = import_safetensors(str(tmp_path / "a.zarr"), "r", tmp_path / "parts")
     assert _group(tmp_path / "a.zarr")["spec"]["block_size"] == 6  # 17 is prime: the default
-    monkeypatch.setattr(common, "TARGET_CHUNK_BYTES", L * W * 2 * 7)
+    monkeypatch.setattr(writer, "TARGET_CHUNK_BYTES", L * W * 2 * 7)
     whole_16 = {k: v[:16] for k, v in whole.items()}
     from safetensors.numpy import save_file
 
@@ -147,7 +148,7 @@ def test_blocks_fill_whole_chunks_and_a_resume_keeps_its_layout(tmp_path, monkey
     res = import_safetensors(str(tmp_path / "b.zarr"), "r", tmp_path / "p16")
     assert _group(tmp_path / "b.zarr")["spec"]["block_size"] == 4 and res.blocks_total == 4  # 16 = 4 x 4
     # an unfinished import with another block size resumes with its own
-    real = common._put
+    real = writer._put
     calls = {"n": 0}
 
     def dies(*a, **k):
@@ -156,10 +157,10 @@ def test_blocks_fill_whole_chunks_and_a_resume_keeps_its_layout(tmp_path, monkey
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(common, "_put", dies)
+    monkeypatch.setattr(writer, "_put", dies)
     with pytest.raises(KeyboardInterrupt):
         import_safetensors(str(tmp_path / "c.zarr"), "r", tmp_path / "p16", block_size=3)
-    monkeypatch.setattr(common, "_put", real)
+    monkeypatch.setattr(writer, "_put", real)
     res = import_safetensors(str(tmp_path / "c.zarr"), "r", tmp_path / "p16")
     assert _group(tmp_path / "c.zarr")["spec"]["block_size"] == 3 and (res.blocks_written, res.blocks_total) == (5, 6)
     ds = Store.open(str(tmp_path / "c.zarr")).open_length("r", L)
@@ -175,7 +176,7 @@ def test_reading_ahead_holds_at_most_one_block_more():
         return {"x": np.arange(start, stop)}
 
     got = []
-    for b, arrays in common._blocks(read, [(0, 2), (2, 4), (4, 6), (6, 7)], [0, 1, 2, 3], ahead=True):
+    for b, arrays in writer._blocks(read, [(0, 2), (2, 4), (4, 6), (6, 7)], [0, 1, 2, 3], ahead=True):
         got.append((b, arrays["x"].tolist()))
         held.pop(0)  # the caller is done with this block
     assert got == [(0, [0, 1]), (1, [2, 3]), (2, [4, 5]), (3, [6])] and most[0] <= 2
@@ -184,7 +185,7 @@ def test_reading_ahead_holds_at_most_one_block_more():
 def test_a_different_source_does_not_resume_into_an_unfinished_import(tmp_path, monkeypatch):
     _parts(tmp_path / "one", seed=1)
     _parts(tmp_path / "two", seed=2)
-    real = common._put
+    real = writer._put
     calls = {"n": 0}
 
     def dies(*a, **k):
@@ -193,10 +194,10 @@ def test_a_different_source_does_not_resume_into_an_unfinished_import(tmp_path, 
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(common, "_put", dies)
+    monkeypatch.setattr(writer, "_put", dies)
     with pytest.raises(KeyboardInterrupt):
         import_safetensors(str(tmp_path / "s.zarr"), "r", tmp_path / "one", block_size=4)
-    monkeypatch.setattr(common, "_put", real)
+    monkeypatch.setattr(writer, "_put", real)
     before = _chunks(tmp_path / "s.zarr")
     with pytest.raises(RunConflictError) as exc:
         import_safetensors(str(tmp_path / "s.zarr"), "r", tmp_path / "two", block_size=4)
