@@ -1,4 +1,4 @@
-"""One typed, validated configuration for all five architectures.
+"""One typed, validated configuration for all ten architectures (five core, five of the zoo).
 
 Sizes left as ``None`` are filled per architecture when the config is built, so a stored
 config (``model_dump()``) always names every size that produced the weights.
@@ -79,11 +79,44 @@ def default_sizes(arch: str, d_model: int, given: dict | None = None) -> dict[st
     return defaults[arch]
 
 
+def mixer_parameters(arch: str, d: int, sizes: dict[str, int]) -> int:
+    """Parameters of one `arch` mixer at width `d` (counted from the modules in capture/models/<arch>.py)."""
+    k = sizes["conv_kernel"]
+    if arch in ("baseconv", "hyena"):
+        o = sizes["filter_order"]
+        implicit = 2 * o * o + 7 * o + o * d  # ImplicitFilter: 3 Linears, one Sin, projection
+        if arch == "baseconv":  # conv1d, short_proj, long_conv, long_proj
+            return d * (k + 1) + 2 * (d * d + d) + implicit
+        return 3 * d * d + 3 * d + 3 * d * (k + 1) + implicit + d + d * d + d
+    if arch == "based":
+        f, h, window = sizes["feature_dim"], sizes["n_heads"], sizes["window"]
+        attention = 2 * d * f * h + 2 * d * d
+        sliding = 4 * d * d + 4 * d if window > 0 else 0
+        return d * (k + 1) + d * d + d + attention + sliding
+    if arch == "h3":
+        heads, n = d // sizes["head_dim"], sizes["state_size"]
+        diag = heads * (1 + 3 * n)  # log_dt, then per mode A (2), B (2), C (2)
+        return 4 * (d * d + d) + d * k + d + diag + heads
+    if arch == "deltanet":
+        h = sizes["n_heads"]
+        return 4 * d * d + d * h + 3 * d * k + d // h
+    raise KeyError(f"no mixer parameter count for {arch!r}")
+
+
+def matched_mlp_width(arch: str, d: int, sizes: dict[str, int]) -> int:
+    """The MLP width that gives a block about a GPT-NeoX layer's parameters at width `d`.
+
+    A GPT-NeoX layer with MLP width 4.25 d has 12.5 d^2 + 13.25 d parameters (weights,
+    biases, two LayerNorms); a zoo block has its mixer's, two LayerNorms (4 d) and an MLP of
+    width m (2 d m + m + d).
+    """
+    remainder = 12.5 * d * d + 13.25 * d - mixer_parameters(arch, d, sizes) - 5 * d
+    return max(1, round(remainder / (2 * d + 1)))
+
+
 def _zoo_sizes(arch: str, d_model: int, given: dict) -> dict[str, int]:
     """Zoology's sizes (capture/models/<arch>.py says which are ours), then the MLP width
-    that matches a GPT-NeoX layer of the same width (`capture.models.zoo.matched_mlp_width`)."""
-    from capture.models.zoo import matched_mlp_width
-
+    that matches a GPT-NeoX layer of the same width (`matched_mlp_width`)."""
     state = 2 * max(1, d_model // 8)  # H3: d_model / 4, even (N/2 complex modes)
     sizes = {
         "based": {"n_heads": 1, "feature_dim": 16, "window": 8, "conv_kernel": 3},

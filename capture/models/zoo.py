@@ -36,44 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from capture.models.base import Extractor, SequenceModel, output_extractor
-from capture.models.config import ModelConfig
+from capture.models.config import ModelConfig, matched_mlp_width, mixer_parameters  # noqa: F401
 
 INIT_STD = 0.02  # Zoology's initializer_range
-
-
-def mixer_parameters(arch: str, d: int, sizes: dict[str, int]) -> int:
-    """Parameters of one `arch` mixer at width `d` (counted from the modules in its file)."""
-    k = sizes["conv_kernel"]
-    if arch in ("baseconv", "hyena"):
-        o = sizes["filter_order"]
-        implicit = 2 * o * o + 7 * o + o * d  # ImplicitFilter: 3 Linears, one Sin, projection
-        if arch == "baseconv":  # conv1d, short_proj, long_conv, long_proj
-            return d * (k + 1) + 2 * (d * d + d) + implicit
-        return 3 * d * d + 3 * d + 3 * d * (k + 1) + implicit + d + d * d + d
-    if arch == "based":
-        f, h, window = sizes["feature_dim"], sizes["n_heads"], sizes["window"]
-        attention = 2 * d * f * h + 2 * d * d
-        sliding = 4 * d * d + 4 * d if window > 0 else 0
-        return d * (k + 1) + d * d + d + attention + sliding
-    if arch == "h3":
-        heads, n = d // sizes["head_dim"], sizes["state_size"]
-        diag = heads * (1 + 3 * n)  # log_dt, then per mode A (2), B (2), C (2)
-        return 4 * (d * d + d) + d * k + d + diag + heads
-    if arch == "deltanet":
-        h = sizes["n_heads"]
-        return 4 * d * d + d * h + 3 * d * k + d // h
-    raise KeyError(f"no mixer parameter count for {arch!r}")
-
-
-def matched_mlp_width(arch: str, d: int, sizes: dict[str, int]) -> int:
-    """The MLP width that gives a block about a GPT-NeoX layer's parameters at width `d`.
-
-    A GPT-NeoX layer with MLP width 4.25 d has 12.5 d^2 + 13.25 d parameters (weights,
-    biases, two LayerNorms); a zoo block has its mixer's, two LayerNorms (4 d) and an MLP of
-    width m (2 d m + m + d).
-    """
-    remainder = 12.5 * d * d + 13.25 * d - mixer_parameters(arch, d, sizes) - 5 * d
-    return max(1, round(remainder / (2 * d + 1)))
 
 
 def causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
