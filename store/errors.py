@@ -45,7 +45,33 @@ class WriterLockedError(LayerstateError, RuntimeError):
 
 
 class CorruptStoreError(LayerstateError, ValueError):
-    """A chunk failed its checksum, is truncated, or a completed block is missing."""
+    """A chunk failed its checksum, is truncated, or a completed block is missing.
+
+    The project's one error for damaged data. Raised for one chunk (:meth:`in_chunk`) it also
+    names it: ``array_path``, ``coord``, ``key`` and ``reason`` (otherwise None).
+    """
+
+    array_path: str | None = None
+    coord: tuple[int, ...] | None = None
+    key: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def in_chunk(cls, array_path: str, coord: tuple[int, ...], key: str,
+                 reason: str) -> CorruptStoreError:
+        """The error for one damaged chunk; the message starts with ``reason``
+        (``Stored and computed checksum do not match``, zarr's wording, or ``buffer size ...
+        (truncated?)``)."""
+        err = cls(f"{reason} in chunk {coord} of {array_path} ({key})")
+        err.array_path, err.coord, err.key, err.reason = array_path, coord, key, reason
+        return err
+
+    def describe(self) -> str:
+        """``validate``'s wording for a chunk: ``<array>: chunk (i, j, …) (<key>) is corrupt:
+        <reason>`` (the message itself for an error not raised by :meth:`in_chunk`)."""
+        if self.array_path is None:
+            return str(self)
+        return f"{self.array_path}: chunk {self.coord} ({self.key}) is corrupt: {self.reason}"
 
 
 class IncompleteError(LayerstateError, ValueError):
@@ -69,4 +95,6 @@ class ResultsMismatchError(LayerstateError, ValueError):
 
 
 class MissingDependencyError(LayerstateError, ImportError):
-    """A store's location needs a package that is not installed (e.g. aiohttp for HTTP)."""
+    """An optional package is not installed: one a store's location needs (e.g. aiohttp for
+    HTTP) or an importer's library; the message names what to install. The project's one
+    missing-dependency error (``capture.importers.MissingExtraError`` is another name for it)."""

@@ -10,7 +10,7 @@ which import nothing), so any module may import it without forming a cycle. Here
 * :func:`group` / :func:`array`, schema-checked ``parent[name]``, and :func:`iter_arrays`;
 * :func:`quiet`, which silences zarr's notices about its own format choices where the store
   opens, reads or writes zarr, and nowhere else;
-* :class:`ChunkError` and :class:`CheckedStore`, so that a checksum failure on read names its
+* :class:`CheckedStore`, so that a checksum failure on read names its
   chunk itself, and :func:`naming_corruption`, which turns such failures into one
   :class:`~store.errors.CorruptStoreError` line.
 """
@@ -199,43 +199,30 @@ def quiet() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------- damaged chunks
-class ChunkError(ValueError):
-    """A chunk that failed its checksum or has the wrong size, named by array and chunk.
-
-    The message starts with ``reason`` (``Stored and computed checksum do not match``, zarr's
-    wording, or ``buffer size ... (truncated?)``).
-    """
-
-    def __init__(self, array_path: str, coord: tuple[int, ...], key: str, reason: str) -> None:
-        super().__init__(f"{reason} in chunk {coord} of {array_path} ({key})")
-        self.array_path, self.coord, self.key, self.reason = array_path, coord, key, reason
-
-    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its fields (dask ships errors)
-        return (type(self), (self.array_path, self.coord, self.key, self.reason))
-
-    def describe(self) -> str:
-        """``validate``'s wording: ``<array>: chunk (i, j, …) (<key>) is corrupt: <reason>``."""
-        return f"{self.array_path}: chunk {self.coord} ({self.key}) is corrupt: {self.reason}"
+#: A damaged chunk is a :class:`~store.errors.CorruptStoreError` naming it
+#: (``CorruptStoreError.in_chunk``); this name stays for code that caught it.
+ChunkError = CorruptStoreError
 
 
 def check_chunk(raw: np.ndarray, nbytes: int | None, array_path: str, coord: tuple[int, ...],
                 key: str) -> np.ndarray:
-    """The data bytes of one stored raw+crc32c chunk, or :class:`ChunkError` naming it.
+    """The data bytes of one stored raw+crc32c chunk, or :class:`~store.errors.CorruptStoreError` naming it.
 
     ``nbytes`` is the chunk's expected stored size (None: not checked).
     """
     if (nbytes is not None and raw.size != nbytes) or raw.size < 4:
-        raise ChunkError(array_path, coord, key,
-                         f"buffer size {raw.size} != {nbytes if nbytes is not None else '>= 4'} (truncated?)")
+        raise CorruptStoreError.in_chunk(array_path, coord, key,
+                                         f"buffer size {raw.size} != {nbytes if nbytes is not None else '>= 4'} (truncated?)")
     data = raw[:-4]
     if crc32c.crc32c(data.data) != int.from_bytes(raw[-4:].tobytes(), "little"):
-        raise ChunkError(array_path, coord, key, "Stored and computed checksum do not match")
+        raise CorruptStoreError.in_chunk(array_path, coord, key,
+                                         "Stored and computed checksum do not match")
     return data
 
 
 class CheckedStore(WrapperStore[Any]):
     """A read view of a zarr store that checks each chunk's crc32c as it is fetched, so a
-    damaged chunk fails with a :class:`ChunkError` naming it.
+    damaged chunk fails with a :class:`~store.errors.CorruptStoreError` naming it.
 
     zarr's own checksum error says only that *a* chunk failed; finding which one used to mean
     decoding every chunk of the store again. Which arrays end in the ``crc32c`` codec (and
@@ -299,7 +286,7 @@ _CORRUPTION_WORDS = ("checksum", "crc32c", "buffer size", "cannot reshape", "dec
 
 def is_corruption(exc: BaseException) -> bool:
     """True if ``exc`` is how zarr (or :mod:`store.chunks`) reports damaged chunk bytes."""
-    if isinstance(exc, ChunkError):
+    if isinstance(exc, CorruptStoreError) and exc.array_path is not None:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
     return any(s in text for s in _CORRUPTION_WORDS)
@@ -314,7 +301,10 @@ def naming_corruption(where: object) -> Iterator[None]:
     except Exception as exc:  # zarr raises plain ValueErrors on a checksum mismatch
         if not is_corruption(exc):
             raise
-        detail = exc.describe() if isinstance(exc, ChunkError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, CorruptStoreError) and exc.array_path is not None:
+            detail = exc.describe()
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
         raise CorruptStoreError(
             f"corrupted data in {where}: {detail}; re-run the capture for that run "
             "(it rewrites the block) or restore the store from a copy"
