@@ -36,6 +36,11 @@ class InvalidArgumentError(LayerstateError, ValueError):
     (an unknown choice, a number out of range, two settings that cannot go together)."""
 
 
+class InvalidTypeError(LayerstateError, TypeError):
+    """A value given to a function has the wrong type (e.g. a numpy array where an
+    ``xarray.DataArray`` with named dims is expected); the message says how to convert it."""
+
+
 class RunConflictError(LayerstateError, ValueError):
     """A write would change an existing run (a different config) or collide with another writer."""
 
