@@ -506,33 +506,78 @@ def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tup
 @main.command()
 @store_argument
 @run_filters
-@click.option("--target", default=None, help="Label to decode (default: the runs' training target).")
+@click.option("--target", default=None,
+              help="Label to decode (default: each task's training target; a store of several tasks "
+                   "is probed task by task, one result per task).")
 @click.option("--layers", default=None, help="Comma-separated layers, e.g. embed,L0,L3 (default all).")
 @click.option("--positions", type=POSITIONS, default="all", show_default=True,
               help="all | last | pooled | comma-separated indices.")
 @lengths_option
-@click.option("--train-length", type=int, default=None, help="Fit at this length, score at the others.")
+@click.option("--train-length", type=int, default=None, metavar="L",
+              help="Fit at length L only and score at the others (default: none, each length is "
+                   "fitted and cross-validated on its own).")
 @click.option("--folds", default=5, show_default=True, help="k-fold split by sequence.")
 @click.option("--method", type=click.Choice(["exact", "screen", "reference"]), default="exact", show_default=True)
+@click.option("--control", type=click.Choice(["permute", "token", "none"]), default="permute", show_default=True,
+              help="Control task for selectivity (accuracy - control accuracy): permute (each position's "
+                   "labels shuffled across sequences; also `layerstate run`'s default, [analysis] "
+                   "probe_control), token (Hewitt & Liang: a random class per token type; decodable "
+                   "outright when a task has few token types) or none.")
 @scheduler_option()
-@click.option("--name", default=None, help="Result name (default probes/<target>).")
+@click.option("--name", default=None,
+              help="Result name (default probes/<task>, or probes/<task>.<target> for another label; "
+                   "a stored result with other settings is kept and this one stored beside it).")
 @results_option
 @storage_option
 def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, train_length, folds,
-          method, scheduler, name, results, storage_options) -> None:
-    """Fit linear probes on every (run, length, layer, position) of STORE; store results/probes/…"""
-    from analysis.probes import probe as run_probe
+          method, control, scheduler, name, results, storage_options) -> None:
+    """Fit linear probes on every (run, length, layer, position) of STORE; store results/probes/<task>.
 
+    Prints held-out probe accuracy per layer (mean over folds and positions) beside chance (the
+    majority class) and the control task's accuracy."""
+    from analysis.probes import probe as run_probe
+    from analysis.probes import runs_by_task, save_probes, storage_name
+    from store import schema
+
+    if name is not None:
+        try:
+            name = schema.result_name(schema.PROBES, name)
+        except ValueError as exc:
+            raise BadInput(f"--name: {exc}") from None
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
-        ds = run_probe(
-            st, target, runs=_selected_runs(st, runs, tasks, archs), layers=layers.split(",") if layers else None,
-            positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
-            scheduler=sched, save=True, name=name,
-        )
-    for line in present.probe_lines(ds):
-        click.echo(line)
-    click.echo(present.stored(name or f"probes/{ds.attrs.get('target', target)}"))
+        selected = _selected_runs(st, runs, tasks, archs) or st.run_ids()
+        groups = {"": selected} if name else runs_by_task(st, selected)
+        if target is not None and not name:
+            _check_target(st, target, groups)
+        for ids in groups.values():
+            ds = run_probe(
+                st, target, runs=ids, layers=layers.split(",") if layers else None,
+                positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
+                control=control, scheduler=sched, save=False,
+            )
+            stored, note = storage_name(st, ds, name, where=store_path)
+            save_probes(st, ds, stored)
+            for line in present.probe_lines(ds):
+                click.echo(line)
+            if note:
+                click.echo(note)
+            click.echo(present.stored(stored))
+
+
+def _check_target(st, target: str, groups: dict[str, list[str]]) -> None:
+    """--target names a label the runs of every selected task have; else one line naming the
+    tasks whose runs have it (--task)."""
+    lacking, having = {}, []
+    for task, ids in groups.items():
+        labels = sorted({lab for r in ids for L in st.lengths(r) for lab in st.label_names(r, L)})
+        (having.append(task) if target in labels else lacking.update({task: labels}))
+    if lacking:
+        task, labels = next(iter(lacking.items()))
+        fix = (f"add --task {having[0]} to probe only the runs that have it" if having else
+               "choose one of those labels")
+        raise BadInput(f"label {target!r} does not exist in the runs of task {task!r} (labels there: "
+                       f"{', '.join(labels) or 'none'}); {fix}")
 
 
 @main.command()

@@ -39,17 +39,50 @@ def stored(name: str) -> str:
     return f"stored results/{name}"
 
 
-def probe_lines(ds: xr.Dataset) -> Iterator[str]:
-    """Each run's layer profile per length, and its best layer.
+#: A control task whose mean held-out accuracy reaches this is decodable outright: selectivity
+#: against it cannot show anything (Hewitt & Liang's token control on a task of few token types).
+TRIVIAL_CONTROL = 0.98
 
-    ``L=12`` here is still the length (tests/analysis/test_probes_captured.py asserts this
-    spelling); it should become ``len12`` like the others when that test changes.
+
+def probe_lines(ds: xr.Dataset) -> Iterator[str]:
+    """What the numbers are (held-out accuracy, chance, the control task), then each run's
+    layer profile per length and its best layer, then a flag when the control cannot fail.
+
+    ``len12`` is the length (tests/analysis/test_probes_captured.py asserts this spelling).
     """
+    chance = float(np.nanmean(ds.baseline.values)) if "baseline" in ds else float("nan")
+    folds = ds.attrs.get("folds", ds.sizes.get("fold", "?"))
+    yield (f"held-out probe accuracy per layer (mean over {folds} folds"
+           f"{' and positions' if 'position' in ds.dims else ''}); chance (majority class) "
+           f"{chance:.3f}{control_note(ds)}")
     for r in ds.run.values:
         for L in ds.length.values:
             p = ds.profile.sel(run=r, length=L)
             line = " ".join(f"{lay}={v:.3f}" for lay, v in zip(ds.layer.values, p.values, strict=True))
             yield f"{r} len{L}: {line}  best {ds.best_layer.sel(run=r, length=L).item()}"
+    flag = trivial_control(ds)
+    if flag:
+        yield flag
+
+
+def control_note(ds: xr.Dataset) -> str:
+    """``; control task (permute) accuracy 0.512`` or ``; no control task``."""
+    kind = ds.attrs.get("control")
+    if "control_accuracy" not in ds or kind in (None, "none", ""):
+        return "; no control task"
+    return f"; control task ({kind}) accuracy {float(np.nanmean(ds.control_accuracy.values)):.3f}"
+
+
+def trivial_control(ds: xr.Dataset) -> str | None:
+    """A warning line when the control task scores ~1.0 (selectivity then means nothing), else None."""
+    if "control_accuracy" not in ds:
+        return None
+    score = float(np.nanmean(ds.control_accuracy.values))
+    if not score >= TRIVIAL_CONTROL:
+        return None
+    return (f"FLAG: the {ds.attrs.get('control', '')} control task scores {score:.3f}: it is decodable "
+            "outright (few token types), so selectivity against it shows nothing; probe with "
+            "--control permute")
 
 
 def probe_summary(name: str, ds: xr.Dataset, seconds: float) -> str:

@@ -30,7 +30,7 @@ from .lengths import lengths as _lengths
 Store = Any
 
 #: The kinds of length group a run may hold (activations, counterfactual twins).
-KINDS = ("len", "cfclean", "cfcorrupt")
+KINDS = S.GROUP_KINDS
 
 
 def _delete(st: Store, prefix: str) -> None:

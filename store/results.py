@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import xarray as xr
 import zarr
 
 from . import schema as S
 from .errors import InvalidArrayError, MissingError, RunConflictError
+from .provenance import now, tool_version
 from .zarrutil import (
     CHECKSUM,
     CheckedStore,
@@ -43,6 +46,7 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
         raise RunConflictError(f"result {name!r} exists; pass overwrite=True to replace it")
     # Fixed-width numpy strings have no Zarr v3 spec; variable-length strings do.
     ds = ds.copy()
+    ds.attrs = {**made_by(), **ds.attrs}
     for var in [k for k, v in ds.variables.items() if v.dtype.kind == "U"]:
         ds[var] = ds[var].astype(np.dtypes.StringDType())
     enc = {v: {"compressors": CHECKSUM} for v in ds.variables}
@@ -53,6 +57,42 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
             root.store, group=f"{S.RESULTS}/{name}", mode="w", zarr_format=3,
             consolidated=False, encoding=enc,
         )
+
+
+#: What every stored result records about how it was made, unless its writer says otherwise.
+MADE_ATTRS = ("created", "command", "tool_version")
+#: The attributes that tell two results of one kind apart, in the order they are shown.
+SETTING_ATTRS = ("target", "positions", "folds", "control", "train_length", "method", "settings",
+                 "mode", "fit_length", "length", "corruption", "subspace")
+
+
+def made_by() -> dict:
+    """``created`` (UTC), ``command`` (the command line, or the Python program) and
+    ``tool_version``: who and what made a result."""
+    import sys
+
+    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    command = " ".join(["layerstate", *sys.argv[1:]]) if prog == "layerstate" else f"python ({prog})"
+    return {"created": now(), "command": command, "tool_version": tool_version()}
+
+
+def describe_settings(attrs: dict) -> str:
+    """A result's settings and origin in a few words: ``"target top, positions pooled, folds 3,
+    control permute, train_length none; made 2026-12-04 by layerstate run"``."""
+    parts = []
+    for key in SETTING_ATTRS:
+        if key not in attrs:
+            continue
+        value = attrs[key]
+        if key == "train_length" and value in (-1, None):
+            value = "none (fitted at each length)"
+        elif isinstance(value, list | tuple):
+            value = ",".join(map(str, value))
+        parts.append(f"{key} {value}")
+    made = str(attrs.get("created", ""))[:10]
+    by = attrs.get("command") or ("layerstate run" if "pipeline_request" in attrs else "")
+    origin = " ".join(x for x in (made and f"made {made}", by and f"by {by}") if x)
+    return "; ".join(x for x in (", ".join(parts), origin) if x) or "no settings recorded"
 
 
 def result_attrs(root: zarr.Group, name: str, where: object) -> dict:

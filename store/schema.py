@@ -71,8 +71,16 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _GROUP = re.compile(r"^[a-z][a-z0-9]*_\d{3,}$")
 
 
-def length_group(length: int, kind: str = "len") -> str:
-    """Name of the group holding one sequence length: ``len_040``, ``len_120``, ``cf_040``."""
+#: Kinds of length group a run may hold: activations (``len_040``) and the clean and corrupted
+#: counterfactual twins patching reads (``cfclean_040``, ``cfcorrupt_040``).
+LEN = "len"
+CFCLEAN = "cfclean"
+CFCORRUPT = "cfcorrupt"
+GROUP_KINDS = (LEN, CFCLEAN, CFCORRUPT)
+
+
+def length_group(length: int, kind: str = LEN) -> str:
+    """Name of the group holding one sequence length: ``len_040``, ``len_120``, ``cfclean_040``."""
     if not isinstance(length, int | _np_int()) or length < 1:
         raise ValueError(f"sequence length must be a positive integer, got {length!r}")
     if not re.fullmatch(r"[a-z][a-z0-9]*", kind):
@@ -86,6 +94,62 @@ def parse_length_group(name: str) -> tuple[str, int] | None:
         return None
     kind, _, num = name.rpartition("_")
     return kind, int(num)
+
+
+# ----------------------------------------------------------------------------- result names
+#: Kinds of analysis result, each stored as ``results/<kind>/<name>``; the verdicts of the
+#: claims are ``results/claims``.
+PROBES = "probes"
+ABLATION = "ablation"
+PATCHING = "patching"
+INTERCHANGE = "interchange"
+RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE)
+CLAIMS = "claims"
+#: In a probe result's name, between the task and a target other than the task's own:
+#: ``probes/dyck`` (the target Dyck runs were trained on), ``probes/dyck.depth``.
+TARGET_SEP = "."
+_RESULT_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def result_name(kind: str, name: str) -> str:
+    """``result_name("ablation", "parity")`` -> ``"ablation/parity"``; a name that already
+    starts with ``<kind>/`` is returned as it is."""
+    if kind not in RESULT_KINDS:
+        raise ValueError(f"result kind must be one of {', '.join(RESULT_KINDS)}, got {kind!r}")
+    name = name.removeprefix(f"{kind}/")
+    if not _RESULT_PART.fullmatch(name):
+        raise ValueError(f"invalid result name {name!r}: use letters, digits, '_', '.', '-' "
+                         "(starting with a letter or digit, at most 128 characters)")
+    return f"{kind}/{name}"
+
+
+def parse_result_name(full: str) -> tuple[str, str] | None:
+    """``"probes/dyck.depth"`` -> ``("probes", "dyck.depth")``; ``"claims"`` or a name of no
+    known kind -> ``None``."""
+    kind, sep, name = full.partition("/")
+    if not sep or kind not in RESULT_KINDS or not name:
+        return None
+    return kind, name
+
+
+def probe_name(task: str, target: str | None = None, trained: str | None = None) -> str:
+    """The default name of a probe result of one task's runs: ``probes/<task>`` when it probes
+    the target the runs were trained on (``target`` None or equal to ``trained``), else
+    ``probes/<task>.<target>``, so the name says what it holds."""
+    if target is None or target == trained:
+        return result_name(PROBES, task)
+    return result_name(PROBES, f"{task}{TARGET_SEP}{target}")
+
+
+def parse_probe_name(full: str) -> tuple[str, str | None] | None:
+    """``"probes/dyck.depth"`` -> ``("dyck", "depth")``; ``"probes/dyck"`` -> ``("dyck",
+    None)`` (the trained target); not a probe result -> ``None``. Names chosen by hand
+    (``--name``) parse too, as a task that may not exist: the result's runs say its task."""
+    parsed = parse_result_name(full)
+    if parsed is None or parsed[0] != PROBES:
+        return None
+    task, sep, target = parsed[1].partition(TARGET_SEP)
+    return task, (target if sep else None)
 
 
 def check_run_id(run_id: str) -> str:

@@ -67,7 +67,10 @@ __all__ = [
     "plan_probes",
     "probe",
     "result_name",
+    "runs_by_task",
     "save_probes",
+    "setting_differences",
+    "storage_name",
     "score_cell",
 ]
 
@@ -173,10 +176,12 @@ def probe(
     method : {"exact", "screen", "reference"}
         Solver: the fast lockstep L-BFGS, closed-form shrinkage LDA, or scikit-learn's
         ``LogisticRegression`` one fit at a time. Same outputs.
-    control : bool or {"token", "permute"}
+    control : bool or {"token", "permute", "none"}
         Control labelling for selectivity: ``True``/``"token"`` is Hewitt & Liang's (a fixed random
-        class per token type), ``"permute"`` shuffles each position's labels across sequences,
-        ``False`` skips it.
+        class per token type; with 2-6 token types it is often decodable outright, control
+        accuracy ~1.0, and selectivity against it says nothing), ``"permute"`` shuffles each
+        position's labels across sequences (what ``layerstate run`` and ``layerstate probe``
+        use by default), ``False``/``"none"`` skips it.
     scheduler : None, "auto", "threads", "processes", "sync", "local:N", address str, Client or cluster
         Where to compute; see :func:`analysis.compute.compute`. Default: local threads, one BLAS
         thread each, or one-thread worker processes when the sweep is estimated at 20 s of CPU
@@ -187,7 +192,8 @@ def probe(
     per_sequence : bool
         Also return ``correct``/``labelled`` per sequence (for the hierarchical bootstrap).
     save : bool
-        Store the result under ``results/<name>`` (default ``probes/<target>``).
+        Store the result under ``results/<name>`` (default :func:`result_name`:
+        ``probes/<task>``, or ``probes/<task>.<target>`` for a label other than the trained one).
     name : str, optional
         The result name when saving.
     attrs : mapping, optional
@@ -240,19 +246,106 @@ def probe(
         per_sequence=per_sequence,
     )
     ds = plan.compute(scheduler)
+    ds.attrs.update(_task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
     if save:
         save_probes(store, ds, name)
     return ds
 
 
+def _task_attrs(store: Any, runs: list[str]) -> dict[str, str]:
+    """``task`` (when the runs share one) and ``trained_target`` (the label they were trained on,
+    when they declare one): what the result's default name says."""
+    tasks = runs_by_task(store, [str(r) for r in runs])
+    if len(tasks) != 1:
+        return {}
+    out = {"task": next(iter(tasks))}
+    try:
+        out["trained_target"] = _plan.choose_target(store, [str(r) for r in runs], None)
+    except LookupError:
+        pass
+    return out
+
+
+def runs_by_task(store: Any, runs: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """The runs (default: every run) grouped by their ``task`` attribute, tasks sorted."""
+    out: dict[str, list[str]] = {}
+    for r in store.run_ids() if runs is None else runs:
+        out.setdefault(str(store.run_attrs(r).get("task")), []).append(r)
+    return dict(sorted(out.items()))
+
+
 def result_name(ds: xr.Dataset) -> str:
-    """The default result name of a probe Dataset: ``probes/<target>``."""
-    return f"probes/{ds.attrs['target']}"
+    """The default result name of a probe Dataset: ``probes/<task>`` for the target its runs
+    were trained on, ``probes/<task>.<target>`` for another label (:func:`store.schema.probe_name`);
+    ``probes/<target>`` when its runs are of several tasks."""
+    from store import schema
+
+    task = ds.attrs.get("task")
+    if not task:
+        return schema.result_name(schema.PROBES, str(ds.attrs["target"]))
+    return schema.probe_name(str(task), str(ds.attrs["target"]), ds.attrs.get("trained_target"))
+
+
+#: The attributes that make two probe results of the same runs different results.
+SETTING_ATTRS = ("target", "positions", "folds", "control", "train_length", "method", "C", "seed")
+
+
+def setting_differences(old: xr.Dataset, new: xr.Dataset) -> list[str]:
+    """How the probe result ``new`` differs from the stored ``old`` in what it was made from:
+    ``["folds 3 -> 5", "control permute -> token"]``; empty when they are the same sweep."""
+    out = [f"{k} {old.attrs.get(k)} -> {new.attrs.get(k)}" for k in SETTING_ATTRS
+           if str(old.attrs.get(k)) != str(new.attrs.get(k))]
+    for dim in ("run", "length", "layer"):
+        a = sorted(map(str, old[dim].values)) if dim in old.coords else []
+        b = sorted(map(str, new[dim].values)) if dim in new.coords else []
+        if a != b:
+            out.append(f"{dim}s {','.join(a)} -> {','.join(b)}")
+    return out
+
+
+def storage_name(store: Any, ds: xr.Dataset, name: str | None = None, *,
+                 where: str | None = None) -> tuple[str, str | None]:
+    """Where to store the probe result ``ds`` without silently replacing another one:
+    ``(name, note)``.
+
+    A stored result of that name made with the same settings from the same runs is replaced
+    (the same sweep again). One with other settings is kept: with ``name`` given, a
+    :class:`~store.RunConflictError` says so and how to go on; with the default name
+    (:func:`result_name`) this result goes under the next free ``<name>-2``, ``-3``, ... and
+    ``note`` says why. ``where``: the store as the user named it, for the suggested commands.
+    """
+    from store import RunConflictError
+    from store.results import describe_settings
+
+    default = result_name(ds)
+    wanted = name or default
+    where = where or str(store.location)
+    have = store.results()
+    if wanted not in have or not setting_differences(store.read_result(wanted), ds):
+        return wanted, None
+    old = store.read_result(wanted)
+    diff = "; ".join(setting_differences(old, ds))
+    if name is not None:
+        in_source = wanted not in getattr(store, "results_store", store).results()
+        fix = (f"give another --name (e.g. --name {_next_free(wanted, have)})"
+               + ("" if in_source else f", or remove it first: layerstate forget {where} --result {wanted}"))
+        raise RunConflictError(f"result {wanted} holds probes with other settings ({diff}); {fix}")
+    free = _next_free(wanted, have)
+    return free, (f"{wanted} already holds probes made with other settings "
+                  f"({describe_settings(old.attrs)}); this result ({diff}) is stored as {free}, "
+                  f"beside it (--name chooses the name; claims pick one with result = \"{free.split('/', 1)[1]}\")")
+
+
+def _next_free(name: str, have: Sequence[str]) -> str:
+    i = 2
+    while f"{name}-{i}" in have:
+        i += 1
+    return f"{name}-{i}"
 
 
 def save_probes(store: Any, ds: xr.Dataset, name: str | None = None) -> str:
-    """Write a probe Dataset to ``results/<name>`` (default ``probes/<target>``); returns the name."""
+    """Write a probe Dataset to ``results/<name>`` (default :func:`result_name`); returns the name."""
     name = name or result_name(ds)
     store.write_result(name, ds)
     return name

@@ -101,9 +101,11 @@ def choose_target(store: Any, runs: list[str], target: str | None) -> str:
             "(`layerstate capture`)"
         )
     if len(found) != 1:
+        tasks = sorted({str(store.run_attrs(r).get("task")) for r in runs})
         raise MissingError(
-            f"the selected runs were trained on different targets {sorted(map(str, found))}; "
-            "pass --target LABEL (Python: target=...) to choose which label to probe"
+            f"the selected runs were trained on different targets {sorted(map(str, found))} "
+            f"(tasks {', '.join(tasks)}); probe one task at a time: --task {tasks[0]} "
+            "(Python: runs={'task': ...}), or --target LABEL for a label every run has"
         )
     return str(next(iter(found)))
 
@@ -187,7 +189,7 @@ def check_options(
     check_C(C)
     if control is True:
         kind = "token"
-    elif control is False or control is None:
+    elif control is False or control is None or control == "none":
         kind = None
     elif control in CONTROLS:
         kind = control
