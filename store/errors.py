@@ -83,6 +83,11 @@ class IncompleteError(LayerstateError, ValueError):
     """Data asked for has not been completely written yet (a capture still running or killed)."""
 
 
+class TransferError(LayerstateError, OSError):
+    """The source of a copy (``pull``/``push``) could not be reached or read (network,
+    permissions, a missing object)."""
+
+
 class UnsafeArchiveError(LayerstateError, ValueError):
     """A zip archive whose member paths would escape the target directory."""
 

@@ -141,7 +141,7 @@ def test_chunks_the_source_never_stored_are_not_an_error_nor_asked_for_twice(
     _same_arrays(src, tmp_path / "whole")
 
     monkeypatch.setattr(T, "ROUND", 2)  # the 12 chunks in 6 rounds; the absent one is in the third
-    produce, calls = T._produce, []
+    produce, calls = T.produce, []
 
     def killed(data, c, where):
         calls.append(c.src)
@@ -150,21 +150,21 @@ def test_chunks_the_source_never_stored_are_not_an_error_nor_asked_for_twice(
             raise KeyboardInterrupt
         return produce(data, c, where)
 
-    monkeypatch.setattr(T, "_produce", killed)
+    monkeypatch.setattr(T, "produce", killed)
     with pytest.raises(KeyboardInterrupt):
         pull(str(src), tmp_path / "cut")
-    monkeypatch.setattr(T, "_produce", produce)
+    monkeypatch.setattr(T, "produce", produce)
     assert (tmp_path / "cut" / MARKER).exists() and gone in (tmp_path / "cut" / MARKER).read_text()
     with pytest.raises(NotAStoreError):
         Store.open(str(tmp_path / "cut"))
 
-    fetch, asked = T._Side.fetch, []
+    fetch, asked = T.Side.fetch, []
 
     def counting(self, keys):
         asked.extend(k for k in keys if "/c/" in k or k.endswith("/c"))
         return fetch(self, keys)
 
-    monkeypatch.setattr(T._Side, "fetch", counting)
+    monkeypatch.setattr(T.Side, "fetch", counting)
     rep = pull(str(src), tmp_path / "cut")
     stored = calls[:5]  # the three rounds before the kill: 6 chunks, one of them absent
     assert gone not in asked and not set(asked) & set(stored)  # nothing stored asked for again
