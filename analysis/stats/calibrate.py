@@ -18,6 +18,14 @@ Scenarios (:data:`SCENARIOS`, **ours**), shaped like the Conv1D experiment of do
 * ``precise``: 5 seeds x 400 sequences with the models of a seed nearly alike (logit SD
   0.02): intervals about +-0.01 wide, as in the stores of the issue that asked for the four
   outcomes (a true effect of 0 called "supported" with ``+0.004 [+0.000, +0.008]``).
+* ``unbalanced_precise`` (3 seeds) and ``unbalanced_precise_5``: the models of a seed nearly
+  alike (logit SD 0.02) and 100-400 sequences per seed, both runs of a seed on the same
+  sequences: where the per-seed means are about as precise as the seeds are alike, which is
+  where a variance component can sit on (or, unbounded, below) zero. The sizes are drawn
+  afresh every 25 experiments (``chunk``), so a figure averages over many designs;
+* ``few_clusters`` (3 seeds of 400/50/50 sequences) and ``few_clusters_5`` (400/100/25/25/25):
+  few seeds of very unequal size, so one seed carries most of a pooled estimate (GEE weights
+  seeds by their counts): where a cluster-robust variance needs its small-sample correction.
 
 Figures (``MARGIN`` = 0.05, ``ALPHA`` = 0.05), per model and scenario:
 
@@ -55,6 +63,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "three_seeds": {**_BASE, "n_seeds": 3},
     "unbalanced": {**_BASE, "n_sequences": (100, 400), "per_run": True, "missing": [("treatment", 4)]},
     "precise": {**_BASE, "model_sd": 0.02},
+    "unbalanced_precise": {**_BASE, "n_seeds": 3, "n_sequences": (100, 400), "model_sd": 0.02, "chunk": 25},
+    "unbalanced_precise_5": {**_BASE, "n_sequences": (100, 400), "model_sd": 0.02, "chunk": 25},
+    "few_clusters": {**_BASE, "sizes": (400, 50, 50)},
+    "few_clusters_5": {**_BASE, "sizes": (400, 100, 25, 25, 25)},
 }
 
 #: The true differences each figure is measured at (multiples of the margin, or fixed).
@@ -64,8 +76,11 @@ TRUTHS = {"zero": 0.0, "coverage": COVERAGE_DIFFERENCE, "plus_margin": MARGIN, "
 
 def simulations(scenario: dict[str, Any], difference: float, n_sims: int, seed: int,
                 chunk: int = 250) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(correct, labelled) arrays shaped (sims, 2, seed, sequence), ``chunk`` at a time; each
-    chunk draws its own sequence counts (``per_run``/ranges) from its own seed."""
+    """(correct, labelled) arrays shaped (sims, 2, seed, sequence), ``chunk`` at a time (a
+    scenario's own ``chunk`` wins); each chunk draws its own sequence counts
+    (``per_run``/ranges) from its own seed."""
+    scenario = dict(scenario)
+    chunk = int(scenario.pop("chunk", chunk))
     done, k = 0, 0
     while done < n_sims:
         n = min(chunk, n_sims - done)
@@ -165,7 +180,8 @@ def _glmm_one(args: tuple[str, float, int]) -> tuple[float, float, float, float]
     from analysis.stats.contrasts import glmm_contrast
 
     scenario, delta, seed = args
-    ds = simulate_paired_accuracy(seed, n_datasets=1, difference=delta, **SCENARIOS[scenario])
+    spec = {k: v for k, v in SCENARIOS[scenario].items() if k != "chunk"}
+    ds = simulate_paired_accuracy(seed, n_datasets=1, difference=delta, **spec)
     g = glmm_contrast(ds.correct.values[0], ds.labelled.values[0], rng=seed)
     return g["log_odds_ratio"], g["log_odds_lower"], g["log_odds_upper"], ds.attrs["true_log_odds_ratio"]
 

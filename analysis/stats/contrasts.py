@@ -122,6 +122,27 @@ def _nan_where(ok, **arrays):
     return {k: np.where(ok, v, np.nan) for k, v in arrays.items()}
 
 
+def _cr2_df(h, scale):
+    """Bell-McCaffrey (Satterthwaite) degrees of freedom of a CR2 variance whose clusters each
+    enter one or more blocks through a rank-one leverage.
+
+    ``h`` (..., block, cluster): cluster ``g``'s share of block ``k``'s weight (its leverage
+    there; 0 where absent, < 1); ``scale`` (..., block): the working-model variance of the
+    block's mean. The CR2 estimate is ``sum_g (sum_k s_k e_gk / sqrt(1 - h_gk))^2`` over the
+    clusters' scaled residual sums; under the working model it is the quadratic form of a
+    matrix ``Omega = sum_k scale_k (diag(h_k / (1 - h_k)) - r_k r_k')``, ``r_gk = h_gk /
+    sqrt(1 - h_gk)``, whose trace is the true variance (CR2 is unbiased there), and
+    ``df = tr(Omega)^2 / tr(Omega^2)`` (Bell and McCaffrey 2002; Pustejovsky and Tipton 2018).
+    Balanced (``h = 1/G`` everywhere): ``G - 1``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = h / np.sqrt(1 - h)
+        diag = (scale[..., None] * h / (1 - h)).sum(-2)  # (..., cluster)
+        omega = -(scale[..., None, None] * r[..., :, None] * r[..., None, :]).sum(-3)
+        idx = np.arange(h.shape[-1])
+        omega[..., idx, idx] += diag
+        return np.trace(omega, axis1=-2, axis2=-1) ** 2 / (omega**2).sum((-1, -2))
+
+
 # --------------------------------------------------------------------------- paired t
 
 
@@ -163,55 +184,117 @@ def paired_t_np(correct, labelled) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------- GEE
 
 
-def gee_np(correct, labelled) -> dict[str, np.ndarray]:
-    """Binomial GEE (independence, cluster = seed, CR1, t(G - 1)) in closed form.
+def gee_np(correct, labelled, correction: str = "CR2") -> dict[str, np.ndarray]:
+    """Binomial GEE (independence, cluster = seed) in closed form, with a small-sample
+    corrected cluster-robust variance.
 
-    Parameters and shapes as :func:`paired_t_np`.
+    Parameters
+    ----------
+    correct, labelled : ndarray
+        As :func:`paired_t_np`.
+    correction : {"CR2", "CR1", "MD"}
+        ``CR2`` (the default): Bell and McCaffrey's bias-reduced sandwich, each seed's score
+        in condition ``c`` divided by ``sqrt(1 - h_gc)``, ``h_gc`` its share of the
+        condition's labelled positions (its leverage: the cell-means model makes ``I - H``
+        rank-one per seed and condition), with their Satterthwaite degrees of freedom
+        (:func:`_cr2_df`); the variance is unbiased under the working model and ``df`` falls
+        towards 1 as one seed carries the pooled mean. ``CR1``: the plain sandwich times
+        ``G/(G-1) (N-1)/(N-2)`` with t(G - 1), as Stata's ``vce(cluster)`` (liberal with few
+        unequal seeds: docs/measured.md, "Statistics"). ``MD``: Mancl and DeRouen's, scores
+        divided by ``1 - h_gc`` (statsmodels' ``cov_type="bias_reduced"``), same df as CR2.
 
     Returns
     -------
     dict of ndarray, shape (...)
-        ``estimate`` (difference of the pooled accuracies), ``se`` (cluster-robust, times
-        sqrt(CR1)), ``df`` (G - 1), ``n_seeds`` (G: seeds with any sequence),
-        ``single_condition_seeds`` (seeds in one condition only, used). NaN unless each
-        condition has at least 2 seeds.
+        ``estimate`` (difference of the pooled accuracies), ``se``, ``df``, ``n_seeds`` (G:
+        seeds with any sequence), ``single_condition_seeds`` (seeds in one condition only,
+        used). NaN unless each condition has at least 2 seeds.
     """
+    validate.check_choice(correction, ("CR2", "CR1", "MD"), "correction")
     C, L = _counts(correct, labelled)
     Cg, Lg = C.sum(-1), L.sum(-1)  # (..., 2, seed)
     Nc = Lg.sum(-1)  # (..., 2)
+    present = Lg > 0
+    G = present.any(-2).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         mu = Cg.sum(-1) / Nc
         U = Cg - mu[..., None] * Lg  # (..., 2, seed): each seed's score
-        contrib = U[..., 1, :] / Nc[..., 1, None] - U[..., 0, :] / Nc[..., 0, None]
-    present = Lg > 0
-    G = present.any(-2).sum(-1)
-    n_obs = (L > 0).sum((-1, -2, -3))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cr1 = G / (G - 1) * (n_obs - 1) / np.maximum(n_obs - 2, 1)
-        se = np.sqrt(cr1 * np.nansum(contrib**2, -1))
+        h = Lg / Nc[..., None]  # (..., 2, seed): each seed's leverage in each condition
+        if correction == "CR1":
+            n_obs = (L > 0).sum((-1, -2, -3))
+            factor = np.sqrt(G / (G - 1) * (n_obs - 1) / np.maximum(n_obs - 2, 1))[..., None, None]
+            df = (G - 1).astype(float)
+        else:
+            factor = 1 / np.sqrt(1 - h) if correction == "CR2" else 1 / (1 - h)
+            var_c = np.maximum(mu * (1 - mu), 1e-12) / Nc  # working variance of each pooled mean
+            df = _cr2_df(np.where(present, h, 0.0), var_c)
+        a = np.where(present, U * factor / Nc[..., None], 0.0)
+        se = np.sqrt(((a[..., 1, :] - a[..., 0, :]) ** 2).sum(-1))
     ok = (present.sum(-1) >= 2).all(-1)  # a condition in one seed has no between-seed variance
-    out = _nan_where(ok, estimate=mu[..., 1] - mu[..., 0], se=se, df=(G - 1).astype(float))
+    out = _nan_where(ok, estimate=mu[..., 1] - mu[..., 0], se=se, df=df)
     out["n_seeds"] = G
     out["single_condition_seeds"] = (present.any(-2) & ~present.all(-2)).sum(-1)
     return out
 
 
+def _cr2_reference(X, phi, resid, groups, contrast) -> tuple[float, float]:
+    """CR2 variance of ``contrast @ beta`` and its Bell-McCaffrey degrees of freedom, by the
+    definition (Pustejovsky and Tipton 2018, dense matrices: a reference for small problems).
+
+    ``X`` (N, p), ``phi`` (N, N) the working covariance (block-diagonal by ``groups``),
+    ``resid`` (N,) the residuals of the weighted least-squares fit with weight ``phi^-1``:
+    ``A_g = D_g' B_g^(-1/2) D_g``, ``D_g`` the upper Cholesky factor of ``phi_g``, ``B_g = D_g
+    (I - H)_g phi (I - H)_g' D_g'``, the variance ``c' M (sum_g X_g' W_g A_g e_g e_g' A_g W_g
+    X_g) M c`` and ``df = tr(Omega)^2 / tr(Omega^2)``, ``Omega_gk = p_g' phi p_k``, ``p_g = (I -
+    H)_g' A_g W_g X_g M c``."""
+    W = np.linalg.inv(phi)
+    M = np.linalg.inv(X.T @ W @ X)
+    IH = np.eye(len(resid)) - X @ M @ X.T @ W
+    c = np.asarray(contrast, float)
+    var, ps = 0.0, []
+    for g in np.unique(groups):
+        i = np.flatnonzero(groups == g)
+        D = np.linalg.cholesky(phi[np.ix_(i, i)]).T  # upper: phi_g = D' D
+        B = D @ IH[i] @ phi @ IH[i].T @ D.T
+        vals, vecs = np.linalg.eigh((B + B.T) / 2)
+        A = D.T @ (vecs / np.sqrt(vals)) @ vecs.T @ D
+        q = A @ W[np.ix_(i, i)] @ X[i] @ M @ c  # (n_g,)
+        var += float(q @ resid[i]) ** 2
+        ps.append(IH[i].T @ q)
+    P = np.array(ps)
+    omega = P @ phi @ P.T
+    return var, float(np.trace(omega) ** 2 / np.sum(omega**2))
+
+
 def gee_reference(correct, labelled) -> dict[str, float]:
     """:func:`gee_np` for one experiment (shape (2, seed, sequence)) through statsmodels GEE
-    (binomial family, identity link, independence, robust covariance times CR1)."""
+    (binomial family, identity link, independence, labelled positions as weights): its
+    estimate, the CR2 SE and df by the general definition (:func:`_cr2_reference`, working
+    covariance ``mu_c (1 - mu_c) / labelled``), the CR1 SE (statsmodels' robust SE times
+    sqrt(CR1)) and, where every sequence has the same labelled count (statsmodels'
+    bias-reduced covariance fails with weights), statsmodels' Mancl-DeRouen SE
+    (``cov_type="bias_reduced"``, unweighted: equal weights change nothing)."""
     import statsmodels.api as sm
 
     C, L = _counts(correct, labelled)
     cond, seed, _ = np.nonzero(L > 0)
     y = C[L > 0] / L[L > 0]
     X = np.column_stack([np.ones_like(y), cond.astype(float)])
+    family = sm.families.Binomial(sm.families.links.Identity())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the identity link is not the binomial's canonical one
-        res = sm.GEE(y, X, groups=seed, family=sm.families.Binomial(sm.families.links.Identity()),
-                     cov_struct=sm.cov_struct.Independence(), weights=L[L > 0]).fit(cov_type="robust")
+        res = sm.GEE(y, X, groups=seed, family=family, cov_struct=sm.cov_struct.Independence(),
+                     weights=L[L > 0]).fit(cov_type="robust")
+        md = np.nan
+        if np.all(L[L > 0] == L[L > 0][0]):
+            md = float(sm.GEE(y, X, groups=seed, family=family,
+                              cov_struct=sm.cov_struct.Independence()).fit(cov_type="bias_reduced").bse[1])
     G, n = len(np.unique(seed)), len(y)
     cr1 = G / (G - 1) * (n - 1) / (n - 2)
-    return {"estimate": float(res.params[1]), "se": float(res.bse[1] * np.sqrt(cr1)), "df": float(G - 1)}
+    mu = X @ res.params
+    var, df = _cr2_reference(X, np.diag(mu * (1 - mu) / L[L > 0]), y - mu, seed, [0.0, 1.0])
+    return {"estimate": float(res.params[1]), "se": float(np.sqrt(var)), "df": df,
+            "se_cr1": float(res.bse[1] * np.sqrt(cr1)), "se_md": md}
 
 
 # --------------------------------------------------------------------------- MixedLM
@@ -244,8 +327,12 @@ def one_way_reml_np(x, ok, bounded: bool = True) -> dict[str, np.ndarray]:
     Returns
     -------
     dict of ndarray, shape (...)
-        ``estimate`` (GLS), ``se``, ``df`` (Satterthwaite, expected REML information),
-        ``between`` and ``within`` (variance components), ``n_groups``, ``n``.
+        ``estimate`` (GLS), ``se``, ``df`` (model-based; Satterthwaite, expected REML
+        information), ``between`` and ``within`` (variance components), ``se_cr2`` and
+        ``df_cr2`` (the GLS mean's cluster-robust CR2 SE with groups as clusters, the fitted
+        model as working covariance, and its Bell-McCaffrey df: :func:`_cr2_df`; a group's
+        leverage is its share ``h_g`` of the GLS weight, so its residual is divided by
+        ``sqrt(1 - h_g)``), ``n_groups``, ``n``.
     """
     x = np.where(ok, x, 0.0)
     n_g = ok.sum(-1).astype(float)
@@ -305,22 +392,42 @@ def one_way_reml_np(x, ok, bounded: bool = True) -> dict[str, np.ndarray]:
         var_var = (ga**2 * i_bb - 2 * ga * gb * i_ab + gb**2 * i_aa) / det
         df = 2 * var**2 / var_var
     df = np.clip(df, 1.0, np.maximum(N - 1, 1.0))
+    with np.errstate(invalid="ignore", divide="ignore"):  # CR2 of the GLS mean: seeds as clusters
+        h = np.where(used, w / sw[..., None], 0.0)  # a seed's leverage: its share of the weight
+        var_cr2 = np.where(used, (w * (mean_g - dhat[..., None])) ** 2 / (1 - h), 0.0).sum(-1) / sw**2
+        df_cr2 = _cr2_df(h[..., None, :], np.ones(h.shape[:-1] + (1,)))
     fit = (G >= 2) & (N > G) & np.isfinite(var)
-    out = _nan_where(fit, estimate=dhat, se=np.sqrt(var), df=df, between=between, within=within)
+    out = _nan_where(fit, estimate=dhat, se=np.sqrt(var), df=df, between=between, within=within,
+                     se_cr2=np.sqrt(var_cr2), df_cr2=df_cr2)
     out["n_groups"], out["n"] = G, N.astype(int)
     return out
 
 
-def mixedlm_np(correct, labelled) -> dict[str, np.ndarray]:
+def mixedlm_np(correct, labelled, test: str = "cr2") -> dict[str, np.ndarray]:
     """The mixed model of the module docstring, fitted through its paired contrast.
 
-    Parameters and shapes as :func:`paired_t_np`; sequences are paired by their index along
-    the last axis (the same evaluation sequence in both runs of a seed).
+    Parameters
+    ----------
+    correct, labelled : ndarray
+        As :func:`paired_t_np`; sequences are paired by their index along the last axis (the
+        same evaluation sequence in both runs of a seed).
+    test : {"cr2", "model", "nobound"}
+        The SE and df of the test. ``cr2`` (the default): REML proper (between-seed variance
+        >= 0) for the GLS estimate, its CR2 cluster-robust SE with seeds as clusters and the
+        fitted model as working covariance, Bell-McCaffrey df (``one_way_reml_np``'s
+        ``se_cr2``; as clubSandwich's ``vcovCR(type = "CR2")`` of a random-intercept model):
+        balanced designs give the paired t exactly. ``model``: the same fit's model-based SE
+        and Satterthwaite df (statsmodels' REML fit; far too conservative when the seeds'
+        models are alike). ``nobound``: the rule until 2026-12-04, the between-seed variance
+        let negative down to ``-within / n_max`` (SAS's ``NOBOUND``), where in unbalanced
+        designs the likelihood can peak, the largest seed takes all the weight and the SE
+        collapses (type-I 0.13-0.47: docs/measured.md, "Statistics"); kept for the record.
 
     Returns
     -------
     dict of ndarray, shape (...)
-        ``estimate``, ``se``, ``df`` (Satterthwaite), ``n_seeds`` (seeds with a pair),
+        ``estimate``, ``se``, ``df`` (of ``test``), ``se_model`` and ``df_model`` (REML
+        proper, model-based), ``n_seeds`` (seeds with a pair),
         ``n_pairs``; variance components on the accuracy scale ``var_seed``, ``var_model``
         (a trained model's offset within its seed), ``var_shared`` (a sequence's difficulty
         shared by both models), ``var_residual`` (the rest of a sequence's variation within one
@@ -332,7 +439,7 @@ def mixedlm_np(correct, labelled) -> dict[str, np.ndarray]:
         y = np.where(L > 0, C / np.where(L > 0, L, 1.0), np.nan)
     pair = np.isfinite(y[..., 0, :, :]) & np.isfinite(y[..., 1, :, :])
     d = y[..., 1, :, :] - y[..., 0, :, :]
-    test = one_way_reml_np(d, pair, bounded=False)
+    validate.check_choice(test, ("cr2", "model", "nobound"), "test")
     diff = one_way_reml_np(d, pair)
     total = one_way_reml_np(y[..., 1, :, :] + y[..., 0, :, :], pair)
     # d: between = 2 var_model, within = 2 var_residual; sum: between = 4 var_seed + 2
@@ -343,8 +450,13 @@ def mixedlm_np(correct, labelled) -> dict[str, np.ndarray]:
     var_shared = np.maximum(total["within"] - diff["within"], 0) / 4
     single = (L > 0).any(-1)  # (..., 2, seed)
     has = single.any(-2)
-    out = {k: test[k] for k in ("estimate", "se", "df")}
-    out.update(n_seeds=diff["n_groups"], n_pairs=diff["n"], var_seed=var_seed, var_model=var_model,
+    if test == "nobound":
+        nobound = one_way_reml_np(d, pair, bounded=False)
+        out = {k: nobound[k] for k in ("estimate", "se", "df")}
+    else:
+        key = {"cr2": "_cr2", "model": ""}[test]
+        out = {"estimate": diff["estimate"], "se": diff["se" + key], "df": diff["df" + key]}
+    out.update(se_model=diff["se"], df_model=diff["df"], n_seeds=diff["n_groups"], n_pairs=diff["n"], var_seed=var_seed, var_model=var_model,
                var_shared=var_shared, var_residual=var_residual,
                dropped_seeds=(has & ~pair.any(-1)).sum(-1),
                dropped_sequences=((L > 0).sum((-1, -2, -3)) - 2 * pair.sum((-1, -2))))

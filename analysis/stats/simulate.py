@@ -82,6 +82,7 @@ def simulate_paired_accuracy(
     difficulty_beta: tuple[float, float] = (4.0, 1.2),
     per_run: bool = False,
     missing: Sequence[tuple[str, int]] = (),
+    sizes: Sequence[int] | None = None,
 ) -> xr.Dataset:
     """Draw ``n_datasets`` independent paired experiments with a known true difference.
 
@@ -108,6 +109,9 @@ def simulate_paired_accuracy(
         Draw the number of sequences per (seed, condition) rather than per seed.
     missing : sequence of (condition, seed)
         Runs that are absent (all NaN), e.g. ``[("treatment", 4)]``.
+    sizes : sequence of int, optional
+        The number of sequences of each seed, fixed (both runs of a seed); replaces
+        ``n_sequences`` and ``n_seeds`` (e.g. ``(400, 50, 50)``: few clusters of unequal size).
 
     Returns
     -------
@@ -119,6 +123,10 @@ def simulate_paired_accuracy(
     gen = validate.check_rng(rng)
     validate.check_choice(difficulty, ("normal", "beta"), "difficulty")
     lo, hi = n_sequences
+    if sizes is not None:
+        if per_run or len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"sizes must give >= 2 seeds of >= 1 sequence each, without per_run; got {sizes}")
+        n_seeds, lo, hi = len(sizes), min(sizes), max(sizes)
     if difficulty == "beta":
         offset_sd = float(np.sqrt(seed_sd**2 + model_sd**2))
 
@@ -136,7 +144,7 @@ def simulate_paired_accuracy(
         n_seq = gen.integers(lo, hi + 1, size=(2, n_seeds))  # (condition, seed)
         mask = np.arange(hi) < n_seq[..., None]  # (condition, seed, sequence)
     else:
-        n_seq = gen.integers(lo, hi + 1, size=n_seeds)  # (seed,)
+        n_seq = np.asarray(sizes) if sizes is not None else gen.integers(lo, hi + 1, size=n_seeds)  # (seed,)
         mask = np.broadcast_to(np.arange(hi) < n_seq[:, None], (2, n_seeds, hi))
     mask = mask.copy()
     for cond, seed in missing:

@@ -24,16 +24,95 @@ def _one(seed, **kw):
     return ds.correct.values[0], ds.labelled.values[0]
 
 
-def test_gee_closed_form_equals_statsmodels_gee_on_an_unbalanced_design():
+def test_gee_closed_form_equals_statsmodels_gee_and_the_cr2_definition_on_an_unbalanced_design():
     """Counts per run differ and seed 4 has no treatment run: the closed form still equals a
-    statsmodels GEE (binomial, independence, robust covariance, times CR1)."""
+    statsmodels GEE (binomial, independence): its estimate, its robust covariance times CR1,
+    its Mancl-DeRouen bias-reduced covariance (which checks the closed form's leverages), and
+    the CR2 SE and Bell-McCaffrey df computed by their general matrix definition."""
     for seed in range(3):
         C, L = _one(seed, n_sequences=(20, 60), per_run=True, missing=[("treatment", 4)])
         ours = K.gee_np(C, L)
         ref = K.gee_reference(C, L)
         assert float(ours["estimate"]) == pytest.approx(ref["estimate"], abs=1e-10)
-        assert float(ours["se"]) == pytest.approx(ref["se"], rel=1e-6)
-        assert float(ours["df"]) == 4 and int(ours["single_condition_seeds"]) == 1
+        assert float(ours["se"]) == pytest.approx(ref["se"], rel=1e-8)
+        assert float(ours["df"]) == pytest.approx(ref["df"], rel=1e-8)
+        assert float(K.gee_np(C, L, "CR1")["se"]) == pytest.approx(ref["se_cr1"], rel=1e-6)
+        assert float(K.gee_np(C, L, "MD")["se"]) == pytest.approx(ref["se_md"], rel=1e-6)
+        assert 1 < float(ours["df"]) < 4 and float(K.gee_np(C, L, "CR1")["df"]) == 4
+        assert int(ours["single_condition_seeds"]) == 1
+
+
+def test_gee_with_few_unequal_seeds_widens_its_interval_and_lowers_its_df():
+    """Issue 48: 3 seeds of 400/50/50 sequences. The plain sandwich (CR1, t(2)) rejected a true
+    null in 0.12-0.20 of simulated experiments; CR2 divides the big seed's score by
+    sqrt(1 - h), h its share of the positions (0.8 here), and the Bell-McCaffrey df falls
+    towards 1 as that seed carries the pooled mean (calibrated: docs/measured.md)."""
+    C, L = _one(5, sizes=(400, 50, 50), difficulty="beta")
+    cr1, cr2 = K.gee_np(C, L, "CR1"), K.gee_np(C, L)
+    assert float(cr1["df"]) == 2 and float(cr2["df"]) < 1.5
+    assert float(cr2["se"]) > float(cr1["se"])
+    ref = K.gee_reference(C, L)
+    assert float(cr2["se"]) == pytest.approx(ref["se"], rel=1e-8)
+    assert float(cr2["df"]) == pytest.approx(ref["df"], rel=1e-8)
+
+
+def _issue_48_example():
+    """Issue 48's unbalanced design: seeds of 346/276/158 sequences (40 positions each) whose
+    mean differences are +0.0020, +0.0024, -0.0092 (to a position), with a within-seed spread
+    of about 0.11 per sequence and no between-seed spread beyond it."""
+    sizes, means = (346, 276, 158), (0.0020, 0.0024, -0.0092)
+    C, L = np.full((2, 3, 346), np.nan), np.full((2, 3, 346), np.nan)
+    for g, (n, m) in enumerate(zip(sizes, means, strict=True)):
+        k = (np.arange(n) * 7 + g) % 15 - 7.0  # each sequence's difference, in positions
+        need = round(m * 40 * n) - int(k.sum())
+        k[: abs(need)] += np.sign(need)
+        C[0, g, :n] = 31 - np.arange(n) % 5
+        C[1, g, :n] = C[0, g, :n] + k
+        L[:, g, :n] = 40
+    return C, L
+
+
+def test_mixedlm_keeps_its_standard_error_in_an_unbalanced_design():
+    """Issue 48, item 2: with the between-seed variance let negative (the rule until
+    2026-12-04) the REML likelihood peaked at its floor, the largest seed took all the weight:
+    +0.0020 with SE 1.9e-7 and df 1 (p ~ 0), beside a paired t of -0.0016 (SE 0.0038). REML
+    proper puts the between variance at 0, so the GLS estimate is the count-weighted mean
+    (-4 positions of 31,200: -0.000128), and its CR2 SE with seeds as clusters is
+    ``sqrt(sum_g h_g^2 r_g^2 / (1 - h_g))``, ``h_g = n_g / N``, ``r_g`` the seed's residual."""
+    C, L = _issue_48_example()
+    t, mix = K.paired_t_np(C, L), K.mixedlm_np(C, L)
+    assert float(t["estimate"]) == pytest.approx(-0.0016, abs=1e-4)
+    assert float(t["se"]) == pytest.approx(0.0038, abs=1e-4)
+    old = K.mixedlm_np(C, L, test="nobound")
+    assert float(old["se"]) < 1e-6 and float(old["df"]) == 1  # the defect, kept for the record
+    n = np.array([346, 276, 158])
+    m = np.nansum(C[1] - C[0], -1) / 40 / n
+    h = n / n.sum()
+    est = float((h * m).sum())
+    assert est == pytest.approx(-4 / 31_200, rel=1e-12)
+    assert float(mix["estimate"]) == pytest.approx(est, abs=1e-9)
+    se = float(np.sqrt((h**2 * (m - est) ** 2 / (1 - h)).sum()))
+    assert float(mix["se"]) == pytest.approx(se, rel=1e-6)  # 0.00265
+    assert 1.5 < float(mix["df"]) < 2  # Bell-McCaffrey: 1.80
+    p = 2 * scipy.stats.t.sf(abs(float(mix["estimate"]) / float(mix["se"])), float(mix["df"]))
+    assert p > 0.5
+
+
+def test_mixedlm_cr2_equals_its_general_definition():
+    """The closed-form CR2 SE and df of the GLS mean (``one_way_reml_np``) equal the general
+    matrix definition with the fitted random-intercept model as the working covariance."""
+    for seed in range(3):
+        C, L = _one(seed, n_sequences=(10, 40), difficulty="beta", model_sd=0.5)
+        d = C[1] / L[1] - C[0] / L[0]
+        ok = np.isfinite(d)
+        fit = K.one_way_reml_np(d, ok)
+        g, _ = np.nonzero(ok)
+        x = d[ok]
+        phi = float(fit["within"]) * np.eye(x.size) + float(fit["between"]) * (g[:, None] == g[None, :])
+        var, df = K._cr2_reference(np.ones((x.size, 1)), phi, x - float(fit["estimate"]), g, [1.0])
+        assert float(fit["between"]) > 0
+        assert float(fit["se_cr2"]) == pytest.approx(np.sqrt(var), rel=1e-8)
+        assert float(fit["df_cr2"]) == pytest.approx(df, rel=1e-8)
 
 
 def test_mixedlm_contrast_equals_the_full_four_component_model_of_statsmodels():
@@ -54,7 +133,7 @@ def test_mixedlm_contrast_equals_the_full_four_component_model_of_statsmodels():
     assert fit.converged
     ours = K.mixedlm_np(counts, total)
     assert float(ours["estimate"]) == pytest.approx(fit.fe_params["cond"], abs=1e-5)
-    assert float(ours["se"]) == pytest.approx(fit.bse_fe["cond"], rel=1e-3)
+    assert float(ours["se_model"]) == pytest.approx(fit.bse_fe["cond"], rel=1e-3)
     assert float(ours["var_seed"]) == pytest.approx(float(fit.cov_re.iloc[0, 0]), rel=1e-3)
     np.testing.assert_allclose([ours["var_model"], ours["var_shared"]], fit.vcomp, rtol=1e-3)
     assert float(ours["var_residual"]) == pytest.approx(fit.scale, rel=1e-3)
@@ -83,9 +162,11 @@ def test_balanced_designs_give_the_paired_t_and_its_degrees_of_freedom():
     C, L = ds.correct.values, ds.labelled.values
     t, mix, gee = K.paired_t_np(C, L), K.mixedlm_np(C, L), K.gee_np(C, L)
     np.testing.assert_allclose(mix["estimate"], t["estimate"], atol=1e-12)
-    np.testing.assert_allclose(mix["se"], t["se"], rtol=1e-6)  # unbounded REML: MSB / (n G)
-    np.testing.assert_allclose(mix["df"], 4, atol=0.02)  # Satterthwaite: G - 1
+    np.testing.assert_allclose(mix["se"], t["se"], rtol=1e-9)  # CR2 with equal weights
+    np.testing.assert_allclose(mix["df"], 4, rtol=1e-9)  # Bell-McCaffrey: G - 1
+    np.testing.assert_allclose(K.mixedlm_np(C, L, test="nobound")["se"], t["se"], rtol=1e-6)  # MSB / (n G)
     np.testing.assert_allclose(gee["estimate"], t["estimate"], atol=1e-12)  # equal counts
+    np.testing.assert_allclose(gee["df"], 4, rtol=1e-9)
     # and the paired t is analysis.stats.paired_difference on per-seed accuracies
     theta = seed_estimates(ds.correct, ds.labelled)
     ref = paired_difference(theta.sel(condition="treatment"), theta.sel(condition="reference"))
