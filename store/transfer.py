@@ -57,6 +57,7 @@ from typing import Any, cast
 
 import fsspec.asyn
 
+from .digests import snapshot_entries
 from .errors import (
     CorruptStoreError,
     InvalidArgumentError,
@@ -64,7 +65,6 @@ from .errors import (
     TransferError,
 )
 from .location import Location
-from .metadata import snapshot_entries
 from .transfer_chunks import already_copied, part_ok, produce, rounds
 from .transfer_plan import CopySelection, check_digests, first_line, plan_copy, read_root
 from .transfer_resume import (

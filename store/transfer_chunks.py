@@ -21,10 +21,8 @@ import zarr.storage
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
-from .errors import (
-    CorruptStoreError,
-)
-from .metadata import ZARR_JSON
+from .digests import ZARR_JSON
+from .errors import CorruptStoreError
 from .transfer_plan import ChunkCopy, first_line
 from .zarrutil import quiet
 

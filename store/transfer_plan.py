@@ -26,13 +26,9 @@ import zarr.storage
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
-from .errors import (
-    CorruptStoreError,
-    MissingError,
-    NotAStoreError,
-)
+from .digests import ZARR_JSON, digest, own_document, parse
+from .errors import CorruptStoreError, MissingError, NotAStoreError
 from .lengths import completion
-from .metadata import ZARR_JSON, digest, own_document, parse
 from .schema import (
     ATTR_COMPLETE,
     ATTR_COMPLETED,

@@ -20,11 +20,9 @@ import zarr
 import zarr.storage
 
 from .core import Store
-from .errors import (
-    RunConflictError,
-)
+from .digests import ZARR_JSON, digest, file_of, own_document, parse, render
+from .errors import RunConflictError
 from .location import Location
-from .metadata import ZARR_JSON, digest, file_of, own_document, parse, render
 from .transfer_plan import CopyPlan, CopySelection
 from .zarrutil import quiet
 

@@ -1,0 +1,284 @@
+"""The two copies of every node's metadata and their digests: reading, writing and
+consolidating them.
+
+Every node (group or array) of a store has its own ``zarr.json`` and a copy in the
+consolidated snapshot held by the root's ``zarr.json``. At each consolidation the store also
+writes :data:`~store.schema.METADATA_COPY` beside the root: a copy of the root's own document
+(its attributes have no other copy) and a digest of every node's document (SHA-256 of its
+canonical JSON, first 16 hex digits), itself covered by a digest. So a change that still
+parses (a digit of a shape, a letter of a dtype) is caught, and the digest tells which of two
+disagreeing copies is the one recorded at the last consolidation (docs/store-format.md,
+"Metadata copies and digests"); :mod:`store.damage` makes that comparison.
+
+Here:
+
+* :func:`canonical`, :func:`digest`, :func:`document_problem` (is this a readable Zarr v3
+  document?);
+* the guarded zarr stores (:class:`GuardedLocalStore`, …): every ``zarr.json`` zarr reads
+  through them is parsed first, and a damaged one fails with a
+  :class:`~store.errors.MetadataDamagedError` naming the file and the fix, instead of a JSON
+  parser's message;
+* :func:`consolidate_once` (zarr's snapshot from a fresh listing, then
+  :func:`record_digests`), which :class:`~store.core.Store` runs under the store's
+  consolidation lease (S40).
+
+Per write the cost is one read of the root document and one small write, once per
+consolidation; recording a block (a group's attributes) costs nothing more.
+"""
+
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import zarr
+import zarr.storage
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer.cpu import Buffer as CPUBuffer
+from zarr.core.group import GroupMetadata
+from zarr.core.metadata import ArrayV3Metadata
+from zarr.core.sync import sync
+
+from .errors import MetadataDamagedError
+from .schema import METADATA_COPY
+from .zarrutil import quiet
+
+ZARR_JSON = "zarr.json"
+#: Format name of the metadata copy file.
+COPY_FORMAT = "layerstate-metadata/1"
+#: Run-group attributes that never change once a run exists (S10).
+IDENTITY = ("task", "arch", "variant", "seed", "model_config", "task_config", "config_hash")
+
+
+# ---------------------------------------------------------------------- documents
+def canonical(doc: Any) -> bytes:
+    """The canonical JSON of a metadata document: sorted keys, no spaces, UTF-8."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=True).encode()
+
+
+def digest(doc: Any) -> str:
+    """First 16 hex digits of SHA-256 over :func:`canonical` (whitespace does not count)."""
+    return hashlib.sha256(canonical(doc)).hexdigest()[:16]
+
+
+def own_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """A node's document without the consolidated snapshot zarr adds to groups."""
+    return {k: v for k, v in doc.items() if k != "consolidated_metadata"}
+
+
+def file_of(path: str) -> str:
+    """The metadata file of node ``path`` (``""`` is the root), relative to the store."""
+    return f"{path}/{ZARR_JSON}" if path else ZARR_JSON
+
+
+def parse(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """``(document, None)``, or ``(None, why it is not a JSON object)``."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except ValueError as exc:
+        return None, f"not valid JSON: {exc}"
+    if not isinstance(doc, dict):
+        return None, f"not a JSON object but {type(doc).__name__}"
+    return doc, None
+
+
+def document_problem(doc: dict[str, Any]) -> str | None:
+    """Why ``doc`` (without a snapshot) is not a readable Zarr v3 node document, or None."""
+    if doc.get("zarr_format") != 3:
+        return f"zarr_format is {doc.get('zarr_format')!r}, expected 3"
+    kind = doc.get("node_type")
+    if kind not in ("array", "group"):
+        return f"node_type is {kind!r}, expected 'array' or 'group'"
+    if not isinstance(doc.get("attributes", {}), dict):
+        return "attributes is not a JSON object"
+    try:
+        with quiet():
+            if kind == "array":
+                ArrayV3Metadata.from_dict(dict(doc))
+            else:
+                GroupMetadata.from_dict(own_document(doc))
+    except Exception as exc:  # zarr raises ValueError, TypeError, KeyError, … for bad fields
+        return f"not valid Zarr v3 {kind} metadata ({type(exc).__name__}: {exc})"
+    return None
+
+
+def snapshot_entries(root: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The consolidated snapshot of a root document as ``{path: entry}``, or why not."""
+    cm = root.get("consolidated_metadata")
+    if cm is None:
+        return None, "holds no consolidated snapshot"
+    if not isinstance(cm, dict) or cm.get("kind") != "inline" or not isinstance(cm.get("metadata"), dict):
+        return None, "its consolidated snapshot is not an inline 'metadata' object"
+    return dict(cm["metadata"]), None
+
+
+def render(doc: dict[str, Any]) -> bytes:
+    """A node document as zarr writes it (``json.dumps(indent=2)``), so a file restored from
+    its snapshot copy is byte for byte the file zarr wrote."""
+    return json.dumps(doc, indent=2, allow_nan=True).encode()
+
+
+# ---------------------------------------------------------------------- raw access
+def get(zs: Any, key: str) -> bytes | None:
+    """The bytes stored at ``key``, None if absent (local files are read directly: no hop
+    through zarr's event loop per file)."""
+    if isinstance(zs, zarr.storage.LocalStore):
+        try:
+            return (Path(zs.root) / key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+    if not zs._is_open:  # zarr opens a store on first use; zip stores need it before a read
+        sync(zs._ensure_open())
+    buf = sync(zs.get(key, prototype=default_buffer_prototype()))
+    return None if buf is None else buf.to_bytes()
+
+
+def list_dir(zs: Any, prefix: str) -> list[str] | None:
+    """Names directly under ``prefix``; None where the store cannot list (plain HTTP)."""
+    if isinstance(zs, zarr.storage.LocalStore):
+        try:
+            return [e.name for e in os.scandir(Path(zs.root) / prefix)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    async def go() -> list[str]:
+        await zs._ensure_open()
+        return [k async for k in zs.list_dir(prefix)]
+
+    try:
+        return sync(go())
+    except Exception:  # stores that cannot list raise all sorts (HTTP status errors, …)
+        return None
+
+
+def put(zs: Any, key: str, data: bytes) -> None:
+    """Write ``data`` at ``key`` atomically: on a local disk a temp file, fsynced, renamed
+    over the old file and the directory fsynced; elsewhere one object write."""
+    if isinstance(zs, zarr.storage.LocalStore):
+        path = Path(zs.root) / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return
+    if not zs._is_open:
+        sync(zs._ensure_open())
+    sync(zs.set(key, CPUBuffer.from_bytes(data)))
+
+
+# ---------------------------------------------------------------------- guarded stores
+def damaged_message(where: str, key: str, reason: str) -> str:
+    """One line: which file is damaged, why, and the fix."""
+    what = f"{where}/{key}" + (" (the store's root metadata)" if key == ZARR_JSON else "")
+    return (f"{what} is damaged: {reason}; run `layerstate repair {where}` to rebuild it from its "
+            f"second copy (`layerstate validate {where}` lists every damaged file; a packed or "
+            "read-only store: repair a writable copy), or restore the store from a backup")
+
+
+class _Guard:
+    """Parses every ``zarr.json`` zarr reads before zarr does (mixed into a zarr store)."""
+
+    #: set by :meth:`store.location.Location.zarr_store`: how messages name the store
+    where: str = ""
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        buf = await super().get(key, prototype, byte_range)  # type: ignore[misc]
+        if buf is not None and byte_range is None and (key == ZARR_JSON or key.endswith("/" + ZARR_JSON)):
+            doc, why = parse(buf.to_bytes())
+            if why is None and doc is not None and key != ZARR_JSON:
+                why = document_problem(doc)
+            if why is not None:
+                raise MetadataDamagedError(damaged_message(self.where or str(self), key, why))
+        return buf
+
+
+class GuardedLocalStore(_Guard, zarr.storage.LocalStore):  # type: ignore[misc]
+    """A local directory store whose metadata reads are checked (:class:`_Guard`)."""
+
+    def with_read_only(self, read_only: bool = False) -> GuardedLocalStore:
+        out = type(self)(root=self.root, read_only=read_only)
+        out.where = self.where
+        return out
+
+
+class GuardedZipStore(_Guard, zarr.storage.ZipStore):  # type: ignore[misc]
+    """A zip store whose metadata reads are checked (:class:`_Guard`)."""
+
+
+class GuardedFsspecStore(_Guard, zarr.storage.FsspecStore):  # type: ignore[misc]
+    """An fsspec store whose metadata reads are checked (:class:`_Guard`)."""
+
+    def with_read_only(self, read_only: bool = False) -> GuardedFsspecStore:
+        out = type(self)(fs=self.fs, path=self.path, read_only=read_only,
+                         allowed_exceptions=self.allowed_exceptions)
+        out.where = self.where
+        return out
+
+
+# ---------------------------------------------------------------------- the copy file
+def copy_document(root: dict[str, Any]) -> dict[str, Any]:
+    """The metadata copy file for a root document that holds a fresh snapshot."""
+    entries, _ = snapshot_entries(root)
+    digests = {"": digest(own_document(root))}
+    digests.update({p: digest(own_document(e)) for p, e in sorted((entries or {}).items())})
+    body = {"format": COPY_FORMAT, "root": own_document(root), "digests": digests}
+    return {**body, "digest": digest(body)}
+
+
+def record_digests(zs: Any) -> bytes:
+    """After a consolidation: write the metadata copy file from the root document (a copy
+    of the root's own document and the digest of every node's); returns that root document
+    as read."""
+    raw = get(zs, ZARR_JSON)
+    root, why = parse(raw) if raw is not None else (None, "missing")
+    if root is None or raw is None:  # a root zarr just wrote is always readable
+        raise MetadataDamagedError(f"{ZARR_JSON} unreadable right after consolidation: {why}")
+    put(zs, METADATA_COPY, json.dumps(copy_document(root), indent=1).encode())
+    return raw
+
+
+# ---------------------------------------------------------------------- consolidation
+def forget_listings(zs: Any) -> None:
+    """Drop the directory listings an fsspec file system cached (s3fs keeps them): a
+    consolidation must list what other processes wrote since, not what this one saw."""
+    fs = getattr(zs, "fs", None)
+    if fs is not None and hasattr(fs, "invalidate_cache"):
+        fs.invalidate_cache()
+
+
+def consolidate_once(zs: Any) -> bytes:
+    """One consolidation of the whole store: every node listed afresh and its document
+    copied into the root's snapshot (zarr), then the metadata copy file (S34). Returns the
+    root document as written. The caller holds the store's consolidation lease (S40)."""
+    forget_listings(zs)
+    with quiet(), warnings.catch_warnings():
+        # objects that are no Zarr node (the lease directory, a writer's temporary file)
+        warnings.filterwarnings("ignore", message=r"Object at .* is not recognized")
+        zarr.consolidate_metadata(zs)
+    return record_digests(zs)
+
+
+def root_is(zs: Any, raw: bytes) -> bool:
+    """Whether the root document is still ``raw`` (no other writer replaced the snapshot)."""
+    return get(zs, ZARR_JSON) == raw
+
