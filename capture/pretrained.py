@@ -72,6 +72,7 @@ def add_pretrained_run(
     model_config = {"pretrained": str(Path(checkpoint).resolve()), "hf_config": model.hf_config_dict}
     rid = store.add_run(run_id, task=task, arch=model.arch, variant="pretrained", seed=seed,
                         model_config=model_config, task_config=cfg.model_dump())
+    model.to(device)  # evaluated on the device even when it is not fine-tuned
     with store.deferred_consolidation(), store.lock(rid):
         metrics: dict[str, Any] = {}
         if fine_tune is not None:

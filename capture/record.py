@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,14 @@ from capture.train import (
     split_config,
 )
 from store import MissingError, RunConflictError, Store
-from store.errors import InvalidArgumentError
+from store.errors import InvalidArgumentError, InvalidArrayError
+from store.layout import float_dtypes
+
+#: On an accelerator, one forward covers this many sequences (whole store blocks): a block
+#: alone leaves a GPU mostly idle between the host's copies and writes.
+FORWARD_SEQUENCES = 512
+#: ... and holds at most this many bytes of float32 hidden states on the device.
+FORWARD_BYTES = 2 << 30
 
 
 @dataclass
@@ -82,6 +90,89 @@ def _forward(model, batch: TaskBatch, sites: Sequence[str], device: str, batch_s
     return cat(logits), cat(hidden), {site_var(s): cat(v) for s, v in extra.items()}
 
 
+def blocks_per_forward(device: str, block_size: int, sequence_bytes: int) -> int:
+    """Store blocks per forward: one on the CPU (the forward costs what it costs per
+    sequence, and a block's batch keeps the stored bytes what they always were); on an
+    accelerator as many as make :data:`FORWARD_SEQUENCES`, within :data:`FORWARD_BYTES`
+    of float32 hidden states (``sequence_bytes`` per sequence)."""
+    if torch.device(device).type == "cpu":
+        return 1
+    by_count = max(1, FORWARD_SEQUENCES // max(block_size, 1))
+    by_bytes = max(1, FORWARD_BYTES // max(block_size * sequence_bytes, 1))
+    return min(by_count, by_bytes)
+
+
+@dataclass
+class _Staged:
+    """One forward's outputs on their way to the host: the blocks it covers (``blocks``,
+    each ``(block, start, stop)`` relative to the group), the task batches, the host arrays
+    (sequence first) and the event that says the copies are done (None: already done)."""
+
+    blocks: list[tuple[int, int, int]]
+    batches: list[TaskBatch]
+    arrays: dict[str, np.ndarray]
+    event: Any = None
+    todo: set[int] = field(default_factory=set)
+
+
+class _DeviceForward:
+    """Forward passes on an accelerator, their outputs cast to the stored dtypes on the
+    device and copied to the host without blocking.
+
+    The host buffers are pinned on CUDA (a copy from pinned memory is a DMA that needs no
+    staging copy and can run while the next forward computes); two sets alternate, so the
+    chunk threads read one forward's values while the next forward's copies land in the
+    other. A set is reused only after every block written from it was handed to the writer,
+    whose float chunks have then been encoded (``write_block`` returns after their checks).
+    """
+
+    def __init__(self, model, device: str, sites: Sequence[str], dtypes: dict[str, str],
+                 batch_size: int | None) -> None:
+        self.model, self.device, self.sites = model, torch.device(device), list(sites)
+        self.dtypes = {k: getattr(torch, v) for k, v in dtypes.items()}
+        self.batch_size = batch_size
+        self.pin = self.device.type == "cuda"
+        self._sets: list[dict[str, torch.Tensor]] = [{}, {}]
+        self._turn = 0
+
+    def _buffer(self, var: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        bufs = self._sets[self._turn]
+        buf = bufs.get(var)
+        if buf is None or buf.shape[0] < shape[0] or tuple(buf.shape[1:]) != shape[1:] or buf.dtype != dtype:
+            buf = bufs[var] = torch.empty(shape, dtype=dtype, pin_memory=self.pin)
+        return buf[: shape[0]]
+
+    @torch.no_grad()
+    def launch(self, tokens: np.ndarray) -> tuple[dict[str, np.ndarray], Any]:
+        """Start the forward of ``tokens`` (sequence, position); the host arrays it fills and
+        an event to wait on before reading them."""
+        n = tokens.shape[0]
+        tok = torch.as_tensor(tokens, device=self.device)
+        step = self.batch_size or n
+        out: dict[str, torch.Tensor] = {}
+
+        def put(var: str, lo: int, value: torch.Tensor) -> None:
+            dtype = self.dtypes.get(var, value.dtype)
+            if var not in out:
+                out[var] = self._buffer(var, (n, *value.shape[1:]), dtype)
+            out[var][lo : lo + value.shape[0]].copy_(value.to(dtype), non_blocking=self.pin)
+
+        for lo in range(0, n, step):
+            lg, hd = self.model.forward_with_hidden(tok[lo : lo + step])
+            put("logits", lo, lg)
+            put("hidden", lo, hd)
+            if self.sites:
+                _, found = self.model.forward_with_sites(tok[lo : lo + step], self.sites)
+                for s in self.sites:
+                    put(site_var(s), lo, found[s])
+        event = None
+        if self.pin:
+            event = torch.cuda.Event()
+            event.record()
+        self._turn = 1 - self._turn
+        return {k: v.numpy() for k, v in out.items()}, event
+
+
 def _site_shapes(model, sites: Sequence[str], length: int, device: str) -> dict[str, tuple]:
     if not sites:
         return {}
@@ -109,8 +200,19 @@ def capture_length(
     device: str = "cpu",
     model: torch.nn.Module | None = None,
     progress: Callable[[int], None] | None = None,
+    blocks_per_pass: int | None = None,
 ) -> CaptureResult:
-    """Capture one run at one length into ``runs/<run>/len_<L>`` (resumable)."""
+    """Capture one run at one length into ``runs/<run>/len_<L>`` (resumable).
+
+    On the CPU each store block is one forward (``batch_size`` sequences at a time), its
+    float32 outputs cast to ``dtype`` by the store's chunk threads. On any other device
+    (``cuda[:N]``), or when ``blocks_per_pass`` is given, a forward covers
+    ``blocks_per_pass`` consecutive blocks (default :func:`blocks_per_forward`), its outputs are cast on the device and copied to pinned
+    host memory without blocking, and the chunk threads store one forward's blocks while
+    the device computes the next. The blocks of a forward are fixed by their index, so a
+    resumed capture runs the same batches (finished blocks of a partly done pass are
+    computed again, not written).
+    """
     model = model if model is not None else rebuild_model(store, run_id, device)
     check_length(model, run_id, length)
     a = store.run_attrs(run_id)
@@ -126,15 +228,68 @@ def capture_length(
         attrs={"sites": list(sites), "split": "eval", "stream": "capture"},
     ) as w:
         todo = w.missing_blocks()
-        for b in todo:
+        if todo:
+            note_device(w.group, device)
+
+        def generate(b: int) -> TaskBatch:
             start, stop = w.block_range(b)
-            batch = task.generate(rng_for(a["seed"], STREAM_CAPTURE, length, b), stop - start, length)
-            logits, hidden, site_arrays = _forward(model, batch, sites, device, batch_size or (stop - start))
+            return task.generate(rng_for(a["seed"], STREAM_CAPTURE, length, b), stop - start, length)
+
+        def write(b: int, batch: TaskBatch, logits, hidden, site_arrays) -> None:
             w.write_block(b, hidden=hidden, tokens=batch.tokens, labels=batch.labels,
                           mask=batch.mask, logits=logits, extra=site_arrays or None)
             if progress:
-                progress(stop - start)
+                progress(batch.n)
+
+        if torch.device(device).type == "cpu" and blocks_per_pass is None:
+            for b in todo:
+                batch = generate(b)
+                write(b, batch, *_forward(model, batch, sites, device, batch_size or batch.n))
+        else:
+            per_seq = length * len(w.spec["layers"]) * int(w.spec["n_features"]) * 4
+            k = blocks_per_pass or blocks_per_forward(device, w.block_size, per_seq)
+            fwd = _DeviceForward(model, device, sites, float_dtypes(w.spec), batch_size)
+
+            def store_pass(staged: _Staged) -> None:
+                if staged.event is not None:
+                    staged.event.synchronize()
+                for (b, lo, hi), batch in zip(staged.blocks, staged.batches, strict=True):
+                    if b not in staged.todo:
+                        continue
+                    cut = {k: v[lo:hi] for k, v in staged.arrays.items()}
+                    sites_cut = {k: v for k, v in cut.items() if k.startswith("site_")}
+                    try:
+                        write(b, batch, cut["logits"], cut["hidden"], sites_cut)
+                    except InvalidArrayError:
+                        # cast on the device: the float32 values say whether they overflowed
+                        # the stored dtype or were NaN/Inf already (the error says which)
+                        write(b, batch, *_forward(model, batch, sites, device, batch.n))
+
+            pending: _Staged | None = None
+            missing = set(todo)
+            for first in sorted({b // k * k for b in todo}):
+                blocks, batches, lo = [], [], 0
+                for b in range(first, min(first + k, w.n_blocks)):
+                    batch = generate(b)
+                    blocks.append((b, lo, lo + batch.n))
+                    batches.append(batch)
+                    lo += batch.n
+                arrays, event = fwd.launch(np.concatenate([bt.tokens for bt in batches]))
+                staged = _Staged(blocks, batches, arrays, event, missing & {b for b, _, _ in blocks})
+                if pending is not None:
+                    store_pass(pending)  # while the device computes ``staged``
+                pending = staged
+            if pending is not None:
+                store_pass(pending)
         return CaptureResult(run_id, length, "len", len(todo), w.n_blocks)
+
+
+def note_device(group, device: str) -> None:
+    """Record in a group's attributes the devices its blocks were computed on (a resumed
+    capture may have run on another)."""
+    seen = list(group.attrs.get("devices", []))
+    if str(device) not in seen:
+        group.attrs["devices"] = [*seen, str(device)]
 
 
 def capture_counterfactuals(
@@ -169,6 +324,9 @@ def capture_counterfactuals(
     with store.length_writer(run_id, length, kind="cfclean", attrs={"twin": "cfcorrupt"}, **common) as wc, \
          store.length_writer(run_id, length, kind="cfcorrupt", attrs={"twin": "cfclean"}, **common) as wx:
         todo = sorted(set(wc.missing_blocks()) | set(wx.missing_blocks()))
+        if todo:
+            note_device(wc.group, device)
+            note_device(wx.group, device)
         for b in todo:
             start, stop = wc.block_range(b)
             pair = task.counterfactual(rng_for(a["seed"], STREAM_CF, length, b), stop - start, length)
@@ -188,9 +346,14 @@ def capture_experiment(
     device: str = "cpu",
     progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> list[CaptureResult]:
-    """Capture every run of an experiment at every configured length (one consolidation)."""
+    """Capture every run of an experiment at every configured length in this process, into
+    an open store (one consolidation): each of :func:`captures_of` by :func:`capture_unit`,
+    the units ``layerstate capture`` and ``layerstate run`` run (here or on a cluster)."""
+    models: dict = {}
     with store.deferred_consolidation():
-        return _capture_all(store, exp, device, progress_factory)
+        return [capture_unit(store, spec, kind, length, device=device, models=models,
+                             progress_factory=progress_factory)
+                for spec in exp.runs() for kind, length in captures_of(spec)]
 
 
 def check_capturable(store: Store, spec) -> None:
@@ -227,22 +390,42 @@ def check_capturable(store: Store, spec) -> None:
     check_trained_with(store, rid, spec.train)
 
 
-def _capture_all(store: Store, exp, device: str, progress_factory) -> list[CaptureResult]:
-    cap = exp.capture
-    out = []
-    for spec in exp.runs():
-        rid = spec.run_id
-        check_capturable(store, spec)
+def captures_of(spec) -> list[tuple[str, int]]:
+    """Every (kind, length) one run (a :class:`capture.experiment.RunSpec`) is captured at,
+    in order: its lengths (``"len"``), then, when the experiment asks for pairs, its
+    counterfactual lengths (``"cf"``)."""
+    cap = spec.exp.capture
+    return [("len", L) for L in cap.lengths] + (
+        [("cf", L) for L in cap.counterfactual_lengths] if cap.counterfactual_pairs else [])
+
+
+def capture_unit(
+    store: Store,
+    spec,
+    kind: str,
+    length: int,
+    *,
+    device: str = "cpu",
+    models: dict | None = None,
+    progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> CaptureResult:
+    """One (run, kind, length) of an experiment with its ``[capture]`` settings (resumable):
+    refuses a run not trained from this experiment (:func:`check_capturable`), rebuilds the
+    model from its stored weights, then :func:`capture_length` (``kind="len"``) or
+    :func:`capture_counterfactuals` (``"cf"``). ``models``: a dict shared by the calls of
+    one process keeps the last run's model, so a run's lengths rebuild it once."""
+    cap, rid = spec.exp.capture, spec.run_id
+    check_capturable(store, spec)
+    model = (models or {}).get(rid)
+    if model is None:
         model = rebuild_model(store, rid, device)
-        for L in cap.lengths:
-            prog = progress_factory(f"{rid} L={L}", cap.n_sequences) if progress_factory else None
-            out.append(capture_length(
-                store, rid, L, n_sequences=cap.n_sequences, dtype=cap.dtype, sites=cap.sites,
-                batch_size=cap.batch_size, device=device, model=model, progress=prog,
-            ))
-        if cap.counterfactual_pairs:
-            for L in cap.counterfactual_lengths:
-                out.append(capture_counterfactuals(
-                    store, rid, L, n_pairs=cap.counterfactual_pairs, device=device, model=model,
-                ))
-    return out
+        if models is not None:
+            models.clear()  # one model held at a time
+            models[rid] = model
+    if kind == "cf":
+        return capture_counterfactuals(store, rid, length, n_pairs=cap.counterfactual_pairs,
+                                       device=device, model=model)
+    prog = progress_factory(f"{rid} L={length}", cap.n_sequences) if progress_factory else None
+    return capture_length(store, rid, length, n_sequences=cap.n_sequences, dtype=cap.dtype,
+                          sites=cap.sites, batch_size=cap.batch_size, device=device, model=model,
+                          progress=prog)

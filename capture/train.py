@@ -82,8 +82,9 @@ class TrainResult:
 
 def masked_loss_and_accuracy(logits: torch.Tensor, batch: TaskBatch) -> tuple[torch.Tensor, float]:
     """Cross-entropy and accuracy over the positions that carry the target label."""
-    labels = torch.as_tensor(batch.labels[batch.target])
-    mask = torch.as_tensor(batch.mask)
+    # built on the logits' device: a CPU target against CUDA logits fails in cross_entropy
+    labels = torch.as_tensor(batch.labels[batch.target], dtype=torch.long, device=logits.device)
+    mask = torch.as_tensor(batch.mask, dtype=torch.bool, device=logits.device)
     sel_logits = logits[mask]  # (n_labelled, class)
     sel_labels = labels[mask]
     loss = F.cross_entropy(sel_logits.float(), sel_labels)
@@ -218,9 +219,9 @@ class Checkpointer:
         sections: dict[str, dict] = {
             "model": model.state_dict(),
             "optimizer": moments,
-            # the CPU generator; training draws nothing from torch's generators today (no
-            # dropout), and a CUDA one would need torch.cuda.get_rng_state_all() as well
-            "rng": {"torch": torch.get_rng_state()},
+            # torch's generators: training draws nothing from them today (no dropout), but a
+            # resumed run must continue the same streams if it ever does
+            "rng": _rng_states(model),
         }
         if best[1] is not None:
             sections["best"] = best[1]
@@ -296,6 +297,26 @@ def _decode_ints(obj):
     return int(obj) if isinstance(obj, str) else obj
 
 
+def _model_device(model: torch.nn.Module) -> torch.device:
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
+def _rng_states(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """torch's CPU generator state, and the CUDA one of the model's device when it is on a GPU."""
+    out = {"torch": torch.get_rng_state()}
+    device = _model_device(model)
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def _set_rng_states(states: dict[str, np.ndarray], model: torch.nn.Module) -> None:
+    torch.set_rng_state(torch.from_numpy(np.ascontiguousarray(states["torch"])))
+    device = _model_device(model)
+    if "cuda" in states and device.type == "cuda":  # a CPU resume of a GPU run: no CUDA stream
+        torch.cuda.set_rng_state(torch.from_numpy(np.ascontiguousarray(states["cuda"])), device)
+
+
 def _restore(saved: Checkpoint, model: torch.nn.Module, opt: torch.optim.Optimizer,
              sched: torch.optim.lr_scheduler.LRScheduler,
              data_rng: np.random.Generator) -> tuple[int, list[dict], int, tuple[float, dict[str, torch.Tensor] | None]]:
@@ -304,7 +325,7 @@ def _restore(saved: Checkpoint, model: torch.nn.Module, opt: torch.optim.Optimiz
     opt.load_state_dict(_unflat_optimizer(saved))
     sched.load_state_dict(saved.state["scheduler"])
     data_rng.bit_generator.state = _decode_ints(saved.state["data_rng"])
-    torch.set_rng_state(torch.from_numpy(np.ascontiguousarray(saved.arrays["rng"]["torch"])))
+    _set_rng_states(saved.arrays["rng"], model)
     best_w = _tensors(saved, "best") if "best" in saved.arrays else None
     best = (float(saved.state["best_valid"]), best_w)
     return saved.step, list(saved.state["curve"]), int(saved.state["stale"]), best

@@ -1,0 +1,112 @@
+"""Capture on an accelerator's path: several store blocks per forward, outputs cast to the
+stored dtype before they reach the host, written while the next forward runs.
+
+On a CPU the path runs when ``blocks_per_pass`` is given: its stored bytes must equal the
+one-block-per-forward capture's bit for bit (the models here give the same values whatever
+the batch), and a capture stopped part-way resumes to the same store. On the ``meta`` device
+(tests/capture/meta_device.py) it must build nothing on the wrong device.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from capture.record import blocks_per_forward, capture_counterfactuals, capture_length
+from capture.train import train_run
+from store import Store, validate
+from tests.capture.meta_device import HostReads
+from tests.capture.test_train import tiny_experiment
+
+pytestmark = pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter:UserWarning")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("passes") / "s.zarr"
+    st = Store.create(str(path))
+    spec = tiny_experiment(task="dyck", arch="transformer", steps=4,
+                           models={"transformer": {"d_model": 16, "n_layers": 2}}).runs()[0]
+    train_run(st, spec)
+    return path, spec.run_id
+
+
+def _copy(trained, dest) -> Store:
+    shutil.copytree(trained[0], dest)
+    return Store.open(str(dest), mode="r+")
+
+
+def _arrays(st: Store, rid: str, L: int, kind: str = "len") -> dict[str, np.ndarray]:
+    ds = Store.open(str(st.location)).open_length(rid, L, kind=kind)
+    return {k: ds[k].values for k in ds.data_vars}
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes(), k
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_several_blocks_per_forward_store_the_same_bytes(trained, tmp_path, k):
+    rid = trained[1]
+    one = _copy(trained, tmp_path / "one.zarr")
+    many = _copy(trained, tmp_path / "many.zarr")
+    kw = dict(n_sequences=70, block_size=16, sites=["L0.*"])
+    capture_length(one, rid, 12, **kw)
+    capture_length(many, rid, 12, blocks_per_pass=k, **kw)
+    _same(_arrays(one, rid, 12), _arrays(many, rid, 12))
+    assert validate(many).ok
+
+
+def test_a_pass_stopped_part_way_resumes_to_the_same_store(trained, tmp_path):
+    rid = trained[1]
+    whole = _copy(trained, tmp_path / "whole.zarr")
+    cut = _copy(trained, tmp_path / "cut.zarr")
+    kw = dict(n_sequences=100, block_size=10, blocks_per_pass=4)
+    capture_length(whole, rid, 12, **kw)
+    seen = []
+
+    def stop(n):
+        seen.append(n)
+        if len(seen) == 6:  # inside the second pass (blocks 4-7)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        capture_length(cut, rid, 12, progress=stop, **kw)
+    done = set(cut.run_group(rid)["len_012"].attrs["completed_blocks"])
+    assert 0 < len(done) < 10
+    res = capture_length(cut, rid, 12, **kw)
+    assert res.blocks_written == 10 - len(done)
+    _same(_arrays(whole, rid, 12), _arrays(cut, rid, 12))
+
+
+def test_capture_records_the_devices_it_ran_on(trained, tmp_path):
+    st = _copy(trained, tmp_path / "s.zarr")
+    capture_length(st, trained[1], 12, n_sequences=20)
+    assert st.run_group(trained[1])["len_012"].attrs["devices"] == ["cpu"]
+
+
+def test_blocks_per_forward_is_one_on_the_cpu_and_bounded_elsewhere():
+    assert blocks_per_forward("cpu", 42, 10**6) == 1
+    assert blocks_per_forward("cuda", 42, 1000) == 512 // 42
+    assert blocks_per_forward("cuda:1", 42, 2**26) == 1  # 2.8 GB a block: one at a time
+    assert blocks_per_forward("cuda", 1000, 10) == 1
+
+
+@pytest.mark.parametrize("arch", ["lstm", "mamba", "deltanet"])
+def test_capture_twins_and_sites_run_on_another_device(tmp_path, arch):
+    st = Store.create(str(tmp_path / "s.zarr"))
+    spec = tiny_experiment(task="dyck", arch=arch, steps=2,
+                           models={arch: {"d_model": 16, "n_layers": 2}}).runs()[0]
+    train_run(st, spec)
+    with HostReads():
+        res = capture_length(st, spec.run_id, 12, n_sequences=30, block_size=8, sites=["L0.*"],
+                             device="meta")
+        cf = capture_counterfactuals(st, spec.run_id, 12, n_pairs=10, device="meta")
+    assert res.blocks_written == 4 and cf.blocks_written == 1
+    grp = st.run_group(spec.run_id)
+    assert grp["len_012"].attrs["devices"] == ["meta"]
+    assert grp["cfclean_012"].attrs["devices"] == ["meta"]

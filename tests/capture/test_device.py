@@ -1,0 +1,88 @@
+"""Every stage follows ``device``: run on the ``meta`` device (tests/capture/meta_device.py),
+any tensor built on the CPU beside the model's fails as it would on a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from capture.experiment import TrainConfig
+from capture.models import ARCHS, ModelConfig, build_model
+from capture.tasks import get_task
+from capture.train import Checkpointer, fit, masked_loss_and_accuracy, train_run
+from store import Store
+from tests.capture.meta_device import HostReads
+from tests.capture.test_train import tiny_experiment
+
+pytestmark = pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter:UserWarning")
+
+TINY = {"d_model": 16, "n_layers": 2}
+
+
+def _tiny_model(arch: str, task):
+    return build_model(ModelConfig(arch=arch, **TINY), task.vocab_size, task.n_classes[task.target], seed=0)
+
+
+def test_the_loss_builds_labels_and_mask_on_the_logits_device():
+    task = get_task("parity")
+    batch = task.generate(np.random.default_rng(0), 4, 6)
+    logits = torch.zeros((4, 6, 2), device="meta", requires_grad=True)
+    with HostReads():
+        loss, _ = masked_loss_and_accuracy(logits, batch)
+    assert loss.device.type == "meta"
+
+
+def test_the_harness_catches_a_tensor_left_on_the_cpu():
+    """The check itself: a CPU target against meta logits fails as it does on a GPU."""
+    logits = torch.zeros((3, 2), device="meta")
+    with HostReads(), pytest.raises(RuntimeError, match="device"):
+        torch.nn.functional.cross_entropy(logits, torch.zeros(3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_training_runs_on_another_device_for_every_architecture(arch):
+    task = get_task("parity")
+    model = _tiny_model(arch, task)
+    cfg = TrainConfig(steps=2, batch_size=4, length=6, n_eval=4, eval_every=1, warmup=1)
+    with HostReads():
+        curve, steps = fit(model, task, cfg, 0, device="meta")
+    assert steps == 2 and len(curve) == 2
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_a_checkpoint_saved_and_resumed_on_another_device(tmp_path):
+    """Saving moves state to the host; resuming puts weights, AdamW moments and the
+    schedule back beside the model's parameters."""
+    spec = tiny_experiment(arch="lstm", steps=4).runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    st.add_run(spec.run_id, task=spec.task, arch=spec.arch, variant=spec.variant, seed=spec.seed,
+               model_config=spec.model_config().model_dump(), task_config=spec.task_config().model_dump())
+    task = spec.task_config()
+    cfg = TrainConfig(steps=4, batch_size=4, length=6, n_eval=4, eval_every=1, warmup=1,
+                      patience=10, checkpoint_seconds=1e-9)
+    clock = iter(range(10**6))
+    with HostReads():
+        model = _tiny_model("lstm", task)
+        ck = Checkpointer(st, spec.run_id, cfg, clock=lambda: float(next(clock)))
+
+        def stop(step, point):
+            if step == 3:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            fit(model, task, cfg, 0, device="meta", checkpoint=ck, progress=stop)
+        saved = st.read_checkpoint(spec.run_id)
+        assert saved is not None and saved.step == 2
+        model = _tiny_model("lstm", task)
+        ck = Checkpointer(st, spec.run_id, cfg, clock=lambda: float(next(clock)))
+        curve, steps = fit(model, task, cfg, 0, device="meta", checkpoint=ck)
+    assert steps == 4 and ck.resumed_at == [2] and [p["step"] for p in curve] == [1, 2, 3, 4]
+
+
+def test_train_run_records_its_device(tmp_path):
+    spec = tiny_experiment(arch="gru", steps=2).runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    with HostReads():
+        train_run(st, spec, device="meta")
+    assert st.run_attrs(spec.run_id)["device"] == "meta"
