@@ -180,3 +180,36 @@ def test_workers_write_their_runs_to_an_object_store_with_the_storage_options(
     assert all(st.run_attrs(r)["status"] == "trained" for r in RUNS)
     report = validate(url, storage_options=s3_server)
     assert report.ok, report.problems
+
+
+def test_the_executor_runs_one_work_list_here_and_on_the_cluster_alike(cluster, exp_file, tmp_path):
+    """The same work list (training and capture of the grid) run by the executor on local
+    threads and as tasks on the cluster's two workers: the same units with the same
+    results (here in list order), and stores equal bit for bit."""
+    from distributed import Client
+
+    from layerstate.executor import Executor
+    from layerstate.experiment import load_experiment
+    from layerstate.work import work_list
+    from store import Store
+
+    work = work_list(load_experiment(exp_file), stages=("train", "capture"))
+    assert [w.stage for w in work] == ["train", "train", "capture", "capture"]
+    here, there = str(tmp_path / "threads.zarr"), str(tmp_path / "cluster.zarr")
+    for url in (here, there):
+        Store.create(url)
+    done_here = Executor("threads", here).results(work)
+    with Client(cluster, set_as_default=False) as client:
+        done_there = Executor(client, there).results(work)
+    assert list(done_here) == [w.key for w in work]
+    assert sorted(done_there) == sorted(done_here)
+    for item in work:
+        a, b = done_here[item.key], done_there[item.key]
+        if item.stage == "train":
+            assert (a.run_id, a.skipped, a.steps, a.accuracy) == (b.run_id, b.skipped, b.steps, b.accuracy)
+        else:
+            assert a == b and a.blocks_written == a.blocks_total == 1
+    a, b = _arrays(here), _arrays(there)
+    assert sorted(a) == sorted(b) and len(a) > 10
+    for key in a:
+        assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), key

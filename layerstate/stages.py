@@ -1,0 +1,180 @@
+"""What each unit of the work list does (:mod:`layerstate.work`), handed a store.
+
+Train and capture units have two forms: the body (:func:`train`, :func:`capture`), given a
+store handle that the executor opened for the stage, and the task (:func:`train_task`,
+:func:`capture_task`) that runs the body in a process of its own (a pool's or a cluster
+worker's): it opens the store by URL, pins one thread and, on a cluster, waits out the lease
+of a dead writer (:func:`layerstate.runtime.task_writer`). Tasks carry the run's spec, the
+store's URL and its storage options, never a model or an open store.
+
+The analyse, claims and report units run in the driver (:func:`analyse`); the analyses
+hand their dask graphs to the command's scheduler, and each skips a result already stored
+from the same runs and parameters (:mod:`layerstate.staleness`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+from layerstate import present
+from layerstate.runtime import task_writer, torch_threads
+from layerstate.staleness import REQUEST_ATTR, result_request, stored_answers
+from layerstate.work import Work
+
+if TYPE_CHECKING:
+    from capture.experiment import RunSpec
+    from capture.record import CaptureResult
+    from capture.train import TrainResult
+    from layerstate.experiment import Experiment
+
+Say = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------- train, capture
+def train(spec: RunSpec, store: Any, device: str,
+          progress: Callable[[int, dict], None] | None = None) -> TrainResult:
+    """Train one run (skipped if trained); torch's thread count, which training sets from
+    ``[train] threads``, is restored afterwards."""
+    from capture.train import train_run
+
+    with torch_threads():
+        return train_run(store, spec, device=device, progress=progress)
+
+
+def capture(spec: RunSpec, store: Any, kind: str, length: int, device: str, *,
+            models: dict | None = None,
+            progress_factory: Callable[[str, int], Callable[[int], None]] | None = None) -> CaptureResult:
+    """One (run, kind, length) capture with the experiment's ``[capture]`` settings
+    (:func:`capture.record.capture_unit`; resumable)."""
+    from capture.record import capture_unit
+
+    return capture_unit(store, spec, kind, length, device=device, models=models,
+                        progress_factory=progress_factory)
+
+
+def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: str, *,
+               after: Any = None, wait_for_lease: bool = True) -> TrainResult:
+    """One run's training in a process of its own: opens the store at ``url``, one BLAS
+    and torch thread (training then uses its ``[train] threads``). ``wait_for_lease``
+    (cluster tasks): wait out a lease that another host's dead worker left on the run.
+    ``after``: the results this task waits for, unused."""
+    from analysis.compute import one_thread
+    from capture.train import train_run  # noqa: F401 - torch loaded before the pin, which then holds it
+    from store import Store
+
+    with one_thread():
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        with task_writer(st, spec.run_id) if wait_for_lease else nullcontext():
+            return train(spec, st, device)
+
+
+def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: str, length: int,
+                 device: str, after: Any = None, *, wait_for_lease: bool = True) -> CaptureResult:
+    """One (run, length) capture in a process of its own (``kind`` ``"len"``, or ``"cf"``
+    for the counterfactual twins): opens the store itself, checks that the run was trained
+    from this experiment, rebuilds the model from its stored weights and captures
+    (resumable). ``after``: the results this task waits for (the run's training or its
+    previous capture), unused."""
+    from analysis.compute import one_thread
+    from capture.record import check_capturable
+    from store import Store
+
+    with one_thread():
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        check_capturable(st, spec)  # before waiting for any lease
+        with task_writer(st, spec.run_id) if wait_for_lease else nullcontext():
+            return capture(spec, st, kind, length, device)
+
+
+def task(item: Work, url: str, storage_options: dict | None, device: str, *, after: Any = None,
+         wait_for_lease: bool = True) -> Any:
+    """A train or capture unit as a task (:func:`train_task`, :func:`capture_task`)."""
+    assert item.run is not None and item.on_workers, item
+    if item.stage == "train":
+        return train_task(item.run, url, storage_options, device, after=after, wait_for_lease=wait_for_lease)
+    assert item.length is not None
+    return capture_task(item.run, url, storage_options, item.kind, item.length, device, after=after,
+                        wait_for_lease=wait_for_lease)
+
+
+# ----------------------------------------------------------------------------- analyses
+def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any) -> str | None:
+    """Compute and store the analysis ``item`` names, unless a stored result answers it.
+    Returns the result's name (None for the pairs check, or an analysis without pairs)."""
+    cfg = exp.analysis
+    task_, runs = item.task, list(item.runs)
+    if item.kind == "pairs":
+        if not has_pairs(store, runs, cfg.patch_length):
+            say(f"{task_}: no counterfactual pairs at length {cfg.patch_length}; set "
+                "[capture] counterfactual_pairs and counterfactual_lengths to patch")
+        return None
+    if item.kind in ("patching", "interchange") and not has_pairs(store, runs, cfg.patch_length):
+        return None  # said by the task's pairs check
+    name = item.key
+    params, compute = _analysis(item, store, exp, scheduler)
+    request = result_request(store, runs, params)
+    if stored_answers(store, name, request, say):
+        return name
+    t0 = time.perf_counter()
+    ds = compute(params, {REQUEST_ATTR: request})
+    seconds = time.perf_counter() - t0
+    say(present.probe_summary(name, ds, seconds) if item.kind == "probes"
+        else f"{name}: stored in {seconds:.0f}s")
+    return name
+
+
+def has_pairs(store: Any, runs: list[str], length: int) -> bool:
+    """Whether every run has its counterfactual twins captured at ``length``."""
+    return all(length in store.lengths(r, kind="cfclean") for r in runs)
+
+
+def _analysis(item: Work, store: Any, exp: Experiment,
+              scheduler: Any) -> tuple[dict[str, Any], Callable[[dict, dict], Any]]:
+    """The parameters a result is computed from (recorded with it) and the function that
+    computes and stores it from them and the attributes to store with it."""
+    cfg, task_, runs = exp.analysis, str(item.task), list(item.runs)
+    if item.kind == "probes":
+        from analysis.probes import probe
+
+        params: dict[str, Any] = dict(
+            positions=cfg.probe_positions, lengths=cfg.probe_lengths,
+            train_length=cfg.probe_train_length, folds=cfg.probe_folds,
+            method=cfg.probe_method, control=cfg.probe_control)
+        return params, lambda p, a: probe(store, runs=runs, **p, save=True, name=item.key,
+                                          scheduler=scheduler, attrs=a)
+    if item.kind == "ablation":
+        from analysis.interventions import run_ablation
+
+        params = dict(settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
+                      fit_length=cfg.ablate_fit_length or exp.train.length,
+                      mode=cfg.ablate_mode, refit_rows=cfg.ablate_refit_rows)
+        return params, lambda p, a: run_ablation(store, task_, runs=runs, **p, scheduler=scheduler, attrs=a)
+    if item.kind == "patching":
+        from analysis.interventions import run_patching
+
+        params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
+        return params, lambda p, a: run_patching(store, p["length"], task_, runs=runs, positions=p["positions"],
+                                                 scheduler=scheduler, attrs=a)
+    if item.kind == "interchange":
+        from analysis.interventions import run_interchange
+
+        params = dict(length=cfg.patch_length)
+        return params, lambda p, a: run_interchange(store, p["length"], task_, runs=runs,
+                                                    scheduler=scheduler, attrs=a)
+    raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
+
+
+def evaluate_claims(store: Any, exp: Experiment, say: Say) -> Any:
+    """Evaluate the experiment's claims (if any) and store them under ``results/claims``."""
+    from analysis.claims import evaluate_stored_claims
+
+    if not exp.claims:
+        say("no claims declared; skipping statistics of claims")
+        return None
+    res = evaluate_stored_claims(store, exp.claims, absent=exp.absent_claims)
+    for line in present.claim_summaries(res):
+        say(line)
+    return res

@@ -1,0 +1,82 @@
+"""The work list: every unit of an experiment once, in an order that respects what each
+waits for; the executor cuts it into the same sections here and on a cluster, but for
+train and capture, which a cluster runs as one."""
+
+from __future__ import annotations
+
+import pytest
+
+from layerstate.executor import Executor
+from layerstate.experiment import parse_experiment
+from layerstate.work import STAGES, Work, work_list
+
+GRID = {
+    "experiment": {"name": "order"},
+    "grid": {"tasks": ["parity", "assoc_recall"], "archs": ["lstm"], "seeds": [0, 1]},
+    "train": {"length": 12, "steps": 2, "eval_lengths": [12]},
+    "capture": {"lengths": [12, 20], "n_sequences": 8, "counterfactual_pairs": 4,
+                "counterfactual_lengths": [12]},
+    "analysis": {"ablate": True, "patch": True, "interchange": True, "patch_length": 12},
+}
+
+
+@pytest.fixture(scope="module")
+def work() -> list[Work]:
+    return work_list(parse_experiment(GRID))
+
+
+def test_every_unit_comes_after_what_it_waits_for(work):
+    seen: set[str] = set()
+    for item in work:
+        assert set(item.after) <= seen, item
+        seen.add(item.key)
+    assert len(seen) == len(work)  # keys are unique
+    order = [item.stage for item in work]
+    assert order == sorted(order, key=STAGES.index)  # train, capture, analyse, claims, report
+
+
+def test_the_units_of_an_experiment_and_their_dependencies(work):
+    by_key = {w.key: w for w in work}
+    runs = ["parity-lstm-default-s0", "parity-lstm-default-s1",
+            "assoc_recall-lstm-default-s0", "assoc_recall-lstm-default-s1"]
+    assert [w.key for w in work if w.stage == "train"] == [f"train {r}" for r in runs]  # grid order
+    # one run's captures: its lengths then its twins, each after the one before (one writer)
+    chain = [w for w in work if w.stage == "capture" and w.run.run_id == runs[0]]
+    assert [(w.kind, w.length) for w in chain] == [("len", 12), ("len", 20), ("cf", 12)]
+    assert [w.after for w in chain] == [(f"train {runs[0]}",), (chain[0].key,), (chain[1].key,)]
+    assert all(w.device for w in work if w.on_workers)
+    # analyses: probes of every task first, then each task's interventions, each after the
+    # captures of its task's runs (and nothing else)
+    analyses = [w.key for w in work if w.stage == "analyse"]
+    assert analyses == ["probes/parity", "probes/assoc_recall",
+                        "pairs/parity", "ablation/parity", "patching/parity",
+                        "pairs/assoc_recall", "ablation/assoc_recall", "patching/assoc_recall",
+                        "interchange/assoc_recall"]
+    parity = by_key["ablation/parity"]
+    assert set(parity.runs) == set(runs[:2])
+    assert set(parity.after) == {w.key for w in work if w.stage == "capture" and w.run.task == "parity"}
+    assert by_key["claims"].after == tuple(analyses)
+    assert work[-1].key == "report" and work[-1].after == ("claims",)
+
+
+def test_a_part_of_the_stages_or_of_the_runs(work):
+    exp = parse_experiment(GRID)
+    capture_only = work_list(exp, stages=("capture",))
+    assert {w.stage for w in capture_only} == {"capture"}
+    assert capture_only[0].after == ()  # the run must be trained already: nothing to wait for
+    one = exp.plan.select(seeds=[1], tasks=["parity"])
+    trained = work_list(exp, stages=("train",), runs=one)
+    assert [w.key for w in trained] == ["train parity-lstm-default-s1"]
+    with pytest.raises(ValueError, match="unknown stages"):
+        work_list(exp, stages=("fit",))
+
+
+def test_the_executor_runs_the_same_list_in_the_same_sections_but_train_and_capture(work, tmp_path):
+    here = Executor("threads", str(tmp_path))
+    assert [s.stages for s in here.sections(work)] == [["train"], ["capture"], ["analyse"], ["claims"],
+                                                       ["report"]]
+    there = Executor("threads", str(tmp_path))
+    there.client = object()  # a cluster: train and capture are one section of tasks
+    assert [s.stages for s in there.sections(work)] == [["train", "capture"], ["analyse"], ["claims"],
+                                                        ["report"]]
+    assert [w for s in there.sections(work) for w in s.items] == work
