@@ -8,7 +8,7 @@ token's class (token mod 6: separable at the embedding, the case where an L-BFGS
 iteration cap stops short, and blurred by the random blocks above it), two ways, interleaved
 so that load falls on both alike:
 
-- ``solver``: :func:`analysis.interventions.ablation._refit_correct` -- the five folds as one
+- ``solver``: :func:`analysis.interventions.refit.refit_correct` -- the five folds as one
   batch of the preconditioned lockstep L-BFGS (what the ablation runs);
 - ``sklearn_loop``: what it replaced (:func:`~analysis.interventions.ablation.refit_reference`),
   per fold ``StandardScaler`` + ``LogisticRegression(C=1, max_iter=500)``, the same seeded row
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from analysis.interventions.ablation import _refit_correct, refit_reference
+from analysis.interventions.ablation import refit_correct, refit_reference
 from capture.models import ModelConfig, build_model
 
 N_SEQ, LENGTH, VOCAB, CLASSES, FOLDS, MAX_ROWS = 256, 40, 16, 6, 5, 10_000
@@ -59,7 +59,7 @@ def main() -> None:
             mask = np.ones(labels.shape, dtype=bool)
             for i in range(hidden.shape[2]):
                 x = hidden[:, :, i].numpy().astype(np.float16).astype(np.float32)  # as stored
-                ours, t_ours, w_ours = _timed(_refit_correct, x, labels, mask, FOLDS, MAX_ROWS, [i])
+                ours, t_ours, w_ours = _timed(refit_correct, x, labels, mask, FOLDS, MAX_ROWS, [i])
                 ref, t_ref, w_ref = _timed(refit_reference, x, labels, mask, FOLDS, MAX_ROWS, [i])
                 totals["solver"] += t_ours
                 totals["sklearn_loop"] += t_ref

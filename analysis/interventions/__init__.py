@@ -16,8 +16,10 @@ Models are rebuilt from a run's stored weights and resumed from a stored layer
   paired by seed).
 - :mod:`.patching`: activation patching (layer x position grids, denoising and noising, logit
   difference and probability, optionally a subspace beside the whole component) and
-  interchange interventions at named positions; :mod:`.patch_kernels` computes one patched
-  cell, :mod:`.mechanism` reads mechanism labels from interchange results.
+  the twin grids both analyses run on; :mod:`.interchange` patches named positions
+  (interchange interventions); :mod:`.noise` makes noised twins (refused unless asked);
+  :mod:`.patch_kernels` computes one patched cell, :mod:`.mechanism` reads mechanism labels
+  from interchange results.
 
 What each diagnostic answers, and which paper raised it: docs/interventions.md.
 
@@ -59,7 +61,9 @@ from analysis.interventions.erasure import (  # noqa: E402
     projection_eraser,
     random_directions,
 )
+from analysis.interventions.interchange import interchange, run_interchange  # noqa: E402
 from analysis.interventions.mechanism import classify_mechanism, nontrivial_restoration  # noqa: E402
+from analysis.interventions.noise import NOISE_REFUSED, noised_twin  # noqa: E402
 from analysis.interventions.patch_kernels import (  # noqa: E402
     answer_probability,
     logit_metric,
@@ -67,15 +71,7 @@ from analysis.interventions.patch_kernels import (  # noqa: E402
     patched_logits,
     patched_logits_reference,
 )
-from analysis.interventions.patching import (  # noqa: E402
-    DISAGREE,
-    NOISE_REFUSED,
-    interchange,
-    noised_twin,
-    patching,
-    run_interchange,
-    run_patching,
-)
+from analysis.interventions.patching import DISAGREE, patching, run_patching  # noqa: E402
 
 __all__ = [
     "DISAGREE",

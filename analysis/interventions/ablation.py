@@ -49,7 +49,6 @@ over sequences and seeds: ``correct / n_labelled`` summed over sequences is the 
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,7 +57,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from analysis.interventions import erasure as E
+from analysis.interventions import erasure
 from analysis.interventions._common import (
     PortableModel,
     read_layer,
@@ -83,13 +82,31 @@ from analysis.interventions.engine import (
     run_and_store,
     select_runs,
 )
+from analysis.interventions.matched import (  # MATCHABLE, matched_comparison: re-exported
+    MATCHABLE,
+    matched_comparison,
+    matched_eraser,
+    name_seed,
+    run_factors,
+    with_matched,
+)
+from analysis.interventions.refit import refit_correct, refit_reference
 from store import Store
 from store.errors import InvalidArgumentError
 
+__all__ = [
+    "MATCHABLE",
+    "MAX_VARIANCE_REMOVED",
+    "MODES",
+    "VARIABLES",
+    "ablation",
+    "matched_comparison",
+    "refit_correct",
+    "refit_reference",
+    "run_ablation",
+]
+
 MODES = ("zero", "mean")
-#: Settings that ``matched=True`` gives a matched control (PCA/SVD subspaces are already the
-#: most variance k directions hold, so their matched control is themselves; random is one).
-MATCHABLE = ("probe", "stored", "given", "leace", "inlp")
 #: An erasure removing more than this share of the layer's total variance is flagged
 #: (``flag_variance``): it removed most of what the layer carries, so its drop does not single
 #: out the concept (docs/interventions.md, "What an erasure removed").
@@ -103,29 +120,15 @@ def _fit_eraser(rows, setting: Setting, mode: str, fixed, seed: list[int], n_fea
     control matches)."""
     x, y = rows
     if setting.method == "matched":
-        return _matched_eraser(x, setting, mode, target, seed)
+        return matched_eraser(x, setting, mode, target, seed)
     if setting.method == "leace":
-        return E.leace_np(x, y)
+        return erasure.leace_np(x, y)
     if setting.method in ("given", "stored"):
         directions = fixed
     else:
         directions = setting_directions(x, y, setting, np.random.default_rng(seed), n_features)
     mean = x.astype(np.float64).mean(0) if mode == "mean" else None
-    return E.projection_np(directions, mean)
-
-
-def _matched_eraser(x, setting: Setting, mode: str, target, seed: list[int]):
-    """A random subspace of the target eraser's rank removing its share of the variance on the
-    fitting rows; mean-ablated when the target is (LEACE, or ``mode="mean"``)."""
-    x = np.asarray(x, dtype=np.float64)
-    mean = x.mean(0)
-    if target.rank == 0:
-        return E.Eraser(np.zeros((x.shape[1], 0)), np.zeros((0, x.shape[1])), np.zeros(x.shape[1]))
-    total = E.total_variance_np(x)
-    variance, _, _ = E.removal_stats_np(x, target, total)
-    basis = E.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
-    centred = setting.base.method == "leace" or mode == "mean"
-    return E.projection_np(basis, mean if centred else None)
+    return erasure.projection_np(directions, mean)
 
 
 def _eval_data(ds: xr.Dataset, layer: str, idx: np.ndarray):
@@ -133,79 +136,6 @@ def _eval_data(ds: xr.Dataset, layer: str, idx: np.ndarray):
     labels = np.asarray(ds[target_of(ds)].isel(sequence=idx).values, dtype=np.int64)
     mask = np.asarray(ds["mask"].isel(sequence=idx).values, dtype=bool) & (labels >= 0)
     return read_layer(ds, layer, idx), labels, mask
-
-
-def _refit_correct(
-    x: np.ndarray, labels: np.ndarray, mask: np.ndarray, folds: int, max_rows: int, seed: list
-) -> np.ndarray:
-    """Per-sequence correct counts of a probe refitted with sequences held out by fold.
-
-    x (sequence, position, feature); returns (sequence,) float. Each fold trains on at most
-    `max_rows` labelled rows of the other sequences (a seeded random subset) and predicts every
-    labelled row of its own. The folds' probes are one batch of the probe solver (they share
-    the rows; each problem trains on its own).
-    """
-    from analysis.probes.solvers import fit_labelled, logits
-
-    n = x.shape[0]
-    rng = np.random.default_rng(seed)
-    seq_of_row = np.repeat(np.arange(n), mask.sum(1))
-    X, y = x[mask], labels[mask]
-    held_sets = np.array_split(np.arange(n), folds)
-    train = np.zeros((folds, y.size), dtype=bool)
-    for f, held in enumerate(held_sets):
-        rows = np.flatnonzero(~np.isin(seq_of_row, held))  # the other sequences' rows
-        if rows.size > max_rows:
-            rows = rows[np.sort(rng.choice(rows.size, size=max_rows, replace=False))]
-        train[f, rows] = True
-    correct = np.zeros(n)
-    if y.size == 0:
-        return correct
-    pred = np.full(y.shape, -1)
-    held_rows = [np.isin(seq_of_row, held) for held in held_sets]
-    fitted = [f for f in range(folds) if np.unique(y[train[f]]).size >= 2]
-    for f in set(range(folds)) - set(fitted):  # one class (or none) to learn: predict it
-        seen = y[train[f]]
-        pred[held_rows[f]] = seen[0] if seen.size else -1
-    if fitted:
-        params, classes = fit_labelled(X, y, train[fitted], C=1.0)
-        E.warn_unconverged(params, "refitted probe")
-        for i, f in enumerate(fitted):
-            pred[held_rows[f]] = classes[logits(params.take([i]), X[held_rows[f]])[0].argmax(-1)]
-    np.add.at(correct, seq_of_row, pred == y)
-    return correct
-
-
-def refit_reference(
-    x: np.ndarray, labels: np.ndarray, mask: np.ndarray, folds: int, max_rows: int, seed: list, *,
-    max_iter: int = 500, tol: float = 1e-4,
-) -> np.ndarray:
-    """`_refit_correct` the obvious way, for tests and ``bench.refit``: per fold, the same seeded
-    row subset, ``StandardScaler`` + scikit-learn's ``LogisticRegression(C=1)`` (float64,
-    ``max_iter``/``tol`` as given; the defaults are what the refit used before the probe
-    solver)."""
-    from sklearn.linear_model import LogisticRegression
-
-    n = x.shape[0]
-    rng = np.random.default_rng(seed)
-    correct = np.zeros(n)
-    for held in np.array_split(np.arange(n), folds):
-        train = np.setdiff1d(np.arange(n), held)
-        xt, yt = x[train][mask[train]], labels[train][mask[train]]
-        if yt.size > max_rows:
-            keep = np.sort(rng.choice(yt.size, size=max_rows, replace=False))
-            xt, yt = xt[keep], yt[keep]
-        xt = xt.astype(np.float64)
-        xh, yh = x[held][mask[held]].astype(np.float64), labels[held][mask[held]]
-        if np.unique(yt).size < 2:
-            pred = np.full(yh.shape, yt[0] if yt.size else -1)
-        else:
-            mean, scale = xt.mean(0), xt.std(0)
-            scale[scale < 1e-6] = 1.0
-            probe = LogisticRegression(max_iter=max_iter, tol=tol).fit((xt - mean) / scale, yt)
-            pred = probe.predict((xh - mean) / scale)
-        np.add.at(correct, np.repeat(held, mask[held].sum(1)), pred == yh)
-    return correct
 
 
 def _label_counts(data) -> tuple[np.ndarray, float]:
@@ -218,20 +148,20 @@ def _label_counts(data) -> tuple[np.ndarray, float]:
 def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None,
               batch_size: int):
     """Per-sequence correct counts of the model and of the refitted probe (``refit``: the
-    keyword arguments of `_refit_correct`, or None to skip it), and what the states offer
+    keyword arguments of `refit_correct`, or None to skip it), and what the states offer
     (no eraser: state rank, distinct states, total variance) or what the eraser removed
     (variance share, mean shift, rank), over every evaluated position."""
     hidden, labels, mask = data
     flat = hidden.reshape(-1, hidden.shape[-1])
     stats: tuple[float | int, ...]
     if eraser is None:
-        edited, stats = hidden, E.state_stats_np(flat)
+        edited, stats = hidden, erasure.state_stats_np(flat)
     else:
-        edited = E.erase_torch(torch.from_numpy(hidden), eraser).numpy()
-        stats = E.removal_stats_np(flat, eraser)
+        edited = erasure.erase_torch(torch.from_numpy(hidden), eraser).numpy()
+        stats = erasure.removal_stats_np(flat, eraser)
     pred = resume_logits(model.module, layer, edited, batch_size).argmax(-1)
     correct = ((pred == labels) & mask).sum(1).astype(np.float64)
-    probe = _refit_correct(edited, labels, mask, **refit) if refit else None
+    probe = refit_correct(edited, labels, mask, **refit) if refit else None
     return (correct, probe, *stats)
 
 
@@ -301,7 +231,7 @@ def _check_sizes(plan: Plan, settings: list[Setting]) -> None:
         d = plan.n_features[rid]
         for s in settings:
             if s.base.k is not None:
-                E.check_k(s.base.k, d, s.name, f" of run {rid!r}")
+                erasure.check_k(s.base.k, d, s.name, f" of run {rid!r}")
 
 
 def ablation(
@@ -376,7 +306,7 @@ def ablation(
         ``k`` (setting), ``arch``, ``target`` (run), ``site`` (run, layer).
     """
     _check_options(mode, fit_fraction, folds, refit_rows)
-    parsed = _with_matched(parse_settings(settings)) if matched else parse_settings(settings)
+    parsed = with_matched(parse_settings(settings)) if matched else parse_settings(settings)
     plan = _plan(store, runs, lengths, layers, parsed, fit_length, fit_fraction, folds)
     _check_sizes(plan, parsed)
     probe = {"folds": folds, "max_rows": refit_rows} if refit else None
@@ -391,7 +321,7 @@ def ablation(
             "k": ("setting", [-1 if s.base.k is None else s.base.k for s in parsed]),
             "matched_to": ("setting", ["" if s.of is None else s.of.name for s in parsed]),
             "target": ("run", [plan.target[r] for r in plan.runs]),
-            **_run_factors(plan),
+            **run_factors(plan),
             "site": (("run", "layer"), plan.site_names("every position")),
         },
         attrs={
@@ -410,58 +340,12 @@ def ablation(
             "flag_variance": f"variance_removed > {MAX_VARIANCE_REMOVED}",
             "degenerate": "state_rank <= n_directions: the layer's states vary in no more "
             "dimensions than the erasure removes",
-            "state_rtol": E.STATE_RTOL,
+            "state_rtol": erasure.STATE_RTOL,
             "matched": "matched:S is a random subspace of S's rank removing S's share of the "
             "variance on the fitting rows (analysis.interventions.erasure.matched_np)",
         },
     )
     return _summaries(ds, refit)
-
-
-def _name_seed(setting: Setting) -> int:
-    """A stable integer for a setting's name (seeds its random draw, the same in every run)."""
-    return zlib.crc32(setting.name.encode()) + 1
-
-
-def _with_matched(settings: list[Setting]) -> list[Setting]:
-    """Each matchable setting followed by its matched control (unless already listed)."""
-    out: list[Setting] = []
-    for s in settings:
-        if s not in out:
-            out.append(s)
-        m = Setting("matched", None, s)
-        if s.method in MATCHABLE and m not in settings and m not in out:
-            out.append(m)
-    return out
-
-
-#: The run factors a result carries along ``run`` besides ``arch``, and their coordinate names
-#: (prefixed: a ``seed`` coordinate would clash with the ``seed`` dim that readers make of
-#: ``run``).
-RUN_FACTORS = {"task": "run_task", "variant": "run_variant", "seed": "run_seed"}
-
-
-def _run_factors(plan: Plan) -> dict[str, tuple[str, list]]:
-    """``run_task``, ``run_variant``, ``run_seed`` coordinates along ``run`` (``arch`` is the
-    plan's), so that results pair runs by seed without the store (`matched_comparison`)."""
-    attrs = [plan.store.run_attrs(r) for r in plan.runs]
-    return {
-        "run_task": ("run", [str(a.get("task", "")) for a in attrs]),
-        "run_variant": ("run", [str(a.get("variant", "default")) for a in attrs]),
-        "run_seed": ("run", [int(a.get("seed", -1)) for a in attrs]),
-    }
-
-
-def _factored(values: xr.DataArray, store: Store | None) -> xr.DataArray:
-    """``run`` -> task, arch, variant, seed dims, from the result's own run coordinates when
-    it has them, else from the store (`analysis.behaviour.by_factors`)."""
-    from analysis.behaviour import by_factors
-
-    own = {f: values[c].values for f, c in RUN_FACTORS.items() if c in values.coords}
-    values = values.drop_vars([c for c in RUN_FACTORS.values() if c in values.coords])
-    if len(own) == len(RUN_FACTORS) and "arch" in values.coords:
-        values = values.assign_coords({f: ("run", list(v)) for f, v in own.items()})
-    return by_factors(values, store)
 
 
 _PER_SETTING = ("run", "length", "layer", "setting", "sequence")
@@ -557,7 +441,7 @@ def _layer_erasers(plan: Plan, settings, given: dict, rid: str, where: tuple[int
             target = None if s.of is None else fit(s.of)
             fixed = fixed_directions(plan, given, rid, layer, s.base)
             # a matched control's own random draw: seeded apart from random:k's
-            draw = [seed, li, s.k or 0] if s.of is None else [seed, li, _name_seed(s)]
+            draw = [seed, li, s.k or 0] if s.of is None else [seed, li, name_seed(s)]
             out[s] = dask.delayed(_fit_eraser, pure=False)(
                 rows, s, mode, fixed, draw, plan.n_features[rid], target
             )
@@ -581,99 +465,6 @@ def _summaries(ds: xr.Dataset, refit: bool) -> xr.Dataset:
     ds["degenerate"] = measured & (ds.n_directions >= 0) & (ds.state_rank <= ds.n_directions)
     ds["degenerate"] = ds.degenerate.transpose(*_SETTING_CELL)
     return ds
-
-
-# ----------------------------------------------------------------------------- matched controls
-def matched_comparison(
-    result: xr.Dataset,
-    setting: str | None = None,
-    *,
-    store: Store | None = None,
-    length: int | None = None,
-    layer: str | None = None,
-    ci_level: float = 0.95,
-) -> xr.Dataset:
-    """Does erasing S hurt more than erasing as much variance of anything else?
-
-    Per (task, arch, variant, length, layer[, setting]): the per-seed difference ``drop(S) -
-    drop(matched:S)`` and its two-sided paired t test over seeds
-    (:func:`analysis.stats.paired_difference`; runs are paired by seed within a task, arch
-    and variant). A positive, significant difference says the erased concept matters beyond
-    the amount of variance removed; a difference near zero (as at a degenerate layer, where
-    the matched control erases the same direction) says it does not. Declared as a claim it is
-    a ``difference`` claim with ``metric = "ablation_drop"``, ``compare = "setting"``,
-    ``treatment = S``, ``reference = "matched:S"`` (docs/interventions.md, "Matched controls").
-
-    Parameters
-    ----------
-    result : xarray.Dataset
-        A computed `ablation` result holding S and ``matched:S``.
-    setting : str, optional
-        S (e.g. ``"leace"``); default every setting whose matched control is in `result`
-        (then the output has a ``setting`` dim).
-    store : Store, optional
-        Only for results without the ``run_task``/``run_variant``/``run_seed`` coordinates:
-        their runs' factors are read from the run attributes.
-    length : int, optional
-    layer : str, optional
-        Select one length / layer (default all).
-    ci_level : float
-
-    Returns
-    -------
-    xarray.Dataset
-        ``estimate``, ``lower``, ``upper``, ``statistic``, ``p``, ``sd`` of the paired
-        difference; ``setting_drop`` and ``matched_drop`` (mean over seeds), ``variance_removed``
-        (mean over seeds, of S), ``flagged`` (S flagged for some seed: ``flag_variance`` or
-        ``degenerate``); attrs ``method``, ``n_seeds``.
-
-    Raises
-    ------
-    ValueError
-        No matched control in `result` for `setting`, or fewer than two seeds.
-    """
-    from analysis.stats import paired_difference
-
-    names = [str(v) for v in result.setting.values]
-    pairs = [s for s in names if f"matched:{s}" in names]
-    if setting is not None:
-        if f"matched:{setting}" not in names or setting not in names:
-            raise InvalidArgumentError(
-                f"the ablation result has no pair {setting!r} / 'matched:{setting}' (settings: "
-                f"{', '.join(names)}); re-run the ablation with matched=True (`layerstate ablate "
-                "--matched`) or settings including 'matched:<setting>'"
-            )
-        pairs = [setting]
-    if not pairs:
-        raise InvalidArgumentError(
-            f"the ablation result has no matched controls (settings: {', '.join(names)}); "
-            "re-run it with matched=True (`layerstate ablate --matched`)"
-        )
-    drop = result.accuracy_drop if "accuracy_drop" in result else (
-        (result.correct_clean - result.correct).sum("sequence") / result.n_labelled.sum("sequence"))
-    flagged = result.flag_variance | result.degenerate
-    picked = {}
-    for name, values in (("drop", drop), ("variance_removed", result.variance_removed),
-                         ("flagged", flagged.astype(float))):
-        if length is not None:
-            values = values.sel(length=length)
-        if layer is not None:
-            values = values.sel(layer=layer)
-        picked[name] = _factored(values, store)
-    treat = picked["drop"].sel(setting=pairs)
-    ref = picked["drop"].sel(setting=[f"matched:{s}" for s in pairs]).assign_coords(setting=pairs)
-    test = paired_difference(treat, ref, ci_level=ci_level)
-    test["setting_drop"] = treat.mean("seed")
-    test["matched_drop"] = ref.mean("seed")
-    test["variance_removed"] = picked["variance_removed"].sel(setting=pairs).mean("seed")
-    test["flagged"] = picked["flagged"].sel(setting=pairs).max("seed") > 0
-    if setting is not None:
-        test = test.squeeze("setting", drop=True)
-    test.attrs.update(
-        method="paired t over seeds of drop(S) - drop(matched:S): does erasing the concept "
-        "hurt more than erasing the same share of variance in a random subspace of its rank",
-    )
-    return test
 
 
 def run_ablation(

@@ -53,7 +53,9 @@ engine of :mod:`analysis.interventions.engine`; they differ only in their sites 
 named positions) and primary metric (logit difference or probability). The cell's
 computation (patched logits, metrics, `patch_effects`) is in
 :mod:`analysis.interventions.patch_kernels`; reading a mechanism from the results
-(`nontrivial_restoration`, `classify_mechanism`) in :mod:`analysis.interventions.mechanism`.
+(`nontrivial_restoration`, `classify_mechanism`) in :mod:`analysis.interventions.mechanism`;
+`interchange` itself in :mod:`analysis.interventions.interchange` and the noise corruption in
+:mod:`analysis.interventions.noise`.
 """
 
 from __future__ import annotations
@@ -63,17 +65,11 @@ from typing import Any
 
 import dask
 import numpy as np
-import torch
 import xarray as xr
 
-from analysis.interventions import MIN_GAP
 from analysis.interventions._common import (
     PortableModel,
-    layer_module,
     open_group,
-    read_layer,
-    site_description,
-    target_of,
 )
 from analysis.interventions.engine import (
     Cell,
@@ -84,13 +80,10 @@ from analysis.interventions.engine import (
     run_and_store,
     select_runs,
 )
-from analysis.interventions.mechanism import classify_mechanism
+from analysis.interventions.noise import CORRUPTIONS, noise_options, noised
 from analysis.interventions.patch_kernels import OUTPUTS, patch_effects
-from capture.models import SequenceModel
-from store import MissingError, Store
+from store import Store
 from store.errors import InvalidArgumentError, InvalidArrayError
-
-TASK_SITES = ("key", "value", "divider", "query")
 
 
 def _twin_cell(model: PortableModel, clean, corrupted, layer: str, sites: list, batch_size: int,
@@ -102,84 +95,6 @@ def _twin_cell(model: PortableModel, clean, corrupted, layer: str, sites: list, 
     effects = patch_effects(model.module, clean, corrupted, layer, sites, basis=basis,
                             batch_size=batch_size)
     return tuple(effects[k] for k in OUTPUTS)
-
-
-# ----------------------------------------------------------------------------- corruptions
-#: What a result's ``corruption`` attribute says for each kind.
-CORRUPTIONS = {
-    "token": "token replacement: stored counterfactual twins (cfclean/cfcorrupt) that differ in "
-    "one token, a sequence the model could have seen",
-    "noise": "Gaussian noise added to the embedding of the edited position (scale x the "
-    "embedding's standard deviation): off the model's input distribution",
-}
-NOISE_REFUSED = (
-    "a Gaussian-noise corruption is refused unless asked for explicitly (allow_noise=True, "
-    "`--allow-noise`): noise moves the corrupted run off the distribution the model was trained "
-    "on, so a patch can look important for restoring an input the model never sees, and "
-    "noise and token-replacement corruptions lead to different conclusions (Zhang & Nanda, "
-    "ICLR 2024); the stored counterfactual twins are token replacements"
-)
-
-
-def _check_corruption(corruption: str, allow_noise: bool) -> None:
-    if corruption not in CORRUPTIONS:
-        raise InvalidArgumentError(f"unknown corruption {corruption!r}; use 'token' (default) or 'noise'")
-    if corruption == "noise" and not allow_noise:
-        raise InvalidArgumentError(NOISE_REFUSED)
-
-
-@torch.no_grad()
-def noised_twin(model: SequenceModel, clean: xr.Dataset, *, scale: float = 3.0, seed: int = 0,
-                batch_size: int = 256) -> xr.Dataset:
-    """A corrupted twin made by noise instead of a token replacement (asked for explicitly).
-
-    Gaussian noise of standard deviation ``scale`` x the embedding's (over every stored
-    element, as Meng et al. 2022 corrupt subjects) is added to the embedding output at each
-    sequence's ``pos_corrupt``; every layer above is recomputed from it. The corrupted answer
-    is undefined (the target label is -1), so the logit metric is the clean answer's
-    log-probability.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``hidden (sequence, position, layer, feature)`` float32 for every layer of the model,
-        ``tokens`` and the target label (all -1), the clean group's attributes.
-    """
-    target = target_of(clean)
-    names = list(model.layer_names)
-    embed = read_layer(clean, names[0])
-    n, _, d = embed.shape
-    sigma = float(embed.std(dtype=np.float64))
-    at = np.asarray(clean.pos_corrupt.values, dtype=np.int64)
-    embed[np.arange(n), at] += (scale * sigma * np.random.default_rng(seed).standard_normal((n, d))
-                                ).astype(np.float32)
-    captured: dict[int, list[torch.Tensor]] = {i: [] for i in range(1, len(names))}
-    handles = []
-    for i in captured:
-        def keep(module, inputs, output, i=i):
-            value = output[0] if isinstance(output, tuple) else output
-            captured[i].append(value.detach().float())
-        handles.append(layer_module(model, i).register_forward_hook(keep))
-    try:
-        for lo in range(0, n, batch_size):
-            model.forward_from(names[0], torch.from_numpy(embed[lo: lo + batch_size]))
-    finally:
-        for h in handles:
-            h.remove()
-    states = [embed] + [torch.cat(captured[i]).numpy() for i in captured]
-    return xr.Dataset(
-        {
-            "hidden": (("sequence", "position", "layer", "feature"), np.stack(states, axis=2)),
-            "tokens": clean.tokens.variable,
-            target: (("sequence", "position"), np.full(clean[target].shape, -1, np.int64)),
-        },
-        coords={"layer": names},
-        attrs={**clean.attrs, "corruption": CORRUPTIONS["noise"]},
-    )
-
-
-def _noised(model: PortableModel, clean: xr.Dataset, scale: float, seed: int, batch_size: int):
-    return noised_twin(model.module, clean, scale=scale, seed=seed, batch_size=batch_size)
 
 
 # ----------------------------------------------------------------------------- subspaces
@@ -197,7 +112,7 @@ def _subspace_basis(rows, fixed) -> np.ndarray:
     return E.orthonormal_basis_np(E.probe_directions_np(x, y))
 
 
-def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_length) -> dict:
+def subspace_bases(plan: Plan, length: int, subspace: str | None, directions, fit_length) -> dict:
     """(run, layer) -> a delayed basis of the patched subspace (empty without a subspace)."""
     if subspace is None:
         return {}
@@ -234,7 +149,7 @@ def _subspaces(plan: Plan, length: int, subspace: str | None, directions, fit_le
 
 
 # ----------------------------------------------------------------------------- the graphs
-def _twin_plan(store: Store, runs, length: int, layers, corruption: str = "token") -> Plan:
+def twin_plan(store: Store, runs, length: int, layers, corruption: str = "token") -> Plan:
     """The plan of a grid over the stored twins ``cfclean_<length>``/``cfcorrupt_<length>``
     (only ``cfclean`` for a noise corruption)."""
     runs = select_runs(store, runs, "patch")
@@ -254,7 +169,7 @@ def _twin_plan(store: Store, runs, length: int, layers, corruption: str = "token
     return plan
 
 
-def _twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: int, *,
+def twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: int, *,
                 subspaces: dict, noise: dict | None) -> list[Cell]:
     """One cell per (run, layer): `_twin_cell` over every site; ``names`` maps `OUTPUTS` to
     the analysis' variables (absent: dropped)."""
@@ -263,7 +178,7 @@ def _twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: i
     for rid in plan.runs:
         clean = plan.group(rid, length, "cfclean")
         corrupted = (plan.group(rid, length, "cfcorrupt") if noise is None else
-                     delayed(_noised, pure=False)(plan.model(rid), clean, noise["scale"],
+                     delayed(noised, pure=False)(plan.model(rid), clean, noise["scale"],
                                                   noise["seed"], batch_size))
         for layer in plan.run_layers[rid]:
             basis = subspaces.get((rid, layer))
@@ -275,7 +190,7 @@ def _twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: i
     return cells
 
 
-def _stored_positions(plan: Plan, length: int, names) -> dict:
+def stored_positions(plan: Plan, length: int, names) -> dict:
     """Per-sequence stored positions ``pos_<name> (run, sequence)``, -1 padded."""
     out = {}
     for name in names:
@@ -303,7 +218,7 @@ def _ratio(ds: xr.Dataset, num: str, den: str) -> xr.DataArray:
     return ds[num].sum("sequence") / ds[den].sum("sequence")
 
 
-def _summaries(ds: xr.Dataset, v: dict[str, str], subspace: bool) -> xr.Dataset:
+def twin_summaries(ds: xr.Dataset, v: dict[str, str], subspace: bool) -> xr.Dataset:
     """Ratios of sums and the flags, given ``v``: OUTPUTS key -> this analysis' variable and
     ``v["<key>:share"]`` -> the summary's name."""
     for key, gap in (("recovered_logit", "gap_logit"), ("recovered_prob", "gap_prob"),
@@ -327,7 +242,7 @@ def _summaries(ds: xr.Dataset, v: dict[str, str], subspace: bool) -> xr.Dataset:
     return ds
 
 
-def _common_attrs(corruption: str, noise: dict | None, subspace: str | None) -> dict:
+def common_attrs(corruption: str, noise: dict | None, subspace: str | None) -> dict:
     attrs: dict[str, Any] = {
         "corruption": CORRUPTIONS[corruption],
         "directions": "denoising: the clean site patched into the corrupted run (recovered, "
@@ -351,11 +266,6 @@ def _common_attrs(corruption: str, noise: dict | None, subspace: str | None) -> 
     return attrs
 
 
-def _noise_options(corruption: str, allow_noise: bool, noise_scale: float, seed: int) -> dict | None:
-    _check_corruption(corruption, allow_noise)
-    return {"scale": float(noise_scale), "seed": int(seed)} if corruption == "noise" else None
-
-
 #: `patching`'s variables: OUTPUTS key -> name (and the summaries' names).
 PATCHING_NAMES = {
     "primary": "logit",
@@ -370,23 +280,7 @@ PATCHING_NAMES = {
     "sub_recovered_prob:share": "recovery_subspace_prob",
     "sub_damaged_logit:share": "damage_subspace", "sub_damaged_prob:share": "damage_subspace_prob",
 }
-#: `interchange`'s variables (the probability is its primary metric).
-INTERCHANGE_NAMES = {
-    "primary": "prob",
-    "recovered_prob": "restored", "recovered_logit": "restored_logit",
-    "damaged_prob": "damaged", "damaged_logit": "damaged_logit",
-    "sub_recovered_prob": "restored_subspace", "sub_recovered_logit": "restored_subspace_logit",
-    "sub_damaged_prob": "damaged_subspace", "sub_damaged_logit": "damaged_subspace_logit",
-    "gap_prob": "gap", "gap_logit": "gap_logit", "clean_prob": "p_clean", "corrupt_prob": "p_corrupt",
-    "recovered_prob:share": "restoration", "recovered_logit:share": "restoration_logit",
-    "damaged_prob:share": "damage", "damaged_logit:share": "damage_logit",
-    "sub_recovered_prob:share": "restoration_subspace",
-    "sub_recovered_logit:share": "restoration_subspace_logit",
-    "sub_damaged_prob:share": "damage_subspace", "sub_damaged_logit:share": "damage_subspace_logit",
-}
-
-
-def _variables(names: dict, site_dim: str, subspace: bool) -> dict[str, Var]:
+def twin_variables(names: dict, site_dim: str, subspace: bool) -> dict[str, Var]:
     """The Vars of the cell outputs ``names`` keeps (the subspace's only with one)."""
     out = {}
     for key in OUTPUTS:
@@ -466,8 +360,8 @@ def patching(
         Coordinate ``patched_site (run, layer)``; attrs ``corruption`` (what the twins are),
         ``metric``, ``directions``. NaN where a run has fewer sequences or lacks a layer.
     """
-    noise = _noise_options(corruption, allow_noise, noise_scale, seed)
-    plan = _twin_plan(store, runs, length, layers, corruption)
+    noise = noise_options(corruption, allow_noise, noise_scale, seed)
+    plan = twin_plan(store, runs, length, layers, corruption)
     positions = list(range(length) if positions is None else positions)
     bad_pos = [p for p in positions if not 0 <= p < length]
     if bad_pos:
@@ -476,13 +370,13 @@ def patching(
             f"pass positions from 0 to {length - 1}"
         )
     plan.axes = {"position": positions}
-    subspaces = _subspaces(plan, length, subspace, directions, fit_length)
+    subspaces = subspace_bases(plan, length, subspace, directions, fit_length)
     names = PATCHING_NAMES
     ds = assemble(
         plan,
-        _variables(names, "position", subspace is not None),
-        _twin_cells(plan, length, positions, names, batch_size, subspaces=subspaces, noise=noise),
-        data=_stored_positions(plan, length, ("corrupt", "label")),
+        twin_variables(names, "position", subspace is not None),
+        twin_cells(plan, length, positions, names, batch_size, subspaces=subspaces, noise=noise),
+        data=stored_positions(plan, length, ("corrupt", "label")),
         coords={"patched_site": (("run", "layer"), plan.site_names("one position at a time"))},
         attrs={
             "analysis": "patching",
@@ -492,114 +386,10 @@ def patching(
             "metric_prob": "probability of the clean answer at the label position (*_prob)",
             "recovery": "sum(recovered) / sum(gap) over sequences",
             "damage": "sum(damaged) / sum(gap) over sequences",
-            **_common_attrs(corruption, noise, subspace),
+            **common_attrs(corruption, noise, subspace),
         },
     )
-    return _summaries(ds, names, subspace is not None)
-
-
-def _sites(plan: Plan, length: int, sites: Sequence[str] | None) -> list[str]:
-    """The interchange sites: given (each stored for every run) or the task's default."""
-    def stored(rid: str) -> list[str]:
-        clean = plan.group(rid, length, "cfclean")
-        return [str(v).removeprefix("pos_") for v in clean.data_vars if str(v).startswith("pos_")]
-
-    if sites is None:
-        first = stored(plan.runs[0])
-        sites = list(TASK_SITES) if set(TASK_SITES) <= set(first) else ["corrupt", "label"]
-    sites = list(sites)
-    for rid in plan.runs:
-        missing = [s for s in sites if s not in stored(rid)]
-        if missing:
-            raise MissingError(
-                f"run {rid!r} stores no position for site(s) {', '.join(missing)}; its sites: "
-                f"{', '.join(stored(rid))}; name sites among them"
-            )
-    return sites
-
-
-def _trivial(plan: Plan, length: int, sites: list[str]) -> np.ndarray:
-    """(run, site): the site is the edited position in every pair."""
-    out = np.zeros((len(plan.runs), len(sites)), dtype=bool)
-    for r, rid in enumerate(plan.runs):
-        clean = plan.group(rid, length, "cfclean")
-        for s, site in enumerate(sites):
-            out[r, s] = bool(np.array_equal(clean[f"pos_{site}"].values, clean.pos_corrupt.values))
-    return out
-
-
-def interchange(
-    store: Store,
-    runs: Sequence[str] | None,
-    length: int,
-    *,
-    layers: Sequence[str] | None = None,
-    sites: Sequence[str] | None = None,
-    subspace: str | None = None,
-    directions: xr.DataArray | None = None,
-    fit_length: int | None = None,
-    corruption: str = "token",
-    allow_noise: bool = False,
-    noise_scale: float = 3.0,
-    seed: int = 0,
-    batch_size: int = 256,
-) -> xr.Dataset:
-    """Build (lazily) interchange interventions: patch named positions, layer by layer, in
-    both directions and two metrics.
-
-    Parameters
-    ----------
-    store : Store
-    runs : list of str or None
-    length : int
-        Length of the stored counterfactual pairs.
-    layers : list of str, optional
-    sites : list of str, optional
-        Names of stored ``pos_<site>`` positions; default ``key, value, divider, query`` when
-        stored (associative recall, treecall), else ``corrupt, label``.
-    subspace, directions, fit_length, corruption, allow_noise, noise_scale, seed
-        As in `patching`.
-    batch_size : int
-
-    Returns
-    -------
-    xarray.Dataset, dask-backed
-        ``restored (run, layer, site, sequence)``: p_patched - p_corrupted of the clean answer
-        (denoising), ``restored_logit`` the same in logit difference; ``damaged``,
-        ``damaged_logit``: noising (the corrupted site in the clean run); ``gap``,
-        ``gap_logit``, ``p_clean``, ``p_corrupt`` (run, layer, sequence); ``restoration (run,
-        layer, site)`` = sum restored / sum gap, ``restoration_logit``, ``damage``,
-        ``damage_logit``, ``disagree`` (and the subspace's, as in `patching`); ``trivial (run,
-        site)``: the site is the edited position in every pair; ``pos_<site> (run,
-        sequence)``. Coordinate ``patched_site (run, layer, site)`` names what was patched,
-        e.g. "block output of layer L1 at position 'value'".
-    """
-    noise = _noise_options(corruption, allow_noise, noise_scale, seed)
-    plan = _twin_plan(store, runs, length, layers, corruption)
-    sites = _sites(plan, length, sites)
-    plan.axes = {"site": sites}
-    subspaces = _subspaces(plan, length, subspace, directions, fit_length)
-    names = INTERCHANGE_NAMES
-    named = [[[site_description(plan.arch[r], y, f"position {c!r}") for c in sites]
-              for y in plan.layers] for r in plan.runs]
-    ds = assemble(
-        plan,
-        _variables(names, "site", subspace is not None),
-        _twin_cells(plan, length, sites, names, batch_size, subspaces=subspaces, noise=noise),
-        data={**_stored_positions(plan, length, sorted({*sites, "corrupt", "label"})),
-              "trivial": (("run", "site"), _trivial(plan, length, sites))},
-        coords={"patched_site": (("run", "layer", "site"), named)},
-        attrs={
-            "analysis": "interchange",
-            "length": int(length),
-            "metric": "probability of the clean answer at the label position",
-            "metric_logit": "logit(clean answer) - logit(corrupted answer) (*_logit)",
-            "restoration": "sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
-            "damage": "sum(p_clean - p_noised) / sum(p_clean - p_corrupt) over sequences",
-            **_common_attrs(corruption, noise, subspace),
-        },
-    )
-    return _summaries(ds, names, subspace is not None)
+    return twin_summaries(ds, names, subspace is not None)
 
 
 def run_patching(
@@ -638,54 +428,3 @@ def run_patching(
     """
     return run_and_store(store, f"patching/{name}", patching(store, runs, length, **kwargs),
                          scheduler=scheduler, num_workers=num_workers, attrs=attrs)
-
-
-def run_interchange(
-    store: Store,
-    length: int,
-    name: str = "default",
-    *,
-    runs: Sequence[str] | None = None,
-    threshold: float = 0.5,
-    min_gap: float = MIN_GAP,
-    scheduler: Any = "threads",
-    num_workers: int | None = None,
-    attrs: Mapping[str, Any] | None = None,
-    **kwargs,
-) -> xr.Dataset:
-    """Compute `interchange`, add ``mechanism (run)`` when the sites allow, and store it as
-    ``results/interchange/<name>``.
-
-    Parameters
-    ----------
-    store : Store
-        Opened with ``mode="r+"``.
-    length : int
-        Length of the stored counterfactual pairs.
-    name : str
-    runs : list of str, optional
-        Default: every run.
-    threshold, min_gap : float
-        Passed to `classify_mechanism`.
-    scheduler, num_workers
-        Where to compute: see `analysis.compute.compute`.
-    attrs : mapping, optional
-        Added to the stored result's attributes.
-    **kwargs
-        ``layers``, ``sites``, ``batch_size`` of `interchange`.
-
-    Returns
-    -------
-    xarray.Dataset
-        The computed `interchange` result, plus ``mechanism`` (attrs: threshold, min_gap).
-    """
-
-    def with_mechanism(result: xr.Dataset) -> xr.Dataset:
-        if {"key", "value", "query"} <= {str(s) for s in result.site.values}:
-            result["mechanism"] = classify_mechanism(result, threshold=threshold, min_gap=min_gap)
-            result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
-        return result
-
-    return run_and_store(store, f"interchange/{name}", interchange(store, runs, length, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, finish=with_mechanism,
-                         attrs=attrs)

@@ -11,7 +11,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
-from analysis.interventions.ablation import _refit_correct, refit_reference
+from analysis.interventions.ablation import refit_correct, refit_reference
 from analysis.interventions.erasure import inlp_np, probe_directions_np
 
 
@@ -74,7 +74,7 @@ def test_refit_counts_match_scikit_learn_per_sequence(max_rows):
     x, y = _states(n_seq * n_pos, d, 4, seed=11)
     x, labels = x.reshape(n_seq, n_pos, d), y.reshape(n_seq, n_pos) + 3  # labels need not start at 0
     mask = np.random.default_rng(0).random((n_seq, n_pos)) < 0.8
-    ours = _refit_correct(x, labels, mask, folds=5, max_rows=max_rows, seed=[4, 2])
+    ours = refit_correct(x, labels, mask, folds=5, max_rows=max_rows, seed=[4, 2])
     ref = refit_reference(x, labels, mask, folds=5, max_rows=max_rows, seed=[4, 2], max_iter=10_000, tol=1e-8)
     assert ours.shape == (n_seq,)
     assert ours.sum() == pytest.approx(ref.sum(), abs=3)  # a few near-tie rows may flip
@@ -87,7 +87,7 @@ def test_refit_fold_with_one_class_predicts_it():
     labels = np.zeros((10, 3), dtype=np.int64)
     labels[:2] = 1  # only the first fold's sequences have class 1
     mask = np.ones((10, 3), dtype=bool)
-    correct = _refit_correct(x, labels, mask, folds=5, max_rows=1000, seed=[0])
+    correct = refit_correct(x, labels, mask, folds=5, max_rows=1000, seed=[0])
     # fold 0 trains on class 0 only and predicts 0 for its class-1 rows: none correct
     assert correct[:2].tolist() == [0.0, 0.0]
     assert correct[2:].min() >= 0 and correct.sum() > 0
