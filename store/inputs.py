@@ -3,7 +3,7 @@
 Every check names the array, what was expected and how to fix it. Float arrays are cast to
 their stored dtype and refused if they hold NaN/Inf — including finite values that only
 become Inf in the cast (float16 tops out at 65504) — unless the group allows non-finite
-values. The cast itself happens in the chunk threads (:mod:`store.pipeline`); :func:`cast_finite`
+values. The cast itself happens in the chunk threads (:mod:`store.blocks`); :func:`cast_finite`
 is the same cast and check done here, also to say where a refused value is.
 """
 

@@ -4,7 +4,7 @@ The unit of work is a *block*: ``block_size`` consecutive sequences, exactly one
 along ``sequence`` in every array, so no two writes ever share a chunk (zarr does not
 check this for numpy writes; docs/measured.md, "Zarr settings"). The group's layout is
 fixed up front (:mod:`store.layout`), what is handed in is checked (:mod:`store.inputs`),
-and each block, once all its chunks are stored and fsynced (:mod:`store.pipeline`), is
+and each block, once all its chunks are stored and fsynced (:mod:`store.blocks`), is
 recorded in the group's attributes (an atomic rename on local disks). A writer killed at
 any point therefore leaves finished blocks recorded and unfinished ones simply unrecorded;
 running it again redoes only those, and deterministic producers give a bit-identical store.
@@ -20,11 +20,11 @@ import numpy as np
 import zarr
 
 from . import schema as S
+from .blocks import BlockPipeline
 from .errors import IncompleteError, InvalidArrayError
 from .inputs import cast_finite, check_block, check_extra
 from .layout import float_dtypes, make_spec, n_blocks, open_or_create
 from .lease import RunLease
-from .pipeline import BlockPipeline
 from .zarrutil import ordered, to_numpy
 
 

@@ -230,7 +230,7 @@ def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
 
 
 def test_every_chunk_file_is_fsynced_before_its_block_is_recorded(tmp_path, monkeypatch):
-    import store.pipeline as pipeline_mod
+    import store.blocks as pipeline_mod
 
     st = _new_store(tmp_path)
     synced: set[str] = set()

@@ -115,7 +115,7 @@ def test_a_damaged_or_missing_shard_is_named(tmp_path):
 def test_a_short_last_block_is_fsynced_before_it_is_recorded(tmp_path, monkeypatch, path):
     """Whether the short last block goes through zarr's setitem (as it did before the fast
     path took it; still so for other codecs) or through the padded fast path."""
-    import store.pipeline as pipeline_mod
+    import store.blocks as pipeline_mod
     from store.chunks import ChunkWriter
 
     if path == "zarr":
@@ -151,7 +151,7 @@ def test_a_short_last_block_is_fsynced_before_it_is_recorded(tmp_path, monkeypat
 
 
 def test_written_files_follow_the_grid_of_store_keys(tmp_path):
-    from store.pipeline import written_files
+    from store.blocks import written_files
 
     plain = zarr.create_array(tmp_path / "a", shape=(10, 3, 4), chunks=(4, 1, 4), dtype="float32")
     got = {str(p.relative_to(tmp_path / "a")) for p in written_files(plain, slice(6, 10))}
