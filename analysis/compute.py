@@ -20,13 +20,16 @@ a ``distributed.Client``   that client's cluster (left open)
 a cluster object           anything with ``scheduler_address`` (``LocalCluster``, ...; left open)
 =========================  ========================================================================
 
-A command that computes several times (``layerstate run``: training and capture tasks, then
-each analysis) holds one session: :func:`connect` turns the ``scheduler`` into what to hand
-every call (a local scheduler unchanged, else one ``Client``, so ``"local:N"`` starts one
-cluster for the whole command). :func:`check` refuses a malformed ``scheduler`` without
-connecting; :func:`reachable` also checks that an address answers, for commands whose own work
-is not split into tasks. A TCP address nobody listens at is refused at once rather than after
-the client's timeout. A cluster that goes away while a call waits for its tasks is one
+The scheduler's forms, sessions, the one-thread pin and the cluster-lost line are defined
+here, below every package that runs work: analyses use them for their graphs, and
+``layerstate``'s executor for the training and capture units it sends (where those run, on
+which processes and in what order, is decided there, not here). A command that computes
+several times (``layerstate run``) holds one session: :func:`connect` turns the
+``scheduler`` into what to hand every call (a local scheduler unchanged, else one
+``Client``, so ``"local:N"`` starts one cluster for the whole command). :func:`check`
+refuses a malformed ``scheduler`` without connecting; :func:`reachable` also checks that an
+address answers, for commands whose own work is not split into tasks. A TCP address nobody
+listens at is refused at once rather than after the client's timeout. A cluster that goes away while a call waits for its tasks is one
 :class:`SchedulerError` line naming its address (:func:`cluster_lost`), not distributed's
 cancellation traceback.
 
