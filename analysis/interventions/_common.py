@@ -108,10 +108,17 @@ def resume_logits(
     ndarray, float32, (sequence, position, class)
     """
     states = torch.as_tensor(hidden).float()
+    device = model_device(model)
     out = []
     for lo in range(0, states.shape[0], batch_size):
-        out.append(model.forward_from(layer, states[lo : lo + batch_size]).float().numpy())
+        part = states[lo : lo + batch_size].to(device)
+        out.append(model.forward_from(layer, part).float().cpu().numpy())
     return np.concatenate(out)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s parameters are: inputs go there, results come back to the host."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def site_description(arch: str, layer: str, where: str) -> str:

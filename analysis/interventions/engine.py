@@ -83,6 +83,9 @@ class Plan:
     axes: dict[str, list] = field(default_factory=dict)
     fit_length: int | None = None
     fit_sequences: dict[str, np.ndarray] = field(default_factory=dict)
+    #: where the runs' models are rebuilt (``cpu``, ``cuda[:N]``); the stored states are read
+    #: on the host and each cell's tensors follow its model
+    device: str = "cpu"
     _models: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def group(self, run_id: str, length: int, kind: str = "len") -> xr.Dataset:
@@ -94,7 +97,7 @@ class Plan:
         `PortableModel` (its ``module`` is the `SequenceModel`), which dask.distributed can
         move between workers."""
         if run_id not in self._models:
-            self._models[run_id] = dask.delayed(portable_model, pure=False)(self.store, run_id)
+            self._models[run_id] = dask.delayed(portable_model, pure=False)(self.store, run_id, self.device)
         return self._models[run_id]
 
     @property
@@ -228,7 +231,7 @@ def assemble(
     data : dict, optional
         Variables known without computing (``(dims, values)``), added after ``variables``.
     coords, attrs : dict, optional
-        Further coordinates and attributes.
+        Further coordinates and attributes (``device``, where the models ran, is one).
 
     Returns
     -------
@@ -261,7 +264,8 @@ def assemble(
         "sequence": np.arange(plan.n_sequences),
         "arch": ("run", [plan.arch[r] for r in plan.runs]),
     }
-    return xr.Dataset(arrays, coords={**grid_coords, **(coords or {})}, attrs=attrs or {})
+    return xr.Dataset(arrays, coords={**grid_coords, **(coords or {})},
+                      attrs={"device": plan.device, **(attrs or {})})
 
 
 # ----------------------------------------------------------------------------- computing

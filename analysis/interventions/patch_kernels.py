@@ -14,6 +14,7 @@ import xarray as xr
 
 from analysis.interventions._common import (
     layer_module,
+    model_device,
     read_layer,
     resume_logits,
     target_of,
@@ -104,9 +105,10 @@ def patched_logits_reference(
     Same parameters and return value as `patched_logits`.
     """
     _check_pair(clean, corrupted, patch)
-    where = torch.from_numpy(patch.transpose("sequence", "position").values.astype(bool))
-    source = torch.from_numpy(read_layer(clean, layer))
-    tokens = torch.from_numpy(np.asarray(corrupted.tokens.values, dtype=np.int64))
+    device = model_device(model)  # the hook's tensors beside the layer's output
+    where = torch.from_numpy(patch.transpose("sequence", "position").values.astype(bool)).to(device)
+    source = torch.from_numpy(read_layer(clean, layer)).to(device)
+    tokens = torch.from_numpy(np.asarray(corrupted.tokens.values, dtype=np.int64)).to(device)
     current: dict[str, slice] = {}
 
     def overwrite(module, inputs, output):
@@ -120,7 +122,7 @@ def patched_logits_reference(
         out = []
         for lo in range(0, tokens.shape[0], batch_size):
             current["rows"] = slice(lo, lo + batch_size)
-            out.append(model(tokens[current["rows"]]).float().numpy())
+            out.append(model(tokens[current["rows"]]).float().cpu().numpy())
     finally:
         handle.remove()
     return _logits_da(np.concatenate(out), corrupted)

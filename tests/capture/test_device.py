@@ -86,3 +86,33 @@ def test_train_run_records_its_device(tmp_path):
     with HostReads():
         train_run(st, spec, device="meta")
     assert st.run_attrs(spec.run_id)["device"] == "meta"
+
+
+@pytest.mark.parametrize("arch", ["transformer", "mamba2", "lstm"])
+def test_interventions_follow_the_models_device(tmp_path, arch):
+    """Resuming from a stored layer and the hook-based patching reference run beside a model
+    rebuilt on another device (the cells of ablate, patch and interchange)."""
+    import xarray as xr
+
+    from analysis.interventions import rebuild
+    from analysis.interventions.engine import open_plan
+    from analysis.interventions.patch_kernels import patched_logits, patched_logits_reference
+    from capture.record import capture_counterfactuals
+
+    spec = tiny_experiment(task="dyck", arch=arch, steps=2,
+                           models={arch: {"d_model": 16, "n_layers": 2}}).runs()[0]
+    st = Store.create(str(tmp_path / "s.zarr"))
+    train_run(st, spec)
+    capture_counterfactuals(st, spec.run_id, 12, n_pairs=6)
+    clean = st.open_length(spec.run_id, 12, kind="cfclean")
+    bad = st.open_length(spec.run_id, 12, kind="cfcorrupt")
+    patch = xr.DataArray(np.ones((6, 12), bool), dims=("sequence", "position"))
+    with HostReads():
+        model = rebuild(st, spec.run_id, "meta")
+        for fn in (patched_logits, patched_logits_reference):
+            out = fn(model, clean, bad, "L0", patch)
+            assert out.shape[:2] == (6, 12)
+    plan = open_plan(st, [spec.run_id], [("cfclean", 12)], None, layers_at=("cfclean", 12))
+    plan.device = "meta"
+    with HostReads():
+        assert plan.model(spec.run_id).compute().module.embedding.weight.device.type == "meta"
