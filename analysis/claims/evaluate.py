@@ -4,15 +4,17 @@ and the verdicts (:func:`evaluate_claims`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import scipy.stats
 import xarray as xr
 
 from analysis.claims.metrics import (
     paired_levels,
     probe_seed_profile,
     require_levels,
+    resolve_length,
     seed_list,
     seed_metric,
     sequence_counts,
@@ -26,33 +28,125 @@ from analysis.claims.verdicts import (
     decide,
     dropped_text,
     family_share,
+    judged_power,
+    one_sided_bound,
     primary_test,
     test_text,
 )
-from analysis.stats.equivalence import bound_t_np
 from store import Store
+
+
+def _run_units(store: Store, length: int, cache: dict) -> xr.DataArray:
+    """Each run's number of captured sequences at ``length``, dims (task, arch, variant, seed)
+    (NaN for a run not captured there): the sampling unit of its probe accuracies."""
+    from analysis.behaviour import by_factors
+
+    key = ("units", length)
+    if key not in cache:
+        runs = [r for r in store.run_ids() if length in store.lengths(r)]
+        counts = [float(store.open_length(r, length).sizes["sequence"]) for r in runs]
+        da = xr.DataArray(np.array(counts, dtype=float), dims="run", coords={"run": np.array(runs, dtype=str)})
+        cache[key] = by_factors(da, store) if runs else None
+    return cast(xr.DataArray, cache[key])
+
+
+def _ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
+    """The ablation result's clean and ablated accuracies, refitted probe accuracy and sequence
+    count per run at the claim's length, by factors (dims of :func:`seed_metric`)."""
+    from analysis.claims.metrics import _per_run
+
+    key = ("ablation-counts", claim.task, claim.length, claim.result)
+    if key in cache:
+        return cast(xr.Dataset, cache[key])
+    L = claim.length
+    names = ("accuracy_clean", "accuracy", "probe_accuracy", "units")
+
+    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
+        like = next(ds[v] for v in ("accuracy_drop", "accuracy", "probe_accuracy") if v in ds)
+        missing = xr.full_like(like.sel(length=L, drop=True), np.nan, dtype=float)
+        parts = []
+        for v in names:
+            if v == "units":
+                x = (ds["n_labelled"].sel(length=L, drop=True) > 0).sum("sequence") if "n_labelled" in ds \
+                    and "sequence" in ds["n_labelled"].dims else missing
+            else:
+                x = ds[v].sel(length=L, drop=True) if v in ds else missing
+            parts.append(x.astype(float))
+        parts = list(xr.broadcast(*parts))
+        return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"))
+
+    out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
+                   extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
+    cache[key] = out.to_dataset("part")
+    return cast(xr.Dataset, cache[key])
+
+
+def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | None:
+    """Each trained model's sampling variance of the claim's metric from the sequences it was
+    measured on (dims of :func:`seed_metric`), or None where the metric is not counted over
+    sequences (restoration, patching recovery). A proportion over m sequences: at most
+    p(1 - p)/m with p shrunk as Agresti-Coull does (:func:`analysis.stats.decision.proportion_sampling_var`);
+    a difference of two (the ablation drop): the sum of theirs, as if independent (the same
+    sequences make them positively correlated, so this is the larger)."""
+    if claim.metric == "probe_accuracy":
+        units = _run_units(store, claim.length, cache)
+        if units is None:
+            return None
+        value = seed_metric(store, claim, cache)
+        units = units.reindex_like(value.isel(layer=0, drop=True)) if "layer" in value.dims else units
+        return _proportion_var(value, units)
+    if claim.metric in ("ablation_drop", "refit_accuracy"):
+        ds = _ablation_counts(store, claim, cache)
+        if claim.metric == "ablation_drop":
+            return _proportion_var(ds["accuracy_clean"], ds["units"]) + _proportion_var(ds["accuracy"], ds["units"])
+        return _proportion_var(ds["probe_accuracy"], ds["units"])
+    return None
+
+
+def _proportion_var(p: xr.DataArray, m: xr.DataArray) -> xr.DataArray:
+    """:func:`analysis.stats.decision.proportion_sampling_var` on DataArrays (broadcast by dim)."""
+    shrunk = (m * p + 2.0) / (m + 4.0)
+    return xr.where(m > 0, shrunk * (1.0 - shrunk) / m, np.nan)
 
 
 def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
     """A difference/equivalence claim on a per-seed metric (restoration, probe accuracy,
     ablation drop, refitted probe accuracy, patching recovery): the paired t on per-seed
-    differences."""
-    from analysis.stats.equivalence import paired_t_np
+    differences, its variance floored at the sequences' sampling variance where the metric is
+    counted over sequences (:func:`_sampling_var`)."""
+    from analysis.stats.decision import floored_se
 
     t, r = paired_levels(seed_metric(store, claim, cache), claim)
     ok = np.isfinite(t.values) & np.isfinite(r.values)
     if ok.sum() < 2:
         raise too_few(claim, int(ok.sum()))
-    res = paired_t_np((t - r).values[ok])
-    row = claim_tests(claim, float(res["estimate"]), float(res["se"]), float(ok.sum() - 1))
+    diff = (t - r).values[ok]
+    samp = _sampling_var(store, claim, cache)
+    floor = None
+    if samp is not None:
+        st, sr = paired_levels(samp, claim)
+        floor = (st.reindex_like(t) + sr.reindex_like(r)).values[ok]
+        if not np.isfinite(floor).all():
+            floor = None
+    se, sd, floored = floored_se(diff, floor)
+    est = float(diff.mean())
+    if not se > 0:
+        raise NotEvaluable(
+            f"claim {claim.id!r}: its {int(ok.sum())} seeds' {claim.metric} differences are identical "
+            f"({est:+.4g}) and {claim.metric} is not counted over sequences, so nothing bounds their sampling "
+            "error; train more seeds")
+    row = claim_tests(claim, est, se, float(ok.sum() - 1))
     undefined = ~ok & (np.isfinite(t.values) | np.isfinite(r.values))
     row.update(
         n_seeds=int(ok.sum()), margin=claim.margin if claim.margin else np.nan,
         treatment_mean=float(t.values[ok].mean()), reference_mean=float(r.values[ok].mean()),
-        test=test_text(claim, "paired_t"), model="paired_t",
+        test=test_text(claim, "paired_t"), model="paired_t", seed_sd=sd,
         dropped=(f"paired_t: seeds {seed_list(t.seed.values[undefined])} ({claim.metric} undefined in one "
                  "condition)" if undefined.any() else ""),
-        crosscheck_model="", variance="",
+        crosscheck_model="",
+        variance=(f"the seeds' SD {sd:.4f} is below what the sequences' sampling error allows: the interval "
+                  f"and tests use the sampling SD {se * np.sqrt(ok.sum()):.4f} (two proportions, as if "
+                  "independent)" if floored else ""),
     )
     return row
 
@@ -77,6 +171,10 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
         if model == "gee":
             raise too_few(claim, int(present.sum(-1).min()), "in each condition")
         raise too_few(claim, int(present.all(0).sum()))
+    floor_note = ""
+    if not fit["se"] > 0:  # seeds (and models) that agree exactly: the sequences' sampling error
+        fit = dict(fit)
+        fit["se"], fit["df"], floor_note = _accuracy_floor(C, L, present)
     row = claim_tests(claim, fit["estimate"], fit["se"], fit["df"])
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.nansum(C, -1) / np.nansum(L, -1)
@@ -99,7 +197,28 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
         row["_x"] = (claim_tests(claim, x["estimate"], x["se"], x["df"]) if np.isfinite(x["estimate"]) else
                      {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan})
     row["dropped"] = dropped_text(claim, [model, second], present, C, L, seeds)
+    if floor_note:
+        row["variance"] = "; ".join(v for v in (floor_note, row["variance"]) if v)
     return row
+
+
+def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, float, str]:
+    """(se, df, note) of an accuracy difference whose seeds give no spread at all: the sampling
+    variance of two proportions over each seed's labelled sequences (as if independent, the
+    larger for the same sequences), averaged over the seeds present in both conditions."""
+    from analysis.stats.decision import proportion_sampling_var
+
+    both = present.all(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.nansum(C, -1) / np.nansum(L, -1)
+    units = (np.nan_to_num(L) > 0).sum(-1).astype(float)
+    floor = (proportion_sampling_var(acc[0], units[0]) + proportion_sampling_var(acc[1], units[1]))[both]
+    n = int(both.sum())
+    if n < 2 or not np.isfinite(floor).all():
+        return np.nan, np.nan, ""
+    se = float(np.sqrt(floor.mean() / n))
+    return se, float(n - 1), (f"the seeds' differences are identical: the interval and tests use the sampling SD "
+                              f"{se * np.sqrt(n):.4f} of two proportions over the seeds' sequences")
 
 
 def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
@@ -125,7 +244,7 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     if x.size < 2:
         raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
     units = _sequences_per_seed(store, claim, str(claim.task), claim.arch, seeds)
-    row = _bound_row(claim, x, units, "greater", proportion=True, what=f"probe accuracy at {claim.layer}")
+    row = _bound_row(claim, x, "greater", units=units, what=f"probe accuracy at {claim.layer}")
     row["test"] = f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}"
     return row
 
@@ -147,27 +266,20 @@ def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
     return out
 
 
-def _floor_text(res: dict, units: np.ndarray) -> str:
-    """What the variance of a bound test rests on, when the sampling floor was used (the
-    floor is only used when ``units`` were given)."""
-    if not bool(res["floored"]):
-        return ""
-    return (f"the seeds' SD {float(res['sd']):.4f} is below the sampling SD {float(res['sampling_sd']):.4f} "
-            f"of a proportion over {int(np.min(units))} sequences per seed: "
-            "the interval and test use the sampling SD")
-
-
 def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     """One-sided t on the per-seed values of the claim's metric against ``threshold``."""
     if claim.threshold is None:  # the Claim validator requires one
         raise ClaimError(f"claim {claim.id!r}: a bound claim needs a threshold")
     da = seed_metric(store, claim, cache)
+    samp = _sampling_var(store, claim, cache) if claim.metric in ("ablation_drop", "refit_accuracy") else None
     sel: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": claim.variant,
                                   "site": claim.site, "layer": claim.layer, "setting": claim.setting}
     for dim, level in sel.items():
         if dim in da.dims and level is not None:
             require_levels(da, dim, [level], claim)
             da = da.sel({dim: level})
+            if samp is not None and dim in samp.dims:
+                samp = samp.sel({dim: level})
     extra = [d for d in da.dims if d != "seed" and da.sizes[d] > 1]
     if extra:
         raise ClaimError(f"claim {claim.id!r} is ambiguous: results vary over {extra}; name them in the claim")
@@ -181,6 +293,17 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
         units = _labelled_sequences(store, claim, cache, seeds)
     elif claim.metric == "probe_accuracy" and claim.task is not None:
         units = _sequences_per_seed(store, claim, claim.task, claim.arch, seeds)
+    elif claim.metric == "refit_accuracy" and claim.baseline != "chance" and samp is not None:
+        counts = _ablation_counts(store, claim, cache)["units"]
+        for dim, level in sel.items():
+            if dim in counts.dims and level is not None:
+                counts = counts.sel({dim: level})
+        units = np.asarray(counts.squeeze([d for d in counts.dims if d != "seed"], drop=True)
+                           .sel(seed=seeds).values, dtype=float)
+    floor = None
+    if units is None and samp is not None:
+        samp = samp.squeeze([d for d in samp.dims if d != "seed"], drop=True)
+        floor = np.asarray(samp.sel(seed=seeds).values, dtype=float)
     what = {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
             "refit_accuracy": f"refitted probe accuracy after {claim.setting} at {claim.layer}"
                               + (" minus chance" if claim.baseline == "chance" else ""),
@@ -189,35 +312,62 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
             "probe_accuracy": f"probe accuracy at {claim.layer}",
             "restoration": f"restoration at {claim.site}",
             "accuracy": "accuracy"}[claim.metric]
-    return _bound_row(claim, x, units, claim.direction,
-                      proportion=claim.metric in ("accuracy", "probe_accuracy"), what=what)
+    return _bound_row(claim, x, claim.direction, units=units, floor=floor, what=what)
 
 
-def _bound_row(claim: Claim, x: np.ndarray, units: np.ndarray | None, direction: str, *,
-               proportion: bool, what: str) -> dict:
+def _bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray | None = None,
+               floor: np.ndarray | None = None, what: str) -> dict:
     """The one-sided t of per-seed values ``x`` against the claim's threshold, as a claims row.
 
-    ``units`` (sequences per seed) floors the variance of a proportion at its sampling
-    variance, so seeds that agree exactly still get an interval."""
-    from analysis.stats.contrasts import mde_se
+    The variance is never below what the sequences allow (:mod:`analysis.stats.decision`):
+
+    * a proportion with each seed's sequence count ``units``: the score test, whose SE at the
+      threshold ``v`` is the larger of the seeds' and the sampling SE ``sqrt(v (1 - v) h)``
+      (``h = mean(1/m) / n``); its interval is the set of values that test does not reject
+      (Wilson's when sampling dominates), so it stays in [0, 1] and agrees with the test;
+    * another metric counted over sequences (``floor``, each seed's sampling variance): the
+      larger of the seeds' variance and the mean floor, and the t interval;
+    * else the seeds' spread alone, and seeds that agree exactly are not evaluable.
+    """
+    from analysis.stats.decision import floored_se, score_interval, score_se
+    from analysis.stats.power import t_critical
 
     threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
-    res = bound_t_np(x, threshold, direction, n_units=units, ci_level=1 - ALPHA,
-                     bounds=(0.0, 1.0) if proportion else None)
-    n, mean, se = x.size, float(res["estimate"]), float(res["se"])
-    if se == 0:
+    n, est = x.size, float(x.mean())
+    sd = float(x.std(ddof=1))
+    df = float(n - 1)
+    q = float(t_critical(ALPHA, df, "two-sided"))
+    side = ">" if direction == "greater" else "<"
+    variance, max_t, sequences = "", np.nan, np.nan
+    if units is not None and (units > 0).all() and 0 < threshold < 1:
+        h = float(np.mean(1.0 / units)) / n
+        se = float(score_se(threshold, sd ** 2, h, n))
+        lower, upper = score_interval(est, sd ** 2, h, n, q)
+        sequences = 1.0 / float(np.mean(1.0 / units))
+        max_t = (1 - threshold if direction == "greater" else threshold) / float(np.sqrt(threshold * (1 - threshold) * h))
+        if threshold * (1 - threshold) * h > sd ** 2 / n:
+            variance = (f"the seeds' SD {sd:.4f} is below the sampling SD {np.sqrt(threshold * (1 - threshold) / sequences):.4f} "
+                        f"of a proportion of {threshold:g} over {sequences:.0f} sequences per seed: the test uses the "
+                        "sampling SD at the threshold, the interval the values such a test does not reject")
+    else:
+        se, sd, floored = floored_se(x, floor)
+        lower, upper = est - q * se, est + q * se
+        if floored:
+            variance = (f"the seeds' SD {sd:.4f} is below what the sequences' sampling error allows: the interval "
+                        f"and test use the sampling SD {se * np.sqrt(n):.4f}")
+    if not se > 0:
         why = (f"no captured sequences were found at L = {claim.length} to bound their sampling error; "
                "capture the runs at that length") if units is not None else (
-               "the metric has no sequence count to bound their sampling error; add seeds")
-        raise NotEvaluable(f"claim {claim.id!r}: its {n} seeds' {what} values are identical ({mean:.4g}), "
+               "the metric is not counted over sequences, so nothing bounds their sampling error; add seeds")
+        raise NotEvaluable(f"claim {claim.id!r}: its {n} seeds' {what} values are identical ({est:.4g}), "
                            f"so their spread gives no interval and {why}")
-    side = ">" if direction == "greater" else "<"
+    stat = (est - threshold) / se
+    p = float(scipy.stats.t.sf(stat, df) if direction == "greater" else scipy.stats.t.cdf(stat, df))
     return {
-        "estimate": mean, "lower": float(res["lower"]), "upper": float(res["upper"]), "se": se, "df": float(n - 1),
-        "p": float(res["p"]), "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan,
-        "mde": float(mde_se(se, n - 1, ALPHA, 0.8, "one-sided")),
-        "treatment_mean": mean, "reference_mean": threshold, "model": "paired_t",
-        "variance": _floor_text(res, units) if units is not None else "",
+        "estimate": est, "lower": float(lower), "upper": float(upper), "se": se, "df": df,
+        "p": p, "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan, "mde": np.nan,
+        "treatment_mean": est, "reference_mean": threshold, "model": "paired_t",
+        "seed_sd": sd, "sequences": sequences, "max_t": max_t, "variance": variance,
         "test": f"one-sided t over seeds: mean {what} at L = {claim.length} {side} {threshold:g}",
     }
 
@@ -285,7 +435,7 @@ NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "pow
            "treatment_mean", "reference_mean", "p_zero", "p_equivalence", "p_margin",
            "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
            "crosscheck_se", "crosscheck_df",
-           "sd_seed", "sd_model", "sd_sequence")
+           "sd_seed", "sd_model", "sd_sequence", "seed_sd", "sequences", "max_t", "level", "bound", "seeds_needed")
 TEXT = ("test", "model", "crosscheck_model", "dropped", "variance")
 
 
@@ -331,6 +481,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             return {"test": f"not evaluable: {exc}", "not_evaluable": True}
 
     cache["probes"] = probes
+    claims = [resolve_length(store, c, probes) for c in claims]  # no length: its runs' one
     for claim in claims:
         if claim.kind in ("difference", "equivalence", "bound"):
             if claim.metric == "probe_accuracy" and probes is None:
@@ -378,6 +529,8 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     kept = list(kept)
     rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
     adjusted = adjust(kept, rows, absent=pad)
+    for claim, row, adj in zip(kept, rows, adjusted, strict=True):
+        _judge_at_level(claim, row, adj["level"])
     decided = [decide(c, r, a) for c, r, a in zip(kept, rows, adjusted, strict=True)]
     cross = []
     for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
@@ -391,7 +544,9 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
             cross.append("")
             continue
         swapped = [*rows[:i], {**row, **x}, *rows[i + 1:]]
-        cross.append(decide(claim, swapped[i], adjust(kept, swapped, absent=pad)[i])[0])
+        adj_x = adjust(kept, swapped, absent=pad)[i]
+        _judge_at_level(claim, swapped[i], adj_x["level"])
+        cross.append(decide(claim, swapped[i], adj_x)[0])
     data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in NUMERIC}
     data["p_adjusted"] = ("claim", np.array([a.get(primary_test(c), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
     for name in ("zero", "equivalence", "margin"):
@@ -421,13 +576,29 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     )
 
 
+def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
+    """Power, MDE and the one-sided bound of a row at the level its own test is judged at (its
+    Holm step), and for a bound claim no data could pass there, the seeds that would let the
+    best data pass (in place)."""
+    from analysis.stats.power import t_critical
+
+    row["level"] = level
+    if row.get("not_evaluable"):
+        return
+    row.update(judged_power(claim, row, level))
+    row["bound"] = one_sided_bound(claim, row, level)
+    max_t, n = float(row.get("max_t", np.nan)), float(row.get("n_seeds", np.nan))
+    if np.isfinite(max_t) and np.isfinite(n) and max_t < float(t_critical(level, n - 1)):
+        row["seeds_needed"] = next((k for k in range(int(n) + 1, 201)
+                                    if max_t * np.sqrt(k / n) >= float(t_critical(level, k - 1))), np.nan)
+
+
 def stored_probe_profiles(store: Store) -> xr.Dataset | None:
-    """Every stored ``probes/*`` result's layer profiles, merged along ``run`` (None if none)."""
-    names = [n for n in store.results() if n.startswith("probes/")]
-    if not names:
-        return None
-    profiles = [store.read_result(n)[["profile"]] for n in names]
-    return xr.concat(profiles, dim="run", join="outer", data_vars="all")
+    """Every stored ``probes/*`` result's layer profiles, side by side along ``result`` (None if
+    none): a claim reads one of them (:func:`~analysis.claims.metrics.choose_probes`)."""
+    from analysis.claims.metrics import stack_probe_results
+
+    return stack_probe_results(store)
 
 
 def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:

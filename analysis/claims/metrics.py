@@ -10,6 +10,147 @@ import xarray as xr
 
 from analysis.claims.spec import ABLATION, MIN_GAP, Claim, ClaimError, NotEvaluable
 from store import MissingError, Store
+from store import schema as S
+
+
+# ---------------------------------------------------------------------- the claim's length
+def claim_tasks(claim: Claim) -> list[str]:
+    """The tasks a claim reads: its task, the tasks it compares, matches or differs from."""
+    named = [claim.task, claim.matches, claim.differs_from]
+    if claim.compare == "task":
+        named += [claim.treatment, claim.reference]
+    return list(dict.fromkeys(str(t) for t in named if t is not None))
+
+
+def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None) -> Claim:
+    """The claim with its ``length``: as declared, else the length its tasks' runs were
+    trained at when they were captured there, else their only captured length.
+
+    Raises
+    ------
+    ClaimError
+        Neither rule gives one length: the message lists the captured lengths and asks for
+        ``length = N`` in the claim.
+    """
+    if claim.length is not None:
+        return claim
+    tasks = set(claim_tasks(claim))
+    runs = [r for r in store.run_ids() if not tasks or str(store.run_attrs(r).get("task")) in tasks]
+    captured = sorted({int(L) for r in runs for L in store.lengths(r)})
+    trained = set()
+    for r in runs:
+        cfg = store.run_attrs(r).get("train_config")
+        if isinstance(cfg, dict) and cfg.get("length") is not None:
+            trained.add(int(cfg["length"]))
+    if len(trained) == 1 and next(iter(trained)) in captured:
+        return claim.model_copy(update={"length": next(iter(trained))})
+    if len(captured) == 1:
+        return claim.model_copy(update={"length": captured[0]})
+    kind = _RESULT_KIND.get(claim.metric) or (S.PROBES if claim.kind in ("readable_by", "profile_match") else None)
+    if kind is not None:  # a metric read from results: the one length they hold
+        held = set(_result_lengths(store, kind))
+        if kind == S.PROBES and probes is not None and "length" in probes.coords:
+            held |= {int(v) for v in probes.length.values}
+        if len(held) == 1 and (not captured or next(iter(held)) in captured):
+            return claim.model_copy(update={"length": next(iter(held))})
+    if not captured:
+        captured = _result_lengths(store, kind)
+    why = (f"its runs were trained at {', '.join(map(str, sorted(trained)))}" if trained
+           else "its runs record no training length")
+    raise ClaimError(
+        f"claim {claim.id!r} declares no length and {why}; add length = N to the claim "
+        f"(lengths captured for {', '.join(sorted(tasks)) or 'its runs'}: "
+        f"{', '.join(map(str, captured)) or 'none'})"
+    )
+
+
+#: The kind of stored result each per-seed metric is read from.
+_RESULT_KIND = {"probe_accuracy": S.PROBES, "ablation_drop": S.ABLATION, "refit_accuracy": S.ABLATION,
+                "patch_recovery": S.PATCHING, "restoration": S.INTERCHANGE}
+
+
+def _result_lengths(store: Store, kind: str | None = None) -> list[int]:
+    """The lengths the stored analysis results (of ``kind``, default every kind) hold: their
+    ``length`` coordinate or attribute."""
+    found: set[int] = set()
+    for name in store.results():
+        parsed = S.parse_result_name(name)
+        if parsed is None or kind not in (None, parsed[0]):
+            continue
+        attrs = store.result_attrs(name)
+        if isinstance(attrs.get("length"), int | np.integer):
+            found.add(int(attrs["length"]))
+        else:
+            ds = store.read_result(name)
+            if "length" in ds.coords:
+                found.update(int(v) for v in np.atleast_1d(ds.length.values))
+    return sorted(found)
+
+
+# ---------------------------------------------------------------------- probe results
+def stack_probe_results(store: Store) -> xr.Dataset | None:
+    """Every stored probe result's ``profile`` side by side along ``result`` (None if none),
+    with ``held (result, run)`` (the result holds the run) and ``settings (result)`` (what it
+    was made with, :func:`store.results.describe_settings`): a claim chooses one of them
+    (:func:`choose_probes`), never a mix."""
+    from store.results import describe_settings
+
+    names = [n for n in store.results() if (S.parse_result_name(n) or ("",))[0] == S.PROBES]
+    if not names:
+        return None
+    parts = []
+    for n in names:
+        ds = store.read_result(n)
+        part = ds[["profile"]].assign(held=("run", np.ones(ds.sizes["run"], bool)))
+        parts.append(part.expand_dims(result=[n]).assign_coords(
+            settings=("result", [describe_settings(ds.attrs)])))
+    out = xr.concat(parts, dim="result", join="outer", data_vars="all", fill_value={"held": False})
+    out["held"] = out["held"].fillna(False).astype(bool)
+    return out
+
+
+def _result_choice(name: str) -> str:
+    """``result = "dyck"`` or ``"probes/dyck"`` -> ``"probes/dyck"``."""
+    return name if S.parse_result_name(name) else f"{S.PROBES}/{name}"
+
+
+def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> xr.Dataset:
+    """The one probe result a claim reads for each of ``tasks``, restricted to its runs (a
+    Dataset of one result passes through).
+
+    ``result`` in the claim chooses by name; without it the one stored result that holds the
+    task's runs is read. Several: a :class:`ClaimError` lists them with their settings.
+    """
+    if "result" not in probes.dims:
+        return probes
+    names = [str(n) for n in probes.result.values]
+    settings = dict(zip(names, map(str, probes.settings.values), strict=True))
+    task_of = {str(r): str(store.run_attrs(str(r)).get("task")) for r in probes.run.values}
+    parts = []
+    for task in tasks:
+        runs_of = [r for r in map(str, probes.run.values) if task_of[r] == task]
+        holding = [n for n in names if bool(probes.held.sel(result=n, run=runs_of).any())] if runs_of else []
+        if claim.result is not None:
+            chosen = _result_choice(claim.result)
+            if chosen not in names:
+                raise ClaimError(f"claim {claim.id!r}: result = {claim.result!r} is not a stored probe result; "
+                                 f"stored: {', '.join(names)}")
+            if chosen not in holding:
+                raise ClaimError(f"claim {claim.id!r}: {chosen} holds no runs of task {task!r}; results that do: "
+                                 f"{', '.join(holding) or 'none'}")
+        elif len(holding) == 1:
+            chosen = holding[0]
+        elif not holding:
+            raise MissingError(f"claim {claim.id!r}: no probe result holds runs of task {task!r}; run "
+                               f"`layerstate probe STORE --task {task}`")
+        else:
+            listed = "; ".join(f"{n} ({settings[n]})" for n in holding)
+            raise ClaimError(f"claim {claim.id!r}: {len(holding)} probe results hold task {task!r}: {listed}; "
+                             f"say which with result = \"{holding[0].split('/', 1)[1]}\"")
+        one = probes.sel(result=chosen, drop=True)
+        keep = [r for r in runs_of if bool(one.held.sel(run=r))]
+        parts.append(one.sel(run=keep).drop_vars(["held", "settings"], errors="ignore"))
+    return xr.concat(parts, dim="run") if len(parts) > 1 else parts[0]
 
 
 # ---------------------------------------------------------------------- per-kind evaluation
@@ -43,9 +184,10 @@ def seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
         probes = cache.get("probes")
         if probes is None:
             raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
-        key = ("probe", claim.length)
+        tasks = claim_tasks(claim)
+        key = ("probe", claim.length, tuple(tasks), claim.result)
         if key not in cache:
-            cache[key] = seed_profiles(store, probes, claim.length)
+            cache[key] = seed_profiles(store, choose_probes(store, probes, claim, tasks), claim.length)
         return cast(xr.DataArray, cache[key])
     if claim.metric in ABLATION:
         return _seed_ablation(store, claim, cache)
@@ -97,12 +239,16 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
     then by factors; a run in two results must be told apart by ``result``."""
     from analysis.behaviour import by_factors
 
-    names = [n for n in store.results() if n.startswith(f"{prefix}/")]
+    from store.results import describe_settings
+
+    names = [n for n in store.results() if (S.parse_result_name(n) or ("",))[0] == prefix]
     if claim.result is not None:
-        if f"{prefix}/{claim.result}" not in names:
-            raise ClaimError(f"claim {claim.id!r}: no result {prefix}/{claim.result}; stored: "
+        wanted = S.result_name(prefix, claim.result) if S.parse_result_name(claim.result) is None or \
+            claim.result.startswith(f"{prefix}/") else claim.result
+        if wanted not in names:
+            raise ClaimError(f"claim {claim.id!r}: no result {wanted}; stored {prefix} results: "
                              f"{', '.join(names) or 'none'}")
-        names = [f"{prefix}/{claim.result}"]
+        names = [wanted]
     parts: list[xr.DataArray] = []
     source: dict[str, str] = {}
     for name in names:
@@ -113,9 +259,10 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
         for i in keep:
             rid = str(ds.run.values[i])
             if rid in source:
+                both = "; ".join(f"{n}: {describe_settings(store.result_attrs(n))}" for n in (source[rid], name))
                 raise ClaimError(
                     f"claim {claim.id!r}: run {rid!r} has {prefix} results in {source[rid]} and {name}; say "
-                    f"which with result = \"{source[rid].split('/', 1)[1]}\""
+                    f"which with result = \"{source[rid].split('/', 1)[1]}\" ({both})"
                 )
             source[rid] = name
         if keep:
@@ -247,10 +394,11 @@ def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray
 
     if "profile" not in probes or length not in probes.length.values:
         have = [int(v) for v in probes.length.values] if "length" in probes.coords else []
-        raise ClaimError(
-            f"probe results have no profile at length {length} (lengths: {have}); "
-            f"run `layerstate probe STORE --lengths {length}`"
-        )
+        captured = any(length in store.lengths(str(r)) for r in probes.run.values)
+        fix = (f"run `layerstate probe STORE --lengths {length}`" if captured else
+               f"the runs were not captured at {length}: set length = {have[0] if have else 'N'} in the "
+               "claim" + (f" (one of {', '.join(map(str, have))})" if len(have) > 1 else ""))
+        raise ClaimError(f"probe results have no profile at length {length} (lengths: {have}); {fix}")
     prof = probes["profile"].sel(length=length, drop=True)
     # the factors always come from the runs' attributes
     return by_factors(prof.drop_vars([f for f in FACTORS if f in prof.coords]), store)
@@ -258,8 +406,9 @@ def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray
 
 def probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str | None,
                         arch: str | None) -> xr.DataArray:
-    """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant."""
-    prof = seed_profiles(store, probes, claim.length)
+    """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant, from
+    the probe result the claim reads for that task (:func:`choose_probes`)."""
+    prof = seed_profiles(store, choose_probes(store, probes, claim, [str(task)]), claim.length)
     sel: dict[str, str] = {"task": str(task), "variant": claim.variant}
     if arch is not None:
         sel["arch"] = arch
