@@ -238,7 +238,6 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
     hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
     then by factors; a run in two results must be told apart by ``result``."""
     from analysis.behaviour import by_factors
-
     from store.results import describe_settings
 
     names = [n for n in store.results() if (S.parse_result_name(n) or ("",))[0] == prefix]
