@@ -171,13 +171,14 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
             rows.append(row)
             sources.append(name)
             cross_from.append(how)
-    # each row no part evaluated: its own test (one per row) and its second tests, at p = 1
-    pad = (len(missing), sum(len(secondary_tests(c)) for c in missing), sum(contra_test(c) for c in missing))
+    # each row no part evaluated is a row of the table, not evaluable: its own test (one per
+    # row), its second tests and its opposite side's count with p = 1 there (verdicts.adjust)
+    counted = (len(missing), sum(len(secondary_tests(c)) for c in missing), sum(contra_test(c) for c in missing))
     gone = list(dict.fromkeys(c.id for c in missing))
     correction = FAMILIES.replace("holm across the claims", "holm across the claims of every part") + (
-        f"; {len(gone)} declared claims no part evaluated ({' + '.join(map(str, pad))} tests) count with p = 1"
+        f"; {len(gone)} declared claims no part evaluated ({' + '.join(map(str, counted))} tests) count with p = 1"
         if missing else "")
-    res = verdict_table(kept, ids, rows, pad=pad, correction=correction,
+    res = verdict_table(kept, ids, rows, correction=correction,
                         attrs={"parts": [name for name, _ in parts], "absent_claims": gone})
     res["part"] = ("claim", np.array(sources, dtype=str))
     res["crosscheck_from"] = ("claim", np.array(cross_from, dtype=str))

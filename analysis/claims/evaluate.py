@@ -89,7 +89,7 @@ def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | Non
     a difference of two (the ablation drop): the sum of theirs, as if independent (the same
     sequences make them positively correlated, so this is the larger)."""
     if claim.metric == "probe_accuracy":
-        units = _run_units(store, claim.length, cache)
+        units = _run_units(store, int(claim.length or 0), cache)
         if units is None:
             return None
         value = seed_metric(store, claim, cache)
@@ -262,7 +262,7 @@ def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
     for i, seed in enumerate(seeds):
         match = runs.index[runs["seed"] == int(seed)]
         if len(match):
-            out[i] = store.open_length(str(match[0]), claim.length).sizes["sequence"]
+            out[i] = store.open_length(str(match[0]), int(claim.length or 0)).sizes["sequence"]
     return out
 
 

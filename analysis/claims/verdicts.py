@@ -8,39 +8,62 @@ from typing import Any
 
 import numpy as np
 
-from analysis.claims.spec import ALPHA, MODEL_NAMES, Claim
+from analysis.claims.spec import ALPHA, MODEL_NAMES, Claim, NotEvaluable
 
 
 def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
-    """Interval, the claim's tests, power and MDE of an estimate (``se``, ``df``)."""
-    from analysis.stats.contrasts import inference_np, mde_se, power_se, tost_power_se
+    """Interval and the claim's tests of an estimate (``se``, ``df``); power and MDE at
+    ``alpha`` here, recomputed at the level the claim is judged at once the family is known
+    (:func:`judged_power`). ``se`` must be positive: an estimate without one is not evaluable
+    (the callers floor it at the sequences' sampling error where there is one)."""
+    from analysis.stats.decision import inference_np
 
+    if not (np.isfinite(se) and se > 0 and not np.isnan(df) and df >= 1):
+        raise NotEvaluable(f"claim {claim.id!r}: its estimate {est:+.4g} has no standard error "
+                           f"(SE {se:g}, {df:g} degrees of freedom); add seeds")
     margin = claim.margin
     direction = claim.direction if claim.kind == "difference" else "two-sided"
     inf = {k: float(v) for k, v in inference_np(est, se, df, margin=margin, alpha=ALPHA, direction=direction,
                                                  test_against=claim.test_against).items()}
+    row = {
+        "estimate": float(est), "lower": inf["lower"], "upper": inf["upper"], "se": float(se), "df": float(df),
+        "p": inf[f"p_{primary_test(claim) if primary_test(claim) != 'other' else 'zero'}"],
+        "p_zero": inf["p_zero"], "p_equivalence": inf.get("p_equivalence", np.nan),
+        "p_margin": inf.get("p_margin", np.nan) if claim.test_against == "margin" else np.nan,
+    }
+    row.update(judged_power(claim, row, ALPHA))
+    return row
+
+
+def judged_power(claim: Claim, row: dict, level: float) -> dict[str, float]:
+    """Power (at ``power_at``, the effect the claim's margin names) and MDE of the claim's own
+    test judged at ``level`` (its Holm step: :func:`analysis.stats.decision.holm_levels`).
+    Bound and readable_by claims declare no effect to power against: power NaN (said in words
+    where shown), MDE beyond the threshold."""
+    from analysis.stats.power import mde_se, power_se, tost_power_se
+
+    se, df = float(row.get("se", np.nan)), float(row.get("df", np.nan))
+    nan = {"power": np.nan, "power_at": np.nan, "mde": np.nan}
+    if not (np.isfinite(se) and se > 0 and np.isfinite(df) and df >= 1) or claim.kind == "profile_match":
+        return nan
+    if claim.kind in ("bound", "readable_by"):
+        return {**nan, "mde": float(mde_se(se, df, level, 0.8, "one-sided"))}
+    margin = claim.margin
+    direction = claim.direction if claim.kind == "difference" else "two-sided"
     alt = "two-sided" if direction == "two-sided" else "one-sided"
     sign = -1.0 if direction == "less" else 1.0  # power_at: a true effect in the claimed direction
-    power, power_at = np.nan, np.nan
-    mde = float(mde_se(se, df, ALPHA, 0.8, alt))
     if claim.kind == "equivalence" and margin is not None:
-        power, power_at = float(tost_power_se(se, df, margin, ALPHA / 2)), 0.0
-        mde = float(mde_se(se, df, ALPHA, 0.8))
-        primary = "equivalence"
-    elif claim.test_against == "margin" and margin is not None:
+        # the TOST at level/2 per side (p doubled), at a true difference of 0
+        return {"power": float(tost_power_se(se, df, margin, level / 2)), "power_at": 0.0,
+                "mde": float(mde_se(se, df, level, 0.8))}
+    mde = float(mde_se(se, df, level, 0.8, alt))
+    if claim.test_against == "margin" and margin is not None:
         # the minimum-effect test at twice the margin is the test against zero at the margin
-        power, power_at, mde = float(power_se(margin, se, df, ALPHA, alt)), sign * 2 * margin, margin + mde
-        primary = "margin"
-    else:
-        if margin is not None:
-            power, power_at = float(power_se(margin, se, df, ALPHA, alt)), sign * margin
-        primary = "zero"
-    return {
-        "estimate": float(est), "lower": inf["lower"], "upper": inf["upper"], "se": float(se), "df": float(df),
-        "p": inf[f"p_{primary}"], "p_zero": inf["p_zero"], "p_equivalence": inf.get("p_equivalence", np.nan),
-        "p_margin": inf.get("p_margin", np.nan) if claim.test_against == "margin" else np.nan,
-        "power": power, "power_at": power_at, "mde": mde,
-    }
+        return {"power": float(power_se(margin, se, df, level, alt)), "power_at": sign * 2 * margin,
+                "mde": margin + mde}
+    if margin is not None:
+        return {"power": float(power_se(margin, se, df, level, alt)), "power_at": sign * margin, "mde": mde}
+    return {**nan, "mde": mde}
 
 
 def test_text(claim: Claim, model: str) -> str:
@@ -91,48 +114,54 @@ def secondary_tests(claim: Claim) -> tuple[str, ...]:
     return {"zero": ("equivalence",), "margin": ("zero", "equivalence"), "equivalence": ("zero",)}[primary_test(claim)]
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    from analysis.stats.multiple import adjust_np
-
-    p = np.asarray(p, dtype=float)
-    return adjust_np(p, "holm", ALPHA)[0] if p.size else p
-
-
 def contra_test(claim: Claim) -> bool:
-    """Whether ``claim`` can be ``contradicted``: a bound or readable_by claim, a directional
-    difference claim with a margin, or an equivalence claim with a margin."""
+    """Whether ``claim`` can be ``contradicted``: a bound or readable_by claim; a directional
+    difference claim (a reversal needs no margin); a difference claim tested against its margin
+    (an effect shown inside the margin refutes "more than the margin"); an equivalence claim
+    with a margin."""
     if claim.kind in ("bound", "readable_by"):
         return True
     if claim.kind == "difference":
-        return claim.margin is not None and claim.direction != "two-sided"
+        return claim.direction != "two-sided" or (claim.test_against == "margin" and claim.margin is not None)
     return claim.kind == "equivalence" and claim.margin is not None
+
+
+def contra_value(claim: Claim) -> float:
+    """The value whose far side refutes the claim: a bound's threshold; the margin (in the
+    claimed direction) of a claim tested against it; else zero."""
+    if claim.kind in ("bound", "readable_by"):
+        return float(claim.threshold or 0.0)
+    if claim.kind == "difference" and claim.test_against == "margin" and claim.margin is not None:
+        return -float(claim.margin) if claim.direction == "less" else float(claim.margin)
+    return 0.0
 
 
 def contra_p(claim: Claim, row: dict) -> float:
     """p of the test that the effect lies on the side opposite to the claim: twice the one-sided
     p of that side, so that uncorrected ``contra_p < alpha`` is exactly "the 95% interval lies
-    wholly on the other side" (an equivalence claim: wholly outside the margin). The opposite
-    side was not what the claim declared, so it is judged at the two-sided level; the claimed
-    side keeps the one-sided test it declared. From the row's estimate, SE and degrees of
-    freedom, the t the interval was built from (its tail directly, not 1 - p, so a tiny p keeps
-    its digits). NaN where the claim cannot be contradicted or the row has no df."""
+    wholly on the other side" of :func:`contra_value` (an equivalence claim: wholly outside the
+    margin; a two-sided claim tested against its margin: wholly inside it). The opposite side
+    was not what the claim declared, so it is judged at the two-sided level; the claimed side
+    keeps the one-sided test it declared. From the row's estimate, SE and degrees of freedom,
+    the t the interval was built from (its tail directly, not 1 - p, so a tiny p keeps its
+    digits). NaN where the claim cannot be contradicted or was not evaluated (it then counts
+    with p = 1 in its family)."""
     from scipy import stats
 
     if row.get("not_evaluable") or not contra_test(claim):
         return np.nan
     est, se, df = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df"))
-    if not (np.isfinite(est) and np.isfinite(se)) or np.isnan(df):
-        return np.nan  # no interval either (inference_np gives NaN bounds without a df)
+    if not (np.isfinite(est) and np.isfinite(se) and se > 0 and not np.isnan(df)):
+        return np.nan
     if claim.kind == "equivalence":
         m = float(claim.margin)  # type: ignore[arg-type]  # contra_test: an equivalence claim has one
-        if se == 0:
-            return 0.0 if abs(est) > m else 1.0
         one = min(float(stats.t.sf((est - m) / se, df)), float(stats.t.cdf((est + m) / se, df)))
         return min(1.0, 2.0 * one)
-    value = float(claim.threshold or 0.0) if claim.kind in ("bound", "readable_by") else 0.0
+    if claim.kind == "difference" and claim.direction == "two-sided":  # |effect| > margin, refuted inside it
+        p_eq = float(row.get("p_equivalence", np.nan))
+        return p_eq if np.isfinite(p_eq) else np.nan
+    value = contra_value(claim)
     greater = claim.kind == "readable_by" or claim.direction == "greater"
-    if se == 0:  # seeds that agree exactly: the side decides, and 0 / 0 is no test (as for p_zero)
-        return np.nan if est == value else (0.0 if (est < value if greater else est > value) else 1.0)
     stat = (est - value) / se
     opposite = float(stats.t.cdf(stat, df) if greater else stats.t.sf(stat, df))
     return min(1.0, 2.0 * opposite)
@@ -149,65 +178,108 @@ def family_share(claims: Sequence[Claim]) -> tuple[int, int, int]:
 def adjust(claims: list[Claim], rows: list[dict], *,
            absent: tuple[int, int, int] = (0, 0, 0)) -> list[dict[str, float]]:
     """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
-    ``margin``, ``other``; ``contra``, the opposite side's): each claim's own test over all
-    claims, the second tests of the claims with a margin as a second family, and the tests of
-    the opposite side (:func:`contra_p`) as a third.
+    ``margin``, ``other``; ``contra``, the opposite side's), and the level each claim's own test
+    is judged at (``level``) and its opposite side's (``contra_level``): each claim's own test
+    over all claims, the second tests of the claims with a margin as a second family, and the
+    tests of the opposite side (:func:`contra_p`) as a third.
 
-    ``absent``: tests of the same declared family that are not evaluated here (a part of a grid,
-    :func:`family_share` of the claims it does not hold), counted with p = 1. That is the worst
-    case for the tests present: each adjusted p is then at least what Holm over the whole family
-    would give, so a claim a part supports (or contradicts) the whole family supports too."""
+    Every declared test counts (:mod:`analysis.stats.decision`, "Families"): a claim that was
+    not evaluable, a test without a p-value, and ``absent`` tests of the same declared family
+    not evaluated here (a part of a grid, :func:`family_share` of the claims it does not hold)
+    count with p = 1. Each adjusted p is then at least what Holm over the whole family would
+    give, so a claim a part supports (or contradicts) the whole family supports too."""
+    from analysis.stats.decision import holm_family, holm_levels
+
     if len(absent) != 3:
         raise ValueError(f"absent must count the three families' tests (family_share), got {absent!r}")
-
-    def padded(p: list[float], n: int) -> np.ndarray:
-        return holm(np.array([*p, *([1.0] * n)], dtype=float))[: len(p)]
-
-    primary = padded([r["p"] for r in rows], absent[0])
-    out = [{primary_test(c): float(primary[i])} for i, c in enumerate(claims)]
-    entries = [(i, name, rows[i].get(f"p_{name}", np.nan)) for i, c in enumerate(claims)
-               if not rows[i].get("not_evaluable") for name in secondary_tests(c)]
-    second = padded([p for _, _, p in entries], absent[1])
+    raw = [float(r.get("p", np.nan)) for r in rows]
+    primary, levels = holm_family(raw, absent[0], ALPHA), holm_levels(raw, absent[0], ALPHA)
+    out = [{primary_test(c): float(primary[i]), "level": float(levels[i])} for i, c in enumerate(claims)]
+    entries = [(i, name, float(rows[i].get(f"p_{name}", np.nan))) for i, c in enumerate(claims)
+               for name in secondary_tests(c)]
+    second = holm_family([p for _, _, p in entries], absent[1], ALPHA)
     for (i, name, _), pa in zip(entries, second, strict=True):
         out[i][name] = float(pa)
     contra = [(i, contra_p(c, rows[i])) for i, c in enumerate(claims) if contra_test(c)]
-    third = padded([p for _, p in contra], absent[2])
-    for (i, _), pa in zip(contra, third, strict=True):
-        out[i]["contra"] = float(pa)
+    third = holm_family([p for _, p in contra], absent[2], ALPHA)
+    third_levels = holm_levels([p for _, p in contra], absent[2], ALPHA)
+    for (i, _), pa, lv in zip(contra, third, third_levels, strict=True):
+        out[i]["contra"], out[i]["contra_level"] = float(pa), float(lv)
+    for i, row in enumerate(rows):  # counted at p = 1 above; a claim not evaluated has no p of its own
+        if row.get("not_evaluable"):
+            out[i] = {k: np.nan for k in out[i]}
     return out
 
 
 def fmt_p(x: float) -> str:
-    return "nan" if not np.isfinite(x) else (f"{x:.2g}" if x < 0.001 else f"{x:.3f}")
+    from analysis.stats.decision import fmt_p as text
+
+    return text(x)
+
+
+def _level_text(level: float) -> str:
+    """``0.05``, or ``alpha/45 = 0.0011`` for a Holm step below alpha."""
+    if not np.isfinite(level):
+        return "not computed"
+    k = ALPHA / level
+    if abs(k - 1) < 1e-9:
+        return f"{ALPHA:g}"
+    return f"alpha/{k:.0f} = {level:.2g}" if abs(k - round(k)) < 1e-9 else f"{level:.2g}"
+
+
+def one_sided_bound(claim: Claim, row: dict, level: float) -> float:
+    """The one-sided ``1 - level`` confidence bound on the claimed side (the lower bound of a
+    claim that the effect is greater), the number a one-sided test at ``level`` compares with
+    its threshold (or zero, or the margin). For a proportion measured on counted sequences the
+    bound of the score test (:func:`analysis.stats.decision.score_interval`), else the t bound.
+    NaN for two-sided claims and rows without an SE."""
+    from analysis.stats.decision import score_interval
+    from analysis.stats.power import t_critical
+
+    if claim.kind not in ("bound", "readable_by", "difference") or (
+            claim.kind == "difference" and claim.direction == "two-sided"):
+        return np.nan
+    est, se, df = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df"))
+    if not (np.isfinite(est) and np.isfinite(se) and not np.isnan(df) and df >= 1 and np.isfinite(level)):
+        return np.nan
+    q = float(t_critical(level, df))
+    greater = claim.kind == "readable_by" or claim.direction == "greater"
+    seqs, sd = float(row.get("sequences", np.nan)), float(row.get("seed_sd", np.nan))
+    if claim.kind in ("bound", "readable_by") and np.isfinite(seqs) and seqs > 0 and np.isfinite(sd):
+        n = int(round(df + 1))
+        shift = float(row.get("shift", 0.0)) if np.isfinite(row.get("shift", np.nan)) else 0.0
+        lo, hi = score_interval(est + shift, sd ** 2, 1.0 / (seqs * n), n, q, "lower" if greater else "upper")
+        return (lo if greater else hi) - shift
+    return est - q * se if greater else est + q * se
 
 
 def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, str]:
     """(verdict, outcome, reason) of one claim from its row and Holm-adjusted p-values."""
+    from analysis.stats.decision import outcome_np
+
     if row.get("not_evaluable"):
         return "not evaluable", "", str(row["test"])
     lo, hi = row["lower"], row["upper"]
     iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
-    if claim.kind == "readable_by":
-        p = adj["other"]
-        if p < ALPHA:
-            return "supported", "", f"mean probe accuracy at {claim.layer} above {claim.threshold:g} (Holm p = {fmt_p(p)})"
-        if _contradicted(adj):
-            return "contradicted", "", f"the {iv} lies below {claim.threshold:g}{_contra_text(adj)}"
-        return "inconclusive", "", (f"not shown above {claim.threshold:g} (Holm p = {fmt_p(p)}; {iv})"
-                                    f"{_short_of(adj, hi < (claim.threshold or 0), 'below it')}")
-    if claim.kind == "bound":
+    level = float(adj.get("level", np.nan))
+    n_seeds = int(row["n_seeds"]) if np.isfinite(row.get("n_seeds", np.nan)) else 0
+    bound = float(row.get("bound", np.nan))
+    greater = claim.kind == "readable_by" or claim.direction == "greater"
+    bound_text = (f"its one-sided {1 - level:.4g} bound (the level of its Holm step, {_level_text(level)}) is "
+                  f"{bound:.3f}" if np.isfinite(bound) else "")
+    if claim.kind in ("readable_by", "bound"):
         p, v = adj["other"], claim.threshold or 0.0
-        side, opposite = ("above", "below") if claim.direction == "greater" else ("below", "above")
-        what = "mean" + (" minus chance" if claim.baseline == "chance" else "")
-        reaches = lo <= v if claim.direction == "greater" else hi >= v
+        side, opposite = ("above", "below") if greater else ("below", "above")
+        what = (f"mean probe accuracy at {claim.layer}" if claim.kind == "readable_by" else
+                "mean" + (" minus chance" if claim.baseline == "chance" else ""))
         if p < ALPHA:
-            return "supported", "", (f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}; {iv})"
-                                     f"{_one_sided_note(reaches, v)}")
+            return "supported", "", (f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}): {bound_text}, "
+                                     f"{side} {v:g}")
         if _contradicted(adj):
             return "contradicted", "", f"the {iv} lies {opposite} {v:g}{_contra_text(adj)}"
-        beyond = (claim.direction == "greater" and hi < v) or (claim.direction == "less" and lo > v)
-        return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {iv}); MDE {row['mde']:.3f} "
-                                    f"{side} it at {int(row['n_seeds'])} seeds"
+        beyond = (greater and hi < v) or (not greater and lo > v)
+        return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {bound_text or iv})"
+                                    f"{_cannot(row, level, n_seeds) or _mde_text(row, side, n_seeds)}"
                                     f"{_short_of(adj, beyond, f'{opposite} it')}")
     if claim.kind == "profile_match":
         from analysis.stats.profiles import seeds_for_profile_test
@@ -217,26 +289,28 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
             return "supported", "", (f"profile differs from {claim.differs_from}'s (Holm p = {fmt_p(p)}) and lies "
                                      f"closer to {claim.matches}'s")
         floor = row.get("min_p", np.nan)
-        if np.isfinite(floor) and floor >= ALPHA:
+        if np.isfinite(floor) and np.isfinite(level) and floor > level:
             return "inconclusive", "", (
-                f"cannot be supported with {int(row['n_seeds'])} seeds per task: the exact permutation "
-                f"test's smallest attainable p is {floor:.3f}, not below {ALPHA:g} "
-                f"({seeds_for_profile_test(ALPHA)} seeds per task would be needed)")
+                f"cannot be supported with {n_seeds} seeds per task: the exact permutation test's smallest "
+                f"attainable p is {floor:.3f}, above the level of its Holm step ({_level_text(level)}): "
+                f"{seeds_for_profile_test(level)} seeds per task would be needed")
         return "inconclusive", "", (f"not shown to differ from {claim.differs_from}'s profile while lying "
                                     f"closer to {claim.matches}'s (Holm p = {fmt_p(p)})")
-    from analysis.stats.contrasts import outcome_np
 
     m = claim.margin
     p_zero = adj.get("zero", np.nan)
     zero_sig = bool(p_zero < ALPHA)
-    power = (f"power {row['power']:.2f} at {row['power_at']:+g}, " if np.isfinite(row.get("power", np.nan)) else "")
-    power += f"MDE {row['mde']:.3f}"
+    power = (f"power {row['power']:.2f} at {row['power_at']:+g} and " if np.isfinite(row.get("power", np.nan))
+             else "")
+    power += (f"MDE {row['mde']:.3f} at the level of its Holm step ({_level_text(level)})"
+              if np.isfinite(row.get("mde", np.nan)) else "")
     if claim.kind == "equivalence":
         within = bool(adj["equivalence"] < ALPHA)
-        outcome = str(outcome_np(zero_sig, within))
+        outcome = str(outcome_np(zero_sig, within, float(row.get("p_equivalence", np.nan)) < ALPHA))
         if within:
             extra = (f"; different from zero (Holm p = {fmt_p(p_zero)}): real but negligible" if zero_sig else "")
-            return "supported", outcome, f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = {fmt_p(adj['equivalence'])}){extra}"
+            return "supported", outcome, (f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = "
+                                          f"{fmt_p(adj['equivalence'])}){extra}")
         if _contradicted(adj):
             return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}{_contra_text(adj)}"
         outside = m is not None and (lo > m or hi < -m)
@@ -244,32 +318,32 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
                                          f"{iv}); {power} (to show equivalence at a true difference of 0)"
                                          f"{_short_of(adj, outside, 'wholly outside the margin')}")
     side = {"less": "below", "greater": "above", "two-sided": "different from"}[claim.direction]
-    wrong = (claim.direction == "less" and lo > 0) or (claim.direction == "greater" and hi < 0)
-    reaches = {"less": hi >= 0, "greater": lo <= 0}.get(claim.direction, False)
+    opposite = "above" if claim.direction == "less" else "below"
+    wrong = (claim.direction == "less" and lo > contra_value(claim)) or (
+        claim.direction == "greater" and hi < contra_value(claim))
+    shown = f"{bound_text}; " if bound_text else ""
+    if _contradicted(adj):
+        if claim.test_against == "margin" and m is not None:
+            where = ("inside ±" if claim.direction == "two-sided" else f"{opposite} {contra_value(claim):+g}, "
+                     "short of the margin ±")
+            return "contradicted", _outcome(claim, row, adj), (
+                f"the {iv} lies {where}{m:g}: the claimed effect beyond the margin is refuted{_contra_text(adj)}")
+        return "contradicted", _outcome(claim, row, adj), (
+            f"the {iv} lies {opposite} zero: the opposite of the claimed direction{_contra_text(adj)}")
+    short = _short_of(adj, wrong, f"{opposite} {'the margin' if claim.test_against == 'margin' else 'zero'}")
     if m is None:
         if zero_sig:
-            return "supported", "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {iv}){_one_sided_note(reaches, 0)}; "
-                                     "no margin declared, so a negligible effect is not told apart")
-        return "inconclusive", "", (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}; {iv}); no margin declared, "
-                                    f"so no power (MDE {row['mde']:.3f})")
-    within = bool(adj.get("equivalence", np.nan) < ALPHA)
-    if claim.test_against == "margin":
-        beyond = bool(adj["margin"] < ALPHA)
-        outcome = "effect" if beyond else ("negligible" if within and zero_sig else
-                                           "equivalent" if within else "inconclusive")
-    else:
-        outcome = str(outcome_np(zero_sig, within))
-    opposite = "above" if claim.direction == "less" else "below"
-    if _contradicted(adj):
-        return "contradicted", outcome, (f"the {iv} lies {opposite} zero: the opposite of the claimed direction"
-                                         f"{_contra_text(adj)}")
-    short = _short_of(adj, wrong, f"{opposite} zero")
+            return "supported", "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {shown}{iv}); no margin declared, "
+                                     "so a negligible effect is not told apart")
+        return "inconclusive", "", (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}; {shown}{iv}); no margin "
+                                    f"declared, so no power ({power}){short}")
+    outcome = _outcome(claim, row, adj)
     if outcome == "effect":
         if claim.test_against == "margin":
             return "supported", outcome, (f"beyond the margin: |effect| > {m:g} (minimum-effect test, Holm p = "
-                                          f"{fmt_p(adj['margin'])}; {iv})")
-        return "supported", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) and not within ±{m:g} ({iv})"
-                                      f"{_one_sided_note(reaches, 0)}")
+                                          f"{fmt_p(adj['margin'])}; {shown}{iv})")
+        return "supported", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}; {shown.rstrip('; ')}) and not "
+                                      f"within ±{m:g}: the {iv} reaches beyond the margin")
     if outcome == "negligible":
         return "negligible", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but within ±{m:g}: the {iv} lies "
                                        "inside the margin, a real but negligible effect")
@@ -278,9 +352,31 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
                                        f"lies inside the margin{short}")
     if claim.test_against == "margin" and zero_sig:
         return "inconclusive", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but not shown beyond ±{m:g} "
-                                         f"(minimum-effect Holm p = {fmt_p(adj['margin'])}; {iv}); {power}")
+                                         f"(minimum-effect Holm p = {fmt_p(adj['margin'])}; {iv}); {power}{short}")
+    if zero_sig:  # different, inside the margin, but "within" did not survive the correction
+        return "inconclusive", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) and the {iv} lies inside "
+                                         f"±{m:g}, but within the margin is not shown after the correction "
+                                         f"across the claims (TOST Holm p = {fmt_p(adj['equivalence'])})")
     return "inconclusive", outcome, (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); "
                                      f"{power}{short}")
+
+
+def _outcome(claim: Claim, row: dict, adj: dict[str, float]) -> str:
+    """The four outcomes of a difference claim with a margin (:func:`analysis.stats.decision.outcome_np`):
+    "different" is the claim's own corrected test, "within" the corrected equivalence test,
+    "not within" the uncorrected one."""
+    from analysis.stats.decision import outcome_np
+
+    if claim.margin is None:
+        return ""
+    zero_sig = bool(adj.get("zero", np.nan) < ALPHA)
+    within = bool(adj.get("equivalence", np.nan) < ALPHA)
+    raw_within = bool(float(row.get("p_equivalence", np.nan)) < ALPHA)
+    if claim.test_against == "margin":
+        if adj.get("margin", np.nan) < ALPHA:
+            return "effect"
+        return "negligible" if within and zero_sig else ("equivalent" if within else "inconclusive")
+    return str(outcome_np(zero_sig, within, raw_within))
 
 
 def _contradicted(adj: dict[str, float]) -> bool:
@@ -300,10 +396,26 @@ def _short_of(adj: dict[str, float], beyond: bool, where: str) -> str:
             f"(the test of that side at the two-sided level, Holm p = {fmt_p(adj['contra'])}): not contradicted")
 
 
-def _one_sided_note(reaches: bool, value: float) -> str:
-    """Said of a claim supported by its one-sided test whose two-sided 95% interval reaches
-    ``value``: the test's own bound is the one-sided 95% bound, which clears it."""
-    if not reaches:
+def _mde_text(row: dict, side: str, n_seeds: int) -> str:
+    mde = float(row.get("mde", np.nan))
+    if not np.isfinite(mde):
         return ""
-    return (f" — a one-sided test: its one-sided 95% bound clears {value:g}, while the two-sided "
-            "interval shown reaches it")
+    return f"; MDE {mde:.3f} {side} it at {n_seeds} seeds, at the level of its Holm step"
+
+
+def _cannot(row: dict, level: float, n_seeds: int) -> str:
+    """Said of a bound claim that no data could pass at these seeds and its Holm level: the
+    largest t the best possible data give (``max_t``) is below the t the test needs."""
+    from analysis.stats.power import t_critical
+
+    max_t, df = float(row.get("max_t", np.nan)), float(row.get("df", np.nan))
+    if not (np.isfinite(max_t) and np.isfinite(df) and np.isfinite(level)):
+        return ""
+    need = float(t_critical(level, df))
+    if max_t >= need:
+        return ""
+    more = row.get("seeds_needed", np.nan)
+    tail = (f"; {int(more)} seeds would let the best data pass" if np.isfinite(more) else "")
+    return (f"; cannot be supported with {n_seeds} seeds at this family's level: the test needs t >= {need:.1f} at "
+            f"{_level_text(level)} with {df:g} degrees of freedom, and the best possible data give "
+            f"t = {max_t:.1f}{tail}")

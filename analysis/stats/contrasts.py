@@ -13,24 +13,32 @@ Models (``MODELS``):
 * ``paired_t``: one-sample t on per-seed differences of per-run accuracies (ratio of sums over
   each run's sequences), ``df = n_seeds - 1``. Seeds missing in either condition are dropped.
 * ``gee``: binomial GEE on per-sequence counts, independence working correlation, seeds as
-  clusters, cluster-robust sandwich with the CR1 factor ``G/(G-1) (N-1)/(N-K)`` and a
-  t(G - 1) reference (as Stata's ``vce(cluster)``; **ours**). The cell-means model is
-  saturated, so the GEE solution is closed form: each condition's pooled accuracy, with the
-  robust variance of their difference ``sum_g (U_g1/N_1 - U_g0/N_0)^2``, ``U_gc`` the
-  seed's score (its correct minus the pooled accuracy times its labelled count). Every
-  sequence is used, a seed present in one condition only too (it informs that condition's
-  mean). :func:`gee_reference` fits the same model with statsmodels (held equal by the tests).
+  clusters, with Bell and McCaffrey's bias-reduced (CR2) cluster-robust variance and its
+  Satterthwaite degrees of freedom (**ours**; as clubSandwich's ``vcovCR(type = "CR2")``
+  with ``coef_test(test = "Satterthwaite")``). The cell-means model is saturated, so the GEE
+  solution is closed form: each condition's pooled accuracy, with the robust variance of
+  their difference ``sum_g (U_g1/(N_1 sqrt(1 - h_g1)) - U_g0/(N_0 sqrt(1 - h_g0)))^2``,
+  ``U_gc`` the seed's score (its correct minus the pooled accuracy times its labelled count)
+  and ``h_gc = L_gc / N_c`` its leverage, its share of the condition's labelled positions.
+  The plain sandwich with the CR1 factor and t(G - 1) (Stata's ``vce(cluster)``, the rule
+  until 2026-12-04) rejected a true null in 0.19-0.29 with 3-5 seeds of very unequal size
+  (docs/measured.md, "Statistics"). Every sequence is used, a seed present in one condition
+  only too (it informs that condition's mean). :func:`gee_reference` fits the same model
+  with statsmodels and computes CR2 by its general definition (held equal by the tests).
 * ``mixedlm``: the linear mixed model of per-sequence accuracy
   ``y = mu_c + u_seed + w_model + s_sequence + e`` (random intercepts per seed, per trained
   model and per evaluation sequence, shared by the two models of a seed), fitted by REML. With
   both conditions on the same sequences the model splits exactly into the paired differences
   ``d = y_treatment - y_reference = delta + (w_1 - w_0) + (e_1 - e_0)`` and the sums, which are
   independent; ``delta`` is estimated from the differences alone, a one-way random-effects
-  model with one intercept per seed (REML profiled over the variance ratio, vectorised), with
-  Satterthwaite's degrees of freedom from the expected REML information (balanced designs give
-  ``G - 1`` and the paired t's interval; an unbalanced one weights seeds by their precision). A
-  sequence evaluated in one condition only, and a seed trained in one condition only, have no
-  twin and are dropped (and counted). The sums give the seed and shared-sequence components.
+  model with one intercept per seed (REML profiled over the variance ratio, vectorised, the
+  between-seed variance >= 0), whose GLS estimate weights seeds by their precision. Its test
+  uses the CR2 cluster-robust SE of that estimate with seeds as clusters and the fitted model
+  as working covariance, with Bell and McCaffrey's degrees of freedom (balanced designs give
+  exactly the paired t: its SE and ``G - 1``); the model-based SE with Satterthwaite's df
+  from the expected REML information is reported too (``se_model``). A sequence evaluated in
+  one condition only, and a seed trained in one condition only, have no twin and are dropped
+  (and counted). The sums give the seed and shared-sequence components.
   :func:`mixedlm_reference` fits the same contrast with statsmodels ``MixedLM``.
 * ``glmm``: statsmodels' Bayesian binomial GLMM (``BinomialBayesMixedGLM.fit_vb``) on one
   Bernoulli row per labelled position with seed, model and sequence variance components:
@@ -91,15 +99,19 @@ import numpy as np
 import scipy.special
 import scipy.stats
 import xarray as xr
-from statsmodels.stats.power import TTestPower
 
 from analysis.stats import validate
+from analysis.stats.decision import DIRECTIONS as DIRECTIONS
+from analysis.stats.decision import OUTCOMES as OUTCOMES
+from analysis.stats.decision import inference_np as inference_np
+from analysis.stats.decision import outcome_np as outcome_np
+from analysis.stats.power import mde_se as mde_se
+from analysis.stats.power import power_se as power_se
+from analysis.stats.power import tost_power_se as tost_power_se
 
 MODELS = ("paired_t", "gee", "mixedlm", "glmm")
 #: Models whose intervals may decide a verdict (the GLMM's are too narrow).
 TESTED = ("paired_t", "gee", "mixedlm")
-DIRECTIONS = ("two-sided", "less", "greater")
-OUTCOMES = ("effect", "negligible", "equivalent", "inconclusive")
 
 _GRID = np.concatenate([[0.0], np.logspace(-9, 5, 225)])  # variance ratios between / within
 _NEG = np.logspace(-9, 0, 91)[:-1]  # negative ratios as fractions of their floor
@@ -133,14 +145,15 @@ def _cr2_df(h, scale):
     matrix ``Omega = sum_k scale_k (diag(h_k / (1 - h_k)) - r_k r_k')``, ``r_gk = h_gk /
     sqrt(1 - h_gk)``, whose trace is the true variance (CR2 is unbiased there), and
     ``df = tr(Omega)^2 / tr(Omega^2)`` (Bell and McCaffrey 2002; Pustejovsky and Tipton 2018).
-    Balanced (``h = 1/G`` everywhere): ``G - 1``."""
+    Balanced (``h = 1/G`` everywhere): ``G - 1``; one seed carrying nearly all the weight: 1."""
     with np.errstate(invalid="ignore", divide="ignore"):
         r = h / np.sqrt(1 - h)
         diag = (scale[..., None] * h / (1 - h)).sum(-2)  # (..., cluster)
         omega = -(scale[..., None, None] * r[..., :, None] * r[..., None, :]).sum(-3)
         idx = np.arange(h.shape[-1])
         omega[..., idx, idx] += diag
-        return np.trace(omega, axis1=-2, axis2=-1) ** 2 / (omega**2).sum((-1, -2))
+        df = np.trace(omega, axis1=-2, axis2=-1) ** 2 / (omega**2).sum((-1, -2))
+    return np.maximum(df, 1.0)  # >= 1 for any positive semi-definite Omega (rounding aside)
 
 
 # --------------------------------------------------------------------------- paired t
@@ -588,112 +601,8 @@ def glmm_contrast(correct, labelled, *, rng: np.random.Generator | int = 0,
 
 
 # --------------------------------------------------------------------------- inference
-
-
-def _tcdf(x, df):
-    return scipy.stats.t.cdf(x, df)
-
-
-def _tsf(x, df):
-    return scipy.stats.t.sf(x, df)
-
-
-def power_se(effect, se, df, alpha: float = 0.05, alternative: str = "two-sided"):
-    """Power of a t test with standard error ``se`` and ``df`` degrees of freedom to detect a
-    true effect ``effect`` (in the tested direction for one-sided tests): noncentral t, as
-    ``TTestPower`` with ``nobs = df + 1`` for a one-sample t."""
-    effect, se, df = np.broadcast_arrays(*(np.asarray(v, float) for v in (effect, se, df)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ncp = np.abs(effect) / se
-        if alternative == "two-sided":
-            tc = scipy.stats.t.ppf(1 - alpha / 2, df)
-            # the far tail underflows to NaN in scipy for large ncp: it is 0 there
-            p = scipy.stats.nct.sf(tc, df, ncp) + np.nan_to_num(scipy.stats.nct.cdf(-tc, df, ncp))
-        else:
-            p = scipy.stats.nct.sf(scipy.stats.t.ppf(1 - alpha, df), df, ncp)
-    p = np.where(se > 0, p, np.nan)
-    return p if p.ndim else float(p)
-
-
-def mde_se(se, df, alpha: float = 0.05, power: float = 0.8, alternative: str = "two-sided"):
-    """Smallest true effect a t test (``se``, ``df``) detects with probability ``power``."""
-    se, df = np.broadcast_arrays(np.asarray(se, float), np.asarray(df, float))
-    out = np.full(se.shape, np.nan)
-    alt = "two-sided" if alternative == "two-sided" else "larger"
-    for i in np.ndindex(se.shape):
-        if np.isfinite(se[i]) and np.isfinite(df[i]) and df[i] >= 1:
-            n = df[i] + 1
-            es = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative=alt)
-            out[i] = float(np.asarray(es)) * np.sqrt(n) * se[i]
-    return out if out.ndim else float(out)
-
-
-def tost_power_se(se, df, margin, alpha: float = 0.05, true_difference=0.0, n_nodes: int = 256):
-    """Probability that a TOST (each side at ``alpha``) declares equivalence, for an estimate
-    with standard error ``se`` on ``df`` degrees of freedom (``df se^2 / sigma^2 ~ chi2(df)``);
-    :func:`analysis.stats.equivalence.tost_power` with ``se = sd / sqrt(n)``, ``df = n - 1``."""
-    se, df, margin, delta = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (se, df, margin, true_difference)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t_c = scipy.stats.t.ppf(1 - alpha, df)
-        v_max = df * (margin / (t_c * se)) ** 2  # the band is empty beyond
-        u_max = scipy.stats.chi2.cdf(v_max, df)[..., None]
-        x, w = np.polynomial.legendre.leggauss(n_nodes)
-        u = u_max * (x + 1) / 2
-        s = se[..., None] * np.sqrt(scipy.stats.chi2.ppf(u, df[..., None]) / df[..., None])
-        half = margin[..., None] - t_c[..., None] * s
-        scale = se[..., None]
-        band = scipy.stats.norm.cdf((half - delta[..., None]) / scale) - scipy.stats.norm.cdf(
-            (-half - delta[..., None]) / scale)
-        power = np.sum(w * np.clip(band, 0, 1), axis=-1) * u_max[..., 0] / 2
-    power = np.where(se > 0, power, np.nan)
-    return power if power.ndim else float(power)
-
-
-def inference_np(estimate, se, df, *, margin=None, alpha: float = 0.05, direction: str = "two-sided",
-                 test_against: str = "zero") -> dict[str, np.ndarray]:
-    """Interval and tests of an estimate with standard error ``se`` on ``df`` degrees of freedom.
-
-    Returns
-    -------
-    dict of ndarray
-        ``lower``/``upper`` (the ``1 - alpha`` interval), ``statistic``, ``p_two_sided``,
-        ``p_zero`` (against zero, one-sided in ``direction``), and with a ``margin``:
-        ``p_equivalence`` (TOST, each side at ``alpha / 2``, reported doubled so that it is
-        compared with ``alpha``: the interval lies inside the margins iff it is < ``alpha``),
-        ``p_margin`` (minimum-effect test ``H0: |delta| <= margin``, one-sided in
-        ``direction``; two-sided: doubled smaller side, so < ``alpha`` iff the interval lies
-        wholly beyond one margin).
-    """
-    validate.check_choice(direction, DIRECTIONS, "direction")
-    validate.check_choice(test_against, ("zero", "margin"), "test_against")
-    est, se, df = np.broadcast_arrays(*(np.asarray(v, float) for v in (estimate, se, df)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = scipy.stats.t.ppf(1 - alpha / 2, df) * se
-        stat = est / se
-        p_two = 2 * _tsf(np.abs(stat), df)
-        p_zero = {"two-sided": p_two, "less": _tcdf(stat, df), "greater": _tsf(stat, df)}[direction]
-        out = {"lower": est - half, "upper": est + half, "statistic": stat, "p_two_sided": p_two,
-               "p_zero": p_zero}
-        if margin is not None:
-            above = _tsf((est - margin) / se, df)  # H0: delta <= +margin
-            below = _tcdf((est + margin) / se, df)  # H0: delta >= -margin
-            p_lower, p_upper = _tsf((est + margin) / se, df), _tcdf((est - margin) / se, df)
-            out["p_equivalence"] = np.minimum(1.0, 2 * np.maximum(p_lower, p_upper))
-            out["p_margin"] = {"two-sided": np.minimum(1.0, 2 * np.minimum(above, below)),
-                               "less": below, "greater": above}[direction]
-    return out
-
-
-def outcome_np(different, within) -> np.ndarray:
-    """The four outcomes (module docstring) from two boolean arrays: different from zero (or,
-    with a minimum-effect test, beyond the margin) and within the margin."""
-    different, within = np.broadcast_arrays(np.asarray(different, bool), np.asarray(within, bool))
-    out = np.full(different.shape, "inconclusive", dtype="<U12")
-    out[different & ~within] = "effect"
-    out[different & within] = "negligible"
-    out[~different & within] = "equivalent"
-    return out
+# Power, MDE, the tests of an estimate and the outcomes live in analysis.stats.power and
+# analysis.stats.decision (imported above; the names stay importable from here).
 
 
 KERNELS = {"paired_t": paired_t_np, "gee": gee_np, "mixedlm": mixedlm_np}

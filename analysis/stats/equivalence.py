@@ -44,9 +44,13 @@ import itertools
 import numpy as np
 import scipy.stats
 import xarray as xr
-from statsmodels.stats.power import TTestPower
 
 from analysis.stats import validate
+from analysis.stats.decision import outcome_np
+from analysis.stats.decision import proportion_sampling_var as proportion_sampling_var
+from analysis.stats.power import difference_power as difference_power
+from analysis.stats.power import minimum_detectable_effect as minimum_detectable_effect
+from analysis.stats.power import tost_power as tost_power
 
 VERDICTS = ("effect", "equivalent", "inconclusive")
 
@@ -60,7 +64,7 @@ DECISION_RULE = (
 # --------------------------------------------------------------------------- numpy kernels
 
 
-def paired_t_np(diff: np.ndarray, ci_level: float = 0.95, axis: int = -1) -> dict:
+def one_sample_t_np(diff: np.ndarray, ci_level: float = 0.95, axis: int = -1) -> dict:
     """One-sample t on per-seed differences.
 
     Parameters
@@ -92,20 +96,6 @@ def paired_t_np(diff: np.ndarray, ci_level: float = 0.95, axis: int = -1) -> dic
         "lower": est - half,
         "upper": est + half,
     }
-
-
-def proportion_sampling_var(values: np.ndarray, n_units: np.ndarray) -> np.ndarray:
-    """The largest sampling variance a seed's proportion can have, from its sequence count.
-
-    A seed's value is a mean over its ``n_units`` sequences of per-sequence values in [0, 1];
-    such a mean with mean p has variance at most p(1 - p)/m. p is shrunk towards 1/2 as in the
-    Agresti-Coull interval, p~ = (m p + 2)/(m + 4), so that a seed at exactly 0 or 1 still
-    has a positive variance (its sequences are a sample: a next one could be wrong).
-    """
-    m = np.asarray(n_units, dtype=float)
-    shrunk = (m * np.asarray(values, dtype=float) + 2.0) / (m + 4.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(m > 0, shrunk * (1.0 - shrunk) / m, np.nan)
 
 
 def bound_t_np(values: np.ndarray, threshold: float, direction: str = "greater", *,
@@ -166,7 +156,7 @@ def tost_np(diff: np.ndarray, margin: float, alpha: float = 0.05, axis: int = -1
         ``p_lower`` (H0: mean <= -margin), ``p_upper`` (H0: mean >= margin), ``p`` (their max),
         ``lower``/``upper`` the ``1 - 2 alpha`` interval.
     """
-    base = paired_t_np(diff, 1 - 2 * alpha, axis)
+    base = one_sample_t_np(diff, 1 - 2 * alpha, axis)
     df = np.moveaxis(np.asarray(diff), axis, -1).shape[-1] - 1
     with np.errstate(invalid="ignore", divide="ignore"):
         p_lower = scipy.stats.t.sf((base["estimate"] + margin) / base["se"], df)
@@ -180,78 +170,13 @@ def tost_np(diff: np.ndarray, margin: float, alpha: float = 0.05, axis: int = -1
     }
 
 
-def tost_power(n_seeds, sd, margin, alpha: float = 0.05, true_difference=0.0, n_nodes: int = 256):
-    """Exact power of the paired TOST (probability of declaring equivalence).
-
-    With ``dbar ~ N(delta, sd^2/n)`` and ``V = (n-1) s^2 / sd^2 ~ chi2(n-1)`` independent, TOST
-    rejects both one-sided nulls iff ``|dbar| < margin - t_c s / sqrt(n)``. Power is the
-    integral over ``V`` of the normal probability of that band, by Gauss-Legendre quadrature
-    on the chi-square CDF scale (Owen 1965 computes the same by his Q function).
-
-    Parameters
-    ----------
-    n_seeds : int
-    sd, margin, true_difference : float or ndarray (broadcast)
-        SD of per-seed differences, equivalence margin, true mean difference.
-    alpha : float
-
-    Returns
-    -------
-    ndarray or float: power in [0, 1]; NaN where ``sd`` is not > 0.
-    """
-    sd, margin, delta = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (sd, margin, true_difference))
-    )
-    df = n_seeds - 1
-    t_c = scipy.stats.t.ppf(1 - alpha, df)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        v_max = df * (margin * np.sqrt(n_seeds) / (t_c * sd)) ** 2  # band empty beyond
-        u_max = scipy.stats.chi2.cdf(v_max, df)[..., None]
-    x, w = np.polynomial.legendre.leggauss(n_nodes)
-    u = u_max * (x + 1) / 2  # (..., node) on the CDF scale
-    s = sd[..., None] * np.sqrt(scipy.stats.chi2.ppf(u, df) / df)
-    half = margin[..., None] - t_c * s / np.sqrt(n_seeds)
-    scale = sd[..., None] / np.sqrt(n_seeds)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        band = scipy.stats.norm.cdf((half - delta[..., None]) / scale) - scipy.stats.norm.cdf(
-            (-half - delta[..., None]) / scale
-        )
-    power = np.sum(w * np.clip(band, 0, 1), axis=-1) * u_max[..., 0] / 2
-    power = np.where(sd > 0, power, np.nan)
-    return power if power.ndim else float(power)
-
-
-def difference_power(n_seeds: int, sd, effect, alpha: float = 0.05):
-    """Power of the two-sided paired t to detect a true mean difference ``effect``.
-
-    ``statsmodels.stats.power.TTestPower`` with effect size ``effect / sd``.
-    """
-    sd, effect = np.broadcast_arrays(np.asarray(sd, float), np.asarray(effect, float))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        es = np.abs(effect) / sd
-    out = np.full(es.shape, np.nan)
-    ok = np.isfinite(es)
-    out[ok] = TTestPower().power(effect_size=es[ok], nobs=n_seeds, alpha=alpha)
-    return out if out.ndim else float(out)
-
-
-def minimum_detectable_effect(n_seeds: int, sd, alpha: float = 0.05, power: float = 0.8):
-    """Smallest true mean difference the two-sided paired t detects with probability ``power``.
-
-    The standardised size depends only on ``n_seeds``, ``alpha`` and ``power`` (one
-    ``TTestPower.solve_power``), times ``sd``.
-    """
-    es = TTestPower().solve_power(effect_size=None, nobs=n_seeds, alpha=alpha, power=power)
-    return np.asarray(es).item() * np.asarray(sd, float)
-
-
 def verdict_np(p_difference, p_tost, alpha: float, tost_alpha: float) -> np.ndarray:
-    """The decision rule of the module docstring, elementwise. Returns str array."""
-    p_difference, p_tost = np.broadcast_arrays(p_difference, p_tost)
-    out = np.full(p_tost.shape, "inconclusive", dtype="<U12")
-    out[p_difference < alpha] = "effect"
-    out[p_tost < tost_alpha] = "equivalent"
-    return out
+    """The module's three verdicts, read off the decision layer's four outcomes
+    (:func:`analysis.stats.decision.outcome_np`): ``negligible`` (different and within) is
+    ``equivalent`` here, as the module docstring says. Returns str array."""
+    p_difference, p_tost = np.broadcast_arrays(np.asarray(p_difference, float), np.asarray(p_tost, float))
+    out = outcome_np(p_difference < alpha, p_tost < tost_alpha)
+    return np.where(out == "negligible", "equivalent", out).astype("<U12")
 
 
 def equivalence_np(diff, margin, alpha=0.05, tost_alpha=0.025, power=0.8, axis=-1):
@@ -261,7 +186,7 @@ def equivalence_np(diff, margin, alpha=0.05, tost_alpha=0.025, power=0.8, axis=-
     """
     diff = np.moveaxis(np.asarray(diff, dtype=float), axis, -1)
     n = diff.shape[-1]
-    dif = paired_t_np(diff, 1 - alpha)
+    dif = one_sample_t_np(diff, 1 - alpha)
     tost = tost_np(diff, margin, tost_alpha)
     return (
         dif["estimate"],
@@ -356,7 +281,7 @@ def paired_difference(
     names = ("estimate", "lower", "upper", "statistic", "p", "sd")
 
     def kernel(d):
-        res = paired_t_np(d, ci_level)
+        res = one_sample_t_np(d, ci_level)
         return tuple(res[k] for k in names)
 
     out = xr.apply_ufunc(

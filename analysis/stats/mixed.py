@@ -41,7 +41,7 @@ import scipy.stats
 import xarray as xr
 
 from analysis.stats import validate
-from analysis.stats.equivalence import paired_t_np
+from analysis.stats.equivalence import one_sample_t_np
 
 _VB_CAVEAT = (
     "mean-field variational Bayes treats fixed and random effects as independent, which "
@@ -170,7 +170,7 @@ def _paired_seed_effects(
         for j, c in enumerate(others):
             d = (cell.sel({condition: c}) - cell.sel({condition: reference})).values
             d = d[np.isfinite(d)]
-            res = paired_t_np(d, ci_level) if d.size >= 2 else None
+            res = one_sample_t_np(d, ci_level) if d.size >= 2 else None
             out[(i, j)] = (
                 (np.nan,) * 4
                 if res is None

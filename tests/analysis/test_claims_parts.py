@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.claims.spec import Claim
-from analysis.claims.verdicts import adjust, family_share, holm
+from analysis.claims.verdicts import adjust, family_share
+from analysis.stats.decision import holm_family as holm
 
 
 def _claim(i: int, **over) -> Claim:
@@ -92,7 +93,6 @@ def test_the_opposite_sides_test_uncorrected_is_the_intervals_rule(df):
     """For every kind that can be contradicted, contra_p < 0.05 exactly when the claim's 95%
     interval lies wholly on the wrong side (wholly outside the margin, for equivalence)."""
     from analysis.claims.verdicts import claim_tests, contra_p
-    from analysis.stats.equivalence import bound_t_np
 
     rng = np.random.default_rng(int(df) if np.isfinite(df) else 99)
     est = rng.normal(0, 0.1, 120)
@@ -104,7 +104,9 @@ def test_the_opposite_sides_test_uncorrected_is_the_intervals_rule(df):
                            direction=direction, test_against=against, arch=None, layer=None, threshold=None)
             for e, s_ in zip(est, se, strict=True):
                 row = claim_tests(claim, e, s_, df)
-                wrong = row["upper"] < 0 if direction == "greater" else row["lower"] > 0
+                # refuted beyond zero, or (tested against the margin) short of the margin
+                value = 0.0 if against == "zero" else (0.05 if direction == "greater" else -0.05)
+                wrong = row["upper"] < value if direction == "greater" else row["lower"] > value
                 assert (contra_p(claim, row) < 0.05) == wrong, (direction, against, e, s_)
                 seen.append(wrong)
     eq = _claim(0, kind="equivalence", compare="arch", treatment="lstm", reference="gru", margin=0.05,
@@ -115,14 +117,15 @@ def test_the_opposite_sides_test_uncorrected_is_the_intervals_rule(df):
         assert (contra_p(eq, row) < 0.05) == outside, (e, s_)
         seen.append(outside)
     if np.isfinite(df):  # bound claims: n - 1 degrees of freedom, with and without the sampling floor
+        from analysis.claims.evaluate import _bound_row
+
         n = int(df) + 1
         x = rng.uniform(0.8, 1.0, (80, n))
         for direction in ("greater", "less"):
             bound = _claim(0, kind="bound", metric="accuracy", threshold=0.9, direction=direction, length=40)
             for units in (None, np.full(n, 64.0)):
-                res = bound_t_np(x, 0.9, direction, n_units=units, bounds=(0.0, 1.0))
                 for i in range(x.shape[0]):
-                    row = {k: float(res[k][i]) for k in ("estimate", "lower", "upper", "p", "se")} | {"df": df}
+                    row = _bound_row(bound, x[i], direction, units=units, what="accuracy")
                     wrong = row["upper"] < 0.9 if direction == "greater" else row["lower"] > 0.9
                     assert (contra_p(bound, row) < 0.05) == wrong, (direction, units, row)
                     seen.append(wrong)
