@@ -701,13 +701,16 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
 @click.option("--out", "out", required=True, help="Folder for index.html, report.md, figures/, tables/.")
 @click.option("--force", is_flag=True, help="Replace an earlier report in --out.")
 @click.option("--no-chunk-check", is_flag=True, help="Skip verifying every chunk's checksum (huge stores).")
+@click.option("--result", "shown", multiple=True, metavar="NAME",
+              help="A probe result to show for its task when a task has several (repeatable), e.g. "
+                   "probes/dyck-2; default: probes/<task>, else the newest. The section names each.")
 @results_option
 @scheduler_option(SCHEDULER_HELP + " The report reads stored results and draws its figures here, "
                   "in one process: an address is only checked, so a script can hand every command "
                   "the same --scheduler.")
 @storage_option
-def report(store_path: str, out: str, force: bool, no_chunk_check: bool, results: str | None, scheduler: str,
-           storage_options: dict) -> None:
+def report(store_path: str, out: str, force: bool, no_chunk_check: bool, shown: tuple[str, ...],
+           results: str | None, scheduler: str, storage_options: dict) -> None:
     """Write a self-contained HTML report (and Markdown, figures, CSV tables) of STORE."""
     from analysis.compute import reachable
     from reports import build_report
@@ -716,7 +719,10 @@ def report(store_path: str, out: str, force: bool, no_chunk_check: bool, results
     reachable(scheduler)
     st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
                        results_options=storage_options)
-    path = build_report(st, out, force=force, check_chunks=not no_chunk_check)
+    from reports.readout import choose_probe_results
+
+    choose_probe_results(st, [n for n in st.results() if n.startswith("probes/")], shown)  # a bad name: one line
+    path = build_report(st, out, force=force, check_chunks=not no_chunk_check, results=shown)
     click.echo(present.report_line(path))
 
 

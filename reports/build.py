@@ -25,10 +25,11 @@ The page opens with the findings and ends with what was run::
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def build_report(
     force: bool = False,
     experiment: dict | None = None,
     check_chunks: bool = True,
+    results: Sequence[str] = (),
 ) -> Path:
     """Write the report of ``store`` into ``out_dir``.
 
@@ -73,6 +75,10 @@ def build_report(
     check_chunks : bool
         Verify every chunk's checksum for the store check (``layerstate validate``); turn off
         for very large stores.
+    results : sequence of str
+        Probe results to show (``probes/dyck-2``, or ``dyck-2``), one per task at most: a task
+        with several stored probe results shows the one named here, else the one named
+        ``probes/<task>``, else the newest; the section says which and lists the others.
 
     Returns
     -------
@@ -89,10 +95,11 @@ def build_report(
     snap = take_snapshot(store)
     if experiment is None and isinstance(snap.store.attrs.get("experiment"), dict):
         experiment = snap.store.attrs["experiment"]
-    built = collect_sections(snap, experiment, check_chunks=check_chunks)
+    built = collect_sections(snap, experiment, check_chunks=check_chunks, results=results)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp's folder is private (0700); a report is not
         _write(tmp, snap, built)
         if out_dir.exists():
             _check_target(out_dir, force)
@@ -122,13 +129,20 @@ def _check_target(out_dir: Path, force: bool) -> None:
 ORDER = ["summary", "claims", "behaviour", "probes", "interventions", "provenance"]
 
 
-def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_chunks: bool = True) -> list[Section]:
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_chunks: bool = True,
+                     results: Sequence[str] = ()) -> list[Section]:
     """Build every section (in :data:`ORDER`); one that fails shows its error instead of
     stopping the report. The summary is built last, from the others."""
     builders: list[tuple[str, str, Callable[[], Section]]] = [
         ("claims", sections.CLAIMS_TITLE, lambda: sections.claims(snap, experiment)),
         ("behaviour", "Behaviour", lambda: sections.behaviour(snap)),
-        ("probes", "Probe profiles", lambda: readout.probes(snap)),
+        ("probes", "Probe profiles", lambda: readout.probes(snap, results)),
         ("interventions", "Interventions", lambda: interventions.interventions(snap)),
         ("provenance", sections.PROVENANCE_TITLE,
          lambda: sections.provenance(snap, experiment, check_chunks=check_chunks)),

@@ -26,6 +26,8 @@ AUC [-c/(1-c), 1]; none from 2 seeds).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -50,25 +52,71 @@ PROBES_INTRO = (
     "profiles is in the Summary). Bands and brackets: 95% intervals across seeds."
 )
 THRESHOLD = 0.9
+#: A control task this accurate cannot fail, and selectivity against it means nothing.
+TRIVIAL_CONTROL = 0.98
 METRIC_VARS = {"baseline": "baseline", "control": "control_accuracy", "selectivity": "selectivity"}
 
 
-def probes(snap: Snapshot) -> Section:
+def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
+        dict[str, list[str]], list[str]]:
+    """Which probe result each task shows: ``({name: [task, ...]}, notes)``.
+
+    Per task, of the results holding its runs: the one in ``wanted`` (``--result``), else the
+    one named ``probes/<task>``, else the newest (``created``); never two, so one task's
+    profile never mixes two results. ``notes`` says, per task with several, which is shown,
+    with what settings, and which others there are.
+    """
+    from store import MissingError
+    from store import schema as S
+    from store.results import describe_settings
+
+    wanted = [w if S.parse_result_name(w) else S.result_name(S.PROBES, w) for w in wanted]
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        raise MissingError(f"no probe result {unknown[0]} to show; stored: {', '.join(names) or 'none'}")
+    attrs = {n: store.result_attrs(n) for n in names}
+    holding: dict[str, list[str]] = {}
+    for n in names:
+        runs = [str(r) for r in read_result(store, n).run.values]
+        for task in sorted({str(store.run_attrs(r).get("task")) for r in runs}):
+            holding.setdefault(task, []).append(n)
+    shown: dict[str, list[str]] = {}
+    notes = []
+    for task, cands in sorted(holding.items()):
+        pick = ([n for n in cands if n in wanted] or [n for n in cands if n == S.probe_name(task)]
+                or sorted(cands, key=lambda n: str(attrs[n].get("created", "")))[-1:])[0]
+        shown.setdefault(pick, []).append(task)
+        others = [n for n in cands if n != pick]
+        notes.append(f"Task {task}: shows {pick} ({describe_settings(attrs[pick])})" + (
+            "; also stored: " + "; ".join(f"{n} ({describe_settings(attrs[n])})" for n in others)
+            + f" (`layerstate report STORE --result {others[0]}` shows it instead)" if others else ""))
+    return shown, notes
+
+
+def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
     names = snap.results("probes/")
     if not names:
         return missing_section("probes", "Probe profiles", "No probe results in this store.", "probe", PROBES_INTRO)
     sec = Section("probes", "Probe profiles", intro=PROBES_INTRO)
     frames, summaries, notes, regs = [], [], [], []
-    for name in names:
+    shown, which = choose_probe_results(snap.store, names, wanted)
+    notes.extend(which)
+    for name, tasks in shown.items():
         ds = read_result(snap.store, name)
+        keep = [i for i, r in enumerate(ds.run.values) if str(snap.store.run_attrs(str(r)).get("task")) in tasks]
+        ds = ds.isel(run=keep)
         if "accuracy" not in ds:
             notes.append(f"results/{name} has no 'accuracy' variable (variables: {', '.join(map(str, ds.data_vars))}); skipped")
             continue
         target = str(ds.attrs.get("target", name.split("/", 1)[-1]))
-        frames.append(profile_frame(ds, snap.store, target=target))
+        frames.append(profile_frame(ds, snap.store, target=target).assign(result=name))
         summaries.append(summary_frame(ds, snap.store, target=target))
         regs.append(regularisation_frame(ds, snap.store, target=target))
         notes.extend(_describe(name, ds))
+        if "control_accuracy" in ds and float(ds["control_accuracy"].mean()) >= TRIVIAL_CONTROL:
+            notes.append(f"results/{name}: its {ds.attrs.get('control', '')} control task scores "
+                         f"{float(ds['control_accuracy'].mean()):.3f}, decodable outright (few token types): "
+                         "selectivity against it shows nothing; probe with --control permute")
     if not frames:
         return missing_section("probes", "Probe profiles", "; ".join(notes), "probe", PROBES_INTRO)
     frame = _panel_names(pd.concat(frames, ignore_index=True))
