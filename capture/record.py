@@ -15,7 +15,8 @@ the task's named positions (``pos_key``, ``pos_query``, …) per sequence.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,7 +227,7 @@ def capture_length(
         n_features=model.hidden_size, labels=list(task.label_names), n_classes=a["n_classes"],
         target=task.target, dtype=dtype, extra=extra or None, block_size=block_size,
         attrs={"sites": list(sites), "split": "eval", "stream": "capture"},
-    ) as w:
+    ) as w, full_float32(device):
         todo = w.missing_blocks()
         if todo:
             note_device(w.group, device)
@@ -284,6 +285,23 @@ def capture_length(
         return CaptureResult(run_id, length, "len", len(todo), w.n_blocks)
 
 
+@contextmanager
+def full_float32(device: str) -> Iterator[None]:
+    """No TF32 on CUDA while capturing: cuDNN's convolutions (and matmuls, where enabled)
+    would otherwise round float32 inputs to 10 bits of mantissa, about float16's precision,
+    and the stored states would no longer equal the CPU's within float16 rounding. The
+    process-wide flags are restored afterwards."""
+    if torch.device(device).type != "cuda":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
 def note_device(group, device: str) -> None:
     """Record in a group's attributes the devices its blocks were computed on (a resumed
     capture may have run on another)."""
@@ -322,7 +340,8 @@ def capture_counterfactuals(
         dtype=dtype, extra=extra,
     )
     with store.length_writer(run_id, length, kind="cfclean", attrs={"twin": "cfcorrupt"}, **common) as wc, \
-         store.length_writer(run_id, length, kind="cfcorrupt", attrs={"twin": "cfclean"}, **common) as wx:
+         store.length_writer(run_id, length, kind="cfcorrupt", attrs={"twin": "cfclean"}, **common) as wx, \
+         full_float32(device):
         todo = sorted(set(wc.missing_blocks()) | set(wx.missing_blocks()))
         if todo:
             note_device(wc.group, device)
@@ -337,23 +356,6 @@ def capture_counterfactuals(
                 w.write_block(b, hidden=hidden, tokens=batch.tokens, labels=batch.labels,
                               mask=batch.mask, logits=logits, extra=pos)
         return CaptureResult(run_id, length, "cf", len(todo), wc.n_blocks)
-
-
-def capture_experiment(
-    store: Store,
-    exp,
-    *,
-    device: str = "cpu",
-    progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
-) -> list[CaptureResult]:
-    """Capture every run of an experiment at every configured length in this process, into
-    an open store (one consolidation): each of :func:`captures_of` by :func:`capture_unit`,
-    the units ``layerstate capture`` and ``layerstate run`` run (here or on a cluster)."""
-    models: dict = {}
-    with store.deferred_consolidation():
-        return [capture_unit(store, spec, kind, length, device=device, models=models,
-                             progress_factory=progress_factory)
-                for spec in exp.runs() for kind, length in captures_of(spec)]
 
 
 def check_capturable(store: Store, spec) -> None:
@@ -393,7 +395,8 @@ def check_capturable(store: Store, spec) -> None:
 def captures_of(spec) -> list[tuple[str, int]]:
     """Every (kind, length) one run (a :class:`capture.experiment.RunSpec`) is captured at,
     in order: its lengths (``"len"``), then, when the experiment asks for pairs, its
-    counterfactual lengths (``"cf"``)."""
+    counterfactual lengths (``"cf"``). The units of an experiment's capture
+    (``layerstate.work``), each done by :func:`capture_unit`."""
     cap = spec.exp.capture
     return [("len", L) for L in cap.lengths] + (
         [("cf", L) for L in cap.counterfactual_lengths] if cap.counterfactual_pairs else [])

@@ -20,8 +20,9 @@ Where units run is the one ``scheduler`` of the command (:mod:`analysis.compute`
   a run's captures start as soon as it is trained and follow each other (one writer per
   run); different runs go side by side. Training and capture are one section there.
 
-Either way the same list is run in the same order of dependencies, every unit pins one BLAS
-and torch thread (training then uses its ``[train] threads``), and the stored arrays are
+Either way the same list is run in the same order of dependencies, with the same unit
+bodies (:mod:`layerstate.stages`): every capture, and every unit in another process, pins one
+BLAS and torch thread (training then uses its ``[train] threads``), and the stored arrays are
 bit-identical. Analyses, claims and the report run in this process; the analyses send their
 own graphs to the scheduler. Each section opens the store once and hands that handle to its
 units (units in other processes open their own); a section that wrote the store refreshes
@@ -32,8 +33,9 @@ cluster that goes away becomes one line naming its address and what is kept (eve
 that finished), so the same command resumes.
 
 The compute device (``--device cuda``): units with ``device`` set (train, capture) use it.
-Today they use it one at a time in this process (jobs sharing one GPU is the next step:
-the place is :meth:`Executor._pool`, which picks where a section's units run).
+Here they take it one at a time, in this process (no training processes); on a cluster each
+worker uses its own. Several units sharing one GPU (``--jobs N``) is the next step, and its
+place is :meth:`Executor._pool`, which picks where a section's units run.
 """
 
 from __future__ import annotations

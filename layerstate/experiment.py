@@ -50,7 +50,7 @@ import tomllib
 import warnings
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -90,6 +90,9 @@ __all__ = [
     "load_experiment",
     "parse_experiment",
 ]
+
+if TYPE_CHECKING:
+    from layerstate.work import Work
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -357,6 +360,14 @@ class Experiment(CapturePlan):
         """The declared claims a part (:meth:`part`) does not hold: they stay in the Holm
         families of the claims it evaluates (with p = 1), as the file declared one family."""
         return list(self._absent_claims)
+
+    def work(self, stages: Collection[str] | None = None) -> list[Work]:
+        """This experiment's units of work with their dependencies, in the order they run
+        (:func:`layerstate.work.work_list`; ``stages``: only those, default all), what the
+        executor (:mod:`layerstate.executor`) runs."""
+        from layerstate.work import STAGES, work_list
+
+        return work_list(self, stages=tuple(stages) if stages is not None else STAGES)
 
     @property
     def plan(self) -> CapturePlan:

@@ -184,7 +184,7 @@ def run_experiment(
             f"{whole - len(exp.claims)} stay in the Holm correction with p = 1)")
     check(scheduler)
     t0 = time.perf_counter()
-    work = work_list(exp)  # the whole job, in order
+    work = exp.work()  # the whole job, in order
     with connect(scheduler, say=say) as sched:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)

@@ -174,9 +174,9 @@ def test_extra_sites_by_pattern_are_stored_beside_hidden(trained, tmp_path):
 
 
 def test_experiment_that_no_longer_matches_the_store_is_refused(trained, tmp_path):
-    from capture.record import capture_experiment
+    from layerstate.pipeline import capture_experiment
 
     st = _copy(trained, tmp_path)
     changed = tiny_experiment(task="dyck", steps=10, tasks={"dyck": {"k": 3}})
     with pytest.raises(ValueError, match="no longer matches run .*config hash"):
-        capture_experiment(st, changed)
+        capture_experiment(changed, str(st.location))

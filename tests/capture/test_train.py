@@ -57,7 +57,7 @@ def test_changed_config_is_refused_not_overwritten(tmp_path):
 def test_a_changed_training_budget_is_refused_not_silently_reused(tmp_path):
     """The config hash leaves [train] out; rerunning with more steps must not return the
     old models as if they were trained with the new budget (train or capture)."""
-    from capture.record import capture_experiment
+    from layerstate.pipeline import capture_experiment
 
     st = Store.create(str(tmp_path / "a.zarr"))
     train_run(st, tiny_experiment().runs()[0])
@@ -65,7 +65,7 @@ def test_a_changed_training_budget_is_refused_not_silently_reused(tmp_path):
     with pytest.raises(RunConflictError, match=r"different \[train\] config \(steps: 20 stored, 40 now\).*new store"):
         train_run(st, longer.runs()[0])
     with pytest.raises(RunConflictError, match=r"steps: 20 stored, 40 now"):
-        capture_experiment(st, longer)
+        capture_experiment(longer, str(st.location))
     # torch threads change only the speed: still the same run
     base = tiny_experiment()
     more_threads = tiny_experiment(train={**base.train.model_dump(), "threads": 2})

@@ -64,9 +64,8 @@ GROUP = f"runs/{RUN}/len_012"
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory) -> Path:
     """A store made as `layerstate train` + `layerstate capture` make it, with one result."""
-    from capture.record import capture_experiment
     from layerstate.experiment import load_experiment
-    from layerstate.pipeline import train_experiment
+    from layerstate.pipeline import capture_experiment, train_experiment
 
     tmp = tmp_path_factory.mktemp("captured")
     (tmp / "tiny.toml").write_text(TINY)
@@ -74,8 +73,8 @@ def captured(tmp_path_factory) -> Path:
     path = tmp / "s.zarr"
     Store.create(str(path), title="tiny")
     list(train_experiment(exp, str(path)))
+    capture_experiment(exp.plan, str(path))
     st = Store.open(str(path), mode="r+")
-    capture_experiment(st, exp.plan)
     st.write_result("probes/parity", xr.Dataset(
         {"accuracy": (("run", "layer"), np.array([[0.5, 0.75]]))},
         coords={"run": [RUN], "layer": ["embed", "L0"]}, attrs={"target": "parity"}))

@@ -85,9 +85,8 @@ length = 12
 def shared(tmp_path_factory) -> dict[str, Path]:
     """``store.zarr`` (trained and captured), its pack ``store.zip`` and the experiment file,
     as a receiver gets them."""
-    from capture.record import capture_experiment
     from layerstate.experiment import load_experiment
-    from layerstate.pipeline import train_experiment
+    from layerstate.pipeline import capture_experiment, train_experiment
 
     tmp = tmp_path_factory.mktemp("shared")
     exp_file = tmp / "tiny.toml"
@@ -96,7 +95,7 @@ def shared(tmp_path_factory) -> dict[str, Path]:
     src = tmp / "store.zarr"
     Store.create(str(src), title="tiny")
     list(train_experiment(exp, str(src)))
-    capture_experiment(Store.open(str(src), mode="r+"), exp.plan)
+    capture_experiment(exp.plan, str(src))
     inbox = tmp_path_factory.mktemp("inbox")
     zipped = pack(Store.open(str(src)), inbox / "store.zip")
     shutil.copy(exp_file, inbox / "tiny.toml")
