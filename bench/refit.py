@@ -9,7 +9,8 @@ iteration cap stops short, and blurred by the random blocks above it), two ways,
 so that load falls on both alike:
 
 - ``solver``: :func:`analysis.interventions.refit.refit_correct` -- the five folds as one
-  batch of the preconditioned lockstep L-BFGS (what the ablation runs);
+  batch of the preconditioned lockstep L-BFGS, with C chosen from the probe's grid by nested
+  cross-validation over sequences (what the ablation runs; ``C_solver`` per cell);
 - ``sklearn_loop``: what it replaced (:func:`~analysis.interventions.ablation.refit_reference`),
   per fold ``StandardScaler`` + ``LogisticRegression(C=1, max_iter=500)``, the same seeded row
   subsets.
@@ -59,12 +60,12 @@ def main() -> None:
             mask = np.ones(labels.shape, dtype=bool)
             for i in range(hidden.shape[2]):
                 x = hidden[:, :, i].numpy().astype(np.float16).astype(np.float32)  # as stored
-                ours, t_ours, w_ours = _timed(refit_correct, x, labels, mask, FOLDS, MAX_ROWS, [i])
+                (ours, C), t_ours, w_ours = _timed(refit_correct, x, labels, mask, FOLDS, MAX_ROWS, [i])
                 ref, t_ref, w_ref = _timed(refit_reference, x, labels, mask, FOLDS, MAX_ROWS, [i])
                 totals["solver"] += t_ours
                 totals["sklearn_loop"] += t_ref
                 rows.append({"arch": arch, "layer": i, "solver_s": round(t_ours, 3), "sklearn_s": round(t_ref, 3),
-                             "acc_solver": round(ours.sum() / mask.sum(), 4),
+                             "C_solver": C, "acc_solver": round(ours.sum() / mask.sum(), 4),
                              "acc_sklearn": round(ref.sum() / mask.sum(), 4),
                              "unconverged_solver": w_ours, "unconverged_sklearn": w_ref})
     gaps = [abs(r["acc_solver"] - r["acc_sklearn"]) for r in rows]

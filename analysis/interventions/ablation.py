@@ -37,9 +37,11 @@ Choices that are **ours**:
   length uses only the remaining sequences. At other lengths (OOD) every stored sequence is
   used (they were never seen by the fit).
 - ``mode="mean"`` replaces the component by its mean over the fitting rows instead of zero.
-- The refitted probe is ``StandardScaler`` + ``LogisticRegression(C=1)`` (fitted by the
-  probes' solver, which reports convergence) with ``folds`` contiguous folds of sequences;
-  each sequence is predicted by the probe trained without it.
+- The refitted probe is ``StandardScaler`` + ``LogisticRegression(C)``, fitted as
+  `analysis.probes.probe` fits its own (the probes' solver, C chosen from its grid by
+  cross-validation over sequences, convergence reported; ``probe_C`` records the choice) with
+  ``folds`` contiguous folds of sequences; each sequence is predicted by the probe trained
+  without it. The probe directions (``probe``, ``inlp``) choose their C the same way.
 - ``chance`` is the accuracy of always predicting the most frequent class of the evaluated
   positions.
 
@@ -118,7 +120,7 @@ def _fit_eraser(rows, setting: Setting, mode: str, fixed, seed: list[int], n_fea
                 target=None):
     """The `Eraser` of one setting, from the fitting rows (``target``: the eraser a matched
     control matches)."""
-    x, y = rows
+    x, y, groups = rows
     if setting.method == "matched":
         return matched_eraser(x, setting, mode, target, seed)
     if setting.method == "leace":
@@ -126,7 +128,8 @@ def _fit_eraser(rows, setting: Setting, mode: str, fixed, seed: list[int], n_fea
     if setting.method in ("given", "stored"):
         directions = fixed
     else:
-        directions = setting_directions(x, y, setting, np.random.default_rng(seed), n_features)
+        directions = setting_directions(x, y, setting, np.random.default_rng(seed), n_features,
+                                        groups=groups)
     mean = x.astype(np.float64).mean(0) if mode == "mean" else None
     return erasure.projection_np(directions, mean)
 
@@ -161,8 +164,8 @@ def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None
         stats = erasure.removal_stats_np(flat, eraser)
     pred = resume_logits(model.module, layer, edited, batch_size).argmax(-1)
     correct = ((pred == labels) & mask).sum(1).astype(np.float64)
-    probe = refit_correct(edited, labels, mask, **refit) if refit else None
-    return (correct, probe, *stats)
+    probe, C = refit_correct(edited, labels, mask, **refit) if refit else (None, None)
+    return (correct, probe, C, *stats)
 
 
 # ----------------------------------------------------------------------------- the graph
@@ -298,7 +301,9 @@ def ablation(
     xarray.Dataset, dask-backed
         Dims ``run, length, layer, setting, sequence``. Per sequence: ``correct``,
         ``probe_correct`` (run, length, layer, setting, sequence); ``correct_clean``,
-        ``probe_correct_clean`` (run, length, layer, sequence); ``n_labelled`` and
+        ``probe_correct_clean`` (run, length, layer, sequence); ``probe_C`` (run, length,
+        layer, setting) and ``probe_C_clean`` (run, length, layer), the refitted probe's chosen
+        C; ``n_labelled`` and
         ``sequence_id`` (run, length, sequence; NaN / -1 where a run has fewer sequences).
         Summaries: ``accuracy``, ``accuracy_clean``, ``accuracy_drop`` (clean - ablated),
         ``probe_accuracy``, ``probe_accuracy_clean``, ``chance`` (run, length),
@@ -359,6 +364,8 @@ VARIABLES = {
     "probe_correct": Var(_PER_SETTING),
     "correct_clean": Var(_PER_LAYER),
     "probe_correct_clean": Var(_PER_LAYER),
+    "probe_C": Var(_SETTING_CELL),
+    "probe_C_clean": Var(_LAYER_CELL),
     "n_labelled": Var(_PER_LENGTH),
     "sequence_id": Var(_PER_LENGTH, np.int64, -1),
     "chance": Var(("run", "length")),
@@ -370,9 +377,14 @@ VARIABLES = {
     "distinct_states": Var(_LAYER_CELL, np.int64, -1),
     "total_variance": Var(_LAYER_CELL),
 }
-#: Output names of `_evaluate` without and with an eraser (after the two correct counts).
+#: Output names of `_evaluate` without and with an eraser (after the correct counts and C).
 _STATE_STATS = ("state_rank", "distinct_states", "total_variance")
 _REMOVAL_STATS = ("variance_removed", "mean_shift", "removed_rank")
+
+
+def _refit_names(refit: bool, suffix: str = "") -> tuple[str | None, str | None]:
+    """The names of the refit's two outputs (per-sequence correct counts, chosen C)."""
+    return (f"probe_correct{suffix}", f"probe_C{suffix}") if refit else (None, None)
 
 
 def _seeded(probe: dict | None, *seed: int) -> dict | None:
@@ -415,7 +427,7 @@ def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> l
                     model, layer, data, None, _seeded(probe, seed, L, li, 0), batch_size
                 )
                 at = {"run": rid, "length": L, "layer": layer}
-                cells.append(Cell(at, ("correct_clean", "probe_correct_clean" if refit else None,
+                cells.append(Cell(at, ("correct_clean", *_refit_names(refit, "_clean"),
                                        *_STATE_STATS), base))
                 for si, s in enumerate(settings):
                     erased = delayed(_evaluate, pure=False)(
@@ -423,7 +435,7 @@ def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> l
                         batch_size,
                     )
                     at = {"run": rid, "length": L, "layer": layer, "setting": s.name}
-                    cells.append(Cell(at, ("correct", "probe_correct" if refit else None,
+                    cells.append(Cell(at, ("correct", *_refit_names(refit),
                                            *_REMOVAL_STATS), erased))
             first = False
     return cells

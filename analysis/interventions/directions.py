@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from analysis.interventions import erasure as E
+from analysis.interventions import erasure
 from analysis.interventions._common import (
     layer_list,
     open_group,
@@ -148,8 +148,8 @@ def fit_directions(
     idx = np.arange(ds.sizes["sequence"])[sequences if sequences is not None else slice(None)]
     rows = []
     for name in names:
-        x, y = fit_rows(ds, name, idx)
-        rows.append(setting_directions(x, y, setting, rng, ds.sizes["feature"]))
+        x, y, groups = fit_rows(ds, name, idx)
+        rows.append(setting_directions(x, y, setting, rng, ds.sizes["feature"], groups=groups))
     width = max(r.shape[0] for r in rows)
     padded = np.zeros((len(names), width, ds.sizes["feature"]))
     for i, r in enumerate(rows):
@@ -238,26 +238,31 @@ def check_directions(da: xr.DataArray, what: str) -> xr.DataArray:
     return da.transpose("layer", "direction", "feature")
 
 
-def fit_rows(ds: xr.Dataset, layer: str, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Labelled rows of one layer: x (row, feature) float32, y (row,) int64."""
+def fit_rows(ds: xr.Dataset, layer: str,
+             idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Labelled rows of one layer: x (row, feature) float32, y (row,) int64 and each row's
+    sequence (row,) (the groups a probe's choice of C splits)."""
     hidden = read_layer(ds, layer, idx)  # (sequence, position, feature)
     target = target_of(ds)
     labels = np.asarray(ds[target].isel(sequence=idx).values, dtype=np.int64)
     mask = np.asarray(ds["mask"].isel(sequence=idx).values, dtype=bool) & (labels >= 0)
-    return hidden[mask], labels[mask]
+    sequence = np.broadcast_to(np.asarray(idx)[:, None], mask.shape)
+    return hidden[mask], labels[mask], sequence[mask]
 
 
-def setting_directions(x, y, setting: Setting, rng, n_features: int) -> np.ndarray:
-    """Directions (direction, feature) of one fitted setting on rows x, y."""
+def setting_directions(x, y, setting: Setting, rng, n_features: int, *,
+                       groups: np.ndarray | None = None) -> np.ndarray:
+    """Directions (direction, feature) of one fitted setting on rows x, y (``groups``: each
+    row's sequence, for the probes' choice of C)."""
     if setting.method == "probe":
-        return E.probe_directions_np(x, y)
+        return erasure.probe_directions_np(x, y, groups=groups)
     k = setting.k
     assert k is not None, setting  # parse_settings gives every subspace method a k
     if setting.method == "inlp":
-        return E.inlp_np(x, y, k).T
+        return erasure.inlp_np(x, y, k, groups=groups).T
     if setting.method in ("pca", "svd"):
-        return E.pca_np(x, k, center=setting.method == "pca")
-    return E.random_np(n_features, k, rng)
+        return erasure.pca_np(x, k, center=setting.method == "pca")
+    return erasure.random_np(n_features, k, rng)
 
 
 def fixed_directions(plan: Plan, given: dict, rid: str, layer: str, setting: Setting):

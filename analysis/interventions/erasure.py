@@ -19,8 +19,10 @@ the ``O(feature^2)`` of a full matrix (it matters beside a small model's own cos
 Directions come from:
 
 * a **probe**: ``StandardScaler`` + multinomial ``LogisticRegression`` (fitted by the probes'
-  own solver, :mod:`analysis.probes.solvers`), one direction per class (one for a binary
-  label), mapped back to raw feature space (``coef / scale``);
+  own solver, :mod:`analysis.probes.solvers`, with C chosen by cross-validation over
+  sequences as `analysis.probes.probe` chooses it: :mod:`analysis.interventions.probe_fit`),
+  one direction per class (one for a binary label), mapped back to raw feature space
+  (``coef / scale``);
 * **INLP** (Ravfogel et al. 2020), ``rounds`` times: fit a probe on the states projected so
   far, add its directions to the removed subspace. The product of the nullspace projections
   is the projection onto the complement of the span of all removed directions. **Ours**: the
@@ -35,13 +37,18 @@ dims plus ``feature`` and drop rows whose label is ``-1`` (undefined).
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 import torch
 import xarray as xr
 
+from analysis.interventions.probe_fit import (  # warn_unconverged: re-exported
+    SEARCH_FOLDS,
+    fit_probes,
+    group_folds,
+    warn_unconverged,
+)
 from store.errors import InvalidArgumentError, InvalidArrayError
 
 #: Singular values below this fraction of the largest are treated as zero (rank decisions).
@@ -155,7 +162,8 @@ def projection_np(directions: np.ndarray, mean: np.ndarray | None = None) -> Era
 
 
 def probe_directions_np(
-    x: np.ndarray, y: np.ndarray, *, C: float = 1.0, max_iter: int | None = None
+    x: np.ndarray, y: np.ndarray, *, C: float | None = None, groups: np.ndarray | None = None,
+    max_iter: int | None = None,
 ) -> np.ndarray:
     """Directions of a logistic-regression probe, in raw feature space.
 
@@ -164,21 +172,27 @@ def probe_directions_np(
     x : ndarray, (row, feature)
     y : ndarray of int, (row,)
         At least two classes.
-    C : float
-        Inverse L2 strength (scikit-learn's).
+    C : float, optional
+        Inverse L2 strength (scikit-learn's). Default: chosen as `analysis.probes.probe`
+        chooses it, from its grid by cross-validation over ``groups``
+        (:mod:`analysis.interventions.probe_fit`).
+    groups : ndarray, (row,), optional
+        Each row's sequence, so that the folds choosing C split sequences, not positions of
+        one sequence (default: every row its own group).
     max_iter : int, optional
-        Solver iterations (default: the probe solver's).
+        Solver iterations at a fixed C (default: the probe solver's).
 
     Returns
     -------
     ndarray, float64, (direction, feature)
         One row per class (one for a binary label): the normal vector of each class's logit
-        as a function of the raw features (``coef / scale`` after standardisation).
+        as a function of the raw features (``coef / scale`` after standardisation), of the
+        probe fitted on every row.
 
-    The probe is the project's probe solver (:func:`analysis.probes.solvers.fit_labelled`:
-    ``StandardScaler`` + multinomial ``LogisticRegression(C)``, preconditioned so that it
-    converges on the strongly correlated states of a layer); a probe that stops before its
-    tolerance raises a ``RuntimeWarning``.
+    The probe is the project's probe solver (``StandardScaler`` + multinomial
+    ``LogisticRegression(C)``, preconditioned so that it converges on the strongly
+    correlated states of a layer); a probe that stops before its tolerance raises a
+    ``RuntimeWarning``.
     """
     from analysis.probes.solvers import fit_labelled
 
@@ -188,28 +202,23 @@ def probe_directions_np(
             f"a probe needs at least two classes in the labels; found only {classes.tolist()}: "
             "use more sequences, or a layer/length where the label varies"
         )
-    params, _ = fit_labelled(np.asarray(x), y, C=C, max_iter=max_iter)
-    warn_unconverged(params, "probe direction")
+    x = np.asarray(x)
+    groups = np.arange(x.shape[0]) if groups is None else np.asarray(groups)
+    folds = min(SEARCH_FOLDS, np.unique(groups).size)
+    if C is not None or folds < 2:
+        params, _ = fit_labelled(x, y, C=1.0 if C is None else C, max_iter=max_iter)
+        warn_unconverged(params, "probe direction")
+    else:
+        fitted = fit_probes(x, y, group_folds(groups, folds), folds=folds, what="probe direction")
+        params = fitted.params.take([fitted.folds])
     w = params.original_space()[0][0].T  # (class, feature)
     # binary: scikit-learn's one vector is the difference of the two centred class vectors
     return (w[1] - w[0])[None] if classes.size == 2 else w
 
 
-def warn_unconverged(params, what: str) -> None:
-    """A ``RuntimeWarning`` naming ``what`` when any problem of ``params`` stopped short."""
-    stopped = int((~np.asarray(params.converged)).sum())
-    if stopped:
-        warnings.warn(
-            f"{stopped} of {params.converged.size} {what} fit(s) stopped before the gradient "
-            "fell below the solver's tolerance; their directions are the last iterate's "
-            "(a smaller C regularises more and converges sooner)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
 def inlp_np(
-    x: np.ndarray, y: np.ndarray, rounds: int, *, C: float = 1.0
+    x: np.ndarray, y: np.ndarray, rounds: int, *, C: float | None = None,
+    groups: np.ndarray | None = None,
 ) -> np.ndarray:
     """Iterative nullspace projection: the basis of everything removed in `rounds` rounds.
 
@@ -219,6 +228,8 @@ def inlp_np(
     y : ndarray of int, (row,)
     rounds : int
         Probes fitted; stops early once nothing is left to remove.
+    C, groups
+        As in `probe_directions_np` (by default each round chooses its own C).
 
     Returns
     -------
@@ -229,7 +240,7 @@ def inlp_np(
     basis = np.zeros((x.shape[1], 0))
     for _ in range(rounds):
         projected = x - (x @ basis) @ basis.T
-        w = probe_directions_np(projected, y, C=C)
+        w = probe_directions_np(projected, y, C=C, groups=groups)
         w = w - (w @ basis) @ basis.T  # numerically orthogonal to what is already gone
         if orthonormal_basis_np(w).shape[1] == 0:
             break
@@ -471,8 +482,9 @@ def _rows_x(hidden: xr.DataArray) -> np.ndarray:
     return x.reshape(-1, hidden.sizes["feature"])
 
 
-def _rows(hidden: xr.DataArray, labels: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
-    """Labelled rows: x (row, feature), y (row,); rows whose label is -1 are dropped."""
+def _rows(hidden: xr.DataArray, labels: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Labelled rows: x (row, feature), y (row,) and each row's group (its index along
+    ``sequence``, or the row itself without that dim); rows whose label is -1 are dropped."""
     x = _rows_x(hidden)
     others = [d for d in hidden.dims if d != "feature"]
     if set(labels.dims) != set(others):
@@ -481,8 +493,13 @@ def _rows(hidden: xr.DataArray, labels: xr.DataArray) -> tuple[np.ndarray, np.nd
             f"'feature': {tuple(others)}"
         )
     y = np.asarray(labels.transpose(*others).values).reshape(-1)
+    shape = tuple(hidden.sizes[d] for d in others)
+    if "sequence" in others:
+        groups = np.indices(shape)[others.index("sequence")].reshape(-1)
+    else:
+        groups = np.arange(y.size)
     keep = y >= 0
-    return x[keep], y[keep].astype(np.int64)
+    return x[keep], y[keep].astype(np.int64), groups[keep]
 
 
 def _directions(values: np.ndarray, features: int) -> xr.DataArray:
@@ -502,7 +519,8 @@ def _eraser(eraser: Eraser, method: str) -> xr.Dataset:
     )
 
 
-def probe_directions(hidden: xr.DataArray, labels: xr.DataArray, *, C: float = 1.0) -> xr.DataArray:
+def probe_directions(hidden: xr.DataArray, labels: xr.DataArray, *,
+                     C: float | None = None) -> xr.DataArray:
     """Directions of a logistic probe fitted to every labelled row.
 
     Parameters
@@ -511,19 +529,21 @@ def probe_directions(hidden: xr.DataArray, labels: xr.DataArray, *, C: float = 1
         Dims (..., feature), e.g. (sequence, position, feature).
     labels : xarray.DataArray
         Int, the dims of `hidden` other than ``feature``; -1 rows are dropped.
-    C : float
-        Inverse L2 strength.
+    C : float, optional
+        Inverse L2 strength; default chosen by cross-validation over sequences, as
+        `analysis.probes.probe` chooses it.
 
     Returns
     -------
     xarray.DataArray, (direction, feature)
         One direction per class (one for binary labels), in raw feature space.
     """
-    x, y = _rows(hidden, labels)
-    return _directions(probe_directions_np(x, y, C=C), hidden.sizes["feature"])
+    x, y, groups = _rows(hidden, labels)
+    return _directions(probe_directions_np(x, y, C=C, groups=groups), hidden.sizes["feature"])
 
 
-def inlp(hidden: xr.DataArray, labels: xr.DataArray, rounds: int, *, C: float = 1.0) -> xr.DataArray:
+def inlp(hidden: xr.DataArray, labels: xr.DataArray, rounds: int, *,
+         C: float | None = None) -> xr.DataArray:
     """INLP: the orthonormal directions removed by `rounds` rounds of probe-and-project.
 
     Parameters
@@ -540,8 +560,8 @@ def inlp(hidden: xr.DataArray, labels: xr.DataArray, rounds: int, *, C: float = 
     """
     if rounds < 1:
         raise InvalidArgumentError(f"INLP needs rounds >= 1, got {rounds}")
-    x, y = _rows(hidden, labels)
-    return _directions(inlp_np(x, y, rounds, C=C).T, hidden.sizes["feature"])
+    x, y, groups = _rows(hidden, labels)
+    return _directions(inlp_np(x, y, rounds, C=C, groups=groups).T, hidden.sizes["feature"])
 
 
 def pca_directions(hidden: xr.DataArray, k: int, *, center: bool = True) -> xr.DataArray:
@@ -633,7 +653,7 @@ def leace(hidden: xr.DataArray, labels: xr.DataArray) -> xr.Dataset:
         An eraser (``left``, ``right``, ``offset``; attrs ``rank``) for `erase`; afterwards
         every class has the same mean on these rows.
     """
-    x, y = _rows(hidden, labels)
+    x, y, _ = _rows(hidden, labels)
     return _eraser(leace_np(x, y), "leace")
 
 

@@ -102,14 +102,14 @@ SUBSPACES = ("probe", "stored", "given")
 
 
 def _subspace_basis(rows, fixed) -> np.ndarray:
-    """Orthonormal basis (feature, rank) of a probe fitted on ``rows`` (x, y), or of ``fixed``
-    directions (direction, feature)."""
-    from analysis.interventions import erasure as E
+    """Orthonormal basis (feature, rank) of a probe fitted on ``rows`` (x, y, sequence), or of
+    ``fixed`` directions (direction, feature)."""
+    from analysis.interventions import erasure
 
     if fixed is not None:
-        return E.orthonormal_basis_np(fixed)
-    x, y = rows
-    return E.orthonormal_basis_np(E.probe_directions_np(x, y))
+        return erasure.orthonormal_basis_np(fixed)
+    x, y, groups = rows
+    return erasure.orthonormal_basis_np(erasure.probe_directions_np(x, y, groups=groups))
 
 
 def subspace_bases(plan: Plan, length: int, subspace: str | None, directions, fit_length) -> dict:

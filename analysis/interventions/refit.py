@@ -1,81 +1,115 @@
 """The ablation's refitted probe: how much of the target is still linearly decodable from
-the erased states, each sequence predicted by a probe trained without it."""
+the erased states, each sequence predicted by a probe trained without it.
+
+The probes are fitted as `analysis.probes.probe` fits its own
+(:mod:`analysis.interventions.probe_fit`): C chosen from the probe's grid by cross-validation
+over sequences, convergence reported. `refit_reference` is the obvious scikit-learn loop at
+one C, for tests and ``bench.refit``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from analysis.interventions import erasure
+from analysis.interventions.probe_fit import fit_probes
+from analysis.probes.cells import C_GRID
 
 
 def refit_correct(
-    x: np.ndarray, labels: np.ndarray, mask: np.ndarray, folds: int, max_rows: int, seed: list
-) -> np.ndarray:
+    x: np.ndarray, labels: np.ndarray, mask: np.ndarray, folds: int, max_rows: int, seed: list,
+    *, C: float | Sequence[float] = C_GRID,
+) -> tuple[np.ndarray, float]:
     """Per-sequence correct counts of a probe refitted with sequences held out by fold.
 
-    x (sequence, position, feature); returns (sequence,) float. Each fold trains on at most
-    `max_rows` labelled rows of the other sequences (a seeded random subset) and predicts every
-    labelled row of its own. The folds' probes are one batch of the probe solver (they share
-    the rows; each problem trains on its own).
+    Parameters
+    ----------
+    x : ndarray, (sequence, position, feature)
+    labels : ndarray of int, (sequence, position)
+    mask : ndarray of bool, (sequence, position)
+        The labelled positions.
+    folds : int
+        Contiguous folds of sequences; each sequence is predicted by the probe trained
+        without its fold.
+    max_rows : int
+        Each fold's probe trains on about this many labelled rows at most: a seeded random
+        subset of the rows (of every fold: ``max_rows * folds / (folds - 1)``) trains the
+        probes, and every labelled row is still predicted.
+    seed : list of int
+    C : float or sequence of float
+        A fixed C, or the grid C is chosen from as `analysis.probes.probe` chooses it (by
+        cross-validation over sequences nested in the folds; the default).
+
+    Returns
+    -------
+    correct : ndarray, float, (sequence,)
+    C : float
+        The C that cross-validation over the folds chose (the fixed C if one was given; NaN
+        when there was nothing to fit).
     """
-    from analysis.probes.solvers import fit_labelled, logits
+    from analysis.probes.solvers import logits
 
     n = x.shape[0]
     rng = np.random.default_rng(seed)
     seq_of_row = np.repeat(np.arange(n), mask.sum(1))
     X, y = x[mask], labels[mask]
-    held_sets = np.array_split(np.arange(n), folds)
-    train = np.zeros((folds, y.size), dtype=bool)
-    for f, held in enumerate(held_sets):
-        rows = np.flatnonzero(~np.isin(seq_of_row, held))  # the other sequences' rows
-        if rows.size > max_rows:
-            rows = rows[np.sort(rng.choice(rows.size, size=max_rows, replace=False))]
-        train[f, rows] = True
     correct = np.zeros(n)
     if y.size == 0:
-        return correct
+        return correct, float("nan")
+    fold_of_seq = np.zeros(n, dtype=np.int64)
+    for f, held in enumerate(np.array_split(np.arange(n), folds)):
+        fold_of_seq[held] = f
+    fold = fold_of_seq[seq_of_row]
+    cap = max_rows * folds // (folds - 1)
+    train = np.arange(y.size)
+    if y.size > cap:  # the fit is the costly part of a cell
+        train = np.sort(rng.choice(y.size, size=cap, replace=False))
+    if np.unique(y[train]).size < 2:  # one class to learn: predict it
+        pred = np.full(y.shape, y[train][0])
+        np.add.at(correct, seq_of_row, pred == y)
+        return correct, float("nan")
+    fitted = fit_probes(X[train], y[train], fold[train], folds=folds, C=C, seed=seed,
+                        what="refitted probe")
     pred = np.full(y.shape, -1)
-    held_rows = [np.isin(seq_of_row, held) for held in held_sets]
-    fitted = [f for f in range(folds) if np.unique(y[train[f]]).size >= 2]
-    for f in set(range(folds)) - set(fitted):  # one class (or none) to learn: predict it
-        seen = y[train[f]]
-        pred[held_rows[f]] = seen[0] if seen.size else -1
-    if fitted:
-        params, classes = fit_labelled(X, y, train[fitted], C=1.0)
-        erasure.warn_unconverged(params, "refitted probe")
-        for i, f in enumerate(fitted):
-            pred[held_rows[f]] = classes[logits(params.take([i]), X[held_rows[f]])[0].argmax(-1)]
+    for f in range(folds):
+        held = fold == f
+        if held.any():
+            z = logits(fitted.params.take([f]), X[held])[0]  # (row, class)
+            pred[held] = fitted.classes[z.argmax(-1)]
     np.add.at(correct, seq_of_row, pred == y)
-    return correct
+    return correct, fitted.C
 
 
 def refit_reference(
     x: np.ndarray, labels: np.ndarray, mask: np.ndarray, folds: int, max_rows: int, seed: list, *,
-    max_iter: int = 500, tol: float = 1e-4,
+    C: float = 1.0, max_iter: int = 500, tol: float = 1e-4,
 ) -> np.ndarray:
-    """`refit_correct` the obvious way, for tests and ``bench.refit``: per fold, the same seeded
-    row subset, ``StandardScaler`` + scikit-learn's ``LogisticRegression(C=1)`` (float64,
-    ``max_iter``/``tol`` as given; the defaults are what the refit used before the probe
-    solver)."""
+    """`refit_correct` at one C the obvious way, for tests and ``bench.refit``: the same seeded
+    training rows, then per fold ``StandardScaler`` + scikit-learn's ``LogisticRegression(C)``
+    (float64, ``max_iter``/``tol`` as given; the defaults are what the refit used before the
+    probe solver). Returns the per-sequence correct counts (sequence,)."""
     from sklearn.linear_model import LogisticRegression
 
     n = x.shape[0]
     rng = np.random.default_rng(seed)
+    seq_of_row = np.repeat(np.arange(n), mask.sum(1))
+    X, y = x[mask].astype(np.float64), labels[mask]
     correct = np.zeros(n)
+    if y.size == 0:
+        return correct
+    cap = max_rows * folds // (folds - 1)
+    chosen = np.zeros(y.size, dtype=bool)
+    chosen[np.sort(rng.choice(y.size, size=cap, replace=False)) if y.size > cap else slice(None)] = True
     for held in np.array_split(np.arange(n), folds):
-        train = np.setdiff1d(np.arange(n), held)
-        xt, yt = x[train][mask[train]], labels[train][mask[train]]
-        if yt.size > max_rows:
-            keep = np.sort(rng.choice(yt.size, size=max_rows, replace=False))
-            xt, yt = xt[keep], yt[keep]
-        xt = xt.astype(np.float64)
-        xh, yh = x[held][mask[held]].astype(np.float64), labels[held][mask[held]]
+        test = np.isin(seq_of_row, held)
+        xt, yt = X[chosen & ~test], y[chosen & ~test]
         if np.unique(yt).size < 2:
-            pred = np.full(yh.shape, yt[0] if yt.size else -1)
+            pred = np.full(int(test.sum()), yt[0] if yt.size else -1)
         else:
             mean, scale = xt.mean(0), xt.std(0)
             scale[scale < 1e-6] = 1.0
-            probe = LogisticRegression(max_iter=max_iter, tol=tol).fit((xt - mean) / scale, yt)
-            pred = probe.predict((xh - mean) / scale)
-        np.add.at(correct, np.repeat(held, mask[held].sum(1)), pred == yh)
+            probe = LogisticRegression(C=C, max_iter=max_iter, tol=tol).fit((xt - mean) / scale, yt)
+            pred = probe.predict((X[test] - mean) / scale)
+        np.add.at(correct, seq_of_row[test], pred == y[test])
     return correct
