@@ -3,7 +3,9 @@
 Not a timing benchmark: it measures error rates over simulated experiments with a known truth
 (:mod:`analysis.stats.calibrate`: scenarios shaped like the Conv1D experiment, 5 seeds x 400
 sequences x 40 positions with Beta-distributed sequence difficulty and seed and model offsets;
-3 seeds; an unbalanced design; a precise one). For each model (paired t, GEE, MixedLM) and
+3 seeds; an unbalanced design; a precise one; unbalanced and precise, 3 and 5 seeds of 100-400
+sequences whose models are nearly alike; few seeds of very unequal size, 400/50/50 and
+400/100/25/25/25 sequences). For each model (paired t, GEE, MixedLM) and
 scenario: type-I error of the difference test, coverage of the 95% interval, how often TOST
 declares equivalence with the truth on the margin, and how often a two-sided difference claim
 with a margin is "supported" at a true effect of 0, 1.5 x and 0.1 x the margin, against the
@@ -12,14 +14,21 @@ test's computed power. Each rate comes with its Monte-Carlo SE and the number of
 Prints ONE JSON line (the figures) on stdout and a table on stderr. The figures are recorded in
 docs/measured.md, "Statistics". The fits are vectorised over simulations (about 2000 simulated
 experiments per second per model on one core), so the default 4000 simulations per figure
-take a few minutes; ``--n-sims`` lowers it.
+take about 10 minutes for the eight scenarios on the shared 2-core machine; ``--n-sims`` and
+``--scenarios`` lower it.
 
 The Bayesian GLMM is never a verdict (its intervals are too narrow); ``--glmm N --jobs J``
 measures how narrow: its 95% interval's type-I error and coverage over N simulated Conv1D-shaped
 experiments each, about 10 s per fit, in J processes.
 
+``--variants`` adds the rules the calibration was compared with
+(:data:`analysis.stats.calibrate.VARIANTS`): GEE with the plain CR1 sandwich and t(G - 1),
+MixedLM with its between-seed variance let negative (the rules until 2026-12-04), and the
+alternatives not taken (MixedLM's model-based SE, its SE floored at the paired t's, CR2 with
+t(G - 1) instead of the Bell-McCaffrey df).
+
 Run: ``python -m bench.calibration [--n-sims 4000] [--scenarios conv1d,three_seeds,...]
-[--glmm 0] [--jobs 1]``.
+[--variants all] [--glmm 0] [--jobs 1]``.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # docs/measured.md, "Threads"
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from analysis.stats.calibrate import SCENARIOS, calibrate, glmm_calibration  # noqa: E402
+from analysis.stats.calibrate import SCENARIOS, VARIANTS, calibrate, glmm_calibration  # noqa: E402
 from analysis.stats.contrasts import TESTED  # noqa: E402
 
 SHOWN = ("type_one", "coverage", "equivalent_at_margin", "supported_null", "supported_at_1.5m",
@@ -45,6 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--n-sims", type=int, default=4000, help="simulated experiments per figure")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenario names ('none': only the GLMM)")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--variants", default="",
+                        help="also these rules of analysis.stats.calibrate.VARIANTS, comma-separated "
+                             "('all': every one), e.g. the rules before 2026-12-04")
     parser.add_argument("--glmm", type=int, default=0,
                         help="also fit the Bayesian GLMM to this many experiments per figure (~10 s each)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes for the GLMM fits")
@@ -55,7 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     for name in [n for n in args.scenarios.split(",") if n and n != "none"]:
         t = time.perf_counter()
-        res = calibrate(name, args.n_sims, models=TESTED, seed=args.seed)
+        variants = list(VARIANTS) if args.variants == "all" else [v for v in args.variants.split(",") if v]
+        res = calibrate(name, args.n_sims, models=(*TESTED, *variants), seed=args.seed)
         out["scenarios"][name] = res
         print(f"== {name} ({time.perf_counter() - t:.0f}s)", file=sys.stderr)
         for model, figs in res.items():
@@ -65,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
                     continue
                 v = figs[k]
                 cells.append(f"{k}={v['power']:.3f}" if "power" in v else f"{k}={v['rate']:.3f}±{v['mc_se']:.3f}")
-            print(f"  {model:9s} " + "  ".join(cells), file=sys.stderr)
+            print(f"  {model:15s} " + "  ".join(cells), file=sys.stderr)
     if args.glmm:
         t = time.perf_counter()
         out["glmm"] = glmm_calibration(args.glmm, seed=args.seed, jobs=args.jobs, deadline_s=args.glmm_deadline)
