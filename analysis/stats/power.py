@@ -31,7 +31,7 @@ def t_critical(level, df, alternative: str = "one-sided"):
     return out if out.ndim else float(out)
 
 
-def power_se(effect, se, df, alpha: float = 0.05, alternative: str = "two-sided"):
+def power_se(effect, se, df, alpha=0.05, alternative: str = "two-sided"):
     """Power of a t test with standard error ``se`` and ``df`` degrees of freedom to detect a
     true effect ``effect`` (in the tested direction for one-sided tests): noncentral t, as
     ``TTestPower`` with ``nobs = df + 1`` for a one-sample t. ``alpha`` may be an array (each
@@ -49,7 +49,7 @@ def power_se(effect, se, df, alpha: float = 0.05, alternative: str = "two-sided"
     return p if p.ndim else float(p)
 
 
-def mde_se(se, df, alpha: float = 0.05, power: float = 0.8, alternative: str = "two-sided"):
+def mde_se(se, df, alpha=0.05, power: float = 0.8, alternative: str = "two-sided"):
     """Smallest true effect a t test (``se``, ``df``, judged at ``alpha``) detects with
     probability ``power``."""
     se, df, alpha = np.broadcast_arrays(np.asarray(se, float), np.asarray(df, float), np.asarray(alpha, float))
@@ -64,7 +64,7 @@ def mde_se(se, df, alpha: float = 0.05, power: float = 0.8, alternative: str = "
     return out if out.ndim else float(out)
 
 
-def tost_power_se(se, df, margin, alpha: float = 0.05, true_difference=0.0, n_nodes: int = 256):
+def tost_power_se(se, df, margin, alpha=0.05, true_difference=0.0, n_nodes: int = 256):
     """Probability that a TOST (each side at ``alpha``) declares equivalence, for an estimate
     with standard error ``se`` on ``df`` degrees of freedom (``df se^2 / sigma^2 ~ chi2(df)``).
 
