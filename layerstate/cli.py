@@ -345,11 +345,15 @@ def repair(store_path: str, dry_run: bool, forget_damaged: bool, storage_options
 @click.option("--yes", is_flag=True, help="Needed to remove whole runs (their weights cannot be "
                                           "recomputed without training again).")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; change nothing.")
+@click.option("--results", "results_path", default=None, metavar="DIR|URL",
+              help="The results store the --result names live in (default: STORE's own results, or the "
+                   "results store beside a STORE that cannot be written, e.g. acts.results.zarr beside acts.zip).")
 @storage_option
-def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_run,
+def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_run, results_path,
            storage_options) -> None:
     """Remove results, captures or whole runs from STORE (to capture again with another dtype,
-    train a run again with another budget, or drop a stale result)."""
+    train a run again with another budget, or drop a stale result). Results of a STORE that
+    cannot be written (a zip) are removed from the results store beside it."""
     from store import Store
 
     selected = bool(runs or tasks or archs)
@@ -361,10 +365,17 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
                        "to choose)")
     if captures and not selected:
         raise BadInput("--captures needs runs: --runs/--task/--arch")
-    st = Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
+    if results and not selected:  # results only: a read-only STORE keeps them beside it
+        st = _results_home(store_path, results_path, storage_options, dry_run)
+        if isinstance(st, _ResultsBeside):
+            st.check(results)
+    else:
+        if results_path is not None:
+            raise BadInput("--results applies to --result only; forget runs or captures in STORE itself")
+        st = Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
     missing = [r for r in results if r not in st.results()]
     if missing:
-        raise BadInput(f"no result {missing[0]!r} in {store_path}; stored results: "
+        raise BadInput(f"no result {missing[0]!r} in {st.location}; stored results: "
                        f"{', '.join(st.results()) or '(none)'}")
     ids = _selected_runs(st, runs, tasks, archs) or []
     unknown = [r for r in ids if r not in st.run_ids()]
@@ -395,6 +406,45 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
         click.echo(f"{'would remove' if dry_run else 'removed'} {what}")
     if dry_run:
         click.echo("dry run: nothing was removed")
+
+
+def _results_home(store_path: str, results_path: str | None, storage_options: dict, dry_run: bool):
+    """The store whose results `forget --result` removes: --results, else STORE when it can be
+    written, else the results store beside it (a result inside a read-only STORE: one line)."""
+    from store import PairedStore, ReadOnlyStoreError, Store, open_analysis
+
+    view = open_analysis(store_path, results=results_path, write=False, storage_options=storage_options,
+                         results_options=storage_options)
+    if not isinstance(view, PairedStore):
+        try:
+            return Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
+        except ReadOnlyStoreError:
+            return view  # read-only, no results store beside it: names nothing removable
+    own = Store.open(view.results_location.url, mode="r" if dry_run else "r+", storage_options=storage_options)
+    inside = [n for n in view.source.results() if n not in own.results()]
+    return _ResultsBeside(own, inside, view.location)
+
+
+class _ResultsBeside:
+    """A results store seen by `forget`: its own results, and those inside its read-only
+    source (named in the error, never removable)."""
+
+    def __init__(self, own, inside: list[str], source) -> None:
+        self.own, self.inside, self.location = own, inside, own.location
+        self.source = source
+
+    def results(self) -> list[str]:
+        return self.own.results()
+
+    def forget_result(self, name: str) -> None:
+        self.own.forget_result(name)
+
+    def check(self, names: tuple[str, ...]) -> None:
+        stuck = [n for n in names if n in self.inside]
+        if stuck:
+            raise BadInput(f"result {stuck[0]!r} is inside {self.source}, which cannot be written; only "
+                           f"results in {self.location} can be removed ({', '.join(self.own.results()) or 'none'}); "
+                           f"to change the store itself, unpack it: layerstate unpack {self.source} DIR")
 
 
 @main.command()

@@ -22,7 +22,7 @@ from . import lengths as L
 from . import metadata as M
 from . import schema as S
 from .core import PairedStore, Store
-from .errors import LayerstateError, MetadataDamagedError
+from .errors import LayerstateError, MetadataDamagedError, NotAStoreError
 from .location import Location
 from .zarrutil import chunk_key, group, iter_arrays, quiet
 
@@ -83,6 +83,21 @@ def validate(store: Store | str, *, check_chunks: bool = True,
     return rep
 
 
+def _is_a_store(loc: Location) -> None:
+    """Refuse, as opening it would, a path that does not exist or holds no store at all (no
+    root metadata and no copy of it): nothing there to validate or repair."""
+    if not loc.exists():
+        raise NotAStoreError(f"{loc} does not exist; check the path, or create a store with `layerstate capture`")
+    if loc.is_zip:  # a zip is a store or a damaged one: validate says which
+        return
+    zs = loc.zarr_store(read_only=True, guarded=False)
+    if not sync(zs.exists("zarr.json")) and not sync(zs.exists(S.METADATA_COPY)):
+        raise NotAStoreError(
+            f"{loc} is not a layerstate store (no Zarr v3 group at its root); "
+            "point at a directory made by `layerstate capture` or a file made by `layerstate pack`"
+        )
+
+
 def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict | None) -> Report:
     if isinstance(store, PairedStore):  # the source, then its results store
         rep = _validate(store.source, check_chunks=check_chunks, storage_options=None)
@@ -98,6 +113,8 @@ def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict |
         rep.absent += other.absent
         return rep
     loc = store.location if isinstance(store, Store) else Location(store, storage_options or {})
+    if not isinstance(store, Store):
+        _is_a_store(loc)
     rep = Report(str(loc))
     with quiet():
         meta = M.check(loc.zarr_store(read_only=True, guarded=False), str(loc))
