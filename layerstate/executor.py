@@ -33,9 +33,9 @@ cluster that goes away becomes one line naming its address and what is kept (eve
 that finished), so the same command resumes.
 
 The compute device (``--device cuda``): units with ``device`` set (train, capture) use it.
-Here they take it one at a time, in this process (no training processes); on a cluster each
-worker uses its own. Several units sharing one GPU (``--jobs N``) is the next step, and its
-place is :meth:`Executor._pool`, which picks where a section's units run.
+Training with ``jobs`` > 1 runs that many spawned processes side by side on the one GPU (the
+experiments' models are small: one run at a time leaves it mostly idle); captures take it one
+at a time, in this process; on a cluster each worker uses its own.
 """
 
 from __future__ import annotations
@@ -157,13 +157,11 @@ class Executor:
 
     def _pool(self, section: Section, st: Any) -> Iterator[tuple[Work, Any]]:
         """Where a section's units run: a cluster's workers; ``jobs`` spawned processes for
-        CPU training; else this process, in list order, with the section's store handle.
-
-        The seam for a GPU: units with ``device`` set hold the device while they run; here
-        they run one at a time in this process when ``device`` is not the CPU."""
+        training, on the CPU or sharing the one ``device``; else this process, in list order,
+        with the section's store handle."""
         if self.client is not None:
             yield from self._on_cluster(section)
-        elif section.stages == ["train"] and self.jobs > 1 and self.device == "cpu":
+        elif section.stages == ["train"] and self.jobs > 1:  # on the CPU, or sharing one GPU
             yield from self._on_processes(section)
         else:
             yield from self._in_process(section, st)
