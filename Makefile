@@ -4,7 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# Pin BLAS to one thread per process: two threads under load made a 50 ms fit take 10 s (NOTES.md).
+# Pin BLAS to one thread per process: two threads under load made a 50 ms fit take 10 s
+# (docs/measured.md, "Threads").
 export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
@@ -39,8 +40,8 @@ demo: $(STAMP)
 # CPU quota is not what Python's CPU count sees, and each worker holds torch (~0.3 GB).
 TEST_JOBS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial"
-	$(PY) -m pytest -q -m serial
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial and not gpu"
+	$(PY) -m pytest -q -m "serial and not gpu"
 
 bench: $(STAMP)
 	@for b in bench/[a-z]*.py; do m=$$(basename $$b .py); echo "== bench.$$m" >&2; $(PY) -m bench.$$m || exit 1; done

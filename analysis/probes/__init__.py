@@ -23,9 +23,10 @@ cross-validation grouped by sequence and nested inside the scoring folds (the co
 and only converged fits are eligible; the chosen C is part of the result (``C``, ``fold_C``).
 Hewitt & Liang (2019) show why it matters: a probe's capacity changes what "readable" means.
 
-Three solvers, one signature (STYLE rule 3): ``method="exact"`` (lockstep preconditioned L-BFGS
-along the C path, the default), ``"reference"`` (scikit-learn, one fit at a time) and
-``"screen"`` (closed-form shrinkage LDA, no C).
+Three solvers, one signature, so that the fast path is tested against its reference:
+``method="exact"`` (lockstep preconditioned L-BFGS along the C path, the default),
+``"reference"`` (scikit-learn, one fit at a time) and ``"screen"`` (closed-form shrinkage LDA,
+no C).
 The sweep is a dask graph over the store's chunks, one layer and a block of positions at a time;
 :func:`analysis.compute.compute` runs it (local threads, a local cluster, a ``dask.distributed``
 cluster or scheduler address; one BLAS thread per task).
