@@ -50,6 +50,32 @@ ABLATION = ("ablation_drop", "refit_accuracy")
 MIN_GAP = 0.05
 
 
+#: The fields each kind of claim needs.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "difference": ("task", "treatment", "reference"),
+    "equivalence": ("task", "treatment", "reference", "margin"),
+    "readable_by": ("task", "arch", "layer", "threshold"),
+    "profile_match": ("task", "matches", "differs_from"),
+    "bound": ("task", "arch", "threshold"),
+}
+
+#: The verdicts a claim can get, and when (docs/claims.md is written from these).
+OUTCOMES: dict[str, str] = {
+    "supported": "the claim's own test passes after Holm's correction: a difference from 0 in the "
+                 "claimed direction (and, with a margin, not within it); an equivalence claim's "
+                 "interval inside the margin; a bound's one-sided bound beyond the threshold",
+    "negligible": "a difference claim with a margin: different from 0, but within the margin (real, too "
+                  "small to matter)",
+    "equivalent": "a difference claim with a margin: not different from 0, and within the margin",
+    "inconclusive": "neither test decides: the interval is too wide for the seeds there are (the power "
+                    "and the minimum detectable effect say how many more would help)",
+    "contradicted": "the interval lies wholly on the side opposite to the claim (or outside an "
+                    "equivalence margin), and the test of that side survives Holm's correction",
+    "not evaluable": "the stored results cannot answer the claim (e.g. fewer than 2 seeds with a value); "
+                     "the reason is given and the other claims are still evaluated",
+}
+
+
 class Claim(BaseModel):
     """One declared hypothesis."""
 
@@ -134,13 +160,7 @@ class Claim(BaseModel):
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Claim:
-        need = {
-            "difference": ("task", "treatment", "reference"),
-            "equivalence": ("task", "treatment", "reference", "margin"),
-            "readable_by": ("task", "arch", "layer", "threshold"),
-            "profile_match": ("task", "matches", "differs_from"),
-            "bound": ("task", "arch", "threshold"),
-        }[self.kind]
+        need = REQUIRED[self.kind]
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
             article = "an" if self.kind[0] in "aeiou" else "a"

@@ -1,0 +1,224 @@
+"""The claims reference, ``docs/claims.md``, written from the claim model itself.
+
+Every field, its type, default and description comes from :class:`~analysis.claims.spec.Claim`;
+the fields each kind needs from :data:`~analysis.claims.spec.REQUIRED`; the outcomes from
+:data:`~analysis.claims.spec.OUTCOMES`. The worked examples below are checked by
+:func:`analysis.claims.spec.parse_claims` as the page is written, so a field renamed or a rule
+tightened fails the build of the page, not a reader. Regenerate with::
+
+    python -m analysis.claims.reference > docs/claims.md
+
+(``tests/analysis/test_claims_reference.py`` fails when the page and the model disagree.)
+"""
+
+from __future__ import annotations
+
+import tomllib
+import types
+import typing
+from typing import Any
+
+from analysis.claims.spec import (
+    ALPHA,
+    CROSSCHECK,
+    DEFAULT_MODEL,
+    MODEL_NAMES,
+    OUTCOMES,
+    REQUIRED,
+    Claim,
+    parse_claims,
+)
+
+#: One worked example per kind: the TOML a user writes, and what it asks.
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "difference": ("""\
+[[claims]]
+id = "conv1d-s3"
+statement = "Removing Conv1D lowers Mamba's S3 accuracy by more than 5 points"
+kind = "difference"
+task = "s3"
+arch = "mamba"
+compare = "variant"        # the default
+treatment = "no_conv"
+reference = "default"
+direction = "less"
+margin = 0.05
+length = 40""", "Paired by seed (same seed, same evaluation sequences), the `paired_t` model on "
+                "per-sequence accuracy: supported when the drop differs from 0 and is not within 0.05."),
+    "equivalence": ("""\
+[[claims]]
+id = "gru-like-lstm"
+statement = "GRU and LSTM are equally accurate on Parity (within 2 points)"
+kind = "equivalence"
+task = "parity"
+compare = "arch"
+treatment = "gru"
+reference = "lstm"
+margin = 0.02""", "TOST at the margin: supported when the 95% interval of the difference lies inside "
+                  "(-0.02, +0.02); a difference claim can never show this."),
+    "readable_by": ("""\
+[[claims]]
+id = "dyck-readable"
+statement = "Dyck's top of stack is readable at L0 of the GRU"
+kind = "readable_by"
+task = "dyck"
+arch = "gru"
+layer = "L0"
+threshold = 0.9
+result = "dyck"            # only needed when several probe results hold Dyck's runs""",
+                    "One-sided t over seeds: the mean probe accuracy at L0 (the probe result "
+                    "`probes/dyck`) exceeds 0.9."),
+    "profile_match": ("""\
+[[claims]]
+id = "s3-like-parity"
+statement = "S3's probe profile has Parity's shape, not Dyck's"
+kind = "profile_match"
+task = "s3"
+matches = "parity"
+differs_from = "dyck"
+archs = ["lstm", "mamba"]  # one row each""", "Exact permutation test over seeds of the layer-profile "
+                                               "shape distance, once per architecture."),
+    "bound": ("""\
+[[claims]]
+id = "lstm-parity-long"
+statement = "The LSTM keeps Parity above 95% at length 120"
+kind = "bound"
+task = "parity"
+arch = "lstm"
+threshold = 0.95
+direction = "greater"
+length = 120""", "One-sided t over seeds that the mean accuracy lies above 0.95 (the score test at the "
+                 "threshold when the seeds agree more closely than their sequences allow)."),
+}
+
+#: A worked example of each outcome: the numbers and why they give it.
+OUTCOME_EXAMPLES = {
+    "supported": "difference, direction less, margin 0.05: estimate -0.12 [-0.15, -0.09], p = 0.001: "
+                 "different from 0 and the whole interval beyond the margin",
+    "negligible": "difference, margin 0.05: estimate -0.004 [-0.008, -0.001], p = 0.01: real, but "
+                  "inside the margin",
+    "equivalent": "difference, margin 0.05: estimate +0.003 [-0.02, +0.03], p = 0.6: not different from 0 "
+                  "and inside the margin (an equivalence claim would be supported)",
+    "inconclusive": "difference, margin 0.05: estimate -0.04 [-0.11, +0.03]: neither different from 0 nor "
+                    "inside the margin; the row gives the power and the seeds a verdict would need",
+    "contradicted": "difference, direction greater: estimate -0.09 [-0.12, -0.06]: wholly on the other "
+                    "side, and that side's test survives Holm's correction",
+    "not evaluable": "fewer than 2 seeds with a value (e.g. one seed trained, or restoration undefined "
+                     "because the corruption does not move the answer): the reason is given; the "
+                     "other claims are still evaluated",
+}
+
+
+def _type(annotation: Any) -> str:
+    """A field's type as a reader writes it in TOML: ``"a" | "b"``, ``string``, ``list of strings``."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f'`"{a}"`' for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type(a) for a in args if a is not type(None))
+    if origin is list:
+        return f"list of {_type(args[0])}s" if args else "list"
+    return {str: "string", int: "integer", float: "number", bool: "true/false"}.get(annotation, str(annotation))
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    return f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render() -> str:
+    """The text of ``docs/claims.md``."""
+    for kind, (toml, _) in EXAMPLES.items():  # every example is a valid claim of its kind
+        (claim,) = parse_claims(tomllib.loads(toml)["claims"], source=f"example of {kind}")
+        assert claim.kind == kind, kind
+    kinds = typing.get_args(Claim.model_fields["kind"].annotation)
+    missing = set(kinds) ^ set(EXAMPLES) or set(kinds) ^ set(REQUIRED)
+    if missing:
+        raise ValueError(f"claim kinds without an example or a rule: {sorted(missing)}")
+    out = [
+        "# Claims: a reference",
+        "",
+        "<!-- Written by `python -m analysis.claims.reference > docs/claims.md` from the claim model "
+        "(analysis/claims/spec.py); edit the model, not this page. -->",
+        "",
+        "A claim is a hypothesis declared before looking at the results. `layerstate stats STORE --claims "
+        "FILE` evaluates the claims of FILE on STORE's stored results; `layerstate run` evaluates those "
+        "of its experiment. FILE is either an experiment TOML (its `[[claims]]` are checked against its "
+        "grid as it loads) or a TOML file that holds only `[[claims]]` tables, e.g.:",
+        "",
+        "```toml",
+        EXAMPLES["readable_by"][0],
+        "```",
+        "",
+        f"Every claim gets an estimate, a 95% interval, the test used, a p-value Holm-corrected across "
+        f"all claims of the file (alpha = {ALPHA}), the power at the seeds there are, a verdict and one "
+        "line saying why. Seeds (independently trained models) are the unit of replication.",
+        "",
+        "## Kinds",
+        "",
+        "| kind | needs | what it tests |",
+        "|---|---|---|",
+    ]
+    for kind in kinds:
+        need = ", ".join(f"`{f}`" for f in REQUIRED[kind])
+        out.append(f"| `{kind}` | {need} | {_cell(EXAMPLES[kind][1])} |")
+    out += ["", "### Worked examples", ""]
+    for kind in kinds:
+        toml, what = EXAMPLES[kind]
+        out += [f"#### `{kind}`", "", "```toml", toml, "```", "", what, ""]
+    out += [
+        "## Fields",
+        "",
+        "Every field a claim may hold (any other is refused, naming the closest field). `required` "
+        "fields must be given; the fields a kind needs are in the table above.",
+        "",
+        "| field | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for name, field in Claim.model_fields.items():
+        out.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | "
+                   f"{_cell(field.description or '')} |")
+    out += [
+        "",
+        "## Defaults that decide",
+        "",
+        f"- `model`: accuracy claims use `{DEFAULT_MODEL}` ({MODEL_NAMES[DEFAULT_MODEL]}) unless they name "
+        "another; each is cross-checked by a second model: "
+        + ", ".join(f"`{a}` by `{b}`" for a, b in CROSSCHECK.items()) + ".",
+        "- `length`: " + _cell(Claim.model_fields["length"].description or ""),
+        "- `result`: " + _cell(Claim.model_fields["result"].description or ""),
+        "- `variant`: `\"default\"`, pinned only when the results hold several variants or the claim names one.",
+        "- `direction`: `\"two-sided\"`; a `bound` claim must say `greater` or `less`.",
+        "",
+        "## Outcomes",
+        "",
+        "The `verdict` column; claims with a `margin` also get an `outcome` (effect, negligible, "
+        "equivalent, inconclusive) saying which of the two tests passed.",
+        "",
+        "| verdict | when | worked example |",
+        "|---|---|---|",
+    ]
+    for verdict, when in OUTCOMES.items():
+        out.append(f"| `{verdict}` | {_cell(when)} | {_cell(OUTCOME_EXAMPLES[verdict])} |")
+    out += [
+        "",
+        "More on the tests, the models and the correction across claims: the docstring of "
+        "`analysis.claims` (`python -c 'import analysis.claims; help(analysis.claims)'`).",
+        "",
+    ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render(), end="")
