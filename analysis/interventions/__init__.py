@@ -3,8 +3,9 @@
 Models are rebuilt from a run's stored weights and resumed from a stored layer
 (`SequenceModel.forward_from`), so an intervention at layer l costs only the layers above l.
 
-- :mod:`.engine`: what every analysis runs on: one plan type (`Plan`), delayed cells and the
-  one assembler of their Dataset (`assemble`), computing and storing (`run_and_store`).
+- :mod:`.engine`: what every analysis runs on: one plan type (`InterventionPlan`), delayed
+  cells (`DelayedCell`) and the one assembler of their Dataset (`assemble`), computing and
+  storing (`run_and_store`).
 - :mod:`._common`: rebuilding a run's model, reading a stored layer, resuming from it.
 - :mod:`.erasure`: directions and erasers (probe, INLP, LEACE, PCA/SVD, random, and the
   variance-matched random control), one low-rank affine form ``x - ((x - offset) @ left) @
@@ -51,7 +52,13 @@ from analysis.interventions.directions import (  # noqa: E402
     load_probe_directions,
     parse_settings,
 )
-from analysis.interventions.engine import Cell, Plan, Var, assemble, run_and_store  # noqa: E402
+from analysis.interventions.engine import (  # noqa: E402
+    DelayedCell,
+    InterventionPlan,
+    Var,
+    assemble,
+    run_and_store,
+)
 from analysis.interventions.erasure import (  # noqa: E402
     erase,
     inlp,
@@ -79,8 +86,8 @@ __all__ = [
     "METHODS",
     "MIN_GAP",
     "NOISE_REFUSED",
-    "Cell",
-    "Plan",
+    "DelayedCell",
+    "InterventionPlan",
     "Setting",
     "Var",
     "ablation",

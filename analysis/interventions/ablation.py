@@ -76,8 +76,8 @@ from analysis.interventions.directions import (
     setting_directions,
 )
 from analysis.interventions.engine import (
-    Cell,
-    Plan,
+    DelayedCell,
+    InterventionPlan,
     Var,
     assemble,
     open_plan,
@@ -169,7 +169,7 @@ def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None
 
 
 # ----------------------------------------------------------------------------- the graph
-def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, folds) -> Plan:
+def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, folds) -> InterventionPlan:
     """The ablation plan: ``length`` and ``setting`` axes, fitting and evaluated sequences."""
     runs = select_runs(store, runs, "ablate")
     if lengths is None:
@@ -202,7 +202,7 @@ def _plan(store, runs, lengths, layers, settings, fit_length, fit_fraction, fold
     return plan
 
 
-def _given_directions(plan: Plan, settings, directions, rid: str) -> dict[str, xr.DataArray]:
+def _given_directions(plan: InterventionPlan, settings, directions, rid: str) -> dict[str, xr.DataArray]:
     """Per method ("given", "stored") the run's (layer, direction, feature) directions."""
     methods = {s.base.method for s in settings}
     out = {}
@@ -229,7 +229,7 @@ def _check_options(mode: str, fit_fraction: float, folds: int, refit_rows: int) 
         raise InvalidArgumentError(f"refit_rows must be >= 10, got {refit_rows}")
 
 
-def _check_sizes(plan: Plan, settings: list[Setting]) -> None:
+def _check_sizes(plan: InterventionPlan, settings: list[Setting]) -> None:
     for rid in plan.runs:
         d = plan.n_features[rid]
         for s in settings:
@@ -392,14 +392,14 @@ def _seeded(probe: dict | None, *seed: int) -> dict | None:
     return None if probe is None else {**probe, "seed": list(seed)}
 
 
-def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> list[Cell]:
+def _cells(plan: InterventionPlan, settings, directions, mode, probe, seed, batch_size) -> list[DelayedCell]:
     """Delayed tasks: a model per run, fit rows per (run, layer), erasers, evaluations."""
     delayed = dask.delayed
     refit = probe is not None
     fit_length = plan.fit_length
     if fit_length is None:  # set by _plan
         raise ValueError("an ablation plan needs its fit length")
-    cells: list[Cell] = []
+    cells: list[DelayedCell] = []
     for rid in plan.runs:
         model = plan.model(rid)
         given = _given_directions(plan, settings, directions, rid)
@@ -413,21 +413,21 @@ def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> l
             erasers = _layer_erasers(plan, settings, given, rid, (li, layer), rows, mode, seed)
             for s in settings:
                 at = {"run": rid, "layer": layer, "setting": s.name}
-                cells.append(Cell(at, ("n_directions",), erasers[s].rank))
+                cells.append(DelayedCell(at, ("n_directions",), erasers[s].rank))
             for L in plan.axes["length"]:
                 data = delayed(_eval_data, pure=False)(
                     plan.group(rid, L), layer, plan.sequences[rid, L]
                 )
                 if first:  # labels do not depend on the layer: counted once per length
                     at = {"run": rid, "length": L}
-                    cells.append(Cell(at, ("sequence_id",), plan.sequences[rid, L]))
-                    cells.append(Cell(at, ("n_labelled", "chance"),
+                    cells.append(DelayedCell(at, ("sequence_id",), plan.sequences[rid, L]))
+                    cells.append(DelayedCell(at, ("n_labelled", "chance"),
                                       delayed(_label_counts, pure=False)(data)))
                 base = delayed(_evaluate, pure=False)(
                     model, layer, data, None, _seeded(probe, seed, L, li, 0), batch_size
                 )
                 at = {"run": rid, "length": L, "layer": layer}
-                cells.append(Cell(at, ("correct_clean", *_refit_names(refit, "_clean"),
+                cells.append(DelayedCell(at, ("correct_clean", *_refit_names(refit, "_clean"),
                                        *_STATE_STATS), base))
                 for si, s in enumerate(settings):
                     erased = delayed(_evaluate, pure=False)(
@@ -435,13 +435,13 @@ def _cells(plan: Plan, settings, directions, mode, probe, seed, batch_size) -> l
                         batch_size,
                     )
                     at = {"run": rid, "length": L, "layer": layer, "setting": s.name}
-                    cells.append(Cell(at, ("correct", *_refit_names(refit),
+                    cells.append(DelayedCell(at, ("correct", *_refit_names(refit),
                                            *_REMOVAL_STATS), erased))
             first = False
     return cells
 
 
-def _layer_erasers(plan: Plan, settings, given: dict, rid: str, where: tuple[int, str], rows,
+def _layer_erasers(plan: InterventionPlan, settings, given: dict, rid: str, where: tuple[int, str], rows,
                    mode: str, seed: int) -> dict[Setting, Any]:
     """One delayed `_fit_eraser` per setting at one (run, layer); a matched control's target
     eraser is shared with its setting when that is listed too, and fitted for it otherwise."""

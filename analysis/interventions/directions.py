@@ -20,7 +20,7 @@ from analysis.interventions._common import (
     target_of,
 )
 from analysis.interventions.engine import (
-    Plan,
+    InterventionPlan,
 )
 from store import MissingError, Store
 from store.errors import InvalidArgumentError, InvalidArrayError
@@ -265,7 +265,7 @@ def setting_directions(x, y, setting: Setting, rng, n_features: int, *,
     return erasure.random_np(n_features, k, rng)
 
 
-def fixed_directions(plan: Plan, given: dict, rid: str, layer: str, setting: Setting):
+def fixed_directions(plan: InterventionPlan, given: dict, rid: str, layer: str, setting: Setting):
     """The (direction, feature) rows of a given/stored setting at one layer (else None)."""
     if setting.method not in given:
         return None

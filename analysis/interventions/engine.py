@@ -2,12 +2,12 @@
 
 An analysis (ablation, patching, interchange) is a *builder* and a *per-cell function*:
 
-1. the builder checks its arguments and opens a :class:`Plan` (:func:`open_plan`): the runs,
+1. the builder checks its arguments and opens a :class:`InterventionPlan` (:func:`open_plan`): the runs,
    their stored groups opened once (lazily via xarray, no dask), the layers intervened at, the
    stored sequences evaluated and the grid's own axes (``length``, ``setting``, ``position``,
    ``site``);
-2. it lists :class:`Cell`\\ s: a delayed call of its per-cell function on the run's model
-   (:meth:`Plan.model`, rebuilt once per run from stored weights; a
+2. it lists :class:`DelayedCell`\\ s: a delayed call of its per-cell function on the run's model
+   (:meth:`InterventionPlan.model`, rebuilt once per run from stored weights; a
    :class:`~analysis.interventions._common.PortableModel`, so it can move between workers)
    and stored states, and the grid coordinates its outputs go to;
 3. :func:`assemble` turns the cells into a dask-backed ``xarray.Dataset``: one task gathers
@@ -45,7 +45,7 @@ from store import MissingError, Store
 
 # ----------------------------------------------------------------------------- the plan
 @dataclass
-class Plan:
+class InterventionPlan:
     """Everything an intervention analysis knows before computing.
 
     Attributes
@@ -129,7 +129,7 @@ def open_plan(
     layers: Sequence[str] | None,
     *,
     layers_at: tuple[str, int],
-) -> Plan:
+) -> InterventionPlan:
     """Check and open the stored groups of every run; layers are checked against one of them.
 
     Parameters
@@ -148,7 +148,7 @@ def open_plan(
     kinds: dict[str, list[int]] = {}
     for kind, length in groups:
         kinds.setdefault(kind, []).append(int(length))
-    plan = Plan(store, runs, {}, {}, [], {}, {}, {})
+    plan = InterventionPlan(store, runs, {}, {}, [], {}, {}, {})
     for rid in runs:
         for kind, lengths in kinds.items():
             check_lengths(store, rid, sorted(set(lengths)), kind)
@@ -174,7 +174,7 @@ class Var:
 
 
 @dataclass(frozen=True)
-class Cell:
+class DelayedCell:
     """One delayed computation and where its outputs go.
 
     ``value`` (a dask ``Delayed`` or a plain value) computes to one output per entry of
@@ -203,7 +203,7 @@ def _scatter(specs: dict, places: list, values: list) -> dict[str, np.ndarray]:
     return out
 
 
-def _place(cell: Cell, name: str, var: Var, position: dict[str, dict]) -> tuple:
+def _place(cell: DelayedCell, name: str, var: Var, position: dict[str, dict]) -> tuple:
     dims = [d for d in var.dims if d in cell.at]
     if dims != list(var.dims[: len(dims)]):
         raise ValueError(f"cell at {cell.at} must name leading dims of {name} {var.dims}")
@@ -211,9 +211,9 @@ def _place(cell: Cell, name: str, var: Var, position: dict[str, dict]) -> tuple:
 
 
 def assemble(
-    plan: Plan,
+    plan: InterventionPlan,
     variables: dict[str, Var],
-    cells: Sequence[Cell],
+    cells: Sequence[DelayedCell],
     *,
     data: dict[str, Any] | None = None,
     coords: dict[str, Any] | None = None,
@@ -223,11 +223,11 @@ def assemble(
 
     Parameters
     ----------
-    plan : Plan
+    plan : InterventionPlan
         Its runs, layers, sequences and axes are the grid's coordinates (with ``arch (run)``).
     variables : dict of str to Var
         What the cells fill, in Dataset order.
-    cells : list of Cell
+    cells : list of DelayedCell
     data : dict, optional
         Variables known without computing (``(dims, values)``), added after ``variables``.
     coords, attrs : dict, optional

@@ -17,7 +17,7 @@ import xarray as xr
 
 from analysis.interventions import MIN_GAP
 from analysis.interventions._common import site_description
-from analysis.interventions.engine import Plan, assemble, run_and_store
+from analysis.interventions.engine import InterventionPlan, assemble, run_and_store
 from analysis.interventions.mechanism import classify_mechanism
 from analysis.interventions.noise import noise_options
 from analysis.interventions.patching import (
@@ -49,7 +49,7 @@ INTERCHANGE_NAMES = {
 }
 
 
-def _sites(plan: Plan, length: int, sites: Sequence[str] | None) -> list[str]:
+def _sites(plan: InterventionPlan, length: int, sites: Sequence[str] | None) -> list[str]:
     """The interchange sites: given (each stored for every run) or the task's default."""
     def stored(rid: str) -> list[str]:
         clean = plan.group(rid, length, "cfclean")
@@ -69,7 +69,7 @@ def _sites(plan: Plan, length: int, sites: Sequence[str] | None) -> list[str]:
     return sites
 
 
-def _trivial(plan: Plan, length: int, sites: list[str]) -> np.ndarray:
+def _trivial(plan: InterventionPlan, length: int, sites: list[str]) -> np.ndarray:
     """(run, site): the site is the edited position in every pair."""
     out = np.zeros((len(plan.runs), len(sites)), dtype=bool)
     for r, rid in enumerate(plan.runs):

@@ -16,7 +16,7 @@ import xarray as xr
 
 from analysis.interventions import erasure
 from analysis.interventions.directions import Setting
-from analysis.interventions.engine import Plan
+from analysis.interventions.engine import InterventionPlan
 from store import Store
 from store.errors import InvalidArgumentError
 
@@ -62,7 +62,7 @@ def with_matched(settings: list[Setting]) -> list[Setting]:
 RUN_FACTORS = {"task": "run_task", "variant": "run_variant", "seed": "run_seed"}
 
 
-def run_factors(plan: Plan) -> dict[str, tuple[str, list]]:
+def run_factors(plan: InterventionPlan) -> dict[str, tuple[str, list]]:
     """``run_task``, ``run_variant``, ``run_seed`` coordinates along ``run`` (``arch`` is the
     plan's), so that results pair runs by seed without the store (`matched_comparison`)."""
     attrs = [plan.store.run_attrs(r) for r in plan.runs]

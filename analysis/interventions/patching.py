@@ -72,8 +72,8 @@ from analysis.interventions._common import (
     open_group,
 )
 from analysis.interventions.engine import (
-    Cell,
-    Plan,
+    DelayedCell,
+    InterventionPlan,
     Var,
     assemble,
     open_plan,
@@ -112,7 +112,7 @@ def _subspace_basis(rows, fixed) -> np.ndarray:
     return erasure.orthonormal_basis_np(erasure.probe_directions_np(x, y, groups=groups))
 
 
-def subspace_bases(plan: Plan, length: int, subspace: str | None, directions, fit_length) -> dict:
+def subspace_bases(plan: InterventionPlan, length: int, subspace: str | None, directions, fit_length) -> dict:
     """(run, layer) -> a delayed basis of the patched subspace (empty without a subspace)."""
     if subspace is None:
         return {}
@@ -149,7 +149,7 @@ def subspace_bases(plan: Plan, length: int, subspace: str | None, directions, fi
 
 
 # ----------------------------------------------------------------------------- the graphs
-def twin_plan(store: Store, runs, length: int, layers, corruption: str = "token") -> Plan:
+def twin_plan(store: Store, runs, length: int, layers, corruption: str = "token") -> InterventionPlan:
     """The plan of a grid over the stored twins ``cfclean_<length>``/``cfcorrupt_<length>``
     (only ``cfclean`` for a noise corruption)."""
     runs = select_runs(store, runs, "patch")
@@ -169,8 +169,8 @@ def twin_plan(store: Store, runs, length: int, layers, corruption: str = "token"
     return plan
 
 
-def twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: int, *,
-                subspaces: dict, noise: dict | None) -> list[Cell]:
+def twin_cells(plan: InterventionPlan, length: int, sites: list, names: dict, batch_size: int, *,
+                subspaces: dict, noise: dict | None) -> list[DelayedCell]:
     """One cell per (run, layer): `_twin_cell` over every site; ``names`` maps `OUTPUTS` to
     the analysis' variables (absent: dropped)."""
     delayed = dask.delayed
@@ -186,11 +186,11 @@ def twin_cells(plan: Plan, length: int, sites: list, names: dict, batch_size: in
                                                     sites, batch_size, basis)
             kept = tuple(None if k.startswith("sub_") and basis is None else names.get(k)
                          for k in OUTPUTS)
-            cells.append(Cell({"run": rid, "layer": layer}, kept, value))
+            cells.append(DelayedCell({"run": rid, "layer": layer}, kept, value))
     return cells
 
 
-def stored_positions(plan: Plan, length: int, names) -> dict:
+def stored_positions(plan: InterventionPlan, length: int, names) -> dict:
     """Per-sequence stored positions ``pos_<name> (run, sequence)``, -1 padded."""
     out = {}
     for name in names:

@@ -26,7 +26,7 @@ from store import InvalidArrayError, MissingError
 from store.errors import MissingDependencyError
 from store.zarrutil import to_numpy
 
-from .plans import Plan, some_names
+from .plans import ImportPlan, some_names
 
 #: The optional extra that brings every importer's library.
 EXTRA = "interop"
@@ -83,7 +83,7 @@ def activation_dims(shape: Sequence[int]) -> tuple[int, int, int]:
     return int(shape[0]), int(shape[1]), width
 
 
-def check_shapes(shapes: Mapping[str, Sequence[int]], plan: Plan, where: str,
+def check_shapes(shapes: Mapping[str, Sequence[int]], plan: ImportPlan, where: str,
                  ref: Mapping[str, Sequence[int]] | None = None) -> int:
     """Check one batch's (or a whole file source's) shapes against the plan and against the
     first batch's ``ref``; the number of sequences. Each failure is one line naming the hook

@@ -1,7 +1,7 @@
 """What every importer shares, gathered in one place (the names importers and users import).
 
 * :mod:`.plans`: the run an import writes (:class:`RunInfo`) and which of a source's names
-  make which stored variable (:class:`Plan`, built from TransformerLens hooks, module paths or
+  make which stored variable (:class:`ImportPlan`, built from TransformerLens hooks, module paths or
   plain names);
 * :mod:`.checks`: the checks on what a source hands over (shapes, labels, the library
   installed) before anything is written;
@@ -26,7 +26,7 @@ from .checks import (
 from .plans import (
     LOGIT_NAMES,
     TOKEN_NAMES,
-    Plan,
+    ImportPlan,
     RunInfo,
     as_run,
     module_plan,
@@ -48,7 +48,7 @@ __all__ = [
     "ImportResult",
     "Labels",
     "MissingExtraError",
-    "Plan",
+    "ImportPlan",
     "Ranged",
     "RunInfo",
     "activation_dims",

@@ -26,7 +26,7 @@ import numpy as np
 
 from store import InvalidArrayError, MissingError, Store
 
-from .common import Arrays, ImportResult, Plan, RunInfo, as_run, named_plan, natural, write
+from .common import Arrays, ImportPlan, ImportResult, RunInfo, as_run, named_plan, natural, write
 
 
 class _Files(abc.ABC):
@@ -308,7 +308,7 @@ def import_safetensors(
     *,
     layers: Sequence[str] | None = None,
     sites: Sequence[str] | None = None,
-    plan: Plan | None = None,
+    plan: ImportPlan | None = None,
     labels: Any = None,
     tokens: Any = None,
     mask: Any = None,
@@ -333,7 +333,7 @@ def import_npy(
     *,
     layers: Sequence[str] | None = None,
     sites: Sequence[str] | None = None,
-    plan: Plan | None = None,
+    plan: ImportPlan | None = None,
     labels: Any = None,
     tokens: Any = None,
     mask: Any = None,

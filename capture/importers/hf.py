@@ -31,7 +31,17 @@ import numpy as np
 from store import InvalidArrayError, MissingError, RunConflictError, Store
 from store.schema import length_group
 
-from .common import Arrays, ImportResult, Labels, Plan, RunInfo, as_run, named_plan, require, write
+from .common import (
+    Arrays,
+    ImportPlan,
+    ImportResult,
+    Labels,
+    RunInfo,
+    as_run,
+    named_plan,
+    require,
+    write,
+)
 
 _HOOK_TYPES = ("Array2D", "Array3D", "Array4D", "Array5D")
 
@@ -131,7 +141,7 @@ def import_hf_datasets(
     *,
     layers: Sequence[str] | None = None,
     sites: Sequence[str] | None = None,
-    plan: Plan | None = None,
+    plan: ImportPlan | None = None,
     labels: Any = None,
     tokens: Any = None,
     mask: Any = None,

@@ -1,6 +1,6 @@
 """Which run an import writes, and which of a source's names make which stored variable.
 
-A :class:`Plan` says which names make ``hidden`` (in layer order; several names are summed,
+A :class:`ImportPlan` says which names make ``hidden`` (in layer order; several names are summed,
 e.g. TransformerLens' ``hook_embed`` + ``hook_pos_embed``), which are extra sites, which are
 tokens and logits. The plans are built from a tool's own naming: TransformerLens hook names
 (:func:`transformer_lens_plan`), module paths (:func:`module_plan`, nnsight), or plain array
@@ -39,7 +39,7 @@ def as_run(run: RunInfo | str, **kw: Any) -> RunInfo:
 
 # ---------------------------------------------------------------------- naming
 @dataclass
-class Plan:
+class ImportPlan:
     """Which source names make which stored variable."""
 
     layers: list[tuple[str, tuple[str, ...]]]         # layer name -> source names summed
@@ -87,7 +87,7 @@ def select(names: Iterable[str], patterns: Sequence[str] | None, what: str) -> l
     return out
 
 
-def transformer_lens_plan(names: Sequence[str], sites: Sequence[str] | None = None) -> Plan | None:
+def transformer_lens_plan(names: Sequence[str], sites: Sequence[str] | None = None) -> ImportPlan | None:
     """The residual stream of a TransformerLens cache: ``embed`` = ``hook_embed`` (+
     ``hook_pos_embed``) or ``blocks.0.hook_resid_pre``; ``L<i>`` = ``blocks.<i>.hook_resid_post``
     (or ``blocks.<i+1>.hook_resid_pre``). None if ``names`` hold no residual-stream hook.
@@ -113,7 +113,7 @@ def transformer_lens_plan(names: Sequence[str], sites: Sequence[str] | None = No
                                f"has blocks {sorted(post)} (resid_post) and {sorted(pre)} (resid_pre)")
     used = {n for _lay, src in layers for n in src}
     chosen = select([n for n in names if n not in used], sites, "sites")
-    return Plan(layers, [(_tl_site(n), n) for n in chosen], _first(names, TOKEN_NAMES),
+    return ImportPlan(layers, [(_tl_site(n), n) for n in chosen], _first(names, TOKEN_NAMES),
                 _first(names, LOGIT_NAMES))
 
 
@@ -128,7 +128,7 @@ _EMBED_ENDS = ("embed", "wte", "embed_tokens", "embed_in", "embeddings", "embedd
 
 
 def module_plan(names: Sequence[str], *, layers: Sequence[str] | Mapping[str, str] | None = None,
-                embed: str | None = None, sites: Sequence[str] | None = None) -> Plan:
+                embed: str | None = None, sites: Sequence[str] | None = None) -> ImportPlan:
     """Layers from module paths (nnsight): ``layers`` given (a list, the first being the
     embedding's output, or a mapping layer name -> path), or found: ``….h.<i>`` /
     ``….layers.<i>`` / ``….blocks.<i>`` are blocks ``L<i>``, and ``embed`` (or the one path
@@ -172,7 +172,7 @@ def module_plan(names: Sequence[str], *, layers: Sequence[str] | Mapping[str, st
     rest = [n for n in names if n not in used]
     chosen = rest if sites is None else select(rest, sites, "sites")
     prefix = {src[0]: lay for lay, src in plan_layers}
-    return Plan(plan_layers, [(_module_site(n, prefix), n) for n in chosen], tokens, logits)
+    return ImportPlan(plan_layers, [(_module_site(n, prefix), n) for n in chosen], tokens, logits)
 
 
 def _module_site(name: str, prefix: Mapping[str, str]) -> str:
@@ -183,7 +183,7 @@ def _module_site(name: str, prefix: Mapping[str, str]) -> str:
 
 
 def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
-               sites: Sequence[str] | None = None) -> Plan:
+               sites: Sequence[str] | None = None) -> ImportPlan:
     """Layers from array names in files (safetensors, ``.npy``, a ``datasets`` directory):
     ``layers`` given (in that order, stored under their own names), or TransformerLens hook
     names (:func:`transformer_lens_plan`), or every activation name — ``embed``, ``L0``, … in
@@ -193,7 +193,7 @@ def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
     if layers:
         chosen = select([n for n in names if n not in (tokens, logits)], layers, "layers")
         rest = [n for n in names if n not in chosen and n not in (tokens, logits)]
-        return Plan([(n, (n,)) for n in chosen], [(n, n) for n in select(rest, sites, "sites")],
+        return ImportPlan([(n, (n,)) for n in chosen], [(n, n) for n in select(rest, sites, "sites")],
                     tokens, logits)
     tl = transformer_lens_plan(names, sites)
     if tl is not None:
@@ -205,7 +205,7 @@ def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
         raise MissingError(f"no activation arrays among {some_names(names)}"
                            + (" besides the sites" if chosen else ""))
     acts.sort(key=lambda n: (n != "embed", natural(n)))
-    return Plan([(n, (n,)) for n in acts], [(n, n) for n in chosen], tokens, logits)
+    return ImportPlan([(n, (n,)) for n in acts], [(n, n) for n in chosen], tokens, logits)
 
 
 def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:

@@ -35,7 +35,7 @@ from .checks import (
     label_arrays,
 )
 from .labels import resolve
-from .plans import Plan, RunInfo, site_var
+from .plans import ImportPlan, RunInfo, site_var
 
 
 # ---------------------------------------------------------------------- the write
@@ -59,7 +59,7 @@ def write(
     store: Store | str,
     run: RunInfo,
     source: Ranged | Batches,
-    plan: Plan,
+    plan: ImportPlan,
     *,
     labels: Mapping[str, Any] | Labels | str | None = None,
     tokens: Any = None,
@@ -101,7 +101,7 @@ def write(
                   progress, ahead=True, fingerprint=fingerprint, allow_nonfinite=allow_nonfinite)
 
 
-def _write_batches(store, run, source: Batches, plan: Plan, lab: tuple[Any, Any, Any], dtype: str,
+def _write_batches(store, run, source: Batches, plan: ImportPlan, lab: tuple[Any, Any, Any], dtype: str,
                    block_size: int | None, fmt: str, progress, *,
                    allow_nonfinite: bool = False) -> ImportResult:
     batches = source.batches
@@ -152,7 +152,7 @@ class _Sequential:
     """Reads ``[start, stop)`` from batches arriving in order, keeping only what is unread
     (bounded memory); each new batch is checked against the first."""
 
-    def __init__(self, what: str, plan: Plan, head: Mapping[str, Any], ref: dict[str, tuple[int, ...]],
+    def __init__(self, what: str, plan: ImportPlan, head: Mapping[str, Any], ref: dict[str, tuple[int, ...]],
                  rest: Iterator[Mapping[str, Any]]) -> None:
         self.what, self.plan, self.ref, self.rest = what, plan, ref, rest
         self.buf: list[Arrays] = [self._take(head)]
@@ -199,7 +199,7 @@ class _Sequential:
             raise InvalidArrayError(f"{self.what}: more sequences than n_sequences={self.count}")
 
 
-def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, Any], n: int,
+def _write(store: Store | str, run: RunInfo, plan: ImportPlan, given: tuple[Any, Any, Any], n: int,
            shapes: Mapping[str, Sequence[int]], dtype: str, block_size: int | None, fmt: str,
            what: str, read: Callable[[int, int], Arrays], progress: Callable[[int], None] | None,
            after: Callable[[], None] | None = None, ahead: bool = False,
@@ -260,7 +260,7 @@ def _write(store: Store | str, run: RunInfo, plan: Plan, given: tuple[Any, Any, 
                         [s for s, _ in plan.sites], list(labels), written, total, what)
 
 
-def _put(w: Any, b: int, arrays: Arrays, plan: Plan, lab: Labels, labels: Mapping[str, Any], L: int,
+def _put(w: Any, b: int, arrays: Arrays, plan: ImportPlan, lab: Labels, labels: Mapping[str, Any], L: int,
          width: int) -> None:
     """Hand block ``b`` (the source's arrays of its sequences) to the writer."""
     start, stop = w.block_range(b)
@@ -344,7 +344,7 @@ def _block_size(st: Store, run_id: str, L: int, n: int, width: int, dtype: str) 
     return auto
 
 
-def _hidden(arrays: Arrays, plan: Plan, m: int, L: int, width: int) -> np.ndarray:
+def _hidden(arrays: Arrays, plan: ImportPlan, m: int, L: int, width: int) -> np.ndarray:
     """``(sequence, position, layer, feature)`` from the plan's arrays, laid out layer-major
     underneath (a transposed view): each layer is filled by one contiguous copy and each
     chunk (one layer) is read back contiguously by the writer; ``np.stack`` along axis 2
