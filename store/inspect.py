@@ -54,6 +54,7 @@ def summary(store: Store) -> dict:
             "task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
             "seed": a.get("seed"), "weights": store.has_weights(rid), "groups": groups,
             "metrics": a.get("metrics"),
+            "width": _width(a.get("model_config")),
             # a training in progress (or interrupted): where its last checkpoint stands
             "training": None if ck is None else _training(ck[0], ck[1]),
         }
@@ -69,6 +70,18 @@ def summary(store: Store) -> dict:
         "runs": runs,
         "results": store.results(),
     }
+
+
+def _width(config: object) -> str | None:
+    """Why a run's ``feature`` width is what it is, when it is not its ``d_model``: the LSTM's
+    and GRU's hidden size is chosen to match a Transformer layer's parameters at that d_model."""
+    if not isinstance(config, dict) or not config.get("hidden_size") or not config.get("d_model"):
+        return None
+    if int(config["hidden_size"]) == int(config["d_model"]):
+        return None
+    return (f"{config['hidden_size']} = its hidden_size, not d_model {config['d_model']}: "
+            f"{config.get('arch', 'the')} sizes are parameter-matched to a Transformer layer of width d_model "
+            "(set hidden_size in [models.<arch>] to choose it)")
 
 
 def size_on_disk(store: Store) -> int | None:
@@ -93,6 +106,7 @@ def format_summary(info: dict) -> str:
         lines.append(
             f"  {rid}: task={r['task']} arch={r['arch']} variant={r['variant']} seed={r['seed']}"
             f" weights={'yes' if r['weights'] else 'no'}"
+            + (f"\n    feature width {r['width']}" if r.get("width") else "")
         )
         if r.get("training"):
             t = r["training"]

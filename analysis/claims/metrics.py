@@ -104,7 +104,8 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
         part = ds[["profile"]].assign(held=("run", np.ones(ds.sizes["run"], bool)))
         parts.append(part.expand_dims(result=[n]).assign_coords(
             settings=("result", [describe_settings(ds.attrs)])))
-    out = xr.concat(parts, dim="result", join="outer", data_vars="all", fill_value={"held": False})
+    out = xr.concat(parts, dim="result", join="outer", data_vars="all", coords="minimal", compat="override",
+                    fill_value={"held": False})
     out["held"] = out["held"].fillna(False).astype(bool)
     return out
 
@@ -150,7 +151,8 @@ def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[st
         one = probes.sel(result=chosen, drop=True)
         keep = [r for r in runs_of if bool(one.held.sel(run=r))]
         parts.append(one.sel(run=keep).drop_vars(["held", "settings"], errors="ignore"))
-    return xr.concat(parts, dim="run") if len(parts) > 1 else parts[0]
+    return (xr.concat(parts, dim="run", join="outer", data_vars="all", coords="minimal", compat="override")
+            if len(parts) > 1 else parts[0])
 
 
 # ---------------------------------------------------------------------- per-kind evaluation
@@ -269,7 +271,7 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
     if not parts:
         raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
                            f"{claim.length}; {missing}")
-    out = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
+    out = xr.concat(parts, dim="run", join="outer", coords="minimal", compat="override") if len(parts) > 1 else parts[0]
     return by_factors(out.reset_coords(drop=True), store)
 
 
