@@ -223,6 +223,8 @@ def _get(r: xr.Dataset, name: str, default: Any = "") -> Any:
 def claim_summaries(res: xr.Dataset) -> Iterator[str]:
     """One short line per evaluated claim: the verdict and why (its outcome against the margin,
     interval and corrected p), and a flag when the cross-check model reaches another verdict."""
+    from analysis.claims.verdicts import fmt_p
+
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid, verdict = str(r.claim.values), str(r.verdict.values)
@@ -235,14 +237,29 @@ def claim_summaries(res: xr.Dataset) -> Iterator[str]:
         if reason:  # the outcome and why: its interval and corrected p are in it
             yield f"claim {cid}: {verdict} — {reason}{flag}"
             continue
-        yield (f"claim {cid}: {verdict} (estimate {float(r.estimate):+.3f} [{float(r.lower):+.3f}, "
-               f"{float(r.upper):+.3f}], corrected p={float(r.p_adjusted):.3g}{flag})")
+        yield f"claim {cid}: {verdict} (estimate {_interval(r)}, corrected p={fmt_p(float(r.p_adjusted))}{flag})"
+
+
+def _interval(r: xr.Dataset) -> str:
+    """A claim's estimate and the interval its test used, as the report prints it."""
+    from analysis.claims.verdicts import seeds_note
+
+    est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
+    fmt = "+.3f" if str(r.kind.values) in ("difference", "equivalence") else ".3f"  # as the report signs them
+    if not np.isfinite(est):
+        return "not computable"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        why = "permutation test: no interval" if str(r.kind.values) == "profile_match" else "no interval"
+        return f"{est:{fmt}} [{why}]"
+    return f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{seeds_note(float(_get(r, 'n_seeds', np.nan)))}"
 
 
 def claim_lines(res: xr.Dataset) -> Iterator[str]:
     """One full line per evaluated claim: verdict and why (the outcome against its margin),
     estimate, interval, p and Holm-corrected p, power, the model, the cross-check model's
     estimate, interval, p and verdict (flagged when it differs), and what was dropped."""
+    from analysis.claims.verdicts import fmt_p, power_words
+
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid, verdict = str(r.claim.values), str(r.verdict.values)
@@ -251,9 +268,10 @@ def claim_lines(res: xr.Dataset) -> Iterator[str]:
             continue
         reason = _get(r, "reason")
         line = f"{cid}: {verdict}" + (f" — {reason}" if reason else "")
-        line += (f" | estimate {float(r.estimate):+.3f} [{float(r.lower):+.3f}, {float(r.upper):+.3f}]  "
-                 f"p={float(r.p):.3g} (Holm {float(r.p_adjusted):.3g})  power={float(r.power):.2f}  "
-                 f"— {r.test.values}")
+        power = power_words(str(r.kind.values), float(r.power), float(_get(r, "power_at", np.nan)),
+                            float(_get(r, "margin", np.nan)))
+        line += (f" | estimate {_interval(r)}  p={fmt_p(float(r.p))} (Holm {fmt_p(float(r.p_adjusted))})  "
+                 f"{power}  — {r.test.values}")
         cross = _get(r, "crosscheck_model")
         if cross:
             x_lo, x_hi = float(_get(r, "crosscheck_lower", np.nan)), float(_get(r, "crosscheck_upper", np.nan))

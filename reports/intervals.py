@@ -87,8 +87,12 @@ def apply_rules(
     note: str = "interval_note",
     seed_values: tuple[str, str] | None = ("seed_a", "seed_b"),
     ci_level: float = 0.95,
+    min_seeds: int = MIN_SEEDS,
 ) -> pd.DataFrame:
     """Apply the three rules of this module to the interval columns of ``frame``.
+
+    ``min_seeds``: fewest seeds whose interval is shown; a claim's interval is the one its test
+    used and is shown from 2 seeds (with words saying how wide t makes it there).
 
     Parameters
     ----------
@@ -121,7 +125,7 @@ def apply_rules(
     n = (pd.to_numeric(out[n_seeds], errors="coerce").to_numpy(dtype=float) if n_seeds in out
          else np.full(n_rows, np.nan))
     shown = np.isfinite(lo) & np.isfinite(hi)
-    few = shown & (n >= 2) & (n < MIN_SEEDS)
+    few = shown & (n >= 2) & (n < min_seeds)
     bounded = np.isfinite(lo_r) & np.isfinite(hi_r)
     with np.errstate(invalid="ignore"):
         wide = shown & ~few & bounded & ((hi - lo) >= (hi_r - lo_r))

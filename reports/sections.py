@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.claims.verdicts import power_words, seeds_note
 from reports import figures as F
 from reports import intervals as I
 from reports.model import ALL_STAGES, COMMANDS, Figure, Section, Table, missing_section
@@ -343,10 +344,8 @@ def _floats(frame: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(frame[col], errors="coerce").astype(float)
 
 
-def _power_text(power: float, at: float) -> str:
-    if not np.isfinite(power):
-        return "– (no margin declared)"
-    return fmt(power, 2) + (f" at {at:+.3g}" if np.isfinite(at) else "")
+def _power_text(kind: str, power: float, at: float, margin: float) -> str:
+    return power_words(kind, power, at, margin).removeprefix("power ")
 
 
 def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
@@ -363,7 +362,8 @@ def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
         "test": frame["test"],
         "p": [fmt_p(p) for p in frame["p"]],
         "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
-        "power at effect": [_power_text(p, a) for p, a in zip(frame["power"], _floats(frame, "power_at"), strict=True)],
+        "power at effect": [_power_text(k, p, a, m) for k, p, a, m in zip(
+            frame["kind"], frame["power"], _floats(frame, "power_at"), _floats(frame, "margin"), strict=True)],
         "MDE": [fmt(m, 3) for m in frame["mde"]],
         "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"]],
     }, index=frame.index)
@@ -448,12 +448,13 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
         known = pd.Series([metrics.get(c.split("[", 1)[0]) for c in frame["claim"]], index=frame.index)
     ranges = [claim_range(k, m) for k, m in zip(frame["kind"], known, strict=True)]
     low, high = [r[0] for r in ranges], [r[1] for r in ranges]
-    frame = I.apply_rules(frame, low, high, t_based=(frame["kind"] != "profile_match").to_numpy())
+    # a claim's interval is the one its test used: shown from 2 seeds, as the CLI shows it
+    frame = I.apply_rules(frame, low, high, t_based=(frame["kind"] != "profile_match").to_numpy(), min_seeds=2)
     for other in ("crosscheck",):  # a second model's interval of the same estimate: the same rules
         if {f"{other}_estimate", f"{other}_lower", f"{other}_upper"} <= set(frame.columns):
             frame = I.apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",
                                   upper=f"{other}_upper", note=f"{other}_interval_note",
-                                  seed_values=None)
+                                  seed_values=None, min_seeds=2)
     first = ["claim", "statement", "kind", "verdict", "outcome", "reason", "estimate", "lower", "upper",
              "interval_note", "model", "test", "p", "p_adjusted", "power", "power_at", "mde", "n_seeds", "margin",
              "crosscheck_model", "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper",
@@ -493,8 +494,11 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
             est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
             note, seeds = str(r.interval_note), (r.seed_a, r.seed_b)
             why = "permutation test: no interval" if r.kind == "profile_match" else "no interval"
-        out.append(I.interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
-                                   why_none=why))
+        text = I.interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
+                               why_none=why)
+        if not prefix and np.isfinite(lo) and np.isfinite(hi):
+            text += seeds_note(float(r.get("n_seeds", np.nan)))
+        out.append(text)
     return out
 
 

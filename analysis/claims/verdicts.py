@@ -419,3 +419,27 @@ def _cannot(row: dict, level: float, n_seeds: int) -> str:
     return (f"; cannot be supported with {n_seeds} seeds at this family's level: the test needs t >= {need:.1f} at "
             f"{_level_text(level)} with {df:g} degrees of freedom, and the best possible data give "
             f"t = {max_t:.1f}{tail}")
+
+
+# ------------------------------------------------------------ words shared by the CLI and the report
+
+
+def seeds_note(n_seeds: float) -> str:
+    """Said beside a claim's interval from 2 seeds: it is the interval the test used, and how
+    wide t makes it (never two seeds' values called an interval)."""
+    if np.isfinite(n_seeds) and int(n_seeds) == 2:
+        return " (from 2 seeds: a t interval with 1 degree of freedom, 12.7 standard errors each side)"
+    return ""
+
+
+def power_words(kind: str, power: float, power_at: float, margin: float = np.nan) -> str:
+    """A claim's power as a user reads it: a number at its effect, or why there is none."""
+    if np.isfinite(power):
+        return f"power {power:.2f}" + (f" at {power_at:+.3g}" if np.isfinite(power_at) else "")
+    if kind in ("bound", "readable_by"):
+        return "power not computable: a bound declares no effect size to power against (see its MDE)"
+    if kind == "profile_match":
+        return "power not computable: the permutation test has no effect size"
+    if not np.isfinite(margin):
+        return "power not computable: no margin declared"
+    return "power not computable: no standard error"

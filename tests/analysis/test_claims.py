@@ -553,7 +553,7 @@ def test_a_run_in_two_interchange_results_must_be_named(tmp_path):
     claim = {"id": "c", "statement": "s", "kind": "difference", "metric": "restoration",
              "task": "assoc_recall", "arch": "mamba", "compare": "site", "treatment": "query",
              "reference": "value", "length": 40, "layer": "L0"}
-    with pytest.raises(ClaimError, match=r"has interchange results in interchange/\w+ .*interchange/\w+ .*say which"):
+    with pytest.raises(ClaimError, match=r"has interchange results in interchange/\w+.*interchange/\w+.*say which"):
         evaluate_claims(st, parse_claims([claim]))
     res = evaluate_claims(st, parse_claims([{**claim, "result": "again"}]))
     assert float(res.estimate[0]) > 0.5

@@ -244,3 +244,24 @@ def test_a_claim_not_evaluable_still_counts_in_its_family():
     rows = [{"p": 0.01}, {"test": "not evaluable: x", "not_evaluable": True}]
     adj = adjust(claims, rows)
     assert adj[0]["zero"] == pytest.approx(0.02) and np.isnan(adj[1]["zero"])
+
+
+def test_the_cli_and_the_report_print_one_interval_for_a_claim_and_no_nan(tmp_path):
+    """Issue 47's two interval rules: with 2 seeds `stats` printed the test's interval while the
+    report printed the seeds' values as "[too few seeds: ...]" and then called them an interval;
+    a readable_by claim printed power=nan."""
+    from layerstate.present import claim_lines
+    from reports.sections import claim_texts, claims_display, claims_frame
+
+    st_ = _ablation_store(tmp_path, [0.31, 0.29])
+    claim = {"id": "drop", "statement": "s", "kind": "bound", "metric": "ablation_drop", "task": "parity",
+             "arch": "lstm", "layer": "L3", "setting": "probe", "threshold": 0.05, "direction": "greater",
+             "length": 40}
+    res = evaluate_claims(st_, parse_claims([claim]))
+    cli = " ".join(claim_lines(res))
+    frame = claims_frame(res)
+    page = claim_texts(frame)[0]
+    assert page in cli and "from 2 seeds" in page and "too few seeds" not in page
+    assert "power not computable: a bound declares no effect size" in cli
+    shown = claims_display(frame)
+    assert "nan" not in cli.lower() and "nan" not in " ".join(map(str, shown.iloc[0].values)).lower()

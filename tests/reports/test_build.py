@@ -503,7 +503,11 @@ def test_a_disagreeing_crosscheck_is_flagged_and_glmm_text_and_drops_are_shown()
     assert shown.loc["g", "dropped"] == "paired_t dropped seed 3" and shown.loc["c", "dropped"] == "–"
     assert shown.loc["g", "variance"].startswith("GLMM")
     assert shown.loc["c", "power at effect"] == "0.80 at +0.05"
-    assert "too few seeds" in shown.loc["e", "reason"] and "-0.900" not in shown.loc["e", "reason"]
+    # one interval rule: the claim's interval is the one its test used, shown as the CLI shows it,
+    # with words saying what 2 seeds make of it (never two seeds' values called an interval)
+    e = shown.loc["e", "estimate [95% CI]"]
+    assert "[-0.900, +0.900]" in e and "from 2 seeds" in e and "too few seeds" not in e
+    assert "[-0.900, +0.900]" in shown.loc["e", "reason"]
     sec = Section("claims", "Claims", tables=[Table("claims", "t", full, claims_display(full))])
     html = render._environment().get_template("report.html.j2").render(
         title="t", meta={"built": "now"}, info={"location": "x", "schema": "s", "tool_version": "v"},
