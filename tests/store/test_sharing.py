@@ -82,7 +82,7 @@ assert not any(m.startswith(("store", "capture", "analysis", "layerstate")) for 
 @pytest.mark.parametrize("packed", [False, True])
 def test_plain_xarray_opens_the_store_without_layerstate(make_store, tmp_path, packed):
     st = make_store(n=40)
-    # plain xarray reads a packed store through fsspec's zip:: protocol (documented in README)
+    # plain xarray reads a packed store through fsspec's zip:: protocol (docs/guide/store-and-api.md)
     target = f"zip::{pack(st, tmp_path / 'x.zip')}" if packed else str(st.location)
     # run from a neutral directory so the project's packages are not importable by accident
     out = subprocess.run([sys.executable, "-I", "-c", READER, target], capture_output=True,
