@@ -1,4 +1,5 @@
-"""Section 4: interventions -- ablation drops, residual decodability, patching, interchange.
+"""Interventions, the report's "interventions" section (its place: ``reports.build.ORDER``):
+ablation drops, residual decodability, patching, interchange.
 
 Sources (written by :mod:`analysis.interventions`):
 

@@ -1,4 +1,5 @@
-"""Section 3: probe profiles -- where, layer by layer, the task state is linearly readable.
+"""Probe profiles -- where, layer by layer, the task state is linearly readable: the report's
+"probes" section (its place among the sections: ``reports.build.ORDER``).
 
 Source: every ``results/probes/<target>`` written by :mod:`analysis.probes` (``layerstate
 probe``). Layout used (see :func:`analysis.probes.probe`): metrics ``accuracy``,
