@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports import intervals as I
+from reports import intervals
 
 METRICS = ("claim", "accuracy", "probe_accuracy")
 #: Divide a value written in this unit by the factor to get a fraction.
@@ -207,9 +207,9 @@ def _verdict(paper: float, ours: dict[str, Any]) -> tuple[float, str]:
     est, lo, hi = (float(ours.get(k, np.nan)) for k in ("estimate", "lower", "upper"))
     if not np.isfinite(est):
         return np.nan, "not compared: no estimate of ours"
-    if note == I.TOO_FEW:
+    if note == intervals.TOO_FEW:
         return np.nan, "cannot tell: too few seeds for an interval"
-    if note == I.TOO_WIDE:
+    if note == intervals.TOO_WIDE:
         return np.nan, "cannot tell: our interval spans the whole range"
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return np.nan, "cannot tell: no interval"
@@ -231,7 +231,7 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
             np.isfinite(float(r["value"])) and float(r["value"]) < 0)
         paper = "–" if not np.isfinite(float(r["value"])) else (
             f"{float(r['value']):+.{digits}f}{unit}" if signed else f"{float(r['value']):.{digits}f}{unit}")
-        ours = I.interval_text(
+        ours = intervals.interval_text(
             float(r["estimate"]) * scale, float(r["lower"]) * scale, float(r["upper"]) * scale,
             str(r["interval_note"]), (float(r["seed_a"]) * scale, float(r["seed_b"]) * scale),
             digits=digits, signed=signed)

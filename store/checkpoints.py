@@ -21,7 +21,7 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-from . import schema as S
+from . import schema
 from .weights import write_arrays
 from .zarrutil import array, group, jsonable
 
@@ -50,14 +50,14 @@ def _steps(ck: zarr.Group) -> list[tuple[int, zarr.Group]]:
 def write_checkpoint(run: zarr.Group, step: int, sections: Mapping[str, Mapping[str, Any]],
                      state: Mapping[str, Any]) -> None:
     """Write a checkpoint at ``step``; on success, remove every other checkpoint of the run."""
-    ck = group(run, S.CHECKPOINT) if S.CHECKPOINT in run else run.create_group(S.CHECKPOINT)
+    ck = group(run, schema.CHECKPOINT) if schema.CHECKPOINT in run else run.create_group(schema.CHECKPOINT)
     name = f"{_PREFIX}{int(step):07d}"
     if name in ck:  # a leftover of a writer killed while writing this very step
         del ck[name]
     grp = ck.create_group(name)
     for section, arrays in sections.items():
         write_arrays(grp, section, arrays, what="checkpoint arrays")
-    grp.attrs.update({S.ATTR_COMPLETE: True, "step": int(step), "sections": list(sections),
+    grp.attrs.update({schema.ATTR_COMPLETE: True, "step": int(step), "sections": list(sections),
                       "state": jsonable(dict(state))})
     for other, _ in _steps(ck):
         if other != step:
@@ -65,11 +65,11 @@ def write_checkpoint(run: zarr.Group, step: int, sections: Mapping[str, Mapping[
 
 
 def _newest(run: zarr.Group) -> tuple[int, zarr.Group, dict[str, Any]] | None:
-    if S.CHECKPOINT not in run:
+    if schema.CHECKPOINT not in run:
         return None
-    for step, grp in reversed(_steps(group(run, S.CHECKPOINT))):
+    for step, grp in reversed(_steps(group(run, schema.CHECKPOINT))):
         a: dict[str, Any] = dict(grp.attrs)
-        if a.get(S.ATTR_COMPLETE):
+        if a.get(schema.ATTR_COMPLETE):
             return step, grp, a
     return None
 
@@ -98,7 +98,7 @@ def read_checkpoint(run: zarr.Group) -> Checkpoint | None:
 
 def delete_checkpoint(run: zarr.Group) -> bool:
     """Remove every checkpoint of the run; True if there was one."""
-    if S.CHECKPOINT not in run:
+    if schema.CHECKPOINT not in run:
         return False
-    del run[S.CHECKPOINT]
+    del run[schema.CHECKPOINT]
     return True

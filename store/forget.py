@@ -21,7 +21,7 @@ from typing import Any
 
 from zarr.core.sync import sync
 
-from . import schema as S
+from . import schema
 from .errors import MissingError
 from .lengths import lengths as _lengths
 
@@ -30,7 +30,7 @@ from .lengths import lengths as _lengths
 Store = Any
 
 #: The kinds of length group a run may hold (activations, counterfactual twins).
-KINDS = S.GROUP_KINDS
+KINDS = schema.GROUP_KINDS
 
 
 def _delete(st: Store, prefix: str) -> None:
@@ -44,7 +44,7 @@ def forget_result(st: Store, name: str) -> None:
         raise MissingError(
             f"no result {name!r} in {st.location}; stored results: {', '.join(st.results()) or '(none)'}"
         )
-    _delete(st, f"{S.RESULTS}/{name}")
+    _delete(st, f"{schema.RESULTS}/{name}")
     st.consolidate()
 
 
@@ -52,7 +52,7 @@ def captured_groups(st: Store, run_id: str, lengths: Iterable[int] | None = None
     """Names of the run's length groups (every kind) at ``lengths`` (default: all)."""
     run = st.run_group(run_id)
     wanted = None if lengths is None else {int(n) for n in lengths}
-    return [S.length_group(n, kind) for kind in KINDS for n in _lengths(run, kind)
+    return [schema.length_group(n, kind) for kind in KINDS for n in _lengths(run, kind)
             if wanted is None or n in wanted]
 
 
@@ -72,7 +72,7 @@ def forget_captures(st: Store, run_id: str, lengths: Iterable[int] | None = None
         )
     with st.lock(run_id):
         for name in names:
-            _delete(st, f"{S.RUNS}/{run_id}/{name}")
+            _delete(st, f"{schema.RUNS}/{run_id}/{name}")
     st.consolidate()
     return names
 
@@ -82,5 +82,5 @@ def forget_run(st: Store, run_id: str) -> None:
     st._writable()
     st.run_group(run_id)  # MissingError naming the runs there
     with st.lock(run_id):
-        _delete(st, f"{S.RUNS}/{run_id}")
+        _delete(st, f"{schema.RUNS}/{run_id}")
     st.consolidate()

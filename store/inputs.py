@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import schema as S
+from . import schema
 from .chunks import all_finite
 from .errors import InvalidArrayError
 from .layout import Spec
@@ -26,7 +26,7 @@ def check_block(spec: Spec, length: int, m: int, hidden: Any, tokens: Any, label
     """The core arrays of an ``m``-sequence block as numpy, by variable name, checked against
     ``spec``; float arrays are left in their dtype (cast and checked as they are written)."""
     L = length
-    hidden = ordered(hidden, S.DIMS["hidden"], "hidden")
+    hidden = ordered(hidden, schema.DIMS["hidden"], "hidden")
     want = (m, L, len(spec["layers"]), spec["n_features"])
     if hidden.shape != want:
         raise InvalidArrayError(
@@ -45,7 +45,7 @@ def check_block(spec: Spec, length: int, m: int, hidden: Any, tokens: Any, label
     if mask is None:
         out["mask"] = out[spec["target"]] >= 0
     else:
-        mk = ordered(mask, S.DIMS["mask"], "mask")
+        mk = ordered(mask, schema.DIMS["mask"], "mask")
         if mk.shape != (m, L):
             raise InvalidArrayError(f"mask has shape {mk.shape}; expected {(m, L)} like tokens")
         if mk.dtype != bool:
@@ -54,7 +54,7 @@ def check_block(spec: Spec, length: int, m: int, hidden: Any, tokens: Any, label
     if spec["n_classes"]:
         if logits is None:
             raise InvalidArrayError("this group stores logits: pass logits=(m, length, class)")
-        lg = ordered(logits, S.DIMS["logits"], "logits")
+        lg = ordered(logits, schema.DIMS["logits"], "logits")
         if lg.shape != (m, L, spec["n_classes"]):
             raise InvalidArrayError(f"logits has shape {lg.shape}; expected {(m, L, spec['n_classes'])}")
         numeric(lg, "logits")
@@ -84,7 +84,7 @@ def check_extra(spec: Spec, m: int, extra: Mapping[str, Any]) -> dict[str, np.nd
 
 def int2d(value: Any, name: str, m: int, length: int) -> np.ndarray:
     """A ``(sequence, position)`` integer array as int32."""
-    arr = ordered(value, S.DIMS["tokens"], name)
+    arr = ordered(value, schema.DIMS["tokens"], name)
     if arr.shape != (m, length):
         raise InvalidArrayError(
             f"{name} has shape {arr.shape}; expected {(m, length)} (sequence, position) like hidden"

@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from . import schema as S
+from . import schema
 from .errors import InvalidArrayError, RunConflictError
 from .zarrutil import CHECKSUM, TARGET_CHUNK_BYTES, group, jsonable, quiet
 
@@ -62,11 +62,11 @@ def make_spec(
     if layers is None:
         if n_layers is None:
             raise ValueError("give layers=[...] or n_layers=N (number of blocks)")
-        layers = S.layer_names(n_layers)
+        layers = schema.layer_names(n_layers)
     labels = list(labels)
     if not labels:
         raise InvalidArrayError("at least one label is needed (e.g. labels=['parity'])")
-    reserved = {*S.CORE_VARS, "sequence", "position", "layer"}
+    reserved = {*schema.CORE_VARS, "sequence", "position", "layer"}
     clash = set(labels) & reserved
     if clash:
         raise InvalidArrayError(f"label names {sorted(clash)} clash with store variables; rename them")
@@ -125,7 +125,7 @@ def open_or_create(run: zarr.Group, run_id: str, name: str, spec: Spec, attrs: M
             _refuse_or_replace(grp, old, spec, run_id, name)
             del run[name]
         else:
-            if not grp.attrs.get(S.ATTR_COMPLETE):  # a resume: clear what a kill left
+            if not grp.attrs.get(schema.ATTR_COMPLETE):  # a resume: clear what a kill left
                 remove_partial_files(grp)
             return grp
     return create(run, name, spec, attrs)
@@ -135,8 +135,8 @@ def _refuse_or_replace(grp: zarr.Group, old: dict[str, Any], spec: Spec, run_id:
     """Refuse a changed layout for a group with finished blocks (unless only the dtype
     changed); otherwise warn that the unfinished group is about to be replaced."""
     diff = {k: (old.get(k), v) for k, v in jsonable(spec).items() if old.get(k) != v}
-    done = cast("list[int]", grp.attrs.get(S.ATTR_COMPLETED, []))
-    if grp.attrs.get(S.ATTR_COMPLETE) or (done and set(diff) != {"dtype"}):
+    done = cast("list[int]", grp.attrs.get(schema.ATTR_COMPLETED, []))
+    if grp.attrs.get(schema.ATTR_COMPLETE) or (done and set(diff) != {"dtype"}):
         raise RunConflictError(
             f"run {run_id!r} {name} exists with a different layout {diff} "
             "(stored vs requested); write to a new store or run id"
@@ -155,7 +155,7 @@ def n_blocks(spec: Spec) -> int:
 
 
 def _has_record(grp: zarr.Group) -> bool:
-    return any(k in grp.attrs for k in (S.ATTR_COMPLETE, S.ATTR_COMPLETED, "n_blocks"))
+    return any(k in grp.attrs for k in (schema.ATTR_COMPLETE, schema.ATTR_COMPLETED, "n_blocks"))
 
 
 def create(run: zarr.Group, name: str, spec: Spec, attrs: Mapping[str, Any]) -> zarr.Group:
@@ -164,7 +164,7 @@ def create(run: zarr.Group, name: str, spec: Spec, attrs: Mapping[str, Any]) -> 
     The group is born with an empty completion record, so a layout cut short is incomplete
     (a group without any record counts as written in one go, S23)."""
     with quiet():
-        grp = run.create_group(name, attributes={S.ATTR_COMPLETED: [], S.ATTR_COMPLETE: False})
+        grp = run.create_group(name, attributes={schema.ATTR_COMPLETED: [], schema.ATTR_COMPLETE: False})
         _create_arrays(grp, spec, int(attrs["length"]))
         grp.attrs.update(jsonable({**attrs, "spec": spec}))  # last: the layout is complete
     return grp
@@ -184,14 +184,14 @@ def _create_arrays(grp: zarr.Group, sp: Spec, L: int) -> None:
     # One chunk = one block of sequences x all positions x ONE layer x all features:
     # reading a layer touches only that layer's bytes (docs/store-format.md, "Chunks").
     arr("hidden", (n, L, n_layer, sp["n_features"]), (blk, L, 1, sp["n_features"]),
-        sp["dtype"], np.nan, S.DIMS["hidden"])
-    arr("tokens", (n, L), (blk, L), "int32", -1, S.DIMS["tokens"])
-    arr("mask", (n, L), (blk, L), "bool", False, S.DIMS["mask"])
+        sp["dtype"], np.nan, schema.DIMS["hidden"])
+    arr("tokens", (n, L), (blk, L), "int32", -1, schema.DIMS["tokens"])
+    arr("mask", (n, L), (blk, L), "bool", False, schema.DIMS["mask"])
     for lab in sp["labels"]:
-        arr(lab, (n, L), (blk, L), "int32", -1, S.LABEL_DIMS)
+        arr(lab, (n, L), (blk, L), "int32", -1, schema.LABEL_DIMS)
     if sp["n_classes"]:
         arr("logits", (n, L, sp["n_classes"]), (blk, L, sp["n_classes"]),
-            sp["dtype"], np.nan, S.DIMS["logits"])
+            sp["dtype"], np.nan, schema.DIMS["logits"])
     for var, (dims, shape, dtype) in sp["extra"].items():
         fill = np.nan if np.dtype(dtype).kind == "f" else (False if dtype == "bool" else -1)
         arr(var, (n, *shape), (blk, *shape), dtype, fill, ("sequence", *dims))

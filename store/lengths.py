@@ -22,7 +22,7 @@ import xarray as xr
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
 
-from . import schema as S
+from . import schema
 from .chunks import read_whole
 from .errors import IncompleteError, InvalidArrayError, MissingError
 from .zarrutil import CheckedStore, array, from_snapshot, group, naming_corruption, ordered, quiet
@@ -32,7 +32,7 @@ def lengths(run: zarr.Group, kind: str = "len") -> list[int]:
     """Sequence lengths stored in a run group for groups of ``kind``."""
     out = []
     for name, _ in run.groups():
-        parsed = S.parse_length_group(name)
+        parsed = schema.parse_length_group(name)
         if parsed and parsed[0] == kind:
             out.append(parsed[1])
     return sorted(out)
@@ -40,7 +40,7 @@ def lengths(run: zarr.Group, kind: str = "len") -> list[int]:
 
 def length_group(run: zarr.Group, run_id: str, length: int, kind: str = "len") -> zarr.Group:
     """The ``kind`` group of ``length``; :class:`MissingError` naming the stored lengths."""
-    name = S.length_group(length, kind)
+    name = schema.length_group(length, kind)
     if name not in run:
         have = lengths(run, kind)
         raise MissingError(
@@ -74,11 +74,11 @@ class Completion:
 
 def completion(attrs: Mapping[str, Any]) -> Completion:
     """The completion state of a length group from its attributes."""
-    recorded = any(k in attrs for k in (S.ATTR_COMPLETE, S.ATTR_COMPLETED, "n_blocks"))
-    done = len(cast("list[int]", attrs.get(S.ATTR_COMPLETED) or []))
+    recorded = any(k in attrs for k in (schema.ATTR_COMPLETE, schema.ATTR_COMPLETED, "n_blocks"))
+    done = len(cast("list[int]", attrs.get(schema.ATTR_COMPLETED) or []))
     n = attrs.get("n_blocks")
     return Completion(
-        complete=bool(attrs.get(S.ATTR_COMPLETE)) or not recorded,
+        complete=bool(attrs.get(schema.ATTR_COMPLETE)) or not recorded,
         recorded=recorded, done=done, n_blocks=None if n is None else int(n),
     )
 
@@ -104,10 +104,10 @@ def _arrays(grp: zarr.Group) -> dict[str, zarr.Array]:
 def inferred_labels(arrays: Mapping[str, zarr.Array]) -> list[str]:
     """The label variables of a group that declares none: every integer variable of dims
     exactly ``(sequence, position)`` other than ``tokens`` (S19), sorted by name."""
-    reserved = {*S.CORE_VARS, "sequence", "position", "layer"}
+    reserved = {*schema.CORE_VARS, "sequence", "position", "layer"}
     return sorted(
         name for name, arr in arrays.items()
-        if name not in reserved and dim_names(arr) == S.LABEL_DIMS and dtype_kind(arr) in "iu"
+        if name not in reserved and dim_names(arr) == schema.LABEL_DIMS and dtype_kind(arr) in "iu"
     )
 
 
@@ -151,27 +151,27 @@ def layout_problems(grp: zarr.Group, where: str, arrays: Mapping[str, zarr.Array
     out: list[str] = []
     fix = "(docs/store-format.md, S17): rewrite the group with it"
     for var, kinds, what in (("hidden", "f", "float"), ("tokens", "iu", "integer"), ("mask", "b", "bool")):
-        dims = S.DIMS[var]
+        dims = schema.DIMS[var]
         if var not in arrs:
             out.append(f"{where}: no variable {var!r} {_dimstr(dims)} {fix}")
             continue
         out += _var_problems(arrs[var], f"{where}/{var}", dims, kinds, what)
     if "logits" in arrs:
-        out += _var_problems(arrs["logits"], f"{where}/logits", S.DIMS["logits"], "f", "float")
+        out += _var_problems(arrs["logits"], f"{where}/logits", schema.DIMS["logits"], "f", "float")
     if "layer" not in arrs:
         out.append(f"{where}: no coordinate 'layer' (one name per layer of hidden) {fix}")
     elif dim_names(arrs["layer"]) != ("layer",) or dtype_kind(arrs["layer"]) not in "UOTS":
         out.append(f"{where}/layer: the layer coordinate must be strings of dims ('layer',); "
                    f"it has {dtype_kind(arrs['layer'])!r} values of dims {dim_names(arrs['layer'])}")
     for name, arr in sorted(arrs.items()):
-        if name not in S.CORE_VARS and not dim_names(arr):
+        if name not in schema.CORE_VARS and not dim_names(arr):
             out.append(f"{where}/{name}: no dimension_names (S2): xarray cannot open the group; "
                        "write every array with its dims named")
     labels = label_names(grp, arrs)
     if not labels:
         out.append(f"{where}: no label variable (an integer variable of dims (sequence, position), "
                    "-1 where undefined) (docs/store-format.md, S17): add one")
-    reserved = {*S.CORE_VARS, "sequence", "position", "layer"}
+    reserved = {*schema.CORE_VARS, "sequence", "position", "layer"}
     for lab in labels:
         if lab in reserved:
             out.append(f"{where}: label name {lab!r} clashes with a store variable (S19): rename it")
@@ -179,7 +179,7 @@ def layout_problems(grp: zarr.Group, where: str, arrays: Mapping[str, zarr.Array
             out.append(f"{where}: declared label {lab!r} has no variable: write it, or drop it from "
                        "the group's 'labels' attribute")
         else:
-            out += _var_problems(arrs[lab], f"{where}/{lab}", S.LABEL_DIMS, "iu", "integer")
+            out += _var_problems(arrs[lab], f"{where}/{lab}", schema.LABEL_DIMS, "iu", "integer")
     if out:
         return out
     # Sizes: every variable's leading (sequence, position) agree, the layer coordinate matches.
@@ -227,7 +227,7 @@ def open_length(grp: zarr.Group, run_id: str, length: int, run_attrs: dict, *,
     if lazy not in ("dask", "xarray"):
         raise ValueError(f"lazy must be 'dask' or 'xarray', got {lazy!r}")
     arrays = _arrays(grp)
-    problems = layout_problems(grp, f"{S.RUNS}/{run_id}/{grp.basename}", arrays)
+    problems = layout_problems(grp, f"{schema.RUNS}/{run_id}/{grp.basename}", arrays)
     if problems:
         raise InvalidArrayError(problems[0])
     with quiet():
@@ -274,15 +274,15 @@ def write_length(
 ) -> None:
     """Write a whole length through ``open_writer(length, **writer_kwargs)`` (a
     :class:`~store.writer.LengthWriter`); see :meth:`Store.write_length`."""
-    hidden = ordered(hidden, S.DIMS["hidden"], "hidden")
+    hidden = ordered(hidden, schema.DIMS["hidden"], "hidden")
     n, L, n_layer, n_feat = hidden.shape
     if length is not None and length != L:
         raise InvalidArrayError(
             f"length={length} but hidden has {L} positions; pass length={L} or fix the array"
         )
-    logits_arr = None if logits is None else ordered(logits, S.DIMS["logits"], "logits")
+    logits_arr = None if logits is None else ordered(logits, schema.DIMS["logits"], "logits")
     with open_writer(
-        L, n_sequences=n, layers=layers or S.layer_names(n_layer - 1),
+        L, n_sequences=n, layers=layers or schema.layer_names(n_layer - 1),
         n_features=n_feat, labels=list(labels),
         n_classes=None if logits_arr is None else logits_arr.shape[-1], **kwargs,
     ) as w:

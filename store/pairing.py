@@ -27,7 +27,7 @@ from zarr.abc.store import SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from . import schema as S
+from . import schema
 from .errors import ResultsMismatchError
 from .location import Location
 from .metadata import canonical, own_document
@@ -44,10 +44,10 @@ def source_identity(root: zarr.Group) -> str:
     module docs); its results (under ``results/``) do not count."""
     h = hashlib.sha256()
     h.update(canonical(dict(root.attrs)))
-    if S.RUNS not in root:
+    if schema.RUNS not in root:
         return h.hexdigest()[:16]
     with quiet():
-        runs = group(root, S.RUNS)
+        runs = group(root, schema.RUNS)
         for path, node in sorted(runs.members(max_depth=None), key=lambda m: m[0]):
             h.update(path.encode() + b"\0")
             h.update(canonical(own_document(node.metadata.to_dict())))

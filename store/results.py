@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from . import schema as S
+from . import schema
 from .errors import InvalidArrayError, MissingError, RunConflictError
 from .provenance import now, tool_version
 from .zarrutil import (
@@ -24,10 +24,10 @@ from .zarrutil import (
 
 def result_names(root: zarr.Group) -> list[str]:
     """Names of stored results (nested names use ``/``)."""
-    if S.RESULTS not in root:
+    if schema.RESULTS not in root:
         return []
     out = []
-    for path, node in group(root, S.RESULTS).members(max_depth=None):
+    for path, node in group(root, schema.RESULTS).members(max_depth=None):
         if isinstance(node, zarr.Group) and any(True for _ in node.arrays()):
             out.append(path)
     return sorted(out)
@@ -54,7 +54,7 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
     # Every chunk is written, even all-fill ones: validate treats a missing chunk as damage.
     with quiet(), zarr.config.set({"array.write_empty_chunks": True}):
         ds.to_zarr(
-            root.store, group=f"{S.RESULTS}/{name}", mode="w", zarr_format=3,
+            root.store, group=f"{schema.RESULTS}/{name}", mode="w", zarr_format=3,
             consolidated=False, encoding=enc,
         )
 
@@ -101,7 +101,7 @@ def result_attrs(root: zarr.Group, name: str, where: object) -> dict:
         raise MissingError(
             f"no result {name!r} in {where}; stored results: {', '.join(result_names(root)) or '(none)'}"
         )
-    return dict(group(root, f"{S.RESULTS}/{name}").attrs)
+    return dict(group(root, f"{schema.RESULTS}/{name}").attrs)
 
 
 def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
@@ -112,7 +112,7 @@ def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
             f"no result {name!r} in {where}; stored results: {', '.join(names) or '(none)'}"
         )
     with quiet(), naming_corruption(where), xr.open_zarr(
-        CheckedStore(root.store), group=f"{S.RESULTS}/{name}", consolidated=from_snapshot(root),
+        CheckedStore(root.store), group=f"{schema.RESULTS}/{name}", consolidated=from_snapshot(root),
         zarr_format=3,
     ) as ds:
         return ds.load()

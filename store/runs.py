@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import zarr
 
-from . import schema as S
+from . import schema
 from .errors import MissingError, RunConflictError
 from .provenance import now
 from .zarrutil import group, jsonable
@@ -78,7 +78,7 @@ def same_run(attrs: Mapping[str, Any], identity: Mapping[str, Any]) -> bool:
 
 
 def runs_group(root: zarr.Group) -> zarr.Group:
-    return group(root, S.RUNS)
+    return group(root, schema.RUNS)
 
 
 def run_ids(root: zarr.Group) -> list[str]:
@@ -104,7 +104,7 @@ def add_run(root: zarr.Group, run_id: str, identity: dict[str, Any], attrs: Mapp
     A run id that exists with a different config hash raises :class:`RunConflictError` and
     changes nothing.
     """
-    S.check_run_id(run_id)
+    schema.check_run_id(run_id)
     h = config_hash(identity)
     runs = runs_group(root)
     if run_id in runs:

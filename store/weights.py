@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-from . import schema as S
+from . import schema
 from .errors import InvalidArrayError, MissingError, RunConflictError
 from .zarrutil import CHECKSUM, array, group, row_chunks, to_numpy, torch_dtype
 
@@ -24,13 +24,13 @@ WEIGHT_CHUNK_BYTES = 8 * 2**20
 def write_weights(run: zarr.Group, run_id: str, state_dict: Mapping[str, Any], *,
                   overwrite: bool = False) -> None:
     """Store ``state_dict`` (numpy arrays or torch tensors) in ``run``'s weights group."""
-    if S.WEIGHTS in run:
-        if run[S.WEIGHTS].attrs.get("complete") and not overwrite:
+    if schema.WEIGHTS in run:
+        if run[schema.WEIGHTS].attrs.get("complete") and not overwrite:
             raise RunConflictError(
                 f"run {run_id!r} already has weights; pass overwrite=True to replace them"
             )
-        del run[S.WEIGHTS]
-    grp = write_arrays(run, S.WEIGHTS, state_dict, what="weights")
+        del run[schema.WEIGHTS]
+    grp = write_arrays(run, schema.WEIGHTS, state_dict, what="weights")
     grp.attrs["complete"] = True
 
 
@@ -63,7 +63,7 @@ def write_arrays(parent: zarr.Group, name: str, arrays: Mapping[str, Any], *,
 
 
 def has_weights(run: zarr.Group) -> bool:
-    return S.WEIGHTS in run and bool(run[S.WEIGHTS].attrs.get("complete"))
+    return schema.WEIGHTS in run and bool(run[schema.WEIGHTS].attrs.get("complete"))
 
 
 def read_weights(run: zarr.Group, run_id: str, where: object) -> dict[str, np.ndarray]:
@@ -73,6 +73,6 @@ def read_weights(run: zarr.Group, run_id: str, where: object) -> dict[str, np.nd
             f"run {run_id!r} has no (complete) weights in {where}; "
             "train it first with `layerstate train`"
         )
-    grp = group(run, S.WEIGHTS)
+    grp = group(run, schema.WEIGHTS)
     names = cast("list[str] | None", grp.attrs.get("names")) or sorted(n for n, _ in grp.arrays())
     return {n: np.asarray(array(grp, n)[...]) for n in names}

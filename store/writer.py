@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 import zarr
 
-from . import schema as S
+from . import schema
 from .blocks import BlockPipeline
 from .errors import IncompleteError, InvalidArrayError
 from .inputs import cast_finite, check_block, check_extra
@@ -111,7 +111,7 @@ class LengthWriter:
         self._lock = store.lock(run_id).acquire()
         try:
             self.group = open_or_create(
-                store.run_group(run_id), run_id, S.length_group(self.length, kind), self.spec,
+                store.run_group(run_id), run_id, schema.length_group(self.length, kind), self.spec,
                 self._group_attrs(attrs or {}),
             )
         except BaseException:
@@ -133,10 +133,10 @@ class LengthWriter:
             "labels": self.spec["labels"],
             "target": self.spec["target"],
             "n_blocks": self.n_blocks,
-            S.ATTR_BLOCK: self.block_size,
+            schema.ATTR_BLOCK: self.block_size,
             "nonfinite_allowed": self.allow_nonfinite,
-            S.ATTR_COMPLETED: [],
-            S.ATTR_COMPLETE: False,
+            schema.ATTR_COMPLETED: [],
+            schema.ATTR_COMPLETE: False,
         }
 
     # ------------------------------------------------------------------ layout
@@ -165,7 +165,7 @@ class LengthWriter:
         return self._recorded()
 
     def _recorded(self) -> set[int]:
-        return set(cast("list[int]", self.group.attrs.get(S.ATTR_COMPLETED, [])))
+        return set(cast("list[int]", self.group.attrs.get(schema.ATTR_COMPLETED, [])))
 
     def missing_blocks(self) -> list[int]:
         done = self.completed_blocks()
@@ -174,7 +174,7 @@ class LengthWriter:
     @property
     def complete(self) -> bool:
         self.flush()
-        return bool(self.group.attrs.get(S.ATTR_COMPLETE))
+        return bool(self.group.attrs.get(schema.ATTR_COMPLETE))
 
     @property
     def n_written(self) -> int:
@@ -232,9 +232,9 @@ class LengthWriter:
     def _record(self, blocks: list[int]) -> None:
         """Record ``blocks`` as finished (their chunks are stored and durable)."""
         done = self._recorded() | set(blocks)
-        self.group.attrs[S.ATTR_COMPLETED] = sorted(done)
+        self.group.attrs[schema.ATTR_COMPLETED] = sorted(done)
         if len(done) == self.n_blocks:
-            self.group.attrs[S.ATTR_COMPLETE] = True
+            self.group.attrs[schema.ATTR_COMPLETE] = True
 
     def flush(self) -> None:
         """Wait until every block written so far is stored, and record them."""
@@ -254,7 +254,7 @@ class LengthWriter:
         After a restart, ``n_written`` says how many sequences are already stored: skip
         those before appending again.
         """
-        hidden = ordered(hidden, S.DIMS["hidden"], "hidden")
+        hidden = ordered(hidden, schema.DIMS["hidden"], "hidden")
         m = hidden.shape[0]
         if self._cursor + self._buffered + m > self.n_sequences:
             raise InvalidArrayError(
@@ -264,10 +264,10 @@ class LengthWriter:
         self._buffer.append(
             {
                 "hidden": hidden,
-                "tokens": ordered(tokens, S.DIMS["tokens"], "tokens"),
-                "labels": {k: ordered(v, S.LABEL_DIMS, f"label {k!r}") for k, v in labels.items()},
-                "mask": None if mask is None else ordered(mask, S.DIMS["mask"], "mask"),
-                "logits": None if logits is None else ordered(logits, S.DIMS["logits"], "logits"),
+                "tokens": ordered(tokens, schema.DIMS["tokens"], "tokens"),
+                "labels": {k: ordered(v, schema.LABEL_DIMS, f"label {k!r}") for k, v in labels.items()},
+                "mask": None if mask is None else ordered(mask, schema.DIMS["mask"], "mask"),
+                "logits": None if logits is None else ordered(logits, schema.DIMS["logits"], "logits"),
             }
         )
         self._buffered += m

@@ -9,8 +9,7 @@ import numpy as np
 import xarray as xr
 
 from analysis.claims.spec import ABLATION, MIN_GAP, Claim, ClaimError, NotEvaluable
-from store import MissingError, Store
-from store import schema as S
+from store import MissingError, Store, schema
 
 
 # ---------------------------------------------------------------------- the claim's length
@@ -46,10 +45,10 @@ def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None)
         return claim.model_copy(update={"length": next(iter(trained))})
     if len(captured) == 1:
         return claim.model_copy(update={"length": captured[0]})
-    kind = _RESULT_KIND.get(claim.metric) or (S.PROBES if claim.kind in ("readable_by", "profile_match") else None)
+    kind = _RESULT_KIND.get(claim.metric) or (schema.PROBES if claim.kind in ("readable_by", "profile_match") else None)
     if kind is not None:  # a metric read from results: the one length they hold
         held = set(_result_lengths(store, kind))
-        if kind == S.PROBES and probes is not None and "length" in probes.coords:
+        if kind == schema.PROBES and probes is not None and "length" in probes.coords:
             held |= {int(v) for v in probes.length.values}
         if len(held) == 1 and (not captured or next(iter(held)) in captured):
             return claim.model_copy(update={"length": next(iter(held))})
@@ -65,8 +64,8 @@ def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None)
 
 
 #: The kind of stored result each per-seed metric is read from.
-_RESULT_KIND = {"probe_accuracy": S.PROBES, "ablation_drop": S.ABLATION, "refit_accuracy": S.ABLATION,
-                "patch_recovery": S.PATCHING, "restoration": S.INTERCHANGE}
+_RESULT_KIND = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATION, "refit_accuracy": schema.ABLATION,
+                "patch_recovery": schema.PATCHING, "restoration": schema.INTERCHANGE}
 
 
 def _result_lengths(store: Store, kind: str | None = None) -> list[int]:
@@ -74,7 +73,7 @@ def _result_lengths(store: Store, kind: str | None = None) -> list[int]:
     ``length`` coordinate or attribute."""
     found: set[int] = set()
     for name in store.results():
-        parsed = S.parse_result_name(name)
+        parsed = schema.parse_result_name(name)
         if parsed is None or kind not in (None, parsed[0]):
             continue
         attrs = store.result_attrs(name)
@@ -95,7 +94,7 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
     (:func:`choose_probes`), never a mix."""
     from store.results import describe_settings
 
-    names = [n for n in store.results() if (S.parse_result_name(n) or ("",))[0] == S.PROBES]
+    names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
     if not names:
         return None
     parts = []
@@ -112,7 +111,7 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
 
 def _result_choice(name: str) -> str:
     """``result = "dyck"`` or ``"probes/dyck"`` -> ``"probes/dyck"``."""
-    return name if S.parse_result_name(name) else f"{S.PROBES}/{name}"
+    return name if schema.parse_result_name(name) else f"{schema.PROBES}/{name}"
 
 
 def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> xr.Dataset:
@@ -242,9 +241,9 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
     from analysis.behaviour import by_factors
     from store.results import describe_settings
 
-    names = [n for n in store.results() if (S.parse_result_name(n) or ("",))[0] == prefix]
+    names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == prefix]
     if claim.result is not None:
-        wanted = S.result_name(prefix, claim.result) if S.parse_result_name(claim.result) is None or \
+        wanted = schema.result_name(prefix, claim.result) if schema.parse_result_name(claim.result) is None or \
             claim.result.startswith(f"{prefix}/") else claim.result
         if wanted not in names:
             raise ClaimError(f"claim {claim.id!r}: no result {wanted}; stored {prefix} results: "

@@ -18,7 +18,7 @@ import numpy as np
 from analysis.compute import compute
 from store.errors import InvalidArgumentError, InvalidArrayError
 
-from . import plan as P
+from . import plan
 from .cells import CellInput, CellModels, Selection, fit_cells, score_cell
 
 #: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
@@ -207,7 +207,7 @@ class ProbePlan:
     """A checked, built, not yet computed probe sweep; :meth:`compute` returns the Dataset."""
 
     tasks: list
-    runs: dict[str, P.RunPlan]
+    runs: dict[str, plan.RunPlan]
     options: dict[str, Any]
     fit_lengths: dict[str, list[int]]
     test_lengths: dict[str, list[int]]
@@ -305,7 +305,7 @@ def _jobs(layer_array: Any, cells: list[Cell], source: Any = None):
 
 
 def build_graph(
-    runs: dict[str, P.RunPlan],
+    runs: dict[str, plan.RunPlan],
     hidden: dict[tuple[str, int], Any],
     cells: dict[tuple[str, int], list[Cell]],
     fit_lengths: dict[str, list[int]],
@@ -373,7 +373,7 @@ def _layer(hidden: Any, layer: str) -> Any:
 
 
 def plan_cells(
-    runs: dict[str, P.RunPlan],
+    runs: dict[str, plan.RunPlan],
     fit_lengths: dict[str, list[int]],
     test_lengths: dict[str, list[int]],
     mode: str,
@@ -414,7 +414,7 @@ def plan_cells(
 
 
 def _length_cells(
-    lab: P.LengthLabels, mode: str, positions: list[int] | None, must_exist: bool
+    lab: plan.LengthLabels, mode: str, positions: list[int] | None, must_exist: bool
 ) -> list[Cell]:
     L = lab.y.shape[1]
     if mode in ("last", "pooled"):
@@ -435,8 +435,8 @@ def _length_cells(
     return [c for c in out if c.seq.size]  # unlabelled positions have no cell (n_test = 0)
 
 
-def _cell(lab: P.LengthLabels, kind: str, position: int | None) -> Cell:
-    seq, pos = P.cell_rows(lab, "all" if kind == "position" else kind, position)
+def _cell(lab: plan.LengthLabels, kind: str, position: int | None) -> Cell:
+    seq, pos = plan.cell_rows(lab, "all" if kind == "position" else kind, position)
     return Cell(
         run=lab.run,
         length=lab.length,
@@ -452,11 +452,11 @@ def _cell(lab: P.LengthLabels, kind: str, position: int | None) -> Cell:
     )
 
 
-def _check(cells: list[Cell], lab: P.LengthLabels, folds: int, n_classes: int) -> list[str]:
+def _check(cells: list[Cell], lab: plan.LengthLabels, folds: int, n_classes: int) -> list[str]:
     """One line per reason, naming the cells (positions compacted: ``0-2, 7``)."""
     bad: dict[str, list[Any]] = {}
     for c in cells:
-        why = P.check_fit_cell(lab, c.seq, c.pos, folds, n_classes)
+        why = plan.check_fit_cell(lab, c.seq, c.pos, folds, n_classes)
         if why is not None:
             bad.setdefault(why, []).append(c.position if c.kind == "position" else c.kind)
     out = []
@@ -464,7 +464,7 @@ def _check(cells: list[Cell], lab: P.LengthLabels, folds: int, n_classes: int) -
         ints = [w for w in where if isinstance(w, int)]
         names = [repr(w) for w in where if not isinstance(w, int)]
         listed = ", ".join(
-            ([f"position(s) {P.compact(ints)}"] if ints else []) + [f"positions {n}" for n in names]
+            ([f"position(s) {plan.compact(ints)}"] if ints else []) + [f"positions {n}" for n in names]
         )
         out.append(f"run {lab.run!r} length {lab.length} {listed}: {why}")
     return out
@@ -488,13 +488,13 @@ def build(
     per_sequence: bool,
 ) -> ProbePlan:
     """Check everything and build the graph; nothing is computed (see :func:`analysis.probes.probe`)."""
-    runs: dict[str, P.RunPlan] = {}
+    runs: dict[str, plan.RunPlan] = {}
     fit_L: dict[str, list[int]] = {}
     test_L: dict[str, list[int]] = {}
     hidden: dict[tuple[str, int], Any] = {}
     rows_from: dict[tuple[str, int], Any] = {}
     for run in run_ids:
-        fit_L[run], test_L[run] = P.choose_lengths(store, run, lengths, train_length)
+        fit_L[run], test_L[run] = plan.choose_lengths(store, run, lengths, train_length)
         for L in fit_L[run] + test_L[run]:
             hidden[run, L] = store.open_length(run, L)["hidden"]
             if mode in ("last", "pooled"):  # their cells gather rows across many chunks
@@ -504,13 +504,13 @@ def build(
                 rows_from[run, L] = dask.delayed(var, name=name)
         first = hidden[run, fit_L[run][0]]
         available = [str(v) for v in first["layer"].values]
-        chosen = P.choose_layers(available, layers, run)
+        chosen = plan.choose_layers(available, layers, run)
         for L in fit_L[run] + test_L[run]:
-            P.choose_layers([str(v) for v in hidden[run, L]["layer"].values], chosen, run)
-        classes, labels = P.build_labels(
+            plan.choose_layers([str(v) for v in hidden[run, L]["layer"].values], chosen, run)
+        classes, labels = plan.build_labels(
             store, run, fit_L[run], test_L[run], target, control, folds, seed
         )
-        runs[run] = P.RunPlan(run, classes, chosen, int(first.sizes["feature"]), labels)
+        runs[run] = plan.RunPlan(run, classes, chosen, int(first.sizes["feature"]), labels)
     cells, sources = plan_cells(runs, fit_L, test_L, mode, positions, folds, train_length, target)
     tasks = build_graph(
         runs,
@@ -541,7 +541,7 @@ def build(
 
 
 def estimate_cpu_s(
-    runs: dict[str, P.RunPlan],
+    runs: dict[str, plan.RunPlan],
     cells: dict[tuple[str, int], list[Cell]],
     fit_lengths: dict[str, list[int]],
     *,
