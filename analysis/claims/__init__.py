@@ -30,39 +30,40 @@ it, e.g. fewer than 2 seeds with a defined value. A non-significant difference i
 reported as "no effect": only an equivalence test against a declared margin can support a
 null claim.
 
-**Verdicts against a margin** (Lakens 2017, 2018). A claim that declares a ``margin`` is
-judged by two tests together, the test against zero (in the claim's direction) and the
-equivalence test against the margin (TOST at alpha/2 per side: the 95% interval inside
-``(-margin, margin)``); the ``outcome`` column names the four cases
-(:func:`analysis.stats.contrasts.outcome_np`):
+**Verdicts against a margin** (Lakens 2017, 2018; the rules and why: docs/decisions.md). A
+claim that declares a ``margin`` is judged by two tests together, the test against zero (in the
+claim's direction) and the equivalence test against the margin (TOST at alpha/2 per side: the
+95% interval inside ``(-margin, margin)``); the ``outcome`` column names the four cases
+(:func:`analysis.stats.decision.outcome_np`):
 
-=================  ==================  ============  ====================  ====================
-different from 0   within the margin   outcome       difference claim      equivalence claim
-=================  ==================  ============  ====================  ====================
-yes                no                  effect        supported             inconclusive [1]_
-yes                yes                 negligible    negligible            supported
-no                 yes                 equivalent    equivalent            supported
-no                 no                  inconclusive  inconclusive          inconclusive [1]_
-=================  ==================  ============  ====================  ====================
+=================  ===========================  ============  ====================  ====================
+different from 0   within the margin            outcome       difference claim      equivalence claim
+=================  ===========================  ============  ====================  ====================
+yes                no, *before* correction      effect        supported             inconclusive [1]_
+yes                yes, *after* correction      negligible    negligible            supported
+no                 yes, *after* correction      equivalent    equivalent            supported
+otherwise                                       inconclusive  inconclusive          inconclusive [1]_
+=================  ===========================  ============  ====================  ====================
 
 .. [1] ``contradicted`` when the whole interval lies outside the margin, and that survives the
    correction across the claims (below).
 
-A directional difference claim whose interval lies wholly on the wrong side of zero is
-``contradicted`` — when that survives the correction across the claims: the side opposite to a
-claim gets its own test (:func:`~analysis.claims.verdicts.contra_p`, twice the one-sided p of
-that side, so that uncorrected it is exactly the 95% interval's rule) and is Holm-corrected
-across the claims as a third family. Uncorrected, ten claims whose true effect sits on their
-boundary drew at least one false ``contradicted`` in 22% of simulated experiments; corrected,
-2.3% (tests/analysis/test_claims_parts.py). The claimed side keeps the one-sided test it
-declared; the opposite side, which no claim declared, is judged at the two-sided level. With ``test_against = "margin"`` a difference claim is supported only by the
-minimum-effect test (``H0: |effect| <= margin``, one-sided in its direction); a difference from
-zero that does not pass it is ``inconclusive``. A difference claim without a margin keeps two
-verdicts, ``supported`` or ``inconclusive``, and cannot tell a negligible effect from a real one.
-Holm: each claim's own test (the test against zero, the TOST of an equivalence claim, the
-minimum-effect test) is corrected across all claims, as one family; the second test of each
-claim with a margin is corrected across claims as a second family; the opposite side's test of
-each claim that can be contradicted, as a third.
+"Not within" is the failure of a test, so it is read from the uncorrected equivalence test:
+a correction can then only weaken a verdict (more claims in a file never turn ``negligible``
+into ``supported``). ``contradicted`` means the data refute the claim: the opposite side's test
+(:func:`~analysis.claims.verdicts.contra_p`, twice the one-sided p of that side, so that
+uncorrected it is exactly the 95% interval's rule), Holm-corrected across the claims as a
+third family. The opposite side is zero for a directional claim (a reversal needs no margin),
+the margin for a claim tested against it (an effect shown short of the margin refutes "more
+than the margin"), the threshold for a bound or readable_by claim, outside the margin for an
+equivalence claim. With ``test_against = "margin"`` a difference claim is supported only by the
+minimum-effect test (``H0: |effect| <= margin``). A difference claim without a margin cannot
+tell a negligible effect from a real one.
+Holm: each claim's own test is corrected across all claims, as one family; the second test of
+each claim with a margin as a second family; the opposite side's test as a third. Every
+declared test counts: one not run, not evaluable or without a p-value counts with p = 1. Power
+and MDE are those of the claim's own test at its Holm step (``level``); where no data could
+pass at the seeds there are, the reason says so and how many seeds would do (``seeds_needed``).
 
 **Models** (``model``, accuracy claims; :mod:`analysis.stats.contrasts`): ``paired_t`` (paired t
 on per-seed accuracy differences), ``gee`` (binomial GEE on per-sequence counts, seeds as
@@ -82,8 +83,8 @@ Tests (seeds are the unit; see :mod:`analysis.stats`):
 - ``difference``/``equivalence`` on accuracy: the claim's model on per-sequence counts, paired
   by seed (same seed, same evaluation sequences).
 - ``metric = "restoration"`` (difference/equivalence): the interchange restoration of each
-  seed (:func:`analysis.interventions.run_interchange`) at ``layer`` (default: the best
-  non-trivial layer), compared between two ``site``s (``compare = "site"``: e.g. value vs
+  seed (:func:`analysis.interventions.run_interchange`) at ``layer`` (required: each run's
+  best layer, chosen on the data it is tested on, biased the estimate up), compared between two ``site``s (``compare = "site"``: e.g. value vs
   query — the induction / direct-retrieval signature of Arora et al.) or between
   architectures/variants at one ``site``, by the paired t on per-seed differences.
 - ``readable_by``: one-sided t test that the mean probe accuracy at ``layer`` exceeds
@@ -91,11 +92,12 @@ Tests (seeds are the unit; see :mod:`analysis.stats`):
 - ``profile_match``: exact permutation test over seeds of the layer-profile shape distance.
 - ``bound``: one-sided t over seeds that the mean of the claim's metric lies above
   (``direction = "greater"``) or below (``"less"``) ``threshold``; ``supported`` when the
-  Holm-corrected p is below alpha (uncorrected, the one-sided 95% bound clears the value),
-  ``contradicted`` when the 95% interval lies wholly on the other side and the opposite
-  side's test survives the correction across the claims, else
-  ``inconclusive`` with the MDE at the seeds there are. Seeds that all sit at one value (e.g.
-  accuracy 1.0) have no spread: the mean alone decides.
+  Holm-corrected p is below alpha (the one-sided bound at its Holm level, ``bound``, clears the
+  value), ``contradicted`` when the 95% interval lies wholly on the other side and the opposite
+  side's test survives the correction across the claims, else ``inconclusive`` with the MDE at
+  the seeds there are. The variance is never below the sequences' sampling variance where the
+  metric is counted over sequences (a proportion: the score test at the threshold and the
+  values it does not reject as interval; docs/decisions.md).
 
 **Per-seed metrics** (one value per trained model; difference and equivalence claims on them
 use the paired t on per-seed differences, bound claims the one-sided t):

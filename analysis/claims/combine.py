@@ -82,6 +82,14 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
     if _text(r, "verdict") == "not evaluable":
         row["not_evaluable"] = True
         return row, ""
+    if claim.kind != "profile_match" and not row["se"] > 0:
+        # a part evaluated before identical seeds were floored at their sequences' sampling error
+        # (it kept a zero-width interval): the counts that floor needs are in the part's store
+        row.update(not_evaluable=True, test=(
+            f"not evaluable: its seeds' values are identical ({row['estimate']:+.4g}) and part {name} kept no "
+            "standard error; evaluate the part again from its store (`layerstate stats`), which bounds them by "
+            "the sequences' sampling error"))
+        return row, ""
     note = _text(r, "interval_note")
     if note in HIDDEN and claim.kind != "profile_match":  # a permutation test's verdict reads no interval
         raise ClaimError(

@@ -247,10 +247,12 @@ def one_sided_bound(claim: Claim, row: dict, level: float) -> float:
     seqs, sd = float(row.get("sequences", np.nan)), float(row.get("seed_sd", np.nan))
     if claim.kind in ("bound", "readable_by") and np.isfinite(seqs) and seqs > 0 and np.isfinite(sd):
         n = int(round(df + 1))
-        shift = float(row.get("shift", 0.0)) if np.isfinite(row.get("shift", np.nan)) else 0.0
-        lo, hi = score_interval(est + shift, sd ** 2, 1.0 / (seqs * n), n, q, "lower" if greater else "upper")
-        return (lo if greater else hi) - shift
-    return est - q * se if greater else est + q * se
+        lo, hi = score_interval(est, sd ** 2, 1.0 / (seqs * n), n, q, "lower" if greater else "upper")
+        return lo if greater else hi
+    out = est - q * se if greater else est + q * se
+    if claim.kind == "readable_by" or (claim.kind == "bound" and claim.metric in ("accuracy", "probe_accuracy")):
+        out = min(max(out, 0.0), 1.0)  # a proportion's bound stays in its range
+    return out
 
 
 def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, str]:
