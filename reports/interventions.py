@@ -39,7 +39,7 @@ import pandas as pd
 import xarray as xr
 
 from reports import figures as F
-from reports import intervals as I
+from reports import intervals
 from reports.model import COMMANDS, Figure, Section, Table
 from reports.numbers import group_intervals, read_result, run_factors
 from reports.snapshot import Snapshot
@@ -95,12 +95,12 @@ def _layer_positions(frame: pd.DataFrame, order: list[str]) -> pd.DataFrame:
 
 
 def _ci_text(frame: pd.DataFrame, signed: bool = False) -> list[str]:
-    return I.texts(frame, signed=signed)
+    return intervals.texts(frame, signed=signed)
 
 
 def _rules(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The interval rules of :mod:`reports.intervals` for ``metric``'s range."""
-    return I.apply_rules(frame, *I.RANGES[metric], t_based=(frame["method"] == "seed-level t").to_numpy())
+    return intervals.apply_rules(frame, *intervals.RANGES[metric], t_based=(frame["method"] == "seed-level t").to_numpy())
 
 
 def _seeds_caption(frame: pd.DataFrame) -> str:

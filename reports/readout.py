@@ -34,7 +34,7 @@ import pandas as pd
 import xarray as xr
 
 from reports import figures as F
-from reports import intervals as I
+from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, apply_rules, auc_range, texts
 from reports.model import Figure, Section, Table, missing_section
 from reports.numbers import (
     by_seed,
@@ -67,11 +67,10 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
     profile never mixes two results. ``notes`` says, per task with several, which is shown,
     with what settings, and which others there are.
     """
-    from store import MissingError
-    from store import schema as S
+    from store import MissingError, schema
     from store.results import describe_settings
 
-    wanted = [w if S.parse_result_name(w) else S.result_name(S.PROBES, w) for w in wanted]
+    wanted = [w if schema.parse_result_name(w) else schema.result_name(schema.PROBES, w) for w in wanted]
     unknown = [w for w in wanted if w not in names]
     if unknown:
         raise MissingError(f"no probe result {unknown[0]} to show; stored: {', '.join(names) or 'none'}")
@@ -84,7 +83,7 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
     shown: dict[str, list[str]] = {}
     notes = []
     for task, cands in sorted(holding.items()):
-        pick = ([n for n in cands if n in wanted] or [n for n in cands if n == S.probe_name(task)]
+        pick = ([n for n in cands if n in wanted] or [n for n in cands if n == schema.probe_name(task)]
                 or sorted(cands, key=lambda n: str(attrs[n].get("created", "")))[-1:])[0]
         shown.setdefault(pick, []).append(task)
         others = [n for n in cands if n != pick]
@@ -201,10 +200,10 @@ def profile_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
         acc["evaluation"] = [ev.get(int(L), "") for L in acc["length"]]
     fit = int(ds.attrs.get("train_length", -1))
     acc["fit_length"] = fit if fit > 0 else int(acc["length"].min())
-    acc = I.apply_rules(acc, *I.RANGES["probe_accuracy"], t_based=(acc["method"] == "seed-level t").to_numpy())
+    acc = apply_rules(acc, *RANGES["probe_accuracy"], t_based=(acc["method"] == "seed-level t").to_numpy())
     for short in METRIC_VARS:
         if short in acc:
-            acc = I.apply_rules(acc, *I.RANGES[short], value=short, lower=f"{short}_lower",
+            acc = apply_rules(acc, *RANGES[short], value=short, lower=f"{short}_lower",
                                 upper=f"{short}_upper", note=f"{short}_interval_note",
                                 seed_values=(f"{short}_seed_a", f"{short}_seed_b"))
     first = ["target", "task", "arch", "variant", "length", "evaluation", "fit_length", "layer", "layer_pos",
@@ -255,9 +254,9 @@ def _profile_pivot(frame: pd.DataFrame, layers: list[str], signed: bool = False,
     """Cells ``estimate [lower, upper]`` per layer; ``value`` names another metric of the frame
     (its ``_lower``, ``_upper`` and ``_interval_note`` columns)."""
     if value is None:
-        text = I.texts(frame, signed=signed)
+        text = texts(frame, signed=signed)
     else:
-        text = I.texts(frame, value=value, lower=f"{value}_lower", upper=f"{value}_upper",
+        text = texts(frame, value=value, lower=f"{value}_lower", upper=f"{value}_upper",
                        note=f"{value}_interval_note", seed_values=(f"{value}_seed_a", f"{value}_seed_b"),
                        signed=signed)
     shown = frame.assign(text=text)
@@ -320,19 +319,19 @@ def summary_frame(ds: xr.Dataset, store, *, target: str, threshold: float = THRE
             for name in ("best_layer", "first_crossing", "auc"):
                 row[name + "_lower"] = row[name + "_upper"] = np.nan
         per_seed = prof.values
-        few = 2 <= prof.sizes["seed"] < I.MIN_SEEDS
+        few = 2 <= prof.sizes["seed"] < MIN_SEEDS
         for name, stat in (("best_layer", best_layer_np(per_seed)),
                            ("first_crossing", first_crossing_np(per_seed, threshold))):
             if few:  # too few seeds for an interval: each seed's own layer instead
                 row[name + "_lower"] = row[name + "_upper"] = np.nan
                 each = ", ".join(_layer_name(float(v), labels) for v in stat)
-                row[name + "_name"] = f"{_layer_name(row[name], labels)} [{I.TOO_FEW}: {each}]"
+                row[name + "_name"] = f"{_layer_name(row[name], labels)} [{TOO_FEW}: {each}]"
             else:
                 row[name + "_name"] = fmt_layer_ci(row[name], row[name + "_lower"], row[name + "_upper"], labels)
         rows.append(row)
     frame = pd.DataFrame(rows)
     if len(frame):
-        frame = I.apply_rules(frame, *I.auc_range(frame["chance"].to_numpy()), value="auc", lower="auc_lower",
+        frame = apply_rules(frame, *auc_range(frame["chance"].to_numpy()), value="auc", lower="auc_lower",
                               upper="auc_upper", note="auc_interval_note", seed_values=("auc_seed_a", "auc_seed_b"))
     return frame
 
@@ -351,7 +350,7 @@ def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
         "length": summary["length"],
         "best layer": summary["best_layer_name"],
         f"first ≥ {THRESHOLD:.0%}": summary["first_crossing_name"],
-        "AUC": I.texts(summary, value="auc", lower="auc_lower", upper="auc_upper", note="auc_interval_note",
+        "AUC": texts(summary, value="auc", lower="auc_lower", upper="auc_upper", note="auc_interval_note",
                        seed_values=("auc_seed_a", "auc_seed_b")),
         "seeds": summary["n_seeds"],
     })

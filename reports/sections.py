@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.claims.verdicts import power_words, seeds_note
 from reports import figures as F
-from reports import intervals as I
+from reports.intervals import RANGES, apply_rules, interval_text, texts
 from reports.model import ALL_STAGES, COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import fmt, fmt_p, read_result
 from reports.snapshot import Snapshot
@@ -157,7 +157,7 @@ def behaviour(snap: Snapshot) -> Section:
     frame, notes = accuracy_frame(snap, lengths)
     sec = Section("behaviour", "Behaviour", intro=BEHAVIOUR_INTRO, notes=notes)
     shown = frame.copy()
-    shown["accuracy"] = I.texts(frame)
+    shown["accuracy"] = texts(frame)
     pivot = shown.pivot_table(index=["task", "arch", "variant"], columns="length", values="accuracy",
                               aggfunc="first").reset_index()
     pivot.columns = [c if isinstance(c, str) else f"L = {c}" for c in pivot.columns]
@@ -270,7 +270,7 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
     frame = frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
     cols = ["task", "arch", "variant", "length", "estimate", "lower", "upper", "n_seeds", "method", "ci_level", "note"]
     frame = frame[cols].sort_values(["task", "arch", "variant", "length"]).reset_index(drop=True)
-    frame = I.apply_rules(frame, *I.RANGES["accuracy"], t_based=frame["method"] == "seed-level t")
+    frame = apply_rules(frame, *RANGES["accuracy"], t_based=frame["method"] == "seed-level t")
     if (frame["n_seeds"] < 2).any():
         notes.append("Cells with one seed: the interval covers sequence sampling only, not training "
                      "variability (train more seeds).")
@@ -410,18 +410,18 @@ def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
     recovery unbounded); restoration and drop differences, and comparisons whose metric is
     not known (no experiment given), are not bounded."""
     if kind == "readable_by":
-        return I.RANGES["probe_accuracy"]
+        return RANGES["probe_accuracy"]
     if kind == "profile_match":
-        return I.RANGES["shape_distance"]
+        return RANGES["shape_distance"]
     if kind == "bound":
         if metric in ("accuracy", "probe_accuracy"):
-            return I.RANGES["accuracy"]
+            return RANGES["accuracy"]
         if metric in ("ablation_drop", "refit_accuracy"):
-            return I.RANGES["drop"]
-        return I.RANGES["recovery"]
+            return RANGES["drop"]
+        return RANGES["recovery"]
     if metric in ("accuracy", "probe_accuracy", "refit_accuracy"):
-        return I.RANGES["accuracy_difference"]
-    return I.RANGES["restoration_difference"]
+        return RANGES["accuracy_difference"]
+    return RANGES["restoration_difference"]
 
 
 def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
@@ -449,10 +449,10 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
     ranges = [claim_range(k, m) for k, m in zip(frame["kind"], known, strict=True)]
     low, high = [r[0] for r in ranges], [r[1] for r in ranges]
     # a claim's interval is the one its test used: shown from 2 seeds, as the CLI shows it
-    frame = I.apply_rules(frame, low, high, t_based=(frame["kind"] != "profile_match").to_numpy(), min_seeds=2)
+    frame = apply_rules(frame, low, high, t_based=(frame["kind"] != "profile_match").to_numpy(), min_seeds=2)
     for other in ("crosscheck",):  # a second model's interval of the same estimate: the same rules
         if {f"{other}_estimate", f"{other}_lower", f"{other}_upper"} <= set(frame.columns):
-            frame = I.apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",
+            frame = apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",
                                   upper=f"{other}_upper", note=f"{other}_interval_note",
                                   seed_values=None, min_seeds=2)
     first = ["claim", "statement", "kind", "verdict", "outcome", "reason", "estimate", "lower", "upper",
@@ -494,7 +494,7 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
             est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
             note, seeds = str(r.interval_note), (r.seed_a, r.seed_b)
             why = "permutation test: no interval" if r.kind == "profile_match" else "no interval"
-        text = I.interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
+        text = interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
                                why_none=why)
         if not prefix and np.isfinite(lo) and np.isfinite(hi):
             text += seeds_note(float(r.get("n_seeds", np.nan)))

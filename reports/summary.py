@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports import intervals as I
-from reports import references as R
+from reports import references
+from reports.intervals import MIN_SEEDS, RULES_NOTE
 from reports.model import COMMANDS, Section, Table, find_table, take_figure, take_table
 from reports.snapshot import Snapshot
 
@@ -36,10 +36,10 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
     if seeds:
         lo, hi = min(seeds), max(seeds)
         sec.notes.append(f"Seeds per model (task x architecture x variant): {lo}" + (f" to {hi}" if hi > lo else "")
-                         + "." + (f" With fewer than {I.MIN_SEEDS} seeds no interval across seeds is shown: "
+                         + "." + (f" With fewer than {MIN_SEEDS} seeds no interval across seeds is shown: "
                                   "train more seeds (the experiment's grid.seeds) for intervals."
-                                  if lo < I.MIN_SEEDS else ""))
-    sec.notes.append(I.RULES_NOTE)
+                                  if lo < MIN_SEEDS else ""))
+    sec.notes.append(RULES_NOTE)
 
     claims_sec = built.get("claims")
     claims_table = find_table(claims_sec, "claims")
@@ -53,11 +53,11 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
         part.command = COMMANDS["stats"]
     sec.parts.append(part)
 
-    refs = R.declared(experiment)
+    refs = references.declared(experiment)
     if refs:
         behaviour_t = find_table(built.get("behaviour"), "behaviour_accuracy")
         probe_t = find_table(built.get("probes"), "probe_profiles")
-        frame = R.comparison(
+        frame = references.comparison(
             refs,
             claims=None if claims_table is None else claims_table.data,
             behaviour=None if behaviour_t is None else behaviour_t.data,
@@ -67,7 +67,7 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
         part.tables.append(Table(
             "paper_comparison", "Values a paper reported (the experiment's [[reference]] tables) beside ours: "
             "our estimate with its 95% interval, in the paper's unit, and whether the paper's value lies "
-            "inside our interval.", frame, R.display(frame)))
+            "inside our interval.", frame, references.display(frame)))
         sec.parts.append(part)
 
     behaviour = built.get("behaviour")

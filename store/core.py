@@ -35,7 +35,6 @@ from . import metadata as _metadata
 from . import pairing as _pairing
 from . import results as _results
 from . import runs as _runs
-from . import schema as S
 from . import weights as _weights
 from .errors import (
     LayerstateError,
@@ -51,6 +50,7 @@ from .lease import Lease, RunLease, consolidation_lease, lease_seconds, location
 from .location import Location
 from .provenance import now, provenance, tool_version
 from .runs import config_hash, run_identity
+from .schema import RESULTS, RUNS, SCHEMA, schema_refusal
 from .writer import LengthWriter
 from .zarrutil import naming_corruption, quiet
 
@@ -115,15 +115,15 @@ class Store:
             root = zarr.open_group(store=loc.zarr_store(read_only=False), mode="w-", zarr_format=3)
             root.attrs.update(
                 {
-                    "schema": S.SCHEMA,
+                    "schema": SCHEMA,
                     "title": title,
                     "created": now(),
                     "tool_version": tool_version(),
                     "provenance": provenance(),
                 }
             )
-            root.require_group(S.RUNS)
-            root.require_group(S.RESULTS)
+            root.require_group(RUNS)
+            root.require_group(RESULTS)
         st = cls(loc, root, read_only=False)
         st.consolidate()
         return st
@@ -698,7 +698,7 @@ def _check_schema(loc: Location, attrs: dict) -> None:
             f"{loc} is a Zarr group but not a layerstate store (no 'schema' attribute); "
             "create stores with `layerstate capture` or Store.create"
         )
-    refusal = S.schema_refusal(schema)
+    refusal = schema_refusal(schema)
     if refusal is not None:  # docs/store-format.md, "Versions": no other name or version
         raise SchemaVersionError(f"{loc} {refusal}")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lengths as L
-from . import schema as S
+from . import lengths
 from .checkpoints import checkpoint_state
 from .core import Store
+from .schema import RUNS, parse_length_group
 from .zarrutil import iter_arrays
 
 
@@ -32,19 +32,19 @@ def summary(store: Store) -> dict:
         a = store.run_attrs(rid)
         groups = {}
         for name, grp in store.run_group(rid).groups():
-            if not S.parse_length_group(name):
+            if not parse_length_group(name):
                 continue
             ga = dict(grp.attrs)
             arrays = dict(grp.arrays())
-            state = L.completion(ga)
-            labels = L.label_names(grp, arrays)
-            problems = L.layout_problems(grp, f"{S.RUNS}/{rid}/{name}", arrays)
+            state = lengths.completion(ga)
+            labels = lengths.label_names(grp, arrays)
+            problems = lengths.layout_problems(grp, f"{RUNS}/{rid}/{name}", arrays)
             groups[name] = {
                 "complete": state.complete,
                 "recorded": state.recorded,
                 "blocks": state.blocks,
                 "labels": labels,
-                "target": L.declared_target(ga, labels, a),
+                "target": lengths.declared_target(ga, labels, a),
                 "problem": problems[0] if problems else None,
                 "arrays": {n: {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": list(arr.chunks)}
                            for n, arr in arrays.items() if n in ("hidden", "tokens", "logits")},

@@ -18,12 +18,22 @@ from zarr.codecs import ShardingCodec
 from zarr.core.metadata import ArrayV3Metadata
 from zarr.core.sync import sync
 
-from . import lengths as L
-from . import metadata as M
-from . import schema as S
+from . import damage, digests, lengths
 from .core import PairedStore, Store
 from .errors import LayerstateError, MetadataDamagedError, NotAStoreError
 from .location import Location
+from .schema import (
+    ATTR_COMPLETED,
+    METADATA_COPY,
+    RESULTS,
+    ROOT_REQUIRED_ATTRS,
+    RUN_REQUIRED_ATTRS,
+    RUNS,
+    WEIGHTS,
+    check_run_id,
+    parse_length_group,
+    schema_refusal,
+)
 from .zarrutil import chunk_key, group, iter_arrays, quiet
 
 
@@ -39,7 +49,7 @@ class Report:
     #: metadata files checked (every node's zarr.json, the root and its copy)
     n_metadata: int = 0
     #: what the metadata comparison found (``repair`` acts on it); None if not run
-    metadata: M.MetadataCheck | None = None
+    metadata: damage.MetadataCheck | None = None
     #: ``(array path, chunk index, group path or None, blocks)`` of each damaged or missing
     #: chunk (a shard, in a sharded array); ``blocks``: the blocks (S21) its rows belong to, ()
     #: for an array not laid out by sequence
@@ -91,7 +101,7 @@ def _is_a_store(loc: Location) -> None:
     if loc.is_zip:  # a zip is a store or a damaged one: validate says which
         return
     zs = loc.zarr_store(read_only=True, guarded=False)
-    if not sync(zs.exists("zarr.json")) and not sync(zs.exists(S.METADATA_COPY)):
+    if not sync(zs.exists("zarr.json")) and not sync(zs.exists(METADATA_COPY)):
         raise NotAStoreError(
             f"{loc} is not a layerstate store (no Zarr v3 group at its root); "
             "point at a directory made by `layerstate capture` or a file made by `layerstate pack`"
@@ -117,7 +127,7 @@ def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict |
         _is_a_store(loc)
     rep = Report(str(loc))
     with quiet():
-        meta = M.check(loc.zarr_store(read_only=True, guarded=False), str(loc))
+        meta = damage.check(loc.zarr_store(read_only=True, guarded=False), str(loc))
     rep.metadata, rep.n_metadata = meta, meta.n_nodes
     no_snapshot = _no_snapshot(loc)
     for f in meta.findings:
@@ -143,20 +153,20 @@ def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict |
 
 def _no_snapshot(loc: Location) -> bool:
     """Whether the root document parses and simply has no consolidated snapshot."""
-    raw = M.get(loc.zarr_store(read_only=True, guarded=False), "zarr.json")
-    doc = None if raw is None else M.parse(raw)[0]
+    raw = digests.get(loc.zarr_store(read_only=True, guarded=False), "zarr.json")
+    doc = None if raw is None else digests.parse(raw)[0]
     return doc is not None and doc.get("consolidated_metadata") is None
 
 
 def _check_store(store: Store, rep: Report, check_chunks: bool) -> None:
     attrs = store.attrs
-    for key in S.ROOT_REQUIRED_ATTRS:
+    for key in ROOT_REQUIRED_ATTRS:
         if key not in attrs:
             rep.problems.append(f"root: missing attribute {key!r}")
-    refusal = S.schema_refusal(attrs.get("schema")) if "schema" in attrs else None
+    refusal = schema_refusal(attrs.get("schema")) if "schema" in attrs else None
     if refusal is not None:  # (Store.open refuses such a store: kept for an open Store)
         rep.problems.append(f"root {refusal} (docs/store-format.md, 'Versions')")
-    if S.RUNS not in store.root:
+    if RUNS not in store.root:
         rep.problems.append("root: missing group 'runs' (S7): create it, with one group per run")
         return
     for rid in store.run_ids():
@@ -164,9 +174,9 @@ def _check_store(store: Store, rep: Report, check_chunks: bool) -> None:
             _check_run(store, rid, rep, check_chunks)
         except MetadataDamagedError:  # named by the metadata check above
             rep.warnings.append(f"runs/{rid}: not checked further (damaged metadata)")
-    if check_chunks and S.RESULTS in store.root:
+    if check_chunks and RESULTS in store.root:
         try:
-            for path, arr in iter_arrays(group(store.root, S.RESULTS), f"{S.RESULTS}/"):
+            for path, arr in iter_arrays(group(store.root, RESULTS), f"{RESULTS}/"):
                 _check_chunks(arr, path, rep, _Expect())
         except MetadataDamagedError:
             rep.warnings.append("results: not checked further (damaged metadata)")
@@ -183,10 +193,10 @@ def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
     run = store.run_group(rid)
     a = dict(run.attrs)
     try:
-        S.check_run_id(rid)
+        check_run_id(rid)
     except ValueError as exc:
         rep.problems.append(f"runs/{rid}: {exc} (S8)")
-    missing = [key for key in S.RUN_REQUIRED_ATTRS if key not in a]
+    missing = [key for key in RUN_REQUIRED_ATTRS if key not in a]
     for key in missing:
         rep.problems.append(f"runs/{rid}: missing attribute {key!r} (S9): every run needs "
                             "task, arch, variant and seed")
@@ -197,37 +207,37 @@ def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
         rep.problems.append(f"runs/{rid}: attribute 'seed' is {a['seed']!r}; it must be an integer (S9)")
     for name, grp in run.groups():
         path = f"runs/{rid}/{name}"
-        if name == S.WEIGHTS:
+        if name == WEIGHTS:
             if not grp.attrs.get("complete"):
                 rep.warnings.append(f"{path}: weights incomplete (training interrupted?)")
             if check_chunks:
                 for apath, arr in iter_arrays(grp, f"{path}/"):
                     _check_chunks(arr, apath, rep, _Expect(group=path, finite=True))
             continue
-        if S.parse_length_group(name):
+        if parse_length_group(name):
             _check_length(grp, path, rep, check_chunks, a)
 
 
 def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool, run_attrs: dict) -> None:
     ga = dict(grp.attrs)
-    state = L.completion(ga)
+    state = lengths.completion(ga)
     if "spec" not in ga and state.recorded and not state.done and "n_blocks" not in ga:
         # layerstate's writer creates a group with an empty record and adds its spec last
         rep.warnings.append(f"{path}: layout never finished (writer killed while creating it)")
         return
     arrays = dict(grp.arrays())
-    rep.problems += L.layout_problems(grp, path, arrays)
-    labels = L.label_names(grp, arrays)
+    rep.problems += lengths.layout_problems(grp, path, arrays)
+    labels = lengths.label_names(grp, arrays)
     declared = ga.get("target")
     if declared is not None and declared not in labels:
         rep.problems.append(f"{path}: target {declared!r} is not one of its labels "
                             f"({', '.join(labels) or 'none'}) (S23): name one of them")
-    elif len(labels) > 1 and L.declared_target(ga, labels, run_attrs) is None:
+    elif len(labels) > 1 and lengths.declared_target(ga, labels, run_attrs) is None:
         rep.warnings.append(
             f"{path}: {len(labels)} labels ({', '.join(labels)}) and no declared target (S23): "
             "analyses need --target; set the group attribute 'target'"
         )
-    if "layer" in arrays and L.dtype_kind(arrays["layer"]) == "U":
+    if "layer" in arrays and lengths.dtype_kind(arrays["layer"]) == "U":
         rep.warnings.append(
             f"{path}/layer: fixed-width strings ({arrays['layer'].dtype}) have no Zarr v3 data type "
             "spec (S2): other Zarr readers may not read them; write variable-length strings"
@@ -241,10 +251,10 @@ def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool, r
         rep.warnings.append(f"{path}: written with allow_nonfinite=True (may hold NaN/Inf)")
     if not check_chunks:
         return
-    done = set(cast("list[int]", ga.get(S.ATTR_COMPLETED) or [])) if state.recorded else None
+    done = set(cast("list[int]", ga.get(ATTR_COMPLETED) or [])) if state.recorded else None
     absent_before = len(rep.absent)
     for name, arr in arrays.items():
-        names = L.dim_names(arr)
+        names = lengths.dim_names(arr)
         seq_axis = 0 if names and names[0] == "sequence" and name != "sequence" else None
         _check_chunks(arr, f"{path}/{name}", rep, _Expect(group=path, seq_axis=seq_axis, blocks=done,
                                                           finite=not allowed))
@@ -330,7 +340,7 @@ def _check_chunks(arr: zarr.Array, path: str, rep: Report, expect: _Expect) -> N
     counted as such by the NaN/inf check when the fill value is NaN.
     """
     rep.n_arrays += 1
-    kind = L.dtype_kind(arr)
+    kind = lengths.dtype_kind(arr)
     if kind in "biuf" and not _has_crc32c(arr):
         rep.unchecksummed.append(path)
     count_nonfinite = expect.finite and kind == "f"

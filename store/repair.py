@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from . import metadata as M
-from . import schema as S
+from . import schema
 from .core import Store
 from .errors import LayerstateError, ReadOnlyStoreError, WriterLockedError
 from .integrity import Report, validate
 from .location import Location, RunLock
+from .metadata import ZARR_JSON, MetadataCheck, file_of, put, render
 
 
 class RepairRefusedError(LayerstateError, ValueError):
@@ -122,23 +122,23 @@ def format_repair(rep: RepairReport) -> list[str]:
 
 
 # ---------------------------------------------------------------------- the plan
-def _plan(meta: M.MetadataCheck, loc: Location) -> list[tuple[str, Any]]:
+def _plan(meta: MetadataCheck, loc: Location) -> list[tuple[str, Any]]:
     """``(line, step(zarr_store))`` for each write, in order: the root's document, then the
     nodes' files, then (once) the snapshot and digests rebuilt from the nodes."""
     steps: list[tuple[str, Any]] = []
     actions = {f.action for f in meta.findings}
     if "restore_root" in actions:
         root = cast("dict[str, Any]", meta.root_copy)
-        steps.append((f"restore {M.ZARR_JSON} (the root's attributes) from {S.METADATA_COPY}",
-                      lambda zs, root=root: M.put(zs, M.ZARR_JSON, M.render(root))))
+        steps.append((f"restore {ZARR_JSON} (the root's attributes) from {schema.METADATA_COPY}",
+                      lambda zs, root=root: put(zs, ZARR_JSON, render(root))))
     for f in meta.findings:
         if f.action == "restore":
             doc = meta.entries[f.path]
-            steps.append((f"restore {M.file_of(f.path)} from its copy in the consolidated snapshot",
-                          lambda zs, p=f.path, doc=doc: M.put(zs, M.file_of(p), M.render(doc))))
+            steps.append((f"restore {file_of(f.path)} from its copy in the consolidated snapshot",
+                          lambda zs, p=f.path, doc=doc: put(zs, file_of(p), render(doc))))
     if actions & {"restore_root", "consolidate"}:
-        steps.append((f"rebuild the consolidated snapshot ({M.ZARR_JSON}) and the digests "
-                      f"({S.METADATA_COPY}) from the nodes",
+        steps.append((f"rebuild the consolidated snapshot ({ZARR_JSON}) and the digests "
+                      f"({schema.METADATA_COPY}) from the nodes",
                       lambda zs: Store.open(loc.url, mode="r+", storage_options=loc.storage_options).consolidate()))
     return steps
 
@@ -157,7 +157,7 @@ def _no_live_writers(loc: Location) -> None:
         )
     if not loc.is_local:
         return
-    runs = loc.local_path / S.RUNS
+    runs = loc.local_path / schema.RUNS
     if not runs.is_dir():
         return
     for run in sorted(p.name for p in runs.iterdir() if p.is_dir()):
@@ -171,7 +171,7 @@ def _damaged_blocks(rep: Report) -> dict[str, set[int]]:
     """Length group path -> blocks holding a damaged chunk (of an array chunked by sequence)."""
     out: dict[str, set[int]] = {}
     for array_path, _idx, group_path, held in rep.damaged_chunks:
-        if group_path is None or not S.parse_length_group(group_path.rsplit("/", 1)[-1]):
+        if group_path is None or not schema.parse_length_group(group_path.rsplit("/", 1)[-1]):
             continue
         name = array_path.rsplit("/", 1)[-1]
         if name in ("sequence", "position", "layer") or not held:
@@ -188,7 +188,7 @@ def _chunk_lines(rep: Report, blocks: dict[str, set[int]], forgetting: bool) -> 
             fix = ("its block is marked unwritten: run `layerstate capture` again, it rewrites it"
                    if forgetting else "re-capture it: `layerstate repair --forget-damaged` marks its "
                    "block unwritten, then `layerstate capture` rewrites it (capture resumes)")
-        elif array_path.startswith(f"{S.RESULTS}/"):
+        elif array_path.startswith(f"{schema.RESULTS}/"):
             fix = "run the analysis that wrote this result again (it replaces the result)"
         else:
             fix = "restore the store from a backup, or train and capture that run into a new store"
@@ -202,6 +202,6 @@ def _forget(loc: Location, blocks: dict[str, set[int]]) -> None:
     with st.deferred_consolidation():
         for path, bad in blocks.items():
             grp = st.root[path]
-            done = set(cast("list[int]", grp.attrs.get(S.ATTR_COMPLETED, []))) - bad
-            grp.attrs.update({S.ATTR_COMPLETED: sorted(done), S.ATTR_COMPLETE: False})
+            done = set(cast("list[int]", grp.attrs.get(schema.ATTR_COMPLETED, []))) - bad
+            grp.attrs.update({schema.ATTR_COMPLETED: sorted(done), schema.ATTR_COMPLETE: False})
             st.consolidate()
