@@ -214,8 +214,9 @@ def check_options(
 # ----------------------------------------------------------------------------- labels
 
 
-def rng_for(seed: int, run: str, length: int, purpose: int) -> np.random.Generator:
-    """A generator that depends only on (seed, run, length, purpose), not on selection order."""
+def probe_rng(seed: int, run: str, length: int, purpose: int) -> np.random.Generator:
+    """A generator that depends only on (seed, run, length, purpose), not on selection order
+    (the probes' own; training and capture draw from ``capture.train.rng_for``)."""
     return np.random.default_rng([int(seed), zlib.crc32(run.encode()), int(length), purpose])
 
 
@@ -314,21 +315,21 @@ def build_labels(
         L: np.where(r >= 0, np.searchsorted(classes, np.maximum(r, 0)), -1) for L, r in raw.items()
     }
     if control == "token":
-        mapping = token_control(tokens, idx, classes.size, rng_for(seed, run, 0, 1))
+        mapping = token_control(tokens, idx, classes.size, probe_rng(seed, run, 0, 1))
     out = {}
     for L in raw:
         if control == "token":
             ctrl = np.where(idx[L] >= 0, mapping[tokens[L]], -1)
         elif control == "permute":
-            ctrl = permuted_control(idx[L], rng_for(seed, run, L, 2))
+            ctrl = permuted_control(idx[L], probe_rng(seed, run, L, 2))
         else:
             ctrl = None
         n = idx[L].shape[0]
         fold = (
-            assign_folds(n, folds, rng_for(seed, run, L, 3)) if L in fit_lengths else np.full(n, -1)
+            assign_folds(n, folds, probe_rng(seed, run, L, 3)) if L in fit_lengths else np.full(n, -1)
         )
         inner = (
-            inner_groups(fold, folds, rng_for(seed, run, L, 4)) if L in fit_lengths else fold.copy()
+            inner_groups(fold, folds, probe_rng(seed, run, L, 4)) if L in fit_lengths else fold.copy()
         )
         out[L] = LengthLabels(run, L, idx[L], ctrl, fold, inner)
     return classes, out
