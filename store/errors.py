@@ -19,6 +19,10 @@ class NotAStoreError(LayerstateError, FileNotFoundError):
     """The path exists but holds no layerstate store (or does not exist)."""
 
 
+class MissingFileError(LayerstateError, FileNotFoundError):
+    """A file or directory given as input (activations, labels, a dataset) does not exist."""
+
+
 class SchemaVersionError(LayerstateError, ValueError):
     """The store was written by a newer (or unknown) schema version."""
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from store import InvalidArrayError, MissingError, Store
+from store.errors import MissingFileError
 
 from .common import Arrays, ImportPlan, ImportResult, RunInfo, as_run, named_plan, natural, write
 
@@ -274,7 +275,8 @@ def safetensors_files(path: str | os.PathLike[str]) -> list[Path]:
             raise MissingError(f"{p} holds no .safetensors files")
         return files
     if not p.exists():
-        raise FileNotFoundError(f"{p} does not exist")
+        raise MissingFileError(f"{p} does not exist; give the path of a .safetensors file or of a "
+                               "directory holding them")
     return [p]
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from store import InvalidArrayError, MissingError, RunConflictError, Store
+from store.errors import MissingFileError
 from store.schema import length_group
 
 from .common import (
@@ -53,7 +54,8 @@ class DatasetSource:
         datasets = require("datasets", "importing a Hugging Face datasets directory")
         p = Path(path)
         if not p.exists():
-            raise FileNotFoundError(f"{p} does not exist")
+            raise MissingFileError(f"{p} does not exist; give the directory `datasets.save_to_disk` "
+                                   "wrote")
         try:
             ds = datasets.load_from_disk(str(p))
         except Exception as exc:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from store import InvalidArrayError, MissingError
+from store.errors import MissingFileError
 
 from .checks import Labels, require
 
@@ -30,7 +31,8 @@ def read_labels(path: str | os.PathLike[str], n_sequences: int, length: int) -> 
     """Labels, tokens and mask from a table or an array file, shaped ``(n_sequences, length)``."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"labels file {p} does not exist")
+        raise MissingFileError(f"labels file {p} does not exist; give a table "
+                               f"({', '.join(TABLE_SUFFIXES)}) or arrays ({', '.join(ARRAY_SUFFIXES)})")
     suffix = p.suffix.lower()
     if suffix in TABLE_SUFFIXES:
         return _from_table(p, n_sequences, length)
