@@ -116,3 +116,23 @@ def test_interventions_follow_the_models_device(tmp_path, arch):
     plan.device = "meta"
     with HostReads():
         assert plan.model(spec.run_id).compute().module.embedding.weight.device.type == "meta"
+
+
+def test_a_pretrained_checkpoint_is_evaluated_on_its_device(tmp_path):
+    """Without fine-tuning the model must still move to the device before it is evaluated.
+    (Fine-tuning a transformers checkpoint cannot run on ``meta``: its ``train()`` asks the
+    ``kernels`` hub for the device's kernels, which knows no ``meta``; fine-tuning is
+    :func:`fit`, tested above.)"""
+    from transformers import GPTNeoXConfig, GPTNeoXModel
+
+    from capture.pretrained import add_pretrained_run
+
+    path = tmp_path / "tiny-pythia"
+    cfg = GPTNeoXConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, bos_token_id=None,
+                        eos_token_id=None)
+    GPTNeoXModel(cfg).save_pretrained(path)
+    st = Store.create(str(tmp_path / "s.zarr"))
+    with HostReads():
+        rid = add_pretrained_run(st, path, "p", task="dyck", device="meta")
+    assert st.run_attrs(rid)["device"] == "meta"
