@@ -587,6 +587,7 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
     majority class) and the control task's accuracy."""
     from analysis.probes import probe as run_probe
     from analysis.probes import runs_by_task, save_probes, storage_name
+    from analysis.probes.plan import select_runs
     from store import schema
 
     if name is not None:
@@ -596,9 +597,9 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
             raise BadInput(f"--name: {exc}") from None
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
-        selected = _selected_runs(st, runs, tasks, archs) or st.run_ids()
+        selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
         groups = {"": selected} if name else runs_by_task(st, selected)
-        if target is not None and not name:
+        if target is not None and len(groups) > 1:
             _check_target(st, target, groups)
         for ids in groups.values():
             ds = run_probe(

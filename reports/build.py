@@ -142,7 +142,7 @@ def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_ch
     builders: list[tuple[str, str, Callable[[], Section]]] = [
         ("claims", sections.CLAIMS_TITLE, lambda: sections.claims(snap, experiment)),
         ("behaviour", "Behaviour", lambda: sections.behaviour(snap)),
-        ("probes", "Probe profiles", lambda: readout.probes(snap, results)),
+        ("probes", "Probe profiles", lambda: readout.probes(snap, results) if results else readout.probes(snap)),
         ("interventions", "Interventions", lambda: interventions.interventions(snap)),
         ("provenance", sections.PROVENANCE_TITLE,
          lambda: sections.provenance(snap, experiment, check_chunks=check_chunks)),

@@ -76,11 +76,15 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
         raise MissingError(f"no probe result {unknown[0]} to show; stored: {', '.join(names) or 'none'}")
     attrs = {n: store.result_attrs(n) for n in names}
     holding: dict[str, list[str]] = {}
-    for n in names:
-        runs = [str(r) for r in read_result(store, n).run.values]
-        for task in sorted({str(store.run_attrs(r).get("task")) for r in runs}):
-            holding.setdefault(task, []).append(n)
     shown: dict[str, list[str]] = {}
+    for n in names:
+        ds = read_result(store, n)
+        runs = [str(r) for r in ds.run.values] if "run" in ds.dims else []
+        tasks = sorted({str(store.run_attrs(r).get("task")) for r in runs if r in store.run_ids()})
+        if not tasks:  # no runs of this store: shown as it is (its section says what it lacks)
+            shown[n] = []
+        for task in tasks:
+            holding.setdefault(task, []).append(n)
     notes = []
     for task, cands in sorted(holding.items()):
         pick = ([n for n in cands if n in wanted] or [n for n in cands if n == schema.probe_name(task)]
@@ -103,8 +107,9 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
     notes.extend(which)
     for name, tasks in shown.items():
         ds = read_result(snap.store, name)
-        keep = [i for i, r in enumerate(ds.run.values) if str(snap.store.run_attrs(str(r)).get("task")) in tasks]
-        ds = ds.isel(run=keep)
+        if tasks:
+            keep = [i for i, r in enumerate(ds.run.values) if str(snap.store.run_attrs(str(r)).get("task")) in tasks]
+            ds = ds.isel(run=keep)
         if "accuracy" not in ds:
             notes.append(f"results/{name} has no 'accuracy' variable (variables: {', '.join(map(str, ds.data_vars))}); skipped")
             continue
