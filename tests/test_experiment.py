@@ -58,11 +58,13 @@ def test_claims_are_dumped_as_written(tmp_path):
         ({"kind": "readable_by", "arch": "lstm", "layer": "L7", "threshold": 0.9},
          r"layer 'L7' is not one of this experiment's layers \(embed, L0, L1, L2, L3\)"),
         ({"task": "assoc_recall", "metric": "restoration", "arch": "lstm", "compare": "site",
-          "treatment": "value", "reference": "answer"},
+          "treatment": "value", "reference": "answer", "layer": "L0"},
          r"reference 'answer' is not one of this experiment's sites \(key, value, divider, query\)"),
-        ({"metric": "restoration", "site": "value", "length": 80},
+        ({"metric": "restoration", "site": "value", "length": 80, "layer": "L0"},
          r"length 80 is not one of this experiment's lengths \(40\)"),
         ({"kind": "equivalence"}, r"an equivalence claim needs margin"),
+        ({"task": "assoc_recall", "metric": "restoration", "arch": "lstm", "compare": "site",
+          "treatment": "value", "reference": "query"}, r"a restoration claim names its layer = \.\.\."),
         ({"metric": "probe_accuracy"}, r"metric = 'probe_accuracy' needs layer = \.\.\. \(or compare = 'layer'\)"),
     ],
 )
@@ -77,7 +79,7 @@ def test_duplicate_ids_and_restoration_without_pairs():
     with pytest.raises(ExperimentError, match="claim id 'c' is used twice"):
         parse_experiment(minimal([CLAIM, CLAIM]))
     restoration = {**CLAIM, "task": "assoc_recall", "metric": "restoration", "compare": "site",
-                   "arch": "lstm", "treatment": "value", "reference": "query"}
+                   "arch": "lstm", "treatment": "value", "reference": "query", "layer": "L0"}
     parse_experiment(minimal([restoration]))
     with pytest.raises(ExperimentError, match="set \\[capture\\] counterfactual_pairs"):
         parse_experiment(minimal([restoration], capture={"lengths": [40]}))

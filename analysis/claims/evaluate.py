@@ -71,9 +71,9 @@ def _ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
                     and "sequence" in ds["n_labelled"].dims else missing
             else:
                 x = ds[v].sel(length=L, drop=True) if v in ds else missing
-            parts.append(x.astype(float))
+            parts.append(x.astype(float).reset_coords(drop=True))
         parts = list(xr.broadcast(*parts))
-        return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"))
+        return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"), coords="minimal", join="outer")
 
     out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
                    extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
@@ -98,7 +98,11 @@ def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | Non
     if claim.metric in ("ablation_drop", "refit_accuracy"):
         ds = _ablation_counts(store, claim, cache)
         if claim.metric == "ablation_drop":
-            return _proportion_var(ds["accuracy_clean"], ds["units"]) + _proportion_var(ds["accuracy"], ds["units"])
+            ablated = _proportion_var(ds["accuracy"], ds["units"])
+            if claim.kind == "difference" or claim.kind == "equivalence":
+                if claim.compare == "setting":  # the same clean accuracy on both sides cancels
+                    return ablated
+            return _proportion_var(ds["accuracy_clean"], ds["units"]) + ablated
         return _proportion_var(ds["probe_accuracy"], ds["units"])
     return None
 

@@ -33,6 +33,7 @@ from analysis.interventions import (
     patched_logits_reference,
     patching,
     rebuild,
+    removal,
     site_description,
 )
 from analysis.interventions import erasure as E
@@ -151,14 +152,14 @@ def test_matched_subspaces_capture_the_target_variance_and_stay_random():
     cov = np.cov(x.T, bias=True)
     lam = np.sort(np.linalg.eigvalsh(cov))[::-1]
     for k, target in ((1, 0.5), (1, 4.0), (3, 10.0), (3, lam[:3].sum())):
-        rows = E.matched_np(x, target, k, rng)
+        rows = removal.matched_np(x, target, k, rng)
         np.testing.assert_allclose(rows @ rows.T, np.eye(k), atol=1e-10)
-        assert E.subspace_variance_np(rows.T, cov) == pytest.approx(target, rel=1e-6)
+        assert removal.subspace_variance_np(rows.T, cov) == pytest.approx(target, rel=1e-6)
     # beyond what k directions hold: the top-k principal subspace itself
-    rows = E.matched_np(x, 1e9, 2, rng)
-    assert E.subspace_variance_np(rows.T, cov) == pytest.approx(lam[:2].sum(), rel=1e-9)
+    rows = removal.matched_np(x, 1e9, 2, rng)
+    assert removal.subspace_variance_np(rows.T, cov) == pytest.approx(lam[:2].sum(), rel=1e-9)
     # two draws differ (a random control, not a fixed direction)
-    a, b = E.matched_np(x, 2.0, 1, rng), E.matched_np(x, 2.0, 1, rng)
+    a, b = removal.matched_np(x, 2.0, 1, rng), removal.matched_np(x, 2.0, 1, rng)
     assert abs(float(a[0] @ b[0])) < 0.99
 
 
@@ -167,13 +168,13 @@ def test_removal_stats_of_a_projection_and_of_leace():
     x = rng.standard_normal((4000, 6)) * np.array([3.0, 1, 1, 1, 1, 1]) + 2.0
     total = float(x.var(0).sum())
     e0 = np.eye(6)[:1]
-    share, shift, rank = E.removal_stats_np(x, E.projection_np(e0))
+    share, shift, rank = removal.removal_stats_np(x, E.projection_np(e0))
     assert share == pytest.approx(x[:, 0].var() / total, rel=1e-9)
     assert shift == pytest.approx(abs(x[:, 0].mean()) / np.sqrt(total), rel=1e-9)  # zeroed, not centred
     assert rank == 1
-    share, shift, rank = E.removal_stats_np(x, E.projection_np(e0, mean=x.mean(0)))
+    share, shift, rank = removal.removal_stats_np(x, E.projection_np(e0, mean=x.mean(0)))
     assert shift == pytest.approx(0.0, abs=1e-9) and rank == 1
-    assert E.state_stats_np(np.repeat(np.eye(3), 5, axis=0))[:2] == (2, 3)
+    assert removal.state_stats_np(np.repeat(np.eye(3), 5, axis=0))[:2] == (2, 3)
 
 
 def test_matched_settings_parse_and_refuse_what_cannot_be_matched():
@@ -424,4 +425,9 @@ def test_a_difference_claim_between_a_setting_and_its_matched_control_is_the_pai
     test = matched_comparison(res, "leace", length=LENGTH, layer="L0").sel(
         task="parity", arch="lstm", variant="default")
     assert float(row.estimate) == pytest.approx(float(test.estimate), abs=1e-12)
-    assert float(row.p) == pytest.approx(float(test.p) / 2, rel=1e-6)  # one-sided vs two-sided
+    # one-sided vs two-sided; the claim's variance is never below the sequences' sampling variance
+    # (the two settings' ablated accuracies; docs/decisions.md), so its p can only be larger
+    if "sampling" in str(row.variance.values):
+        assert float(row.p) > float(test.p) / 2
+    else:
+        assert float(row.p) == pytest.approx(float(test.p) / 2, rel=1e-6)
