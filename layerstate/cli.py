@@ -616,6 +616,16 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
             click.echo(present.stored(stored))
 
 
+def _stored_as(kind: str, name: str) -> str:
+    """The result name an analysis stored ``name`` under (:func:`store.schema.result_name`)."""
+    from store import schema
+
+    try:
+        return schema.result_name(kind, name)
+    except ValueError:  # a name the schema would refuse was stored by the analysis as given
+        return f"{kind}/{name}"
+
+
 def _check_target(st, target: str, groups: dict[str, list[str]]) -> None:
     """--target names a label the runs of every selected task have; else one line naming the
     tasks whose runs have it (--task)."""
@@ -651,6 +661,7 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
            results, storage_options) -> None:
     """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
     from analysis.interventions import run_ablation
+    from store import schema
 
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
@@ -658,7 +669,7 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
                           fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=sched)
     for line in present.ablation_lines(ds):
         click.echo(line)
-    click.echo(present.stored(f"ablation/{name}"))
+    click.echo(present.stored(_stored_as(schema.ABLATION, name)))
 
 
 @main.command()
@@ -682,6 +693,7 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
           scheduler, results, storage_options) -> None:
     """Patch clean activations into corrupted runs and back (layer x position) and measure both."""
     from analysis.interventions import run_interchange, run_patching
+    from store import schema
 
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
@@ -689,10 +701,10 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
         options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise}
         if interchange:
             ds = run_interchange(st, length, name, runs=sel, scheduler=sched, **options)
-            lines, stored = present.interchange_lines(ds), f"interchange/{name}"
+            lines, stored = present.interchange_lines(ds), _stored_as(schema.INTERCHANGE, name)
         else:
             ds = run_patching(st, length, name, runs=sel, positions=positions, scheduler=sched, **options)
-            lines, stored = present.patching_lines(ds), f"patching/{name}"
+            lines, stored = present.patching_lines(ds), _stored_as(schema.PATCHING, name)
     for line in lines:
         click.echo(line)
     click.echo(present.stored(stored))
@@ -770,9 +782,9 @@ def report(store_path: str, out: str, force: bool, no_chunk_check: bool, shown: 
     reachable(scheduler)
     st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
                        results_options=storage_options)
-    from reports.readout import choose_probe_results
+    from reports.readout import choose_probe_results, probe_results
 
-    choose_probe_results(st, [n for n in st.results() if n.startswith("probes/")], shown)  # a bad name: one line
+    choose_probe_results(st, probe_results(st), shown)  # a name that is not stored: one line
     path = build_report(st, out, force=force, check_chunks=not no_chunk_check, results=shown)
     click.echo(present.report_line(path))
 

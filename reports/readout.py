@@ -44,6 +44,7 @@ from reports.numbers import (
     seed_t_interval,
 )
 from reports.snapshot import Snapshot
+from store import schema
 
 PROBES_INTRO = (
     "Held-out accuracy of linear probes on each layer's hidden states (cross-validated by sequence), "
@@ -58,6 +59,11 @@ TRIVIAL_CONTROL = 0.98
 METRIC_VARS = {"baseline": "baseline", "control": "control_accuracy", "selectivity": "selectivity"}
 
 
+def probe_results(store) -> list[str]:
+    """The names of the stored probe results (kind ``probes``, :mod:`store.schema`)."""
+    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
+
+
 def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
         dict[str, list[str]], list[str]]:
     """Which probe result each task shows: ``({name: [task, ...]}, notes)``.
@@ -67,7 +73,7 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
     profile never mixes two results. ``notes`` says, per task with several, which is shown,
     with what settings, and which others there are.
     """
-    from store import MissingError, schema
+    from store import MissingError
     from store.results import describe_settings
 
     wanted = [w if schema.parse_result_name(w) else schema.result_name(schema.PROBES, w) for w in wanted]
@@ -98,7 +104,7 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
 
 
 def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
-    names = snap.results("probes/")
+    names = probe_results(snap.store)
     if not names:
         return missing_section("probes", "Probe profiles", "No probe results in this store.", "probe", PROBES_INTRO)
     sec = Section("probes", "Probe profiles", intro=PROBES_INTRO)
@@ -113,7 +119,7 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
         if "accuracy" not in ds:
             notes.append(f"results/{name} has no 'accuracy' variable (variables: {', '.join(map(str, ds.data_vars))}); skipped")
             continue
-        target = str(ds.attrs.get("target", name.split("/", 1)[-1]))
+        target = str(ds.attrs.get("target", (schema.parse_result_name(name) or ("", name))[1]))
         frames.append(profile_frame(ds, snap.store, target=target).assign(result=name))
         summaries.append(summary_frame(ds, snap.store, target=target))
         regs.append(regularisation_frame(ds, snap.store, target=target))

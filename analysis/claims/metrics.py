@@ -86,6 +86,14 @@ def _result_lengths(store: Store, kind: str | None = None) -> list[int]:
     return sorted(found)
 
 
+def at_length(claim: Claim) -> int:
+    """The claim's length, once :func:`resolve_length` has given it one."""
+    if claim.length is None:
+        raise ClaimError(f"claim {claim.id!r} has no length yet; evaluate it with evaluate_claims, "
+                         "which gives it its runs' length, or add length = N to the claim")
+    return claim.length
+
+
 # ---------------------------------------------------------------------- probe results
 def stack_probe_results(store: Store) -> xr.Dataset | None:
     """Every stored probe result's ``profile`` side by side along ``result`` (None if none),
@@ -107,6 +115,12 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
                     fill_value={"held": False})
     out["held"] = out["held"].fillna(False).astype(bool)
     return out
+
+
+def _short(name: str) -> str:
+    """``probes/dyck-2`` -> ``dyck-2``: how a claim's ``result`` names a stored result."""
+    parsed = schema.parse_result_name(name)
+    return parsed[1] if parsed else name
 
 
 def _result_choice(name: str) -> str:
@@ -146,7 +160,7 @@ def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[st
         else:
             listed = "; ".join(f"{n} ({settings[n]})" for n in holding)
             raise ClaimError(f"claim {claim.id!r}: {len(holding)} probe results hold task {task!r}: {listed}; "
-                             f"say which with result = \"{holding[0].split('/', 1)[1]}\"")
+                             f"say which with result = \"{_short(holding[0])}\"")
         one = probes.sel(result=chosen, drop=True)
         keep = [r for r in runs_of if bool(one.held.sel(run=r))]
         parts.append(one.sel(run=keep).drop_vars(["held", "settings"], errors="ignore"))
@@ -168,7 +182,7 @@ def sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
                 f"claim {claim.id!r}: no run has captured length {claim.length}; "
                 "run `layerstate capture` (or change the claim's length)"
             )
-        counts = sequence_correctness(store, runs, [claim.length], target=claim.target)
+        counts = sequence_correctness(store, runs, [at_length(claim)], target=claim.target)
         cache[key] = by_factors(counts.sel(length=claim.length))
     return cast(xr.Dataset, cache[key])
 
@@ -186,9 +200,9 @@ def seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
         if probes is None:
             raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
         tasks = claim_tasks(claim)
-        key = ("probe", claim.length, tuple(tasks), claim.result)
+        key: tuple = ("probe", claim.length, tuple(tasks), claim.result)
         if key not in cache:
-            cache[key] = seed_profiles(store, choose_probes(store, probes, claim, tasks), claim.length)
+            cache[key] = seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim))
         return cast(xr.DataArray, cache[key])
     if claim.metric in ABLATION:
         return _seed_ablation(store, claim, cache)
@@ -262,7 +276,7 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
                 both = "; ".join(f"{n}: {describe_settings(store.result_attrs(n))}" for n in (source[rid], name))
                 raise ClaimError(
                     f"claim {claim.id!r}: run {rid!r} has {prefix} results in {source[rid]} and {name}; say "
-                    f"which with result = \"{source[rid].split('/', 1)[1]}\" ({both})"
+                    f"which with result = \"{_short(source[rid])}\" ({both})"
                 )
             source[rid] = name
         if keep:
@@ -408,7 +422,7 @@ def probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str
                         arch: str | None) -> xr.DataArray:
     """Per-seed probe accuracy across layers, (seed, layer), for one task/arch/variant, from
     the probe result the claim reads for that task (:func:`choose_probes`)."""
-    prof = seed_profiles(store, choose_probes(store, probes, claim, [str(task)]), claim.length)
+    prof = seed_profiles(store, choose_probes(store, probes, claim, [str(task)]), at_length(claim))
     sel: dict[str, str] = {"task": str(task), "variant": claim.variant}
     if arch is not None:
         sel["arch"] = arch

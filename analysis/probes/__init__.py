@@ -335,7 +335,15 @@ def storage_name(store: Any, ds: xr.Dataset, name: str | None = None, *,
     free = _next_free(wanted, have)
     return free, (f"{wanted} already holds probes made with other settings "
                   f"({describe_settings(old.attrs)}); this result ({diff}) is stored as {free}, "
-                  f"beside it (--name chooses the name; claims pick one with result = \"{free.split('/', 1)[1]}\")")
+                  f"beside it (--name chooses the name; claims pick one with result = \"{_short(free)}\")")
+
+
+def _short(name: str) -> str:
+    """``probes/dyck-2`` -> ``dyck-2``: how a claim's ``result`` names it."""
+    from store import schema
+
+    parsed = schema.parse_result_name(name)
+    return parsed[1] if parsed else name
 
 
 def _next_free(name: str, have: Sequence[str]) -> str:
