@@ -9,8 +9,8 @@ Models are rebuilt from a run's stored weights and resumed from a stored layer
 - :mod:`._common`: rebuilding a run's model, reading a stored layer, resuming from it.
 - :mod:`.erasure`: directions and erasers (probe, INLP, LEACE, PCA/SVD, random, and the
   variance-matched random control), one low-rank affine form ``x - ((x - offset) @ left) @
-  right``; what an eraser removed (variance share, mean shift, rank) and what the states
-  offer (rank, distinct values).
+  right``; :mod:`.removal`: what an eraser removed (variance share, mean shift, rank), what
+  the states offer (rank, distinct values) and the matched control's subspace.
 - :mod:`.ablation`: erase at a layer, resume, count correct predictions per sequence; refit a
   probe on the erased states (residual decodability); OOD lengths; the diagnostics and flags
   of each erasure beside its drop; `matched_comparison` (drop minus the matched control's,

@@ -19,7 +19,7 @@ Settings (strings, ``"method"`` or ``"method:k"``; ``"pca:1,2,4"`` expands to th
 ``random:k``  k random orthonormal directions: the control for a k-dimensional subspace
 ``matched:S`` the matched control of setting S (e.g. ``matched:leace``, ``matched:inlp:4``): a
               random subspace of S's dimension that removes the same share of the variance
-              on the fitting rows (:func:`~analysis.interventions.erasure.matched_np`); a
+              on the fitting rows (:func:`~analysis.interventions.removal.matched_np`); a
               mean ablation when S is LEACE or ``mode="mean"``
 ============  =================================================================================
 
@@ -59,7 +59,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from analysis.interventions import erasure
+from analysis.interventions import erasure, removal
 from analysis.interventions._common import (
     PortableModel,
     read_layer,
@@ -158,10 +158,10 @@ def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None
     flat = hidden.reshape(-1, hidden.shape[-1])
     stats: tuple[float | int, ...]
     if eraser is None:
-        edited, stats = hidden, erasure.state_stats_np(flat)
+        edited, stats = hidden, removal.state_stats_np(flat)
     else:
         edited = erasure.erase_torch(torch.from_numpy(hidden), eraser).numpy()
-        stats = erasure.removal_stats_np(flat, eraser)
+        stats = removal.removal_stats_np(flat, eraser)
     pred = resume_logits(model.module, layer, edited, batch_size).argmax(-1)
     correct = ((pred == labels) & mask).sum(1).astype(np.float64)
     probe, C = refit_correct(edited, labels, mask, **refit) if refit else (None, None)
@@ -345,9 +345,9 @@ def ablation(
             "flag_variance": f"variance_removed > {MAX_VARIANCE_REMOVED}",
             "degenerate": "state_rank <= n_directions: the layer's states vary in no more "
             "dimensions than the erasure removes",
-            "state_rtol": erasure.STATE_RTOL,
+            "state_rtol": removal.STATE_RTOL,
             "matched": "matched:S is a random subspace of S's rank removing S's share of the "
-            "variance on the fitting rows (analysis.interventions.erasure.matched_np)",
+            "variance on the fitting rows (analysis.interventions.removal.matched_np)",
         },
     )
     return _summaries(ds, refit)

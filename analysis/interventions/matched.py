@@ -2,7 +2,7 @@
 the layer's variance in a random subspace of the same rank?
 
 ``matched:S`` (`MATCHABLE` settings S) is a random subspace of S's rank that removes S's share
-of the variance on the fitting rows (:func:`~analysis.interventions.erasure.matched_np`);
+of the variance on the fitting rows (:func:`~analysis.interventions.removal.matched_np`);
 `matched_comparison` tests the per-seed difference of the two drops (docs/interventions.md,
 "Matched controls").
 """
@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 import xarray as xr
 
-from analysis.interventions import erasure
+from analysis.interventions import erasure, removal
 from analysis.interventions.directions import Setting
 from analysis.interventions.engine import InterventionPlan
 from store import Store
@@ -32,9 +32,9 @@ def matched_eraser(x, setting: Setting, mode: str, target, seed: list[int]):
     mean = x.mean(0)
     if target.rank == 0:
         return erasure.Eraser(np.zeros((x.shape[1], 0)), np.zeros((0, x.shape[1])), np.zeros(x.shape[1]))
-    total = erasure.total_variance_np(x)
-    variance, _, _ = erasure.removal_stats_np(x, target, total)
-    basis = erasure.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
+    total = removal.total_variance_np(x)
+    variance, _, _ = removal.removal_stats_np(x, target, total)
+    basis = removal.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
     centred = setting.base.method == "leace" or mode == "mean"
     return erasure.projection_np(basis, mean if centred else None)
 
