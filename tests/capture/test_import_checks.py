@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capture.importers import import_safetensors, import_transformer_lens
-from capture.importers import writer
+from capture.importers import import_safetensors, import_transformer_lens, writer
 from store import IncompleteError, InvalidArrayError, MissingError, RunConflictError, Store
 
 L, W = 5, 6
