@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import fnmatch
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -289,3 +289,22 @@ def _check_tokens(tokens: torch.Tensor) -> torch.Tensor:
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of parameters (all, or only those with ``requires_grad``)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+class LayerStack(SequenceModel):
+    """A model built here from its parts: blocks in ``self.layers``, the token embedding in
+    ``self.embed_tokens`` and the final norm in ``self.norm`` (the recurrent models and the
+    retrieval zoo; the Hugging Face models keep theirs where ``transformers`` puts them)."""
+
+    @property
+    def blocks(self) -> Sequence[nn.Module]:
+        return cast("Sequence[nn.Module]", self.layers)
+
+    @property
+    def embedding(self) -> nn.Module:
+        return cast(nn.Module, self.embed_tokens)
+
+    @property
+    def final_norm(self) -> nn.Module:
+        return cast(nn.Module, self.norm)
+

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from capture.models.base import Extractor, SequenceModel
+from capture.models.base import Extractor, LayerStack
 from capture.models.config import ModelConfig
 
 
@@ -56,7 +56,7 @@ def _cell_extractor(module: nn.Module, inputs: tuple, output, length: int) -> to
     return lstm_cell_states(module, inputs[0])
 
 
-class RecurrentModel(SequenceModel):
+class RecurrentModel(LayerStack):
     """A stack of one-layer LSTMs or GRUs with a task head."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, n_classes: int):
@@ -67,18 +67,6 @@ class RecurrentModel(SequenceModel):
         self.layers = nn.ModuleList(cell(width, width, batch_first=True) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, n_classes)
-
-    @property
-    def blocks(self):
-        return self.layers
-
-    @property
-    def embedding(self) -> nn.Module:
-        return self.embed_tokens
-
-    @property
-    def final_norm(self) -> nn.Module:
-        return self.norm
 
     def run_block(self, index, hidden, context):
         output, _ = self.layers[index](hidden)  # (batch, position, hidden_size)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from capture.models.base import Extractor, SequenceModel, output_extractor
+from capture.models.base import Extractor, LayerStack, output_extractor
 from capture.models.config import ModelConfig, matched_mlp_width, mixer_parameters  # noqa: F401
 
 INIT_STD = 0.02  # Zoology's initializer_range
@@ -117,7 +117,7 @@ class ZooBlock(nn.Module):
         return h + self.mlp(self.norm2(h))
 
 
-class ZooModel(SequenceModel):
+class ZooModel(LayerStack):
     """Embedding, `ZooBlock` s around one mixer class, final LayerNorm, task head.
 
     The mixer class is built as ``mixer_cls(cfg)`` and provides ``fast_path`` (the name of
@@ -151,18 +151,6 @@ class ZooModel(SequenceModel):
         for name, parameter in self.layers.named_parameters():
             if name.endswith(("out_proj.weight", "fc2.weight")):
                 nn.init.normal_(parameter, std=INIT_STD / math.sqrt(2 * n_layers))
-
-    @property
-    def blocks(self):
-        return self.layers
-
-    @property
-    def embedding(self) -> nn.Module:
-        return self.embed_tokens
-
-    @property
-    def final_norm(self) -> nn.Module:
-        return self.norm
 
     def run_block(self, index, hidden, context):
         return self.layers[index](hidden)
