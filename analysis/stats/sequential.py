@@ -127,9 +127,12 @@ class Design(BaseModel):
 
 
 def _one_line(exc: ValidationError, model: type[BaseModel]) -> str:
-    err = exc.errors()[0]
+    errors = exc.errors()  # a misspelt field first: it explains the missing one
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     where = ".".join(str(p) for p in err["loc"])
     msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = f"missing; the design must declare it ({model.model_fields[where].description})"
     if err["type"] == "extra_forbidden":
         near = difflib.get_close_matches(where, list(model.model_fields), n=1)
         msg = (f"unknown field; did you mean {near[0]!r}?" if near else
