@@ -194,7 +194,9 @@ def probe(
         Also return ``correct``/``labelled`` per sequence (for the hierarchical bootstrap).
     save : bool
         Store the result under ``results/<name>`` (default :func:`result_name`:
-        ``probes/<task>``, or ``probes/<task>.<target>`` for a label other than the trained one).
+        ``probes/<task>``, or ``probes/<task>.<target>`` for a label other than the trained one;
+        when that name holds a result made with other settings, this one goes beside it as
+        ``<name>-2`` with a warning, :func:`storage_name`). A ``name`` given is replaced.
     name : str, optional
         The result name when saving.
     attrs : mapping, optional
@@ -250,6 +252,12 @@ def probe(
     ds.attrs.update(_task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
     if save:
+        if name is None:  # the default name: a stored result with other settings is kept
+            name, note = storage_name(store, ds)
+            if note:
+                import warnings
+
+                warnings.warn(note, stacklevel=2)
         save_probes(store, ds, name)
     return ds
 

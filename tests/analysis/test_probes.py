@@ -277,7 +277,7 @@ def test_zero_features_read_at_baseline_without_nan(tmp_path):
 def test_saved_result_round_trips(tmp_path):
     st = make(tmp_path)
     ds = probe(st, "y", positions="pooled", save=True)
-    back = st.read_result("probes/y")
+    back = st.read_result("probes/toy")  # named by task; y is the target the runs were trained on
     assert np.allclose(back["accuracy"], ds["accuracy"])
     assert back.attrs["method"] == "exact" and back.attrs["folds"] == 5
     assert back["best_layer"].values.tolist() == ds["best_layer"].values.tolist()
