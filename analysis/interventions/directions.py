@@ -194,7 +194,9 @@ def load_probe_directions(
     MissingError
         No probes were fitted for `target` (names ``layerstate probe``).
     """
-    name = f"probes/{target}"
+    from analysis.probes import find_result
+
+    name = find_result(store, target, run_id)  # probes/<task> holds the task's own target
     if name not in store.results():
         raise MissingError(
             f"no probe directions for target {target!r} in {store.location} (results/{name}); "

@@ -59,6 +59,7 @@ __all__ = [
     "classification_metrics",
     "fit_cell",
     "fit_cells",
+    "find_result",
     "fit_exact",
     "fit_reference",
     "fit_screen",
@@ -344,6 +345,33 @@ def storage_name(store: Any, ds: xr.Dataset, name: str | None = None, *,
     return free, (f"{wanted} already holds probes made with other settings "
                   f"({describe_settings(old.attrs)}); this result ({diff}) is stored as {free}, "
                   f"beside it (--name chooses the name; claims pick one with result = \"{_short(free)}\")")
+
+
+def find_result(store: Any, target: str, run_id: str | None = None) -> str:
+    """The stored probe result that holds probes of ``target`` (for ``run_id``, when given):
+    ``probes/<target>`` where one has that name, else the result whose ``target`` attribute
+    it is and that holds the run; of several, ``probes/<task>`` of the run's task, else the
+    newest. ``probes/<target>`` (absent) when there is none, so the caller says what to run."""
+    from store import schema
+
+    plain = schema.result_name(schema.PROBES, target)
+    names = store.results()
+    if plain in names:
+        return plain
+    found = []
+    for n in names:
+        parsed = schema.parse_result_name(n)
+        if parsed is None or parsed[0] != schema.PROBES or str(store.result_attrs(n).get("target")) != target:
+            continue
+        if run_id is None or run_id in [str(r) for r in store.read_result(n).run.values]:
+            found.append(n)
+    if not found:
+        return plain
+    if run_id is not None:
+        own = schema.probe_name(str(store.run_attrs(run_id).get("task")))
+        if own in found:
+            return own
+    return sorted(found, key=lambda n: str(store.result_attrs(n).get("created", "")))[-1]
 
 
 def _short(name: str) -> str:
