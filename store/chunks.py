@@ -262,14 +262,14 @@ def host_cores() -> int:
 
 
 def chunk_workers() -> int:
-    """Threads that encode and write chunks: one per core (at least 2: one encodes while
-    another waits on the disk), at most 32. Two on a 2-core machine, as before."""
-    return min(32, max(2, host_cores()))
+    """Threads that encode and write chunks: two per core (a thread waiting for its file to
+    reach the disk holds no core), at least 4, at most 32."""
+    return min(32, max(4, 2 * host_cores()))
 
 
 #: fsyncs in flight at once: they wait on the disk, not the CPU, and concurrent fsyncs share
 #: the filesystem's journal commits (ext4, xfs) instead of paying one commit each.
-SYNC_WORKERS = 16
+SYNC_WORKERS = 32
 _sync_pool: ThreadPoolExecutor | None = None
 _sync_pool_lock = threading.Lock()
 
@@ -304,7 +304,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def make_durable(paths: list[Path]) -> None:
-    """fsync each file, then each directory that names one: on disk, not only in the page
+    """fsync each file and each directory that names one: on disk, not only in the page
     cache, before anything records them.
 
     The fsyncs run side by side (:data:`SYNC_WORKERS`): one after another, each directory's
@@ -314,21 +314,20 @@ def make_durable(paths: list[Path]) -> None:
     """
     if not paths:
         return
-    pool = _syncer() if len(paths) > 1 else None
-    if pool is None:
-        _fsync_file(paths[0])
-    else:
-        wait_all([pool.submit(_fsync_file, p) for p in paths])
-    # A new file's name lives in its directory: fsync the directories too, from the chunk's
-    # own up to the array's (zarr v3 keys: <array>/c/<i>/<j>/...), so that a power cut cannot
-    # lose the name of a chunk whose bytes are on disk. Every one is synced before the block
-    # is recorded, so their order does not matter.
+    # A new file's name lives in its directory: the directories are synced too, from the
+    # chunk's own up to the array's (zarr v3 keys: <array>/c/<i>/<j>/...), so that a power
+    # cut cannot lose the name of a chunk whose bytes are on disk. Files and directories go
+    # in together: all are synced before the block is recorded, so their order is free, and
+    # the more fsyncs wait at once the more of them one journal commit serves.
     dirs = sorted(_chunk_dirs(paths), key=lambda d: -len(d.parts))
-    if pool is None or len(dirs) == 1:
-        for directory in dirs:
-            _fsync_dir(directory)
-    else:
-        wait_all([pool.submit(_fsync_dir, d) for d in dirs])
+    if len(paths) + len(dirs) <= 2:
+        for p in paths:
+            _fsync_file(p)
+        for d in dirs:
+            _fsync_dir(d)
+        return
+    pool = _syncer()
+    wait_all([pool.submit(_fsync_file, p) for p in paths] + [pool.submit(_fsync_dir, d) for d in dirs])
 
 
 def _chunk_dirs(paths: list[Path]) -> set[Path]:
