@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from analysis.claims.spec import Claim
 
 __all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "StageResult", "from_claim",
-           "calibration_factor", "rci_critical", "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
+           "calibration_factor", "rci_critical", "seed_estimate",
+           "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
 
 #: What a claim is at a stage: decided (supported, contradicted), still collecting seeds
 #: (continue), stopped by the futility rule, or undecided at the maximum (inconclusive).
@@ -381,6 +382,21 @@ def rci_critical(design: Design, k: int, df: float) -> float:
 
 
 # ------------------------------------------------------------------------- decisions
+
+
+def seed_estimate(values: Sequence[float], sampling_var: Sequence[float] | None = None) -> tuple[float, float, float]:
+    """``(estimate, se, df)`` of the mean of a claim's per-seed values at a stage (a difference
+    claim's paired per-seed differences), its variance floored at the seeds' mean sampling
+    variance where the metric is counted over sequences
+    (:func:`analysis.stats.decision.floored_se`): the triple :func:`sequential_decisions` reads."""
+    from analysis.stats.decision import floored_se
+
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float(x.mean()) if x.size else math.nan, math.nan, math.nan
+    se, _, _ = floored_se(x, sampling_var)
+    return float(x.mean()), float(se), float(x.size - 1)
 
 
 @dataclass(frozen=True)

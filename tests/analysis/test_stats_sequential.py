@@ -208,3 +208,13 @@ def test_short_calibration_conv1d_holds_alpha_covers_and_saves_seeds():
     eff = simulate(sc, "effect", 300, seed=4)
     assert eff["seeds"] < eff["fixed_seeds"] == 10 and eff["cpu_s"] < eff["fixed_cpu_s"]
     assert eff["power"] > 0.6 and eff["power"] >= eff["fixed_power"] - 0.1
+
+
+def test_seed_estimate_floors_identical_seeds_at_their_sampling_error():
+    from analysis.stats.sequential import seed_estimate
+
+    est, se, df = seed_estimate([0.2, 0.4, 0.6])
+    assert (est, df) == pytest.approx((0.4, 2)) and se == pytest.approx(0.2 / math.sqrt(3))
+    est, se, df = seed_estimate([1.0, 1.0, 1.0, np.nan], sampling_var=[1e-4] * 3)
+    assert (est, df) == (1.0, 2.0) and se == pytest.approx(math.sqrt(1e-4 / 3))
+    assert math.isnan(seed_estimate([0.5])[1])
