@@ -217,6 +217,9 @@ def test_forget_a_result_beside_a_zip(acts, tmp_path):
     ok("probe", acts, "--task", "parity", "--positions", "pooled", "--name", "extra", "--folds", "2")
     results = acts.with_name("acts.results.zarr")
     ok("forget", results, "--result", "probes/extra")  # the results store named as STORE
+    ok("probe", acts, "--task", "parity", "--positions", "pooled", "--name", "extra", "--folds", "2")
+    ok("forget", acts, "--results", results, "--result", "probes/extra")  # named with --results
+    assert "probes/extra" not in _store(acts).results()
     line = error_line(cli("forget", acts, "--result", "probes/dyck"))
     assert "inside" in line and "cannot be written" in line
     unpack = re.search(r"layerstate (unpack \S+) DIR", line).group(1)
@@ -242,6 +245,22 @@ def test_a_claim_without_length_on_a_store_of_two_lengths_asks_for_one(make_stor
     assert "declares no length" in line and "add length = N" in line and "12, 16" in line
     claims.write_text(base + "length = 12\n")
     assert "c:" in ok("stats", str(st.location), "--claims", claims).output
+
+
+def test_a_claim_at_a_length_never_captured_names_the_one_there_is(acts, tmp_path):
+    claims = tmp_path / "c.toml"
+    claims.write_text(DYCK_CLAIM + "length = 40\n")
+    line = error_line(cli("stats", acts, "--claims", claims))
+    assert "no profile at length 40" in line and "layerstate probe" not in line  # it cannot help
+    fix = re.search(r"set (length = \d+) in the claim", line).group(1)
+    claims.write_text(DYCK_CLAIM + fix + "\n")
+    ok("stats", acts, "--claims", claims)
+
+
+def test_the_stored_ablation_setting_finds_the_tasks_probes(acts):
+    """Dyck's runs were trained on 'top': the run stored probes/dyck, which 'stored' reads."""
+    res = ok("ablate", acts, "--task", "dyck", "--settings", "stored", "--lengths", "12", "--no-matched")
+    assert "[stored] accuracy drop" in res.output
 
 
 @pytest.mark.parametrize("what", ["missing", "folder"])
