@@ -9,15 +9,18 @@ Models are rebuilt from a run's stored weights and resumed from a stored layer
 - :mod:`._common`: rebuilding a run's model, reading a stored layer, resuming from it.
 - :mod:`.erasure`: directions and erasers (probe, INLP, LEACE, PCA/SVD, random, and the
   variance-matched random control), one low-rank affine form ``x - ((x - offset) @ left) @
-  right``; :mod:`.removal`: what an eraser removed (variance share, mean shift, rank), what
-  the states offer (rank, distinct values) and the matched control's subspace.
+  right``, and the matched control's subspace; :mod:`.removal`: what an eraser removed
+  (variance share, mean shift, rank) and what the states offer (rank, distinct values).
 - :mod:`.ablation`: erase at a layer, resume, count correct predictions per sequence; refit a
   probe on the erased states (residual decodability); OOD lengths; the diagnostics and flags
-  of each erasure beside its drop; `matched_comparison` (drop minus the matched control's,
-  paired by seed).
+  of each erasure beside its drop; :mod:`.matched`: the matched controls and
+  `matched_comparison` (drop minus the matched control's, paired by seed); :mod:`.refit`: the
+  refitted probe; :mod:`.probe_fit`: every probe an intervention fits, with C chosen as
+  `analysis.probes.probe` chooses it.
 - :mod:`.patching`: activation patching (layer x position grids, denoising and noising, logit
-  difference and probability, optionally a subspace beside the whole component) and
-  the twin grids both analyses run on; :mod:`.interchange` patches named positions
+  difference and probability, optionally a subspace beside the whole component);
+  :mod:`.twins`: the grids over counterfactual twins that patching and interchange both
+  run; :mod:`.interchange` patches named positions
   (interchange interventions); :mod:`.noise` makes noised twins (refused unless asked);
   :mod:`.patch_kernels` computes one patched cell, :mod:`.mechanism` reads mechanism labels
   from interchange results.
@@ -78,7 +81,8 @@ from analysis.interventions.patch_kernels import (  # noqa: E402
     patched_logits,
     patched_logits_reference,
 )
-from analysis.interventions.patching import DISAGREE, patching, run_patching  # noqa: E402
+from analysis.interventions.patching import patching, run_patching  # noqa: E402
+from analysis.interventions.twins import DISAGREE  # noqa: E402
 
 __all__ = [
     "DISAGREE",

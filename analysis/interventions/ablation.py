@@ -19,7 +19,7 @@ Settings (strings, ``"method"`` or ``"method:k"``; ``"pca:1,2,4"`` expands to th
 ``random:k``  k random orthonormal directions: the control for a k-dimensional subspace
 ``matched:S`` the matched control of setting S (e.g. ``matched:leace``, ``matched:inlp:4``): a
               random subspace of S's dimension that removes the same share of the variance
-              on the fitting rows (:func:`~analysis.interventions.removal.matched_np`); a
+              on the fitting rows (:func:`~analysis.interventions.erasure.matched_np`); a
               mean ablation when S is LEACE or ``mode="mean"``
 ============  =================================================================================
 
@@ -347,7 +347,7 @@ def ablation(
             "dimensions than the erasure removes",
             "state_rtol": removal.STATE_RTOL,
             "matched": "matched:S is a random subspace of S's rank removing S's share of the "
-            "variance on the fitting rows (analysis.interventions.removal.matched_np)",
+            "variance on the fitting rows (analysis.interventions.erasure.matched_np)",
         },
     )
     return _summaries(ds, refit)

@@ -33,7 +33,7 @@ Directions come from:
 
 Layers: numpy kernels (``*_np``, arrays ``(row, feature)``), xarray wrappers that take any
 dims plus ``feature`` and drop rows whose label is ``-1`` (undefined).
-What an eraser removed, and the matched control's subspace: :mod:`analysis.interventions.removal`.
+What an eraser removed: :mod:`analysis.interventions.removal` (re-exported here).
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ from analysis.interventions.probe_fit import (  # warn_unconverged: re-exported
     group_folds,
     warn_unconverged,
 )
+from analysis.interventions.removal import (  # what an erasure removed: re-exported here
+    STATE_RTOL as STATE_RTOL,
+)
+from analysis.interventions.removal import removal_stats_np as removal_stats_np
+from analysis.interventions.removal import state_stats_np as state_stats_np
+from analysis.interventions.removal import subspace_variance_np
+from analysis.interventions.removal import total_variance_np as total_variance_np
 from store.errors import InvalidArgumentError, InvalidArrayError
 
 #: Singular values below this fraction of the largest are treated as zero (rank decisions).
@@ -303,6 +310,73 @@ def random_np(n_features: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """`k` orthonormal directions, uniformly random (Haar), as rows ``(k, feature)``."""
     q, r = np.linalg.qr(rng.standard_normal((n_features, k)))
     return (q * np.sign(np.diag(r))).T  # sign fix makes the draw Haar-uniform
+
+
+# ----------------------------------------------------------------------------- matched control
+def matched_np(
+    x: np.ndarray, variance: float, k: int, rng: np.random.Generator, *, tol: float = 1e-10
+) -> np.ndarray:
+    """A random k-dimensional subspace that captures a given variance of the states.
+
+    The matched control of an erasure (docs/interventions.md, "Matched controls"): a
+    Haar-random orthonormal k-frame ``R`` is moved along the path ``orth((1 - t) R + t E)``
+    towards the k principal directions ``E`` on the needed side (the top k when ``R`` captures
+    too little, the bottom k when too much; ``E`` rotated to the frame nearest ``R``, which
+    spans the same subspace) and stopped, by bisection on ``t``, where it captures exactly
+    ``variance``. The result is as random as the target allows: ``R`` itself when it already
+    matches, the top-k principal subspace when the target is all the variance k directions can
+    hold (the states of a degenerate layer).
+
+    Parameters
+    ----------
+    x : ndarray, (row, feature)
+        The fitting rows.
+    variance : float
+        Target ``trace(Q^T Cov(x) Q)``, clipped into what k directions can capture.
+    k : int
+        Dimension of the subspace.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    ndarray, float64, (k, feature)
+        Orthonormal rows.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[1]
+    check_k(k, d, f"matched:{k}")
+    xc = x - x.mean(0)
+    cov = xc.T @ xc / max(x.shape[0], 1)
+    lam, vec = np.linalg.eigh(cov)  # ascending
+    top, bottom = vec[:, ::-1][:, :k], vec[:, :k]
+    hi, lo = float(lam[::-1][:k].sum()), float(lam[:k].sum())
+    target = min(max(float(variance), lo), hi)
+    start = random_np(d, k, rng).T  # (feature, k)
+    v0 = subspace_variance_np(start, cov)
+    scale = max(hi, 1e-300)
+    if abs(v0 - target) <= tol * scale:
+        return start.T
+    goal = top if target > v0 else bottom
+    u, _, vt = np.linalg.svd(goal.T @ start)  # Procrustes: goal @ (u vt) is nearest to start
+    goal = goal @ (u @ vt)
+
+    def frame(t: float) -> np.ndarray:
+        q, r = np.linalg.qr((1 - t) * start + t * goal)
+        return q * np.sign(np.diag(r))
+
+    below = target > v0  # whether v(t) < target at the low end
+    a, b = 0.0, 1.0
+    for _ in range(200):
+        mid = (a + b) / 2
+        v = subspace_variance_np(frame(mid), cov)
+        if abs(v - target) <= tol * scale:
+            a = b = mid
+            break
+        if (v < target) == below:
+            a = mid
+        else:
+            b = mid
+    return frame((a + b) / 2).T
 
 
 # ----------------------------------------------------------------------------- xarray layer

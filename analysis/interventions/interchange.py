@@ -20,7 +20,7 @@ from analysis.interventions._common import site_description
 from analysis.interventions.engine import InterventionPlan, assemble, run_and_store
 from analysis.interventions.mechanism import classify_mechanism
 from analysis.interventions.noise import noise_options
-from analysis.interventions.patching import (
+from analysis.interventions.twins import (
     common_attrs,
     stored_positions,
     subspace_bases,

@@ -2,7 +2,7 @@
 the layer's variance in a random subspace of the same rank?
 
 ``matched:S`` (`MATCHABLE` settings S) is a random subspace of S's rank that removes S's share
-of the variance on the fitting rows (:func:`~analysis.interventions.removal.matched_np`);
+of the variance on the fitting rows (:func:`~analysis.interventions.erasure.matched_np`);
 `matched_comparison` tests the per-seed difference of the two drops (docs/interventions.md,
 "Matched controls").
 """
@@ -34,7 +34,7 @@ def matched_eraser(x, setting: Setting, mode: str, target, seed: list[int]):
         return erasure.Eraser(np.zeros((x.shape[1], 0)), np.zeros((0, x.shape[1])), np.zeros(x.shape[1]))
     total = removal.total_variance_np(x)
     variance, _, _ = removal.removal_stats_np(x, target, total)
-    basis = removal.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
+    basis = erasure.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
     centred = setting.base.method == "leace" or mode == "mean"
     return erasure.projection_np(basis, mean if centred else None)
 

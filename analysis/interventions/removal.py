@@ -1,18 +1,20 @@
-"""What an erasure removed and what a layer's states offer it, and the matched control's
-subspace (docs/interventions.md, "What an erasure removed" and "Matched controls").
+"""What an erasure removed and what a layer's states offer it (docs/interventions.md, "What an
+erasure removed").
 
 Numpy kernels on rows ``(row, feature)`` beside the erasers of
-:mod:`analysis.interventions.erasure`: a layer's rank, distinct states and total variance
-(`state_stats_np`); an eraser's removed variance share, mean shift and rank
-(`removal_stats_np`); a random subspace of a given rank that captures a given variance
-(`matched_np`).
+:mod:`analysis.interventions.erasure` (which re-exports them): a layer's rank, distinct states
+and total variance (`state_stats_np`); an eraser's removed variance share, mean shift and rank
+(`removal_stats_np`); the variance a subspace captures (`subspace_variance_np`).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from analysis.interventions.erasure import Eraser, check_k, random_np
+if TYPE_CHECKING:
+    from analysis.interventions.erasure import Eraser
 
 #: Rank of stored *states* (and of what an erasure removed from them): singular values below
 #: this fraction of the largest count as zero. Looser than the erasers' `RANK_RTOL` because
@@ -113,69 +115,3 @@ def removal_stats_np(
 def subspace_variance_np(basis: np.ndarray, cov: np.ndarray) -> float:
     """``trace(Q^T Sigma Q)``: the variance an orthonormal basis ``Q (feature, k)`` captures."""
     return float(np.einsum("ik,ij,jk->", basis, cov, basis))
-
-
-def matched_np(
-    x: np.ndarray, variance: float, k: int, rng: np.random.Generator, *, tol: float = 1e-10
-) -> np.ndarray:
-    """A random k-dimensional subspace that captures a given variance of the states.
-
-    The matched control of an erasure (docs/interventions.md, "Matched controls"): a
-    Haar-random orthonormal k-frame ``R`` is moved along the path ``orth((1 - t) R + t E)``
-    towards the k principal directions ``E`` on the needed side (the top k when ``R`` captures
-    too little, the bottom k when too much; ``E`` rotated to the frame nearest ``R``, which
-    spans the same subspace) and stopped, by bisection on ``t``, where it captures exactly
-    ``variance``. The result is as random as the target allows: ``R`` itself when it already
-    matches, the top-k principal subspace when the target is all the variance k directions can
-    hold (the states of a degenerate layer).
-
-    Parameters
-    ----------
-    x : ndarray, (row, feature)
-        The fitting rows.
-    variance : float
-        Target ``trace(Q^T Cov(x) Q)``, clipped into what k directions can capture.
-    k : int
-        Dimension of the subspace.
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    ndarray, float64, (k, feature)
-        Orthonormal rows.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    d = x.shape[1]
-    check_k(k, d, f"matched:{k}")
-    xc = x - x.mean(0)
-    cov = xc.T @ xc / max(x.shape[0], 1)
-    lam, vec = np.linalg.eigh(cov)  # ascending
-    top, bottom = vec[:, ::-1][:, :k], vec[:, :k]
-    hi, lo = float(lam[::-1][:k].sum()), float(lam[:k].sum())
-    target = min(max(float(variance), lo), hi)
-    start = random_np(d, k, rng).T  # (feature, k)
-    v0 = subspace_variance_np(start, cov)
-    scale = max(hi, 1e-300)
-    if abs(v0 - target) <= tol * scale:
-        return start.T
-    goal = top if target > v0 else bottom
-    u, _, vt = np.linalg.svd(goal.T @ start)  # Procrustes: goal @ (u vt) is nearest to start
-    goal = goal @ (u @ vt)
-
-    def frame(t: float) -> np.ndarray:
-        q, r = np.linalg.qr((1 - t) * start + t * goal)
-        return q * np.sign(np.diag(r))
-
-    below = target > v0  # whether v(t) < target at the low end
-    a, b = 0.0, 1.0
-    for _ in range(200):
-        mid = (a + b) / 2
-        v = subspace_variance_np(frame(mid), cov)
-        if abs(v - target) <= tol * scale:
-            a = b = mid
-            break
-        if (v < target) == below:
-            a = mid
-        else:
-            b = mid
-    return frame((a + b) / 2).T

@@ -152,14 +152,14 @@ def test_matched_subspaces_capture_the_target_variance_and_stay_random():
     cov = np.cov(x.T, bias=True)
     lam = np.sort(np.linalg.eigvalsh(cov))[::-1]
     for k, target in ((1, 0.5), (1, 4.0), (3, 10.0), (3, lam[:3].sum())):
-        rows = removal.matched_np(x, target, k, rng)
+        rows = E.matched_np(x, target, k, rng)
         np.testing.assert_allclose(rows @ rows.T, np.eye(k), atol=1e-10)
         assert removal.subspace_variance_np(rows.T, cov) == pytest.approx(target, rel=1e-6)
     # beyond what k directions hold: the top-k principal subspace itself
-    rows = removal.matched_np(x, 1e9, 2, rng)
+    rows = E.matched_np(x, 1e9, 2, rng)
     assert removal.subspace_variance_np(rows.T, cov) == pytest.approx(lam[:2].sum(), rel=1e-9)
     # two draws differ (a random control, not a fixed direction)
-    a, b = removal.matched_np(x, 2.0, 1, rng), removal.matched_np(x, 2.0, 1, rng)
+    a, b = E.matched_np(x, 2.0, 1, rng), E.matched_np(x, 2.0, 1, rng)
     assert abs(float(a[0] @ b[0])) < 0.99
 
 
