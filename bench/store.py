@@ -89,23 +89,25 @@ def main() -> None:
             st.write_length("r0", L, hidden=hidden, tokens=tokens, labels=labels)
             fsync_tree(tmp / "s.zarr")
 
-        def clear():
+        def clear(path: Path) -> None:
             # before each side, outside the timing: deleting the last store's ~300 files is
             # not part of writing one (and np.save's file goes too, for the same start)
-            npy.unlink(missing_ok=True)
-            shutil.rmtree(tmp / "s.zarr", ignore_errors=True)
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
             fd = os.open(tmp, os.O_RDONLY)
             try:
-                os.fsync(fd)  # the deletions committed before either side's clock starts
+                os.fsync(fd)  # the deletion committed before the clock starts
             finally:
                 os.close(fd)
 
         repeats = int(os.environ.get("LAYERSTATE_BENCH_REPEATS", "3"))
         t_np_w = t_st_w = float("inf")
         for _ in range(repeats):
-            clear()
+            clear(npy)
             t_np_w = min(t_np_w, timed(np_write)[0])
-            clear()
+            clear(tmp / "s.zarr")
             t_st_w = min(t_st_w, timed(st_write)[0])
         st = Store.open(str(tmp / "s.zarr"))
 
