@@ -156,7 +156,7 @@ def test_probe_stats_and_report_run_on_the_example(store_copy, tmp_path):
     # vouch for, so the interval uses the sampling SD (0.047) and one degree of freedom: not
     # enough to show 0.85 > 0.6 after Holm. The claim is evaluated, its limit stated.
     assert "parity-readable: inconclusive — not shown above 0.6" in res.output
-    assert "the interval and test use the sampling SD" in res.output
+    assert "sampling SD" in res.output
     # the example's logits are the parity itself: both seeds at 1.000, whose interval comes from
     # their 64 sequences each (two perfect seeds of 64 cannot show > 0.9 after Holm either)
     assert "readout-right: inconclusive — not shown above 0.9" in res.output
@@ -227,7 +227,8 @@ def test_several_labels_without_a_target_ask_for_one(store_copy):
 
 def test_an_accuracy_claim_names_its_label_when_the_store_declares_none(store_copy, tmp_path):
     add_label(store_copy)
-    readout = CLAIMS.split("[[claims]]")[2]
+    # 2 seeds of 64 sequences can show > 0.7 (the score test at 0.7), not > 0.9
+    readout = CLAIMS.split("[[claims]]")[2].replace("threshold = 0.9", "threshold = 0.7")
     claims = tmp_path / "claims.toml"
     claims.write_text("[[claims]]" + readout)
     res = cli("stats", store_copy, "--claims", claims)
@@ -236,7 +237,7 @@ def test_an_accuracy_claim_names_its_label_when_the_store_declares_none(store_co
     res = cli("stats", store_copy, "--claims", claims)
     assert res.exit_code == 0, res.output
     assert "readout-right: supported" in res.output  # scored on the parity, which the logits predict
-    claims.write_text("[[claims]]" + readout.replace('threshold = 0.9', 'threshold = 0.9\ntarget = "ones"'))
+    claims.write_text("[[claims]]" + readout.replace('threshold = 0.7', 'threshold = 0.7\ntarget = "ones"'))
     res = cli("stats", store_copy, "--claims", claims)
     assert res.exit_code == 0, res.output
     assert "readout-right: supported" not in res.output  # the running count is not what they predict
