@@ -440,7 +440,7 @@ NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "pow
            "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
            "crosscheck_se", "crosscheck_df",
            "sd_seed", "sd_model", "sd_sequence", "seed_sd", "sequences", "max_t", "level", "bound", "seeds_needed")
-TEXT = ("test", "model", "crosscheck_model", "dropped", "variance")
+TEXT = ("test", "model", "crosscheck_model", "dropped", "variance", "result")
 
 
 def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None,
@@ -469,7 +469,10 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         ``crosscheck_se``, ``crosscheck_df``,
         ``crosscheck_verdict``, ``disagreement``; variance components ``sd_seed``,
         ``sd_model``, ``sd_sequence`` (accuracy scale) and ``variance`` (GLMM, text);
-        ``dropped`` (what each model left out).
+        ``dropped`` (what each model left out); ``result`` (the stored results it read);
+        ``level`` (its own test's Holm step), ``bound`` (the one-sided bound at that level),
+        ``max_t`` and ``seeds_needed`` (bound claims: the best data's t, and the seeds that
+        would let it pass), ``seed_sd``, ``sequences`` (what the sampling floor used).
     """
     if not claims:
         raise ClaimError("no claims to evaluate; add [[claims]] tables to the experiment file")
@@ -480,9 +483,10 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
 
     def attempt(fn, *args) -> dict:
         try:
-            return fn(*args)
+            row = fn(*args)
         except NotEvaluable as exc:
             return {"test": f"not evaluable: {exc}", "not_evaluable": True}
+        return row | {"result": _source(store, args[1], cache)}
 
     cache["probes"] = probes
     claims = [resolve_length(store, c, probes) for c in claims]  # no length: its runs' one
@@ -514,6 +518,25 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         "families with p = 1, the worst case for these" if absent else "")
     return verdict_table(kept, ids, rows, pad=pad, correction=correction,
                          attrs={"absent_claims": [c.id for c in absent]})
+
+
+def _source(store: Store, claim: Claim, cache: dict) -> str:
+    """The stored results a claim read (``result`` column): the probe result of each of its
+    tasks, or the ablation, patching or interchange results its runs came from; '' for an
+    accuracy claim (it reads the captures)."""
+    from analysis.claims.metrics import claim_tasks, probe_choice
+
+    probes = cache.get("probes")
+    try:
+        if claim.metric == "probe_accuracy" or claim.kind in ("readable_by", "profile_match"):
+            if probes is None or "result" not in probes.dims:
+                return ""
+            return ", ".join(sorted(set(probe_choice(store, probes, claim, claim_tasks(claim)).values())))
+        if claim.metric == "accuracy":
+            return ""
+        return str(seed_metric(store, claim, cache).attrs.get("results", ""))
+    except (ClaimError, KeyError, ValueError):
+        return ""
 
 
 #: The Holm families of a claims table (:func:`~analysis.claims.verdicts.adjust`).

@@ -128,19 +128,16 @@ def _result_choice(name: str) -> str:
     return name if schema.parse_result_name(name) else f"{schema.PROBES}/{name}"
 
 
-def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> xr.Dataset:
-    """The one probe result a claim reads for each of ``tasks``, restricted to its runs (a
-    Dataset of one result passes through).
+def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> dict[str, str]:
+    """The name of the one probe result a claim reads for each of ``tasks``.
 
     ``result`` in the claim chooses by name; without it the one stored result that holds the
     task's runs is read. Several: a :class:`ClaimError` lists them with their settings.
     """
-    if "result" not in probes.dims:
-        return probes
     names = [str(n) for n in probes.result.values]
     settings = dict(zip(names, map(str, probes.settings.values), strict=True))
     task_of = {str(r): str(store.run_attrs(str(r)).get("task")) for r in probes.run.values}
-    parts = []
+    out = {}
     for task in tasks:
         runs_of = [r for r in map(str, probes.run.values) if task_of[r] == task]
         holding = [n for n in names if bool(probes.held.sel(result=n, run=runs_of).any())] if runs_of else []
@@ -161,6 +158,19 @@ def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[st
             listed = "; ".join(f"{n} ({settings[n]})" for n in holding)
             raise ClaimError(f"claim {claim.id!r}: {len(holding)} probe results hold task {task!r}: {listed}; "
                              f"say which with result = \"{_short(holding[0])}\"")
+        out[task] = chosen
+    return out
+
+
+def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> xr.Dataset:
+    """The one probe result a claim reads for each of ``tasks`` (:func:`probe_choice`),
+    restricted to its runs (a Dataset of one result passes through)."""
+    if "result" not in probes.dims:
+        return probes
+    task_of = {str(r): str(store.run_attrs(str(r)).get("task")) for r in probes.run.values}
+    parts = []
+    for task, chosen in probe_choice(store, probes, claim, tasks).items():
+        runs_of = [r for r in map(str, probes.run.values) if task_of[r] == task]
         one = probes.sel(result=chosen, drop=True)
         keep = [r for r in runs_of if bool(one.held.sel(run=r))]
         parts.append(one.sel(run=keep).drop_vars(["held", "settings"], errors="ignore"))
@@ -285,7 +295,9 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
         raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
                            f"{claim.length}; {missing}")
     out = xr.concat(parts, dim="run", join="outer", coords="minimal", compat="override") if len(parts) > 1 else parts[0]
-    return by_factors(out.reset_coords(drop=True), store)
+    res = by_factors(out.reset_coords(drop=True), store)
+    res.attrs["results"] = ", ".join(sorted(set(source.values())))  # what the claim read (its claims row)
+    return res
 
 
 def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
