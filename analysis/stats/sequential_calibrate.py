@@ -109,21 +109,31 @@ def jiang_scenario(spending: str = "obrien-fleming", futility: str = "none") -> 
     return Scenario("jiang", design, _claims(specs, design.max_seeds, design.alpha), costs)
 
 
+TRUTHS = ("null", "effect", "mixed")
+
+
+def is_null(scenario: Scenario, truth: str) -> np.ndarray:
+    """Which claims are null under ``truth``: all (``null``), none (``effect``), or every other
+    claim (``mixed``: the first, third, ... null)."""
+    if truth not in TRUTHS:
+        raise ValueError(f"truth must be one of {', '.join(TRUTHS)}, got {truth!r}")
+    m = len(scenario.claims)
+    return np.full(m, truth == "null") if truth != "mixed" else (np.arange(m) % 2 == 0)
+
+
 def true_values(scenario: Scenario, truth: str, factor: float = 1.5) -> np.ndarray:
-    """Each claim's true value: ``null`` puts it on the edge of its own test's null (the value, or
-    the margin of an equivalence claim), where the opposite side's null holds too; ``effect``
-    at ``factor`` x its margin in the claimed direction (an equivalence claim: a true
-    difference of 0)."""
+    """Each claim's true value: a null claim on the edge of its own test's null (the value, or the
+    margin of an equivalence claim), where the opposite side's null holds too; the others at
+    ``factor`` x their margin in the claimed direction (an equivalence claim: a true difference
+    of 0). ``truth``: :func:`is_null`."""
     out = []
-    for s in scenario.claims:
+    for s, null in zip(scenario.claims, is_null(scenario, truth), strict=True):
         h = s.hypothesis
-        if truth == "null":
+        if null:
             out.append(h.value + (h.margin or 0.0) if h.test in ("within", "outside") else h.value)
-        elif truth == "effect":
+        else:
             sign = -1.0 if h.test == "less" else 1.0
             out.append(h.value if h.test == "within" else h.value + sign * factor * s.delta)
-        else:
-            raise ValueError(f"truth must be 'null' or 'effect', got {truth!r}")
     return np.asarray(out)
 
 
@@ -172,9 +182,9 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
     Returns
     -------
     dict
-        ``fwer_supported`` / ``fwer_contradicted`` (share of experiments with any claim supported /
-        contradicted; under ``truth = "null"`` these are false), ``power`` (mean over claims of
-        the share supported), ``coverage`` (share of claims whose repeated confidence interval at
+        ``fwer_supported`` / ``fwer_contradicted`` (share of experiments with any null claim
+        supported / contradicted: false decisions; NaN without null claims), ``power`` (mean over
+        the claims with an effect of the share supported; NaN without any), ``coverage`` (share of claims whose repeated confidence interval at
         their stop covers the truth; ``coverage_min``: the lowest claim's), ``seeds`` (mean seeds
         per cell), ``cpu_s`` (CPU seconds of the seeds trained), their fixed-design counterparts
         (``fixed_*``), Monte Carlo SEs (``*_se``), ``n_sims`` and ``seconds``.
@@ -182,6 +192,7 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
     t0 = time.perf_counter()
     design, hyps = scenario.design, [s.hypothesis for s in scenario.claims]
     mu = true_values(scenario, truth, factor)
+    null = is_null(scenario, truth)
     sd = np.array([s.sd for s in scenario.claims])
     rng = np.random.default_rng(seed)
     x = mu[None, :, None] + sd[None, :, None] * rng.standard_normal((n_sims, len(hyps), design.max_seeds))
@@ -200,13 +211,18 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
         dec = np.stack([r["decision"] for r in rs])
         cov = np.stack([r["covered"] for r in rs])
         sup, con = (dec == "supported"), (dec == "contradicted")
-        fw_s, fw_c = sup.any(1), con.any(1)
+        fw_s, fw_c = sup[:, null].any(1), con[:, null].any(1)
+        nan = math.nan
         seeds = np.stack([r["seeds"] for r in rs]).mean(1)
         cpu = np.array([float(r["cpu"]) for r in rs])
         out.update({
-            f"{prefix}fwer_supported": float(fw_s.mean()), f"{prefix}fwer_supported_se": _se(fw_s),
-            f"{prefix}fwer_contradicted": float(fw_c.mean()), f"{prefix}fwer_contradicted_se": _se(fw_c),
-            f"{prefix}power": float(sup.mean()), f"{prefix}power_se": float(sup.mean(1).std(ddof=1) / math.sqrt(n_sims)),
+            f"{prefix}fwer_supported": float(fw_s.mean()) if null.any() else nan,
+            f"{prefix}fwer_supported_se": _se(fw_s) if null.any() else nan,
+            f"{prefix}fwer_contradicted": float(fw_c.mean()) if null.any() else nan,
+            f"{prefix}fwer_contradicted_se": _se(fw_c) if null.any() else nan,
+            f"{prefix}power": float(sup[:, ~null].mean()) if (~null).any() else nan,
+            f"{prefix}power_se": (float(sup[:, ~null].mean(1).std(ddof=1) / math.sqrt(n_sims)) if (~null).any()
+                                  else nan),
             f"{prefix}coverage": float(cov.mean()), f"{prefix}coverage_min": float(cov.mean(0).min()),
             f"{prefix}coverage_min_se": _se(cov[:, int(np.argmin(cov.mean(0)))]),
             f"{prefix}seeds": float(seeds.mean()), f"{prefix}cpu_s": float(cpu.mean()),

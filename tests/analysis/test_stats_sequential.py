@@ -218,3 +218,15 @@ def test_seed_estimate_floors_identical_seeds_at_their_sampling_error():
     est, se, df = seed_estimate([1.0, 1.0, 1.0, np.nan], sampling_var=[1e-4] * 3)
     assert (est, df) == (1.0, 2.0) and se == pytest.approx(math.sqrt(1e-4 / 3))
     assert math.isnan(seed_estimate([0.5])[1])
+
+
+def test_short_calibration_jiang_mixed_truth_many_claims_and_costly_cells():
+    from analysis.stats.sequential_calibrate import is_null, jiang_scenario
+
+    sc = jiang_scenario()
+    assert len(sc.claims) == 24 and is_null(sc, "mixed").sum() == 12
+    mix = simulate(sc, "mixed", 200, seed=5)
+    assert mix["fwer_supported"] <= 0.05 + 2.5 * mix["fwer_supported_se"]
+    assert mix["coverage"] >= 0.95 - 0.02
+    assert mix["power"] > 0.5 and mix["cpu_s"] < mix["fixed_cpu_s"]
+    assert math.isnan(simulate(sc, "effect", 2, seed=6, fixed=False)["fwer_supported"])
