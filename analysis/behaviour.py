@@ -143,3 +143,149 @@ def accuracy_intervals(
         if n_seeds < 2 else "seeds are the top level; sequences nested in seeds",
     )
     return out
+
+
+# ----------------------------------------------------------------------------- the stored result
+#: Interval level of the stored behaviour result (and of the report's behaviour table).
+CI_LEVEL = 0.95
+#: The seed of the percentile bootstrap a one-seed cell's interval draws.
+BOOTSTRAP_SEED = 0
+
+
+def measured_lengths(store: Store, runs: Sequence[str]) -> dict[int, list[str]]:
+    """Per length, the runs of ``runs`` whose ``len_<L>`` group is complete and holds logits
+    (what behaviour is measured on; a length still being captured is left out)."""
+    from store.lengths import completion, length_group
+
+    out: dict[int, list[str]] = {}
+    for rid in runs:
+        run = store.run_group(str(rid))
+        for L in store.lengths(str(rid)):
+            grp = length_group(run, str(rid), L)
+            if completion(grp.attrs).complete and "logits" in grp:
+                out.setdefault(int(L), []).append(str(rid))
+    return dict(sorted(out.items()))
+
+
+def behaviour_result(
+    store: Store, runs: Sequence[str] | None = None, *, at: dict[int, list[str]] | None = None,
+    target: str | None = None, ci_level: float = CI_LEVEL, rng: int = BOOTSTRAP_SEED,
+) -> xr.Dataset:
+    """The behaviour of ``runs``, as ``results/behaviour/<task>`` stores it.
+
+    Each length is measured on the runs captured there (``at``: length -> runs; default
+    :func:`measured_lengths` of ``runs``, every run with captured lengths when None), and
+    each (task, arch, variant) at each length gets its own interval over its own seeds
+    (:func:`accuracy_intervals`), so a missing seed or length elsewhere never changes a cell.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``correct``, ``labelled`` (run, length, sequence): per-sequence counts of
+        :func:`sequence_correctness` (NaN where a run has no such length or sequence);
+        ``accuracy`` (run, length): summed correct over summed labelled; ``estimate``,
+        ``lower``, ``upper``, ``n_seeds`` (int), ``method`` and ``note`` (str) over
+        (cell, length), a cell being one (``cell_task``, ``cell_arch``, ``cell_variant``):
+        the seed-level interval (NaN, 0 and '' where the cell has no runs at that length).
+        Coords ``task, arch, variant, seed`` along ``run``. Attrs ``analysis``, ``metric``,
+        ``ci_level``, ``method`` (both rules), ``bootstrap_seed``, ``target`` (when given).
+    """
+    if at is None:
+        if runs is None:
+            runs = [r for r in store.run_ids() if store.lengths(r)]
+        at = measured_lengths(store, runs)
+    at = {int(L): list(rs) for L, rs in sorted(at.items()) if rs}
+    if not at:
+        raise MissingError(
+            f"no run in {store.location} has a complete captured length with logits; run "
+            "`layerstate capture` first"
+        )
+    order = {r: i for i, r in enumerate(store.run_ids())}
+    all_runs = sorted({r for rs in at.values() for r in rs}, key=lambda r: order.get(r, len(order)))
+    lengths = list(at)
+    counts: dict[int, xr.Dataset] = {}
+    rows: dict[tuple[str, str, str], dict[int, dict]] = {}
+    for L, rs in at.items():
+        corr = sequence_correctness(store, rs, [L], target=target)
+        counts[L] = corr
+        table = corr[["task", "arch", "variant"]].to_dataframe().reset_index()
+        for (task, arch, variant), grp in table.groupby(["task", "arch", "variant"]):
+            sub = corr.sel(run=grp["run"].tolist())
+            acc = accuracy_intervals(sub, ci_level=ci_level, rng=rng)
+            one = acc.isel({d: 0 for d in acc.dims})
+            rows.setdefault((str(task), str(arch), str(variant)), {})[L] = {
+                "estimate": float(one.estimate), "lower": float(one.lower), "upper": float(one.upper),
+                "n_seeds": sub.sizes["run"], "method": str(acc.attrs.get("method", "")),
+                "note": str(acc.attrs.get("note", "")),
+            }
+    n_seq = max(c.sizes["sequence"] for c in counts.values())
+    correct = np.full((len(all_runs), len(lengths), n_seq), np.nan)
+    labelled = np.full_like(correct, np.nan)
+    for j, (L, corr) in enumerate(counts.items()):
+        idx = [all_runs.index(str(r)) for r in corr.run.values]
+        n = corr.sizes["sequence"]
+        correct[idx, j, :n] = corr.correct.sel(length=L).values
+        labelled[idx, j, :n] = corr.labelled.sel(length=L).values
+    cells = sorted(rows)
+    est, lo, hi = (np.full((len(cells), len(lengths)), np.nan) for _ in range(3))
+    n_seeds = np.zeros((len(cells), len(lengths)), dtype=np.int64)
+    method = np.full((len(cells), len(lengths)), "", dtype=object)
+    note = np.full((len(cells), len(lengths)), "", dtype=object)
+    for i, cell in enumerate(cells):
+        for j, L in enumerate(lengths):
+            r = rows[cell].get(L)
+            if r is None:
+                continue
+            est[i, j], lo[i, j], hi[i, j], n_seeds[i, j] = r["estimate"], r["lower"], r["upper"], r["n_seeds"]
+            method[i, j], note[i, j] = r["method"], r["note"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.nansum(correct, -1) / np.nansum(labelled, -1)
+    accuracy[np.isnan(labelled).all(-1)] = np.nan
+    run_dims, cell_dims = ("run", "length", "sequence"), ("cell", "length")
+    attrs = {
+        "analysis": "behaviour",
+        "metric": "accuracy of the model's own readout on labelled target positions",
+        "ci_level": ci_level,
+        "method": "seed-level t across seeds (2 or more seeds); percentile bootstrap over sequences "
+                  "(one seed: sequence sampling only)",
+        "bootstrap_seed": rng,
+    }
+    if target is not None:
+        attrs["target"] = target
+    return xr.Dataset(
+        {
+            "correct": (run_dims, correct), "labelled": (run_dims, labelled),
+            "accuracy": (("run", "length"), accuracy),
+            "estimate": (cell_dims, est), "lower": (cell_dims, lo), "upper": (cell_dims, hi),
+            "n_seeds": (cell_dims, n_seeds),
+            "method": (cell_dims, method.astype(str)), "note": (cell_dims, note.astype(str)),
+        },
+        coords={
+            "run": all_runs, "length": lengths, "sequence": np.arange(n_seq),
+            **factor_coords(store, all_runs),
+            "cell_task": ("cell", [c[0] for c in cells]), "cell_arch": ("cell", [c[1] for c in cells]),
+            "cell_variant": ("cell", [c[2] for c in cells]),
+        },
+        attrs=attrs,
+    )
+
+
+def store_behaviour(store: Store, task: str, runs: Sequence[str] | None = None, *,
+                    attrs: dict | None = None, target: str | None = None) -> xr.Dataset:
+    """Compute :func:`behaviour_result` of one task's runs (default: every run of ``task``)
+    and store it as ``results/behaviour/<task>`` (:func:`store.schema.behaviour_name`)."""
+    from store import schema
+
+    if runs is None:
+        runs = [r for r in store.run_ids() if store.run_attrs(r).get("task") == task]
+    ds = behaviour_result(store, runs, target=target)
+    ds.attrs.update(attrs or {})
+    store.write_result(schema.behaviour_name(task), ds)
+    return ds
+
+
+def stored_behaviour(store: Store) -> list[str]:
+    """The names of the stored behaviour results (``behaviour/<task>``)."""
+    from store import schema
+
+    return [n for n in store.results() if schema.parse_behaviour_name(n) is not None]

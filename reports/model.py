@@ -20,6 +20,7 @@ COMMANDS = {
     "patch": "layerstate patch STORE",
     "interchange": "layerstate patch STORE --interchange",
     "stats": "layerstate stats STORE --claims EXPERIMENT.toml",
+    "behaviour": "layerstate behaviour STORE",
 }
 ALL_STAGES = "layerstate run EXPERIMENT.toml --out DIR"
 

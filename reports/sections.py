@@ -20,7 +20,7 @@ from reports.intervals import RANGES, apply_rules, interval_text, texts
 from reports.model import ALL_STAGES, COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import fmt, fmt_p, read_result
 from reports.snapshot import Snapshot
-from store import validate
+from store import schema, validate
 
 MAX_LISTED = 20
 
@@ -141,8 +141,9 @@ def _validation_table(snap: Snapshot, sec: Section, check_chunks: bool) -> Table
 BEHAVIOUR_INTRO = (
     "How often each model's own readout is right on labelled target positions, per task, "
     "architecture and sequence length (trained at one length; longer ones are out of distribution). "
-    "Accuracy is computed per sequence from the stored logits; intervals are seed-level t intervals "
-    "across seeds (sequences nested in seeds, never positions resampled)."
+    "Accuracy is counted per sequence from the stored logits and stored with its intervals "
+    "(results/behaviour/<task>); intervals are seed-level t intervals across seeds (sequences nested "
+    "in seeds, never positions resampled)."
 )
 
 
@@ -245,28 +246,36 @@ def _training_display(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, list[str]]:
-    """One row per (task, arch, variant, length): estimate, lower, upper, n_seeds, method.
+    """One row per (task, arch, variant, length): estimate, lower, upper, n_seeds, method,
+    read from the stored behaviour results (``results/behaviour/<task>``).
 
-    Lengths are read separately (each from the runs that have it complete) and each
-    (task, arch, variant) gets its own interval, so a run still being captured or a missing
-    seed elsewhere never changes a cell's estimate.
+    A task whose stored result does not cover exactly the runs and lengths the snapshot
+    holds complete with logits (none stored, or stored before a run or length was added) is
+    measured here by the same function the pipeline stores it with
+    (:func:`analysis.behaviour.behaviour_result`), and a note names the command that stores
+    it. Either way each (task, arch, variant) at each length has its own interval over its
+    own seeds, so a run still being captured or a missing seed elsewhere never changes a cell.
     """
-    from analysis.behaviour import accuracy_intervals, sequence_correctness
-    from analysis.stats import interval_table
+    from analysis.behaviour import behaviour_result
 
-    frames, notes = [], []
-    for L in lengths:
-        runs = [r for r in snap.runs if L in snap.with_logits[r]]
-        corr = sequence_correctness(snap.store, runs, [L])
-        groups = corr[["task", "arch", "variant"]].to_dataframe().reset_index().groupby(["task", "arch", "variant"])
-        for _, grp in groups:
-            sub = corr.sel(run=grp["run"].tolist())
-            acc = accuracy_intervals(sub)
-            t = interval_table(acc)
-            t["n_seeds"] = sub.sizes["run"]
-            t["note"] = acc.attrs.get("note", "")
-            frames.append(t)
-    frame = pd.concat(frames, ignore_index=True)
+    at = {L: [r for r in snap.runs if L in snap.with_logits[r]] for L in lengths}
+    task_of = {r: str(snap.store.run_attrs(r).get("task")) for r in snap.runs}
+    parts, stale = [], []
+    for task in sorted({task_of[r] for rs in at.values() for r in rs}):
+        mine = {L: [r for r in rs if task_of[r] == task] for L, rs in at.items()}
+        stored = _stored_behaviour(snap, task, {L: rs for L, rs in mine.items() if rs})
+        if stored is None:
+            stale.append(task)
+        else:
+            parts.append(_behaviour_rows(stored))
+    notes = []
+    if stale:
+        here = {L: [r for r in rs if task_of[r] in stale] for L, rs in at.items()}
+        parts.append(_behaviour_rows(behaviour_result(snap.store, at={L: rs for L, rs in here.items() if rs})))
+        names = ", ".join(f"results/{schema.behaviour_name(t)}" for t in stale)
+        notes.append(f"Behaviour of {', '.join(stale)} is not stored for the runs and lengths captured now "
+                     f"({names}): measured here from the logits; `{COMMANDS['behaviour']}` stores it.")
+    frame = pd.concat(parts, ignore_index=True)
     frame = frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
     cols = ["task", "arch", "variant", "length", "estimate", "lower", "upper", "n_seeds", "method", "ci_level", "note"]
     frame = frame[cols].sort_values(["task", "arch", "variant", "length"]).reset_index(drop=True)
@@ -275,6 +284,30 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
         notes.append("Cells with one seed: the interval covers sequence sampling only, not training "
                      "variability (train more seeds).")
     return frame, notes
+
+
+def _stored_behaviour(snap: Snapshot, task: str, at: dict[int, list[str]]):
+    """``results/behaviour/<task>`` when it measured exactly the runs and lengths of ``at``
+    with each run's declared target, else None."""
+    name = schema.behaviour_name(task)
+    if name not in snap.results() or "target" in snap.store.result_attrs(name):
+        return None
+    ds = read_result(snap.store, name)
+    held = ds.labelled.notnull().any("sequence")
+    have = {int(L): sorted(str(r) for r in ds.run.values[held.sel(length=L).values]) for L in ds.length.values}
+    return ds if {L: rs for L, rs in have.items() if rs} == {L: sorted(rs) for L, rs in at.items()} else None
+
+
+def _behaviour_rows(ds) -> pd.DataFrame:
+    """A behaviour result's intervals as rows: task, arch, variant, length, estimate, lower,
+    upper, n_seeds, method, ci_level, note (cells without runs at a length left out)."""
+    frame = ds[["estimate", "lower", "upper", "n_seeds", "method", "note"]].to_dataframe().reset_index()
+    frame = frame.rename(columns={"cell_task": "task", "cell_arch": "arch", "cell_variant": "variant"})
+    frame = frame[frame["n_seeds"] > 0]
+    frame["ci_level"] = float(ds.attrs["ci_level"])
+    frame["length"] = frame["length"].astype(np.int64)
+    frame["n_seeds"] = frame["n_seeds"].astype(np.int64)
+    return frame.drop(columns=["cell"])
 
 
 # ---------------------------------------------------------------------- claims

@@ -103,7 +103,9 @@ PROBES = "probes"
 ABLATION = "ablation"
 PATCHING = "patching"
 INTERCHANGE = "interchange"
-RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE)
+#: The model's own readout accuracy, one result per task: ``behaviour/<task>``.
+BEHAVIOUR = "behaviour"
+RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE, BEHAVIOUR)
 CLAIMS = "claims"
 #: In a probe result's name, between the task and a target other than the task's own:
 #: ``probes/dyck`` (the target Dyck runs were trained on), ``probes/dyck.depth``.
@@ -150,6 +152,17 @@ def parse_probe_name(full: str) -> tuple[str, str | None] | None:
         return None
     task, sep, target = parsed[1].partition(TARGET_SEP)
     return task, (target if sep else None)
+
+
+def behaviour_name(task: str) -> str:
+    """The name of the behaviour result of one task's runs: ``behaviour/<task>``."""
+    return result_name(BEHAVIOUR, task)
+
+
+def parse_behaviour_name(full: str) -> str | None:
+    """``"behaviour/parity"`` -> ``"parity"``; not a behaviour result -> ``None``."""
+    parsed = parse_result_name(full)
+    return parsed[1] if parsed is not None and parsed[0] == BEHAVIOUR else None
 
 
 def check_run_id(run_id: str) -> str:

@@ -181,7 +181,9 @@ def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[st
 # ---------------------------------------------------------------------- per-kind evaluation
 def sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
     """Per-sequence ``correct`` and ``labelled`` counts with dims (task, arch, variant, seed,
-    sequence) at the claim's length."""
+    sequence) at the claim's length: read from the stored behaviour results
+    (``results/behaviour/<task>``) when they hold every run captured at that length, for
+    the claim's target, else counted from the logits (a store without them)."""
     from analysis.behaviour import by_factors, sequence_correctness
 
     key = ("sequences", claim.length, claim.target)
@@ -192,9 +194,48 @@ def sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
                 f"claim {claim.id!r}: no run has captured length {claim.length}; "
                 "run `layerstate capture` (or change the claim's length)"
             )
-        counts = sequence_correctness(store, runs, [at_length(claim)], target=claim.target)
+        counts = stored_counts(store, runs, at_length(claim), claim.target)
+        if counts is None:
+            counts = sequence_correctness(store, runs, [at_length(claim)], target=claim.target)
         cache[key] = by_factors(counts.sel(length=claim.length))
     return cast(xr.Dataset, cache[key])
+
+
+def stored_counts(store: Store, runs: list[str], length: int, target: str | None) -> xr.Dataset | None:
+    """``correct`` and ``labelled`` (run, length, sequence) of ``runs`` at ``length`` as the
+    stored behaviour results hold them (runs in ``runs``' order, sequences padded with NaN as
+    :func:`~analysis.behaviour.sequence_correctness` pads them), with ``attrs["results"]``
+    naming the results read; None unless every run is there with counts at ``length``,
+    measured for ``target`` (None: each run's declared target)."""
+    from analysis.behaviour import factor_coords, stored_behaviour
+
+    parts: list[xr.Dataset] = []
+    source: list[str] = []
+    for name in stored_behaviour(store):
+        attrs = store.result_attrs(name)
+        if attrs.get("target") != target:
+            continue
+        ds = store.read_result(name)
+        if length not in ds.length.values:
+            continue
+        one = ds[["correct", "labelled"]].sel(length=[length])
+        taken = {str(r) for p in parts for r in p.run.values}
+        held = [str(r) for r, h in zip(ds.run.values, one.labelled.notnull().any(("length", "sequence")).values,
+                                        strict=True) if h and str(r) in runs and str(r) not in taken]
+        if held:
+            parts.append(one.reset_coords(drop=True).assign_coords(run=[str(r) for r in one.run.values])
+                         .sel(run=held))
+            source.append(name)
+    have = {str(r) for p in parts for r in p.run.values}
+    if not set(runs) <= have:
+        return None
+    both = xr.concat(parts, dim="run", join="outer") if len(parts) > 1 else parts[0]
+    both = both.sel(run=runs)
+    filled = both.labelled.notnull().any(("run", "length")).values
+    n_seq = int(np.flatnonzero(filled)[-1]) + 1 if filled.any() else 0
+    out = both.isel(sequence=slice(0, n_seq)).assign_coords(factor_coords(store, runs))
+    out.attrs["results"] = ", ".join(sorted(source))
+    return out
 
 
 def seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
