@@ -469,11 +469,12 @@ def _triple(x: Sequence[float]) -> tuple[float, float, float]:
 
 
 def _holm_step(family: list[str], rejected: set[str], level: dict[str, float], testable: Sequence[str],
-               test) -> dict[str, float]:
+               test, absent: int = 0) -> dict[str, float]:
     """Maurer-Bretz Holm-type step at one stage: reject every testable hypothesis that crosses at
-    its current level, pass its level in equal shares to the family's hypotheses not rejected,
-    and test again until none crosses. Returns the hypotheses rejected at this stage, each with
-    the level it was rejected at."""
+    its current level, pass its level in equal shares to the family's hypotheses not rejected
+    (and the ``absent`` ones of the declared family, never rejected here), and test again until
+    none crosses. Returns the hypotheses rejected at this stage, each with the level it was
+    rejected at."""
     out: dict[str, float] = {}
     while True:
         new = [i for i in testable if i not in rejected and test(i, level[i])]
@@ -486,7 +487,7 @@ def _holm_step(family: list[str], rejected: set[str], level: dict[str, float], t
         for i in new:
             level[i] = 0.0
         for j in rest:
-            level[j] += freed / len(rest)
+            level[j] += freed / (len(rest) + absent)
 
 
 def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
@@ -538,10 +539,12 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
         nan3 = (math.nan, math.nan, math.nan)
         obs = {i: _triple(obs_k.get(i, nan3)) for i in active}
         supported = _holm_step(ids, rej_own, level, active,
-                               lambda i, lv: _crosses(by_id[i], obs[i], design, k, lv, False)[0])  # noqa: B023
+                               lambda i, lv: _crosses(by_id[i], obs[i], design, k, lv, False)[0],  # noqa: B023
+                               absent[0])
         contra_testable = [i for i in active if by_id[i].contradictable() and i not in supported]
         contradicted = _holm_step(contra_ids, rej_contra, contra_level, contra_testable,
-                                  lambda i, lv: _crosses(by_id[i], obs[i], design, k, lv, True)[0])  # noqa: B023
+                                  lambda i, lv: _crosses(by_id[i], obs[i], design, k, lv, True)[0],  # noqa: B023
+                                  absent[1])
         stage: dict[str, ClaimStage] = {}
         for i in active:
             h, o = by_id[i], obs[i]

@@ -230,3 +230,13 @@ def test_short_calibration_jiang_mixed_truth_many_claims_and_costly_cells():
     assert mix["coverage"] >= 0.95 - 0.02
     assert mix["power"] > 0.5 and mix["cpu_s"] < mix["fixed_cpu_s"]
     assert math.isnan(simulate(sc, "effect", 2, seed=6, fixed=False)["fwer_supported"])
+
+
+def test_absent_tests_count_in_the_family_and_take_their_share():
+    h1 = Hypothesis(id="a", cells=(A,), test="greater")
+    h2 = Hypothesis(id="b", cells=(B,), test="greater")
+    strong, weak = (1.0, 0.01, 3), (0.0, 1.0, 3)
+    res = sequential_decisions(D2, [h1, h2], [{"a": strong, "b": weak}], absent=(2, 0))[0]
+    assert res.claims["a"].level == pytest.approx(0.05 / 4)
+    # a's level is shared by b and the two absent tests, as Holm over the whole family would
+    assert res.claims["b"].level == pytest.approx(0.05 / 4 + 0.05 / 4 / 3)
