@@ -227,6 +227,8 @@ def capture_length(
         n_features=model.hidden_size, labels=list(task.label_names), n_classes=a["n_classes"],
         target=task.target, dtype=dtype, extra=extra or None, block_size=block_size,
         attrs={"sites": list(sites), "split": "eval", "stream": "capture"},
+        # a device's forwards outrun one block's fsyncs: keep one more block in flight
+        in_flight=0 if torch.device(device).type == "cpu" else 1,
     ) as w, full_float32(device):
         todo = w.missing_blocks()
         if todo:

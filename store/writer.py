@@ -28,6 +28,31 @@ from .lease import RunLease
 from .zarrutil import ordered, to_numpy
 
 
+class _Pipeline(BlockPipeline):
+    """The block pipeline, optionally with more blocks in flight: with ``in_flight`` = 1,
+    submitting block ``b`` makes block ``b - 2`` durable and records it while the threads
+    still store ``b - 1`` and ``b``, so a block's fsyncs, which wait on the disk, overlap
+    the next block's writes instead of stopping the caller (on the 2-core machine's shared,
+    busy disk a 1 GB write took 3.8 s against 4.6 s, best of 4 interleaved; another run 1.45
+    s against 2.77 s). :meth:`drain` (every flush) still waits for all."""
+
+    def __init__(self, grp: zarr.Group, record: Any, in_flight: int = 0) -> None:
+        super().__init__(grp, record)
+        self.in_flight_blocks = in_flight
+        self._draining = False
+
+    def settle(self, keep: int) -> None:
+        super().settle(keep if self._draining else max(keep, self.in_flight_blocks))
+
+    def drain(self) -> None:
+        """Record every block submitted so far (waiting for its chunks)."""
+        self._draining = True
+        try:
+            self.settle(keep=0)
+        finally:
+            self._draining = False
+
+
 class StoreHost(Protocol):
     """What a writer needs of its store (:class:`~store.core.Store` provides it)."""
 
@@ -73,6 +98,11 @@ class LengthWriter:
         More per-sequence variables: ``{name: (dims after 'sequence', their sizes, dtype)}``,
         e.g. ``{"corrupt_position": ((), (), "int64")}`` or an extra activation site
         ``{"site_L0_cell": (("position", "site_L0_cell_feature"), (40, 162), "float16")}``.
+    in_flight
+        Blocks left unrecorded (still being stored) when the next one is written: 0 records
+        block ``b - 1`` while ``b`` is stored; 1 lets the disk's fsyncs of ``b - 2`` overlap
+        the writes of ``b - 1`` and ``b`` (a fast producer, e.g. capture on a GPU). Arrays
+        handed to :meth:`write_block` must then stay unchanged one block longer.
 
     Notes
     -----
@@ -100,6 +130,7 @@ class LengthWriter:
         allow_nonfinite: bool = False,
         attrs: Mapping[str, Any] | None = None,
         extra: Mapping[str, tuple[Sequence[str], Sequence[int], str]] | None = None,
+        in_flight: int = 0,
     ) -> None:
         self.spec = make_spec(
             length, n_sequences=n_sequences, n_features=n_features, labels=labels, layers=layers,
@@ -122,7 +153,7 @@ class LengthWriter:
             self.group.attrs["nonfinite_allowed"] = True
         self._buffer: list[dict[str, Any]] = []
         self._buffered = 0
-        self._pipeline = BlockPipeline(self.group, self._record)
+        self._pipeline = _Pipeline(self.group, self._record, in_flight)
         self._cursor = self.n_written
 
     def _group_attrs(self, extra_attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -238,7 +269,7 @@ class LengthWriter:
 
     def flush(self) -> None:
         """Wait until every block written so far is stored, and record them."""
-        self._pipeline.settle(keep=0)
+        self._pipeline.drain()
 
     def append(
         self,

@@ -110,3 +110,27 @@ def test_capture_twins_and_sites_run_on_another_device(tmp_path, arch):
     grp = st.run_group(spec.run_id)
     assert grp["len_012"].attrs["devices"] == ["meta"]
     assert grp["cfclean_012"].attrs["devices"] == ["meta"]
+
+
+def test_a_writer_with_one_more_block_in_flight_stores_the_same_bytes(tmp_path):
+    """``in_flight=1`` (capture on a device) records blocks one later, never fewer at the end."""
+    from tests.conftest import synthetic_arrays
+
+    arrays = synthetic_arrays(np.random.default_rng(0), n=90, length=12, n_layers=2)
+    out = {}
+    for k in (0, 1):
+        st = Store.create(str(tmp_path / f"s{k}.zarr"))
+        st.add_run("r0", task="parity", arch="x", seed=0)
+        hidden = arrays["hidden"]
+        with st.length_writer("r0", 12, n_sequences=90, n_layers=2, n_features=hidden.shape[-1],
+                              labels=["parity"], block_size=20, in_flight=k) as w:
+            recorded = []
+            for b in range(w.n_blocks):
+                lo, hi = w.block_range(b)
+                w.write_block(b, hidden=hidden[lo:hi], tokens=arrays["tokens"][lo:hi],
+                              labels={"parity": arrays["labels"]["parity"][lo:hi]})
+                recorded.append(len(w._recorded()))
+        assert recorded == ([0, 1, 2, 3, 4] if k == 0 else [0, 0, 1, 2, 3])
+        out[k] = _arrays(st, "r0", 12)
+        assert validate(st).ok
+    _same(out[0], out[1])
