@@ -23,11 +23,12 @@ from zarr.core.metadata import ArrayV3Metadata
 
 from .digests import ZARR_JSON
 from .errors import CorruptStoreError
-from .transfer_plan import ChunkCopy, first_line
+from .transfer_plan import ChunkCopy
+from .transfer_side import first_line
 from .zarrutil import quiet
 
 if TYPE_CHECKING:
-    from .transfer import Side
+    from .transfer_side import Side
 
 
 def _verify(data: bytes, c: ChunkCopy, where: str) -> None:

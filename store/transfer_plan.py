@@ -39,10 +39,11 @@ from .schema import (
     parse_length_group,
     schema_refusal,
 )
+from .transfer_side import first_line
 from .zarrutil import quiet
 
 if TYPE_CHECKING:
-    from .transfer import Side
+    from .transfer_side import Side
 
 
 @dataclass
@@ -422,6 +423,3 @@ def one_chunk_doc(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

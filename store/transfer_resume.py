@@ -27,7 +27,7 @@ from .transfer_plan import CopyPlan, CopySelection
 from .zarrutil import quiet
 
 if TYPE_CHECKING:
-    from .transfer import Side
+    from .transfer_side import Side
 
 
 #: The marker of an unfinished copy, at the target's root (removed when the copy is done).
