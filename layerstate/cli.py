@@ -712,6 +712,36 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
 
 @main.command()
 @store_argument
+@click.option("--task", "tasks", multiple=True, help="Only the runs of this task (repeatable); default every task.")
+@scheduler_option()
+@results_option
+@storage_option
+def behaviour(store_path: str, tasks: tuple[str, ...], scheduler: str, results: str | None,
+              storage_options: dict) -> None:
+    """Measure each model's own readout accuracy; store results/behaviour/<task> (what claims
+    and the report read): counts per sequence, accuracy per run and length, seed-level intervals."""
+    from analysis.behaviour import measured_lengths, store_behaviour
+    from store import schema
+
+    with _session(scheduler):
+        st = _open(store_path, results, storage_options)
+        measured = {r for rs in measured_lengths(st, st.run_ids()).values() for r in rs}
+        by_task: dict[str, list[str]] = {}
+        for r in st.run_ids():
+            task = str(st.run_attrs(r).get("task"))
+            if r in measured and (not tasks or task in tasks):
+                by_task.setdefault(task, []).append(r)
+        if not by_task:
+            raise BadInput(f"no run{' of ' + ', '.join(tasks) if tasks else ''} in {store_path} has a complete "
+                           "captured length with logits; run `layerstate capture` first")
+        for task, ids in by_task.items():
+            for line in present.behaviour_lines(store_behaviour(st, task, ids)):
+                click.echo(line)
+            click.echo(present.stored(schema.behaviour_name(task)))
+
+
+@main.command()
+@store_argument
 @click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
               help="An experiment TOML (its [[claims]], checked against its grid) or a TOML file of [[claims]] tables.")
 @results_option

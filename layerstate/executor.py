@@ -5,8 +5,8 @@ The order of the whole job, as :meth:`Executor.run` does it::
     check      on a cluster: the workers see the store (before any work is sent)
     train      every run, skipping trained ones           -> a line per run
     capture    every (run, length), after the run's training -> one line for all
-    analyse    probes per task, then each task's interventions (stored results reused
-               only if still up to date)
+    analyse    behaviour per task (its readout's accuracy), probes per task, then each
+               task's interventions (stored results reused only if still up to date)
     claims     evaluated over the stored results
     report     built from the store
 
@@ -265,11 +265,11 @@ class Executor:
             return
         cfg, heading = exp.analysis, None
         for item in section.items:
-            part = "probes" if item.kind == "probes" else "interventions"
+            part = item.kind if item.kind in ("behaviour", "probes") else "interventions"
             if part != heading:
                 heading = part
                 self.say(f"== probes ({cfg.probe_positions} positions, {cfg.probe_folds}-fold by sequence)"
-                         if part == "probes" else "== interventions")
+                         if part == "probes" else f"== {part}")
             yield item, stages.analyse(item, st, exp, self.say, self.scheduler)
 
 

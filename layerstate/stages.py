@@ -114,6 +114,9 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any) -
     if item.kind in ("patching", "interchange") and not has_pairs(store, runs, cfg.patch_length):
         return None  # said by the task's pairs check
     name = item.key
+    if item.kind == "behaviour" and not _measured(store, runs):
+        say(f"{name}: no complete captured length with logits; nothing to measure")
+        return None
     params, compute = _analysis(item, store, exp, scheduler)
     request = result_request(store, runs, params)
     if stored_answers(store, name, request, say):
@@ -126,6 +129,13 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any) -
     return name
 
 
+def _measured(store: Any, runs: list[str]) -> dict[int, list[str]]:
+    """Per length, the runs whose captured length behaviour reads (complete, with logits)."""
+    from analysis.behaviour import measured_lengths
+
+    return measured_lengths(store, runs)
+
+
 def has_pairs(store: Any, runs: list[str], length: int) -> bool:
     """Whether every run has its counterfactual twins captured at ``length``."""
     return all(length in store.lengths(r, kind="cfclean") for r in runs)
@@ -136,10 +146,16 @@ def _analysis(item: Work, store: Any, exp: Experiment,
     """The parameters a result is computed from (recorded with it) and the function that
     computes and stores it from them and the attributes to store with it."""
     cfg, task_, runs = exp.analysis, str(item.task), list(item.runs)
+    if item.kind == "behaviour":
+        from analysis.behaviour import CI_LEVEL, store_behaviour
+
+        # the lengths it was measured at: a length captured since makes it stale
+        params: dict[str, Any] = dict(lengths=list(_measured(store, runs)), ci_level=CI_LEVEL)
+        return params, lambda p, a: store_behaviour(store, task_, runs, attrs=a)
     if item.kind == "probes":
         from analysis.probes import probe
 
-        params: dict[str, Any] = dict(
+        params = dict(
             positions=cfg.probe_positions, lengths=cfg.probe_lengths,
             train_length=cfg.probe_train_length, folds=cfg.probe_folds,
             method=cfg.probe_method, control=cfg.probe_control)

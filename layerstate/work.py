@@ -6,6 +6,7 @@ in which each unit comes after everything it waits for::
     train <run>                       one per run of the grid
     capture <run> len_<L>             each captured length of the run, after its training
     capture <run> cf_<L>              then its counterfactual twins, one writer per run
+    behaviour/<task>                  the readout's accuracy, after the captures of the task's runs
     probes/<task>                     after the captures of the task's runs
     pairs/<task>                      are the counterfactual twins there to patch?
     ablation/<task>, patching/<task>, interchange/<task>
@@ -42,7 +43,7 @@ class Work:
 
     ``key`` names it (unique in its list); ``after`` holds the keys it waits for (only
     keys of the same list). ``run`` is the run a train or capture unit writes; ``kind`` is
-    ``"len"`` or ``"cf"`` for a capture, the analysis (``"probes"``, ``"pairs"``,
+    ``"len"`` or ``"cf"`` for a capture, the analysis (``"behaviour"``, ``"probes"``, ``"pairs"``,
     ``"ablation"``, ``"patching"``, ``"interchange"``) for an analyse unit; ``task`` and
     ``runs`` are what an analysis reads."""
 
@@ -106,7 +107,8 @@ def work_list(exp: CapturePlan, *, stages: Sequence[str] = STAGES,
 
 
 def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list[Work]:
-    """Probes of every task first, then each task's interventions (as configured)."""
+    """The behaviour of every task (always), its probes, then each task's interventions (as
+    configured)."""
     cfg = exp.analysis
     by_task = {t: tuple(s.run_id for s in specs if s.task == t) for t in exp.grid.tasks}
 
@@ -116,7 +118,8 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
         return Work("analyse", f"{kind}/{task}", after=after, kind=kind, task=task, runs=runs,
                     length=length)
 
-    out = [unit("probes", t) for t in by_task if cfg.probe]
+    out = [unit("behaviour", t) for t in by_task]
+    out += [unit("probes", t) for t in by_task if cfg.probe]
     for task in by_task:
         if cfg.patch or cfg.interchange:
             out.append(unit("pairs", task, cfg.patch_length))

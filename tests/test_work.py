@@ -45,16 +45,17 @@ def test_the_units_of_an_experiment_and_their_dependencies(work):
     assert [(w.kind, w.length) for w in chain] == [("len", 12), ("len", 20), ("cf", 12)]
     assert [w.after for w in chain] == [(f"train {runs[0]}",), (chain[0].key,), (chain[1].key,)]
     assert all(w.device for w in work if w.on_workers)
-    # analyses: probes of every task first, then each task's interventions, each after the
-    # captures of its task's runs (and nothing else)
+    # analyses: behaviour and probes of every task first, then each task's interventions,
+    # each after the captures of its task's runs (and nothing else)
     analyses = [w.key for w in work if w.stage == "analyse"]
-    assert analyses == ["probes/parity", "probes/assoc_recall",
+    assert analyses == ["behaviour/parity", "behaviour/assoc_recall", "probes/parity", "probes/assoc_recall",
                         "pairs/parity", "ablation/parity", "patching/parity",
                         "pairs/assoc_recall", "ablation/assoc_recall", "patching/assoc_recall",
                         "interchange/assoc_recall"]
-    parity = by_key["ablation/parity"]
-    assert set(parity.runs) == set(runs[:2])
-    assert set(parity.after) == {w.key for w in work if w.stage == "capture" and w.run.task == "parity"}
+    for key in ("ablation/parity", "behaviour/parity"):
+        parity = by_key[key]
+        assert set(parity.runs) == set(runs[:2])
+        assert set(parity.after) == {w.key for w in work if w.stage == "capture" and w.run.task == "parity"}
     assert by_key["claims"].after == tuple(analyses)
     assert work[-1].key == "report" and work[-1].after == ("claims",)
 

@@ -151,3 +151,53 @@ def test_a_store_without_the_result_is_measured_with_a_note(tmp_path):
     st.consolidate()
     _, notes = accuracy_frame(take_snapshot(st), [LENGTH, OOD_LENGTH])
     assert any("Behaviour of parity is not stored" in n for n in notes)
+
+
+def test_the_pipeline_stores_it_and_measures_again_when_a_run_is_added(tmp_path):
+    from types import SimpleNamespace
+
+    from layerstate import stages
+    from layerstate.work import Work
+
+    st = _store(tmp_path / "p.zarr", {"dyck": (0,)})
+    exp = SimpleNamespace(analysis=SimpleNamespace())
+    lines: list[str] = []
+
+    def unit(task: str) -> Work:
+        runs = tuple(r for r in st.run_ids() if st.run_attrs(r)["task"] == task)
+        return Work("analyse", schema.behaviour_name(task), kind="behaviour", task=task, runs=runs)
+
+    assert stages.analyse(unit("parity"), st, exp, lines.append, "sync") == "behaviour/parity"
+    assert lines[-1].startswith("behaviour/parity: stored")
+    stages.analyse(unit("parity"), st, exp, lines.append, "sync")
+    assert lines[-1] == "behaviour/parity: already stored"
+    rid = _write_run(st, "parity", "lstm", 7, np.random.default_rng(1))
+    stages.analyse(unit("parity"), st, exp, lines.append, "sync")
+    assert lines[-2:][0] == ("behaviour/parity: the stored result is out of date (it lacks 1 of the experiment's "
+                             f"runs: {rid}); computing it again")
+    assert rid in [str(r) for r in st.read_result("behaviour/parity").run.values]
+    # a length captured since changes what it is measured on: computed again
+    stages.analyse(unit("dyck"), st, exp, lines.append, "sync")
+    assert lines[-1].startswith("behaviour/dyck: stored")
+    dyck = unit("dyck").runs[0]
+    y = np.zeros((4, 18), dtype=int)
+    st.write_length(dyck, 18, hidden=np.zeros((4, 18, 4, 8), "float32"), tokens=y, labels={"state": y},
+                    logits=np.eye(3, dtype="float32")[y])
+    stages.analyse(unit("dyck"), st, exp, lines.append, "sync")
+    assert "behaviour/dyck: the stored result is out of date (its parameters differ: lengths" in lines[-2]
+    assert 18 in st.read_result("behaviour/dyck").length.values
+
+
+def test_the_command_stores_it_for_each_task(tmp_path):
+    from click.testing import CliRunner
+
+    from layerstate.cli import main
+
+    st = _store(tmp_path / "cli.zarr", {"dyck": (0, 1)})
+    res = CliRunner().invoke(main, ["behaviour", str(tmp_path / "cli.zarr"), "--task", "parity"])
+    assert res.exit_code == 0, res.output
+    assert "parity lstm/default L=10: accuracy" in res.output and "(3 seeds, seed-level t)" in res.output
+    assert "stored results/behaviour/parity" in res.output
+    assert stored_behaviour(Store.open(st.location.url)) == ["behaviour/parity"]
+    res = CliRunner().invoke(main, ["behaviour", str(tmp_path / "cli.zarr"), "--task", "nope"])
+    assert res.exit_code != 0 and "run `layerstate capture` first" in res.output
