@@ -13,7 +13,13 @@ import numpy as np
 import torch
 import xarray as xr
 
-from analysis.interventions._common import PortableModel, layer_module, read_layer, target_of
+from analysis.interventions._common import (
+    PortableModel,
+    layer_module,
+    model_device,
+    read_layer,
+    target_of,
+)
 from capture.models import SequenceModel
 from store.errors import InvalidArgumentError
 
@@ -65,6 +71,7 @@ def noised_twin(model: SequenceModel, clean: xr.Dataset, *, scale: float = 3.0, 
     at = np.asarray(clean.pos_corrupt.values, dtype=np.int64)
     embed[np.arange(n), at] += (scale * sigma * np.random.default_rng(seed).standard_normal((n, d))
                                 ).astype(np.float32)
+    device = model_device(model)  # the noised embedding goes where the model is
     captured: dict[int, list[torch.Tensor]] = {i: [] for i in range(1, len(names))}
     handles = []
     for i in captured:
@@ -74,11 +81,11 @@ def noised_twin(model: SequenceModel, clean: xr.Dataset, *, scale: float = 3.0, 
         handles.append(layer_module(model, i).register_forward_hook(keep))
     try:
         for lo in range(0, n, batch_size):
-            model.forward_from(names[0], torch.from_numpy(embed[lo: lo + batch_size]))
+            model.forward_from(names[0], torch.from_numpy(embed[lo: lo + batch_size]).to(device))
     finally:
         for h in handles:
             h.remove()
-    states = [embed] + [torch.cat(captured[i]).numpy() for i in captured]
+    states = [embed] + [torch.cat(captured[i]).cpu().numpy() for i in captured]
     return xr.Dataset(
         {
             "hidden": (("sequence", "position", "layer", "feature"), np.stack(states, axis=2)),

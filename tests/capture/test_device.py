@@ -136,3 +136,19 @@ def test_a_pretrained_checkpoint_is_evaluated_on_its_device(tmp_path):
     with HostReads():
         rid = add_pretrained_run(st, path, "p", task="dyck", device="meta")
     assert st.run_attrs(rid)["device"] == "meta"
+
+
+def test_a_noised_twin_follows_the_models_device(tmp_path):
+    from analysis.interventions import rebuild
+    from analysis.interventions.noise import noised_twin
+    from capture.record import capture_counterfactuals
+
+    spec = tiny_experiment(task="dyck", arch="gru", steps=2,
+                           models={"gru": {"d_model": 16, "n_layers": 2}}).runs()[0]
+    st = Store.create(str(tmp_path / "s.zarr"))
+    train_run(st, spec)
+    capture_counterfactuals(st, spec.run_id, 12, n_pairs=6)
+    clean = st.open_length(spec.run_id, 12, kind="cfclean")
+    with HostReads():
+        twin = noised_twin(rebuild(st, spec.run_id, "meta"), clean)
+    assert twin.hidden.shape == (6, 12, 3, clean.sizes["feature"])
