@@ -45,7 +45,9 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
 if compgen -G "$WHEELS/*.whl" > /dev/null; then
-  "$PY" -m pip install --quiet --no-deps --no-index --target .gpu-site "$WHEELS"/*.whl 2>&1 | tail -3
+  if ! "$PY" -m pip install --quiet --no-deps --no-index --target .gpu-site "$WHEELS"/*.whl 2>&1 | tail -3; then
+    for w in "$WHEELS"/*.whl; do "$PY" -m zipfile -e "$w" .gpu-site; done  # no pip: a wheel is a zip
+  fi
   export PYTHONPATH="$PWD/.gpu-site:$PWD"
 else
   export PYTHONPATH="$PWD"
