@@ -790,6 +790,29 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
 
 
 @main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--store", "store_path", required=True, metavar="STORE",
+              help="The store whose seeds the plan starts from (a directory, a zip or a URL).")
+@click.option("--power", default=0.8, show_default=True, type=click.FloatRange(0.5, 0.99),
+              help="The power each claim's test should reach at its margin.")
+@results_option
+@storage_option
+def plan(experiment: str, store_path: str, power: float, results: str | None, storage_options: dict) -> None:
+    """How many seeds each claim of EXPERIMENT needs for its test to reach --power, and their CPU
+    time, from the seeds STORE holds (each claim at its margin and its Holm level; a cell's cost
+    from its runs' stored training times). Nothing is written."""
+    from layerstate.experiment import load_claims
+    from layerstate.plan import make_plan, plan_lines
+    from store import open_analysis
+
+    claims = load_claims(experiment)
+    st = open_analysis(store_path, results=results, write=False, say=click.echo,
+                       storage_options=storage_options, results_options=storage_options)
+    for line in plan_lines(make_plan(st, claims, power=power)):
+        click.echo(line)
+
+
+@main.command()
 @store_argument
 @click.option("--out", "out", required=True, help="Folder for index.html, report.md, figures/, tables/.")
 @click.option("--force", is_flag=True, help="Replace an earlier report in --out.")

@@ -1,0 +1,133 @@
+"""``layerstate plan``: how many seeds each declared claim needs, and what they cost.
+
+The claims are evaluated on the seeds a store holds (:func:`analysis.claims.evaluate_claims`:
+each claim's estimate, its SE with the sequences' sampling floor, and the level of its Holm step).
+For each claim the planner (:func:`analysis.stats.planning.plan`) finds the seeds at which its
+own test reaches power 0.8 at its margin, at the level it is tested at; a bound or readable_by
+claim declares no effect, so it is planned at the distance between its estimate and its
+threshold (said in the table: an observed effect, which such a plan takes at face value). Each
+cell's cost per seed is the mean training time of its stored runs (``train_seconds``), plus
+their capture time where a run records one (``capture_seconds``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analysis.claims import Claim
+from analysis.stats.planning import ClaimPlan, PlanRow
+
+Cell = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A seed plan: one row per claim (``rows``, in the order of ``claims``), what each was
+    planned at (``claims``), why a claim was left out (``skipped``), each cell's measured CPU
+    seconds per seed (``costs``) and the plan over cells (``total``)."""
+
+    claims: list[ClaimPlan]
+    rows: list[PlanRow]
+    skipped: dict[str, str]
+    costs: dict[Cell, float]
+    total: dict[str, Any]
+    observed: set[str]
+
+
+def cell_costs(store) -> dict[Cell, float]:
+    """Mean CPU seconds per seed of each (task, arch, variant) cell: training, plus capture where
+    a run records it."""
+    spent: dict[Cell, list[float]] = {}
+    for rid in store.run_ids():
+        attrs = store.run_attrs(rid)
+        metrics = attrs.get("metrics") or {}
+        seconds = metrics.get("train_seconds") if isinstance(metrics, dict) else None
+        if seconds is None:
+            continue
+        total = float(seconds) + float(attrs.get("capture_seconds", 0.0) or 0.0)
+        cell = (str(attrs.get("task")), str(attrs.get("arch")), str(attrs.get("variant", "default")))
+        spent.setdefault(cell, []).append(total)
+    return {cell: float(np.mean(v)) for cell, v in spent.items()}
+
+
+def _cells(store, claim: Claim) -> tuple[Cell, ...]:
+    from analysis.stats.sequential import DesignError, _claim_cells
+
+    try:
+        return _claim_cells(claim)
+    except DesignError:  # no arch named: every architecture of its task(s) that the store holds
+        runs = store.runs()
+        keep = runs["task"].isin([claim.task, claim.treatment, claim.reference] if claim.compare == "task"
+                                 else [claim.task]) & (runs["variant"] == claim.variant)
+        return tuple(sorted({(str(r.task), str(r.arch), str(r.variant)) for r in runs[keep].itertuples()}))
+
+
+def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8) -> Plan:
+    """Evaluate ``claims`` on ``store`` (nothing is written) and plan each claim's seeds."""
+    from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
+    from analysis.stats.planning import plan, plan_total, sd_per_seed
+
+    res = evaluate_claims(store, list(claims), probes=stored_probe_profiles(store))
+    by_id = {c.id: c for c in claims}
+    plans: list[ClaimPlan] = []
+    skipped: dict[str, str] = {}
+    observed: set[str] = set()
+    for i in range(res.sizes["claim"]):
+        r = res.isel(claim=i)
+        cid = str(r.claim.values)
+        claim = by_id[cid.split("[", 1)[0]]
+        if str(r.verdict.values) == "not evaluable":
+            skipped[cid] = str(r.test.values).removeprefix("not evaluable: ")
+            continue
+        if claim.kind == "profile_match":
+            skipped[cid] = "an exact permutation test: see its reason for the seeds per task it needs"
+            continue
+        se, n = float(r.se), int(r.n_seeds)
+        sd = sd_per_seed(se=se, n_seeds=n)
+        level = float(r.level) if np.isfinite(float(r.level)) else 0.05
+        margin = claim.margin
+        if claim.kind == "equivalence":
+            alternative, effect = "equivalence", 0.0
+        elif claim.kind in ("bound", "readable_by"):
+            alternative, effect = "one-sided", abs(float(r.estimate) - float(claim.threshold or 0.0))
+            observed.add(cid)
+        else:
+            alternative = "two-sided" if claim.direction == "two-sided" else "one-sided"
+            if margin is None:
+                skipped[cid] = "no margin declared: no effect to plan power at"
+                continue
+            effect = margin  # from zero at the margin, or (against the margin) at twice it
+        plans.append(ClaimPlan(id=cid, cells=_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
+                               alternative=alternative, margin=margin if alternative == "equivalence" else None))
+    costs = cell_costs(store)
+    rows = plan(plans, costs, power=power)
+    return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs), observed)
+
+
+def _num(x: float | int | None, fmt: str = "d") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return format(x, fmt)
+
+
+def plan_lines(p: Plan) -> Iterator[str]:
+    """The plan as the command prints it: one line per claim, then the cells and the total."""
+    yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
+    for c, r in zip(p.claims, p.rows, strict=True):
+        note = r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed else "")
+        yield (f"{r.id} | {r.seeds} | {_num(r.power_now, '.2f')} | {_num(r.needed)} | {_num(r.more)} | "
+               f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
+    for cid, why in p.skipped.items():
+        yield f"{cid} | – | – | – | – | – | not planned: {why}"
+    cells = p.total.get("cells", {})
+    for cell, (have, reach) in sorted(cells.items()):
+        cost = p.costs.get(cell)
+        yield (f"cell {'/'.join(cell)}: {have} -> {reach} seeds"
+               + (f", {cost:.0f} s per seed" if cost is not None else ", no measured time"))
+    total = p.total.get("cpu_s", math.nan)
+    yield f"total: {_num(total, '.0f')} CPU s for every planned claim to reach power 0.8"

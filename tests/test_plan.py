@@ -1,0 +1,78 @@
+"""`layerstate plan`: the seeds each claim needs for power 0.8 at its margin and Holm level, and
+their CPU time from the runs' stored training times, on a planted store with a known answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis.claims import evaluate_claims, parse_claims
+from layerstate.cli import main
+from layerstate.plan import cell_costs, make_plan, plan_lines
+from store import Store
+from tests.analysis.test_claims import _write_run
+
+CLAIMS = [
+    {"id": "s3-conv", "statement": "Removing Conv1D lowers S3 accuracy", "kind": "difference", "task": "s3",
+     "arch": "mamba", "treatment": "no_conv", "reference": "default", "direction": "less", "margin": 0.05,
+     "length": 12},
+    {"id": "s3-high", "statement": "S3 accuracy above 0.8", "kind": "bound", "task": "s3", "arch": "mamba",
+     "threshold": 0.8, "direction": "greater", "length": 12},
+    {"id": "s3-any", "statement": "Removing Conv1D changes S3 accuracy", "kind": "difference", "task": "s3",
+     "arch": "mamba", "treatment": "no_conv", "reference": "default", "length": 12},
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """3 seeds; the conv costs 4 pp with seed-to-seed noise; training takes 10 s a seed with the
+    conv and 30 s without."""
+    path = str(tmp_path_factory.mktemp("plan") / "s.zarr")
+    st = Store.create(path)
+    rng = np.random.default_rng(2)
+    with st.deferred_consolidation():
+        for seed in range(3):
+            offset = rng.normal(0, 0.03)
+            for variant, drop, secs in (("default", 0.0, 10.0), ("no_conv", 0.04, 30.0)):
+                rid = f"s3-{variant}-{seed}"
+                _write_run(st, rid, "s3", variant, seed, 0.85 + offset - drop + rng.normal(0, 0.04), rng)
+                st.update_run_attrs(rid, metrics={"train_seconds": secs})
+    return st, path
+
+
+def test_each_claim_needs_the_seeds_its_corrected_test_needs_and_they_cost_their_cells_time(store):
+    from analysis.stats.power import power_se
+
+    store, _ = store
+    claims = parse_claims(CLAIMS)
+    p = make_plan(store, claims)
+    assert cell_costs(store) == {("s3", "mamba", "default"): 10.0, ("s3", "mamba", "no_conv"): 30.0}
+    res = evaluate_claims(store, claims).sel(claim="s3-conv")
+    row = next(r for r in p.rows if r.id == "s3-conv")
+    sd, level = float(res.se) * np.sqrt(3), float(res.level)
+    # the fewest seeds whose one-sided t at the claim's Holm level has power 0.8 at the margin
+    n = row.needed
+    assert n is not None and n > 3
+    assert power_se(0.05, sd / np.sqrt(n), n - 1, level, "one-sided") >= 0.8
+    assert power_se(0.05, sd / np.sqrt(n - 1), n - 2, level, "one-sided") < 0.8
+    assert row.more == n - 3 and row.cpu_s == pytest.approx((n - 3) * (10 + 30))
+    # the bound claim reads one cell: its seeds cost that cell's 10 s each
+    high = next(r for r in p.rows if r.id == "s3-high")
+    assert high.needed is not None and high.cpu_s == pytest.approx(high.more * 10.0)
+    # a claim without a margin has no effect to plan at, and says so
+    assert "no margin declared" in p.skipped["s3-any"]
+    text = "\n".join(plan_lines(p))
+    assert "planned at the observed distance to its threshold" in text and "nan" not in text.lower()
+
+
+def test_the_plan_command_prints_the_table_and_writes_nothing(store, tmp_path):
+    store, path = store
+    exp = tmp_path / "claims.toml"
+    exp.write_text("".join(
+        "[[claims]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in c.items()) for c in CLAIMS))
+    before = sorted(store.results())
+    res = CliRunner().invoke(main, ["plan", str(exp), "--store", path])
+    assert res.exit_code == 0, res.output
+    assert "s3-conv |" in res.output and "total:" in res.output and "cell s3/mamba/no_conv" in res.output
+    assert sorted(store.results()) == before
