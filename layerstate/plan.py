@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -91,6 +91,7 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8) -> Plan:
         sd = sd_per_seed(se=se, n_seeds=n)
         level = float(r.level) if np.isfinite(float(r.level)) else 0.05
         margin = claim.margin
+        alternative: Literal["one-sided", "two-sided", "equivalence"]
         if claim.kind == "equivalence":
             alternative, effect = "equivalence", 0.0
         elif claim.kind in ("bound", "readable_by"):
