@@ -781,12 +781,26 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
     from layerstate.experiment import load_claims
 
     claims = load_claims(claims_file)
-    res = combine_parts(claims, [(p, read_part(p, storage_options=storage_options)) for p in parts])
+    res = combine_parts(claims, [(p, read_part(p, storage_options=storage_options)) for p in parts],
+                        view=_parts_view(parts, storage_options))
     for line in present.claim_lines(res):
         click.echo(line)
     if out is not None:
         for path in present.write_claims_table(res, out, claims_file):
             click.echo(f"wrote {path}")
+
+
+def _parts_view(parts: tuple[str, ...], storage_options: dict):
+    """The parts' stores read as one (claims that read several parts are evaluated on it), or
+    None when a part is a report's table rather than a store."""
+    from store import NotAStoreError, Store
+    from store.view import StoreView
+
+    try:
+        stores = [Store.open(p, storage_options=storage_options) for p in parts]
+    except (NotAStoreError, FileNotFoundError, OSError):
+        return None
+    return StoreView(stores, names=list(parts))
 
 
 @main.command()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -109,7 +110,8 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
     return row, "part"
 
 
-def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset | pd.DataFrame]]) -> xr.Dataset:
+def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset | pd.DataFrame]], *,
+                  view: Any = None) -> xr.Dataset:
     """Combine the claims evaluated by the parts of one grid into one verdict table.
 
     Parameters
@@ -127,6 +129,11 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
         declared claim row in file order, Holm-corrected once over the whole family; plus
         ``part`` (which part each row came from; '' for none) and ``crosscheck_from``
         (``combined``: decided again here; ``part``: the part's own; '' without a cross-check).
+
+    view : store.StoreView, optional
+        The parts' stores read as one (:class:`store.view.StoreView`): a claim no part evaluated
+        because it reads cells of several parts (a profile compared across tasks) is evaluated on
+        it, where the cells lie (its row's ``part`` is ``view``); nothing is copied.
 
     Raises
     ------
@@ -158,6 +165,8 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
                                      "give each part once, as last evaluated")
                 continue
             found[rid] = (name, r)
+    if view is not None:
+        found.update(_across_parts(claims, found, view))
     kept, ids, rows, sources, cross_from = [], [], [], [], []
     missing: list[Claim] = []  # one entry per claim row no part evaluated
     for claim in claims:
@@ -191,6 +200,23 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
     res["part"] = ("claim", np.array(sources, dtype=str))
     res["crosscheck_from"] = ("claim", np.array(cross_from, dtype=str))
     return res
+
+
+def _across_parts(claims: Sequence[Claim], found: dict[str, tuple[str, pd.Series]], view: Any
+                  ) -> dict[str, tuple[str, pd.Series]]:
+    """The rows of the claims no part evaluated, evaluated on ``view`` (the parts' stores as
+    one); only their tests are read from here, the verdicts come from the combined family."""
+    from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
+
+    todo = [c for c in claims if any(rid not in found for rid in claim_rows(c))]
+    if not todo:
+        return {}
+    res = evaluate_claims(view, todo, probes=stored_probe_profiles(view))
+    out = {}
+    for _, r in part_frame(res, "view").iterrows():
+        if str(r["claim"]) not in found:
+            out[str(r["claim"])] = ("view", r)
+    return out
 
 
 def _changed(claim: Claim, r: pd.Series) -> str:
