@@ -2,7 +2,8 @@
 
 The package: :mod:`~analysis.claims.spec` (the claim and its validation),
 :mod:`~analysis.claims.metrics` (per-seed values from the store),
-:mod:`~analysis.claims.verdicts` (tests, Holm, the decision) and
+:mod:`~analysis.claims.verdicts` (tests, Holm, the decision),
+:mod:`~analysis.claims.sampling` (the sequences' sampling floor of each metric, and bound rows) and
 :mod:`~analysis.claims.evaluate` (each kind, and :func:`evaluate_claims`) and
 :mod:`~analysis.claims.combine` (one verdict table for a grid run in parts).
 

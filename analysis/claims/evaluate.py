@@ -4,10 +4,9 @@ and the verdicts (:func:`evaluate_claims`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-import scipy.stats
 import xarray as xr
 
 from analysis.claims.metrics import (
@@ -19,6 +18,14 @@ from analysis.claims.metrics import (
     seed_metric,
     sequence_counts,
     too_few,
+)
+from analysis.claims.sampling import (
+    _ablation_counts,
+    _accuracy_floor,
+    _bound_row,
+    _labelled_sequences,
+    _sampling_var,
+    _sequences_per_seed,
 )
 from analysis.claims.spec import ALPHA, CROSSCHECK, DEFAULT_MODEL, Claim, ClaimError, NotEvaluable
 from analysis.claims.verdicts import (
@@ -34,83 +41,6 @@ from analysis.claims.verdicts import (
     test_text,
 )
 from store import Store
-
-
-def _run_units(store: Store, length: int, cache: dict) -> xr.DataArray:
-    """Each run's number of captured sequences at ``length``, dims (task, arch, variant, seed)
-    (NaN for a run not captured there): the sampling unit of its probe accuracies."""
-    from analysis.behaviour import by_factors
-
-    key = ("units", length)
-    if key not in cache:
-        runs = [r for r in store.run_ids() if length in store.lengths(r)]
-        counts = [float(store.open_length(r, length).sizes["sequence"]) for r in runs]
-        da = xr.DataArray(np.array(counts, dtype=float), dims="run", coords={"run": np.array(runs, dtype=str)})
-        cache[key] = by_factors(da, store) if runs else None
-    return cast(xr.DataArray, cache[key])
-
-
-def _ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
-    """The ablation result's clean and ablated accuracies, refitted probe accuracy and sequence
-    count per run at the claim's length, by factors (dims of :func:`seed_metric`)."""
-    from analysis.claims.metrics import _per_run
-
-    key = ("ablation-counts", claim.task, claim.length, claim.result)
-    if key in cache:
-        return cast(xr.Dataset, cache[key])
-    L = claim.length
-    names = ("accuracy_clean", "accuracy", "probe_accuracy", "units")
-
-    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
-        like = next(ds[v] for v in ("accuracy_drop", "accuracy", "probe_accuracy") if v in ds)
-        missing = xr.full_like(like.sel(length=L, drop=True), np.nan, dtype=float)
-        parts = []
-        for v in names:
-            if v == "units":
-                x = (ds["n_labelled"].sel(length=L, drop=True) > 0).sum("sequence") if "n_labelled" in ds \
-                    and "sequence" in ds["n_labelled"].dims else missing
-            else:
-                x = ds[v].sel(length=L, drop=True) if v in ds else missing
-            parts.append(x.astype(float).reset_coords(drop=True))
-        parts = list(xr.broadcast(*parts))
-        return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"), coords="minimal", join="outer")
-
-    out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
-                   extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
-    cache[key] = out.to_dataset("part")
-    return cast(xr.Dataset, cache[key])
-
-
-def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | None:
-    """Each trained model's sampling variance of the claim's metric from the sequences it was
-    measured on (dims of :func:`seed_metric`), or None where the metric is not counted over
-    sequences (restoration, patching recovery). A proportion over m sequences: at most
-    p(1 - p)/m with p shrunk as Agresti-Coull does (:func:`analysis.stats.decision.proportion_sampling_var`);
-    a difference of two (the ablation drop): the sum of theirs, as if independent (the same
-    sequences make them positively correlated, so this is the larger)."""
-    if claim.metric == "probe_accuracy":
-        units = _run_units(store, int(claim.length or 0), cache)
-        if units is None:
-            return None
-        value = seed_metric(store, claim, cache)
-        units = units.reindex_like(value.isel(layer=0, drop=True)) if "layer" in value.dims else units
-        return _proportion_var(value, units)
-    if claim.metric in ("ablation_drop", "refit_accuracy"):
-        ds = _ablation_counts(store, claim, cache)
-        if claim.metric == "ablation_drop":
-            ablated = _proportion_var(ds["accuracy"], ds["units"])
-            if claim.kind == "difference" or claim.kind == "equivalence":
-                if claim.compare == "setting":  # the same clean accuracy on both sides cancels
-                    return ablated
-            return _proportion_var(ds["accuracy_clean"], ds["units"]) + ablated
-        return _proportion_var(ds["probe_accuracy"], ds["units"])
-    return None
-
-
-def _proportion_var(p: xr.DataArray, m: xr.DataArray) -> xr.DataArray:
-    """:func:`analysis.stats.decision.proportion_sampling_var` on DataArrays (broadcast by dim)."""
-    shrunk = (m * p + 2.0) / (m + 4.0)
-    return xr.where(m > 0, shrunk * (1.0 - shrunk) / m, np.nan)
 
 
 def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
@@ -206,25 +136,6 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
     return row
 
 
-def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, float, str]:
-    """(se, df, note) of an accuracy difference whose seeds give no spread at all: the sampling
-    variance of two proportions over each seed's labelled sequences (as if independent, the
-    larger for the same sequences), averaged over the seeds present in both conditions."""
-    from analysis.stats.decision import proportion_sampling_var
-
-    both = present.all(0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.nansum(C, -1) / np.nansum(L, -1)
-    units = (np.nan_to_num(L) > 0).sum(-1).astype(float)
-    floor = (proportion_sampling_var(acc[0], units[0]) + proportion_sampling_var(acc[1], units[1]))[both]
-    n = int(both.sum())
-    if n < 2 or not np.isfinite(floor).all():
-        return np.nan, np.nan, ""
-    se = float(np.sqrt(floor.mean() / n))
-    return se, float(n - 1), (f"the seeds' differences are identical: the interval and tests use the sampling SD "
-                              f"{se * np.sqrt(n):.4f} of two proportions over the seeds' sequences")
-
-
 def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
     if claim.metric != "accuracy":
         return _evaluate_seedwise(store, claim, cache)
@@ -251,23 +162,6 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     row = _bound_row(claim, x, "greater", units=units, what=f"probe accuracy at {claim.layer}")
     row["test"] = f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}"
     return row
-
-
-def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
-                        seeds: np.ndarray) -> np.ndarray:
-    """Each seed's number of captured sequences at the claim's length (the sampling unit);
-    0 for a seed with no run captured at that length."""
-    runs = store.runs()
-    keep = (runs["task"] == task) & (runs["variant"] == claim.variant)
-    if arch is not None:
-        keep &= runs["arch"] == arch
-    runs = runs[keep & runs["lengths"].map(lambda ls: claim.length in ls)]
-    out = np.zeros(len(seeds))
-    for i, seed in enumerate(seeds):
-        match = runs.index[runs["seed"] == int(seed)]
-        if len(match):
-            out[i] = store.open_length(str(match[0]), int(claim.length or 0)).sizes["sequence"]
-    return out
 
 
 def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
@@ -317,74 +211,6 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
             "restoration": f"restoration at {claim.site}",
             "accuracy": "accuracy"}[claim.metric]
     return _bound_row(claim, x, claim.direction, units=units, floor=floor, what=what)
-
-
-def _bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray | None = None,
-               floor: np.ndarray | None = None, what: str) -> dict:
-    """The one-sided t of per-seed values ``x`` against the claim's threshold, as a claims row.
-
-    The variance is never below what the sequences allow (:mod:`analysis.stats.decision`):
-
-    * a proportion with each seed's sequence count ``units``: the score test, whose SE at the
-      threshold ``v`` is the larger of the seeds' and the sampling SE ``sqrt(v (1 - v) h)``
-      (``h = mean(1/m) / n``); its interval is the set of values that test does not reject
-      (Wilson's when sampling dominates), so it stays in [0, 1] and agrees with the test;
-    * another metric counted over sequences (``floor``, each seed's sampling variance): the
-      larger of the seeds' variance and the mean floor, and the t interval;
-    * else the seeds' spread alone, and seeds that agree exactly are not evaluable.
-    """
-    from analysis.stats.decision import floored_se, score_interval, score_se
-    from analysis.stats.power import t_critical
-
-    threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
-    n, est = x.size, float(x.mean())
-    sd = float(x.std(ddof=1))
-    df = float(n - 1)
-    q = float(t_critical(ALPHA, df, "two-sided"))
-    side = ">" if direction == "greater" else "<"
-    variance, max_t, sequences = "", np.nan, np.nan
-    if units is not None and (units > 0).all() and 0 < threshold < 1:
-        h = float(np.mean(1.0 / units)) / n
-        se = float(score_se(threshold, sd ** 2, h, n))
-        lower, upper = score_interval(est, sd ** 2, h, n, q)
-        sequences = 1.0 / float(np.mean(1.0 / units))
-        max_t = (1 - threshold if direction == "greater" else threshold) / float(np.sqrt(threshold * (1 - threshold) * h))
-        if threshold * (1 - threshold) * h > sd ** 2 / n:
-            variance = (f"the seeds' SD {sd:.4f} is below the sampling SD {np.sqrt(threshold * (1 - threshold) / sequences):.4f} "
-                        f"of a proportion of {threshold:g} over {sequences:.0f} sequences per seed: the test uses the "
-                        "sampling SD at the threshold, the interval the values such a test does not reject")
-    else:
-        se, sd, floored = floored_se(x, floor)
-        lower, upper = est - q * se, est + q * se
-        if floored:
-            variance = (f"the seeds' SD {sd:.4f} is below what the sequences' sampling error allows: the interval "
-                        f"and test use the sampling SD {se * np.sqrt(n):.4f}")
-    if not se > 0:
-        why = (f"no captured sequences were found at L = {claim.length} to bound their sampling error; "
-               "capture the runs at that length") if units is not None else (
-               "the metric is not counted over sequences, so nothing bounds their sampling error; add seeds")
-        raise NotEvaluable(f"claim {claim.id!r}: its {n} seeds' {what} values are identical ({est:.4g}), "
-                           f"so their spread gives no interval and {why}")
-    stat = (est - threshold) / se
-    p = float(scipy.stats.t.sf(stat, df) if direction == "greater" else scipy.stats.t.cdf(stat, df))
-    return {
-        "estimate": est, "lower": float(lower), "upper": float(upper), "se": se, "df": df,
-        "p": p, "n_seeds": n, "margin": np.nan, "power": np.nan, "power_at": np.nan, "mde": np.nan,
-        "treatment_mean": est, "reference_mean": threshold, "model": "paired_t",
-        "seed_sd": sd, "sequences": sequences, "max_t": max_t, "variance": variance,
-        "test": f"one-sided t over seeds: mean {what} at L = {claim.length} {side} {threshold:g}",
-    }
-
-
-def _labelled_sequences(store: Store, claim: Claim, cache: dict, seeds: np.ndarray) -> np.ndarray:
-    """Each seed's number of sequences with a label at the claim's length (accuracy claims)."""
-    labelled = sequence_counts(store, claim, cache).labelled
-    for dim, level in {"task": claim.task, "arch": claim.arch, "variant": claim.variant}.items():
-        if dim in labelled.dims and level is not None:
-            labelled = labelled.sel({dim: level})
-    has = (labelled.fillna(0) > 0).sum("sequence")
-    has = has.squeeze([d for d in has.dims if d != "seed"], drop=True)
-    return np.asarray(has.sel(seed=seeds).values, dtype=float)
 
 
 def _ranges(values: list[int]) -> str:
