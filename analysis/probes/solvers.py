@@ -38,7 +38,9 @@ have ``intercept = -inf`` (probability 0), as in scikit-learn, which fits only t
   class posteriors) from per-fold sufficient statistics, one batched solve; it has no C. Its
   accuracy gap to the exact probe is measured, not assumed (``bench/probes.py``).
 
-:func:`fit_exact` and :func:`fit_reference` fit one C (a path of one).
+:func:`fit_exact` and :func:`fit_reference` fit one C (a path of one). :class:`Params`, the
+logits and the problem setup every solver shares are in :mod:`analysis.probes.params`; the
+screen is in :mod:`analysis.probes.screen` (both re-exported here).
 
 Why this solver (measured on 2 shared cores, pooled cells of captured demo runs: 7680 rows,
 d 32-80, 2-6 classes, 3 folds, 13 problems per C):
@@ -60,11 +62,37 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.probes.lbfgs import lbfgs
+from analysis.probes.params import (
+    Params,
+    _Atoms,
+    _canonical,
+    _standardise_design,
+    class_presence,
+    logits,
+    logits_by_class,
+)
+from analysis.probes.screen import fit_screen, path_screen
+
+__all__ = [
+    "PATHS",
+    "SOLVERS",
+    "Params",
+    "class_presence",
+    "fit_exact",
+    "fit_labelled",
+    "fit_reference",
+    "fit_screen",
+    "logits",
+    "logits_by_class",
+    "path_exact",
+    "path_exact_many",
+    "path_reference",
+    "path_screen",
+]
 
 #: The stopping threshold on the largest gradient entry of the mean-loss objective
 #: (scikit-learn's default ``tol``).
@@ -85,89 +113,9 @@ PRECONDITIONER_ROWS = 4096
 #: Logit offset for classes absent from a problem's training rows: exp() of it is exactly 0 in
 #: float32, and unlike -inf it keeps 0 * offset finite inside the solver.
 _MASKED = np.float32(-1e4)
-#: Features whose training standard deviation is below this are constant: scale 1, like
-#: scikit-learn's StandardScaler (a zero feature then contributes nothing).
-_TINY_SD = 1e-6
-
-
-@dataclass
-class Params:
-    """Fitted probes of one cell: ``P`` problems, ``d`` features, ``K`` classes.
-
-    ``mean``, ``scale`` (P, d): each problem's standardisation; ``coef`` (P, d, K) and
-    ``intercept`` (P, K): ``logits = ((x - mean) / scale) @ coef + intercept``, centred over the
-    problem's active classes; inactive classes have ``coef = 0`` and ``intercept = -inf``.
-    ``n_iter`` (P,): solver iterations (0 for closed forms); ``converged`` (P,) bool.
-    """
-
-    mean: np.ndarray
-    scale: np.ndarray
-    coef: np.ndarray
-    intercept: np.ndarray
-    n_iter: np.ndarray
-    converged: np.ndarray
-
-    def take(self, index) -> Params:
-        """The problems ``index`` (an int array or slice) of this batch."""
-        return Params(*(getattr(self, f)[index] for f in _FIELDS))
-
-    @staticmethod
-    def concat(parts: Sequence[Params]) -> Params:
-        """The problems of several batches, in order, as one batch."""
-        return Params(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
-
-    def original_space(self) -> tuple[np.ndarray, np.ndarray]:
-        """Coefficients for raw features: ``logits = x @ weights + bias``.
-
-        Returns ``weights`` (P, d, K) and ``bias`` (P, K), float64.
-        """
-        w = self.coef.astype(np.float64) / self.scale[:, :, None]
-        b = self.intercept.astype(np.float64) - np.einsum(
-            "pd,pdk->pk", self.mean.astype(np.float64), w
-        )
-        return w, b
-
-
-_FIELDS = ("mean", "scale", "coef", "intercept", "n_iter", "converged")
-
-
-def logits(params: Params, X: np.ndarray) -> np.ndarray:
-    """Logits of every problem on rows ``X (m, d)``: shape (P, m, K), float32, -inf for
-    classes a problem never saw.
-
-    One matrix product for all problems: raw-space weights ``coef / scale`` applied to ``X``
-    centred once (so large feature offsets cost no float32 precision).
-    """
-    P, d, K = params.coef.shape
-    centre = params.mean.mean(0)  # (d,)
-    Xc = (X - centre).astype(np.float32)
-    V = params.coef / params.scale[:, :, None]  # (P, d, K) float64
-    c = params.intercept - np.einsum("pd,pdk->pk", params.mean - centre, V)
-    Z = Xc @ V.transpose(1, 0, 2).reshape(d, P * K).astype(np.float32)  # (m, P*K)
-    return Z.reshape(-1, P, K).transpose(1, 0, 2) + c[:, None, :].astype(np.float32)
-
-
-def logits_by_class(params: Params, X: np.ndarray) -> np.ndarray:
-    """:func:`logits` laid out (P, K, m): reductions over classes then run along contiguous
-    rows (over a last axis of 2-16 classes numpy is several times slower)."""
-    P, d, K = params.coef.shape
-    centre = params.mean.mean(0)
-    XcT = np.ascontiguousarray((X - centre).astype(np.float32).T)  # (d, m)
-    V = params.coef / params.scale[:, :, None]
-    c = params.intercept - np.einsum("pd,pdk->pk", params.mean - centre, V)
-    VT = V.transpose(0, 2, 1).reshape(P * K, d).astype(np.float32)
-    return (VT @ XcT).reshape(P, K, -1) + c[:, :, None].astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- problem setup
-
-
-def class_presence(targets: np.ndarray, train: np.ndarray, n_classes: int) -> np.ndarray:
-    """Which classes each problem sees in training: (P, K) bool from targets/train (P, m)."""
-    present = np.zeros((targets.shape[0], n_classes), dtype=bool)
-    p, i = np.nonzero(train)
-    present[p, targets[p, i]] = True
-    return present
 
 
 def _penalty_multiplier(active: np.ndarray) -> np.ndarray:
@@ -179,79 +127,6 @@ def _penalty_multiplier(active: np.ndarray) -> np.ndarray:
     doubling it gives exactly the binary model.
     """
     return np.where(active.sum(1) == 2, 2.0, 1.0)
-
-
-def _standardise_design(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centre and scale ``X`` once over all rows (float32 data, float64 sums), so that the
-    per-problem scalers are small corrections and float32 arithmetic loses nothing to large
-    feature offsets. Returns ``Xc`` and the mean and scale used (float64, (d,))."""
-    m0 = X.mean(0, dtype=np.float64)
-    Xc = X.astype(np.float32) - m0.astype(np.float32)
-    s0 = np.sqrt(np.einsum("md,md->d", Xc, Xc, dtype=np.float64) / X.shape[0])
-    s0[s0 < _TINY_SD] = 1.0
-    Xc /= s0.astype(np.float32)
-    return Xc, m0, s0
-
-
-class _Atoms:
-    """Rows with the same training membership across problems -- the folds -- as disjoint
-    *atoms*. Statistics are computed once per atom and summed per problem, so a cell's
-    ``2k + 1`` problems cost about one pass over ``X`` instead of ``2k + 1``.
-
-    ``atom`` (m,) atom of each row; ``member`` (P, A) 1 where problem p trains on atom a.
-    """
-
-    def __init__(self, train: np.ndarray) -> None:
-        P, m = train.shape
-        if P <= 62:
-            codes = (train.astype(np.int64) << np.arange(P, dtype=np.int64)[:, None]).sum(0)
-            _, atom = np.unique(codes, return_inverse=True)
-        else:
-            _, atom = np.unique(train.T, axis=0, return_inverse=True)
-        self.atom = atom.ravel()
-        self.n_atoms = int(self.atom.max()) + 1
-        self.member = np.zeros((P, self.n_atoms))
-        self.member[np.arange(P)[:, None], self.atom[None, :]] = train  # all of an atom or none
-        self.count = np.bincount(self.atom, minlength=self.n_atoms).astype(np.float64)
-        self._order = np.argsort(self.atom, kind="stable")
-        self._bounds = np.concatenate([[0], np.cumsum(self.count.astype(np.int64))])
-
-    def rows(self, a: int) -> np.ndarray:
-        return self._order[self._bounds[a] : self._bounds[a + 1]]
-
-    def grouped_sums(self, X: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-        """Sums of ``X`` rows per (atom, group): (A, n_groups, d) float64, one product."""
-        code = self.atom * n_groups + groups
-        onehot = np.zeros((X.shape[0], self.n_atoms * n_groups), np.float32)
-        onehot[np.arange(X.shape[0]), code] = 1.0
-        return (onehot.T @ X).astype(np.float64).reshape(self.n_atoms, n_groups, -1)
-
-    def scalers(self, Xc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each problem's training mean and standard deviation of ``Xc`` (P, d), float64."""
-        zero = np.zeros(Xc.shape[0], dtype=np.int64)
-        s1 = self.grouped_sums(Xc, zero, 1)[:, 0]
-        s2 = self.grouped_sums(Xc * Xc, zero, 1)[:, 0]
-        n_p = (self.member @ self.count)[:, None]
-        mu = self.member @ s1 / n_p
-        var = np.maximum(self.member @ s2 / n_p - mu * mu, 0.0)
-        sd = np.sqrt(var)
-        sd[sd < _TINY_SD] = 1.0
-        return mu, sd
-
-
-def _canonical(
-    coef: np.ndarray, intercept: np.ndarray, active: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Centre coefficients and intercepts over each problem's active classes; inactive ones get
-    ``coef = 0`` and ``intercept = -inf`` (the softmax is unchanged by the centring)."""
-    act = active.astype(np.float64)
-    n_act = np.maximum(act.sum(1), 1.0)
-    coef = np.where(active[:, None, :], coef, 0.0)
-    coef = coef - (coef * act[:, None, :]).sum(2, keepdims=True) / n_act[:, None, None]
-    coef = np.where(active[:, None, :], coef, 0.0)
-    b = np.where(active, intercept, 0.0)
-    b = b - (b * act).sum(1, keepdims=True) / n_act[:, None]
-    return coef.astype(np.float32), np.where(active, b, -np.inf).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------- reference
@@ -683,105 +558,6 @@ def fit_labelled(
     targets = np.ascontiguousarray(np.broadcast_to(index.astype(np.int64).ravel(), train.shape))
     params = fit_exact(X, targets, train, classes.size, C, tol=tol, max_iter=max_iter)
     return params, classes
-
-
-# ----------------------------------------------------------------------------- screen (LDA)
-
-
-def fit_screen(
-    X: np.ndarray,
-    targets: np.ndarray,
-    train: np.ndarray,
-    n_classes: int,
-    C: float,
-    *,
-    shrinkage: float = 0.1,
-    **_: object,
-) -> Params:
-    """Closed-form screening probes: shrinkage LDA on the standardised features.
-
-    Each problem's pooled within-class covariance ``S`` (from its training rows) is shrunk,
-    ``(1 - a) S + a * mean(diag S) * I`` with ``a = shrinkage``, and
-    ``coef_k = S^-1 mu_k``, ``intercept_k = -mu_k . coef_k / 2 + log prior_k``: Gaussian class
-    posteriors with a shared covariance, a linear softmax probe like the exact one. All problems
-    are solved in one batched ``numpy.linalg.solve``. ``C`` is accepted for the common signature
-    and unused.
-    """
-    P, K = targets.shape[0], n_classes
-    Xc, m0, s0 = _standardise_design(X)
-    active = class_presence(targets, train, K)
-    atoms = _Atoms(train)
-    mu, sd = atoms.scalers(Xc)
-    n_p = atoms.member @ atoms.count
-    grams = np.stack([Xc[r].T @ Xc[r] for r in map(atoms.rows, range(atoms.n_atoms))])
-    gram = np.einsum(
-        "pa,ade->pde", atoms.member, grams.astype(np.float64), optimize=True
-    )  # (P, d, d)
-    sums, counts = _class_sums(Xc, targets, atoms, K)  # (P, K, d), (P, K)
-    means = sums / np.maximum(counts, 1.0)[:, :, None]
-    within = gram - np.einsum("pkd,pke->pde", sums, means, optimize=True)  # sum_k n_k m_k m_k'
-    within /= n_p[:, None, None]
-    within /= sd[:, :, None] * sd[:, None, :]  # standardised space
-    std_means = (means - mu[:, None, :]) / sd[:, None, :]  # (P, K, d)
-    avg_var = np.trace(within, axis1=1, axis2=2) / within.shape[1]
-    avg_var = np.where(avg_var > 0, avg_var, 1.0)
-    shrunk = (1 - shrinkage) * within
-    shrunk[:, np.arange(within.shape[1]), np.arange(within.shape[1])] += (
-        shrinkage * avg_var[:, None]
-    )
-    coef = np.linalg.solve(shrunk, std_means.transpose(0, 2, 1))  # one batched solve: (P, d, K)
-    prior = np.log(np.maximum(counts, 1e-300) / n_p[:, None])
-    intercept = -0.5 * np.einsum("pkd,pdk->pk", std_means, coef) + prior
-    coef, intercept = _canonical(coef, intercept, active)
-    mean = m0[None, :] + s0[None, :] * mu
-    scale = s0[None, :] * sd
-    zeros = np.zeros(P, dtype=np.int32)
-    return Params(mean, scale, coef, intercept, zeros, np.ones(P, dtype=bool))
-
-
-def _class_sums(
-    Xc: np.ndarray, targets: np.ndarray, atoms: _Atoms, K: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per problem, the sum of its training rows of each class (P, K, d) and their counts (P, K).
-
-    Problems share few distinct target vectors (the target and the control labelling): sums per
-    (atom, class) are computed once per distinct vector.
-    """
-    P = targets.shape[0]
-    sums = np.zeros((P, K, Xc.shape[1]))
-    counts = np.zeros((P, K))
-    done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for p in range(P):
-        hit = next((d for d in done if np.array_equal(d[0], targets[p])), None)
-        if hit is None:
-            t = targets[p]
-            per_atom = atoms.grouped_sums(Xc, t, K)  # (A, K, d)
-            n = np.bincount(atoms.atom * K + t, minlength=atoms.n_atoms * K).reshape(
-                atoms.n_atoms, K
-            )
-            hit = (t, per_atom, n.astype(np.float64))
-            done.append(hit)
-        sums[p] = np.einsum("a,akd->kd", atoms.member[p], hit[1])
-        counts[p] = atoms.member[p] @ hit[2]
-    return sums, counts
-
-
-#: Solver name -> fit(X, targets, train, n_classes, C); extra options keep their defaults.
-
-
-def path_screen(
-    X: np.ndarray,
-    targets: np.ndarray,
-    train: np.ndarray,
-    n_classes: int,
-    Cs: Sequence[float],
-    *,
-    shrinkage: float = 0.1,
-    **_: object,
-) -> list[Params]:
-    """:func:`fit_screen` has no C: the same probes for every value of the path."""
-    fitted = fit_screen(X, targets, train, n_classes, 1.0, shrinkage=shrinkage)
-    return [fitted] * len(Cs)
 
 
 #: Solver name -> path(X, targets, train, n_classes, Cs) -> one Params per C (ascending).
