@@ -790,6 +790,31 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
             click.echo(f"wrote {path}")
 
 
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--store", "store_path", required=True, metavar="STORE",
+              help="The store holding the stages' seeds (a directory, a zip or a URL).")
+@results_option
+@storage_option
+def sequential(experiment: str, store_path: str, results: str | None, storage_options: dict) -> None:
+    """Decide EXPERIMENT's claims stage by stage under its [design] (a group-sequential design
+    over seeds) on the seeds STORE holds, and say which cells the next stage trains. Nothing is
+    written."""
+    from layerstate.experiment import load_claims, load_design
+    from layerstate.sequential import evaluate_sequential, sequential_lines
+    from store import open_analysis
+
+    design = load_design(experiment)
+    if design is None:
+        raise BadInput(f"{experiment} declares no [design]; add one (first_seeds, stage_seeds, max_seeds, "
+                       "spending) before training the first stage (docs/sequential.md)")
+    claims = load_claims(experiment)
+    st = open_analysis(store_path, results=results, write=False, say=click.echo,
+                       storage_options=storage_options, results_options=storage_options)
+    for line in sequential_lines(evaluate_sequential(st, claims, design)):
+        click.echo(line)
+
+
 def _parts_view(parts: tuple[str, ...], storage_options: dict):
     """The parts' stores read as one (claims that read several parts are evaluated on it), or
     None when a part is a report's table rather than a store."""

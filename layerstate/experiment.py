@@ -64,6 +64,7 @@ from pydantic import (
 )
 
 from analysis.claims import Claim, ClaimError, parse_claims
+from analysis.stats.sequential import Design
 from capture.experiment import (
     CaptureConfig,
     CapturePlan,
@@ -218,6 +219,12 @@ class Experiment(CapturePlan):
         default=[],
         description="Values papers reported ([[reference]] tables), shown beside ours in the report; "
         "checked against the claims and the grid when the file loads.",
+    )
+    design: Design | None = Field(
+        default=None,
+        description="A group-sequential design over seeds ([design]: first_seeds, stage_seeds, max_seeds, "
+        "spending, futility), declared before the first result; `layerstate sequential` decides the "
+        "claims stage by stage on it (docs/sequential.md).",
     )
     _absent_claims: list[Claim] = PrivateAttr(default_factory=list)
 
@@ -489,6 +496,21 @@ def load_claims(path: str | Path) -> list[Claim]:
     if not claims:
         raise ClaimError(f"{path}: no [[claims]] tables; see experiments/quick.toml for examples")
     return claims
+
+
+def load_design(path: str | Path) -> Design | None:
+    """The ``[design]`` of a TOML file (an experiment or a claims file), or None without one.
+
+    Raises
+    ------
+    ExperimentError, DesignError
+        One line naming the file and the problem.
+    """
+    path = Path(path)
+    data = _read_toml(path, "claims file")
+    if "experiment" in data or "grid" in data:
+        return parse_experiment(data, source=str(path)).design
+    return Design.parse(data["design"], source=str(path)) if "design" in data else None
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:

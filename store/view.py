@@ -1,4 +1,5 @@
-"""Several stores read as one (:class:`StoreView`): the parts of a grid run one task at a time,
+"""Several stores read as one (:class:`StoreView`), or one store's first seeds (``seed_below``:
+a stage of a sequential design): the parts of a grid run one task at a time,
 each in its own store, seen as one set of runs and results, so a claim that reads cells of
 several parts (a profile compared across tasks) is evaluated on them where they lie. Nothing is
 copied and nothing is written: the view is read-only.
@@ -32,15 +33,19 @@ class StoreView:
     reading: the methods an analysis reads with, each answered by the part that holds the run or
     the result."""
 
-    def __init__(self, parts: Sequence[Store], names: Sequence[str] | None = None) -> None:
+    def __init__(self, parts: Sequence[Store], names: Sequence[str] | None = None, *,
+                 seed_below: int | None = None) -> None:
         if not parts:
             raise InvalidArgumentError("a store view needs at least one store; give each part's store")
         self.parts = list(parts)
         self.names = list(names) if names is not None else [str(getattr(p, "location", i)) for i, p in
                                                                enumerate(parts)]
+        self.seed_below = seed_below
         self._run_part: dict[str, int] = {}
         for i, part in enumerate(self.parts):
             for rid in part.run_ids():
+                if seed_below is not None and int(part.run_attrs(rid).get("seed", 0)) >= seed_below:
+                    continue  # a stage of a sequential design sees its first seeds only
                 if rid in self._run_part:
                     raise InvalidArgumentError(
                         f"run {rid!r} is in two parts ({self.names[self._run_part[rid]]} and {self.names[i]}); "
@@ -102,7 +107,13 @@ class StoreView:
         return self.parts[self._result_part[name]]
 
     def read_result(self, name: str) -> xr.Dataset:
-        return self._result(name).read_result(name)
+        """The result, restricted to the view's runs (a result may hold runs the view leaves out)."""
+        ds = self._result(name).read_result(name)
+        if "run" in ds.dims:
+            keep = [i for i, r in enumerate(ds.run.values) if str(r) in self._run_part]
+            if len(keep) < ds.sizes["run"]:
+                ds = ds.isel(run=keep)
+        return ds
 
     def result_attrs(self, name: str) -> dict:
         return self._result(name).result_attrs(name)
