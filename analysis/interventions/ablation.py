@@ -254,6 +254,7 @@ def ablation(
     refit_rows: int = 10_000,
     seed: int = 0,
     batch_size: int = 256,
+    device: str = "cpu",
 ) -> xr.Dataset:
     """Build (lazily) the ablation grid over runs x lengths x layers x settings.
 
@@ -295,6 +296,9 @@ def ablation(
         Seeds the random-subspace control (with the layer index and k) and the refit subsets.
     batch_size : int
         Sequences per resumed forward pass.
+    device : str
+        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``); the stored
+        states are read on the host. Recorded as the result's ``device`` attribute.
 
     Returns
     -------
@@ -313,6 +317,7 @@ def ablation(
     _check_options(mode, fit_fraction, folds, refit_rows)
     parsed = with_matched(parse_settings(settings)) if matched else parse_settings(settings)
     plan = _plan(store, runs, lengths, layers, parsed, fit_length, fit_fraction, folds)
+    plan.device = device
     _check_sizes(plan, parsed)
     probe = {"folds": folds, "max_rows": refit_rows} if refit else None
     cells = _cells(plan, parsed, directions, mode, probe, seed, batch_size)

@@ -94,6 +94,7 @@ def interchange(
     noise_scale: float = 3.0,
     seed: int = 0,
     batch_size: int = 256,
+    device: str = "cpu",
 ) -> xr.Dataset:
     """Build (lazily) interchange interventions: patch named positions, layer by layer, in
     both directions and two metrics.
@@ -111,6 +112,9 @@ def interchange(
     subspace, directions, fit_length, corruption, allow_noise, noise_scale, seed
         As in `patching`.
     batch_size : int
+    device : str
+        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``); the stored
+        states are read on the host. Recorded as the result's ``device`` attribute.
 
     Returns
     -------
@@ -127,6 +131,7 @@ def interchange(
     """
     noise = noise_options(corruption, allow_noise, noise_scale, seed)
     plan = twin_plan(store, runs, length, layers, corruption)
+    plan.device = device
     sites = _sites(plan, length, sites)
     plan.axes = {"site": sites}
     subspaces = subspace_bases(plan, length, subspace, directions, fit_length)

@@ -126,6 +126,7 @@ def patching(
     noise_scale: float = 3.0,
     seed: int = 0,
     batch_size: int = 256,
+    device: str = "cpu",
 ) -> xr.Dataset:
     """Build (lazily) the layer x position patching grid of clean / corrupted twins, in both
     directions and two metrics.
@@ -158,6 +159,9 @@ def patching(
     seed : int
         Seeds the noise.
     batch_size : int
+    device : str
+        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``); the stored
+        states are read on the host. Recorded as the result's ``device`` attribute.
 
     Returns
     -------
@@ -177,6 +181,7 @@ def patching(
     """
     noise = noise_options(corruption, allow_noise, noise_scale, seed)
     plan = twin_plan(store, runs, length, layers, corruption)
+    plan.device = device
     positions = list(range(length) if positions is None else positions)
     bad_pos = [p for p in positions if not 0 <= p < length]
     if bad_pos:

@@ -152,3 +152,27 @@ def test_a_noised_twin_follows_the_models_device(tmp_path):
     with HostReads():
         twin = noised_twin(rebuild(st, spec.run_id, "meta"), clean)
     assert twin.hidden.shape == (6, 12, 3, clean.sizes["feature"])
+
+
+@pytest.mark.parametrize("analysis", ["ablation", "patching", "interchange"])
+def test_an_intervention_grid_runs_on_the_device_it_is_given_and_records_it(tmp_path, analysis):
+    from analysis.compute import compute
+    from analysis.interventions import ablation, interchange, patching
+    from capture.record import capture_counterfactuals, capture_length
+
+    spec = tiny_experiment(task="dyck", arch="lstm", steps=2,
+                           models={"lstm": {"d_model": 16, "n_layers": 2}}).runs()[0]
+    st = Store.create(str(tmp_path / "s.zarr"))
+    train_run(st, spec)
+    capture_length(st, spec.run_id, 12, n_sequences=40)
+    capture_counterfactuals(st, spec.run_id, 12, n_pairs=8)
+    build = {
+        "ablation": lambda: ablation(st, [spec.run_id], [12], settings=["random:1"], refit=False,
+                                     device="meta"),
+        "patching": lambda: patching(st, [spec.run_id], 12, positions=[0, 5], device="meta"),
+        "interchange": lambda: interchange(st, [spec.run_id], 12, device="meta"),
+    }[analysis]
+    with HostReads():
+        lazy = build()
+        (done,) = compute([lazy], "sync")  # the mode is this thread's: no worker threads
+    assert done.attrs["device"] == "meta"
