@@ -54,6 +54,7 @@ than one worker is available, and worker processes can be started safely from he
 imports the modules its tasks need), and every task's result travels back through a pipe, so
 small or data-heavy work stays on threads.
 """
+# Over 600 lines: the one compute policy; the scheduler forms of the table above, their sessions and the one-thread pin change together.
 
 from __future__ import annotations
 

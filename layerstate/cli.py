@@ -7,6 +7,7 @@ subclasses — a malformed experiment or claim, a missing run, a corrupt chunk, 
 that do not exist or already exist, and bad option values. Anything else is a bug and
 shows its traceback.
 """
+# Over 600 lines: one click command per subcommand, each a thin call into the library and one presentation.
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ Modules (each imports only those listed above it, never one that imports it back
     inputs     checks and casts of the arrays handed to a writer
     lease      leases inside the store: one writer per run and one consolidation at a time,
                across processes, hosts and object stores
+    lease_backends  where lease objects live (local directory, fsspec) and a store's lease key
     pipeline   blocks stored one behind the caller, fsynced, then recorded
     writer     LengthWriter: resumable, chunk-aligned writes of one (run, length)
     lengths    length groups: list, open lazily, load whole, write whole

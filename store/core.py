@@ -16,6 +16,7 @@ of its other methods hands over to the module that owns that part of the layout:
 whole writes), :class:`store.writer.LengthWriter` (streaming, resumable writes) and
 :mod:`store.results`.
 """
+# Over 600 lines: the Store facade (each method a short hand-over to the module that owns that part), with PairedStore and open_analysis, which Store.open calls: apart they would import each other.
 
 from __future__ import annotations
 
