@@ -250,6 +250,25 @@ def _differences(treatment, reference, seed_dim) -> xr.DataArray:
     return diff
 
 
+def _per_cell(test, diff: xr.DataArray, seed_dim: str, names: tuple[str, ...]) -> dict:
+    """``test(d)`` (a dict of arrays) on every cell's per-seed differences: its ``names``
+    entries, one DataArray each over the remaining dims."""
+
+    def kernel(d):
+        res = test(d)
+        return tuple(res[k] for k in names)
+
+    out = xr.apply_ufunc(
+        kernel,
+        diff,
+        input_core_dims=[[seed_dim]],
+        output_core_dims=[[]] * len(names),
+        dask="parallelized",
+        output_dtypes=[float] * len(names),
+    )
+    return dict(zip(names, out, strict=True))
+
+
 def paired_difference(
     treatment: xr.DataArray,
     reference: xr.DataArray,
@@ -279,22 +298,9 @@ def paired_difference(
     validate.check_probability(ci_level, "ci_level")
     diff = _differences(treatment, reference, seed_dim)
     names = ("estimate", "lower", "upper", "statistic", "p", "sd")
-
-    def kernel(d):
-        res = one_sample_t_np(d, ci_level)
-        return tuple(res[k] for k in names)
-
-    out = xr.apply_ufunc(
-        kernel,
-        diff,
-        input_core_dims=[[seed_dim]],
-        output_core_dims=[[]] * len(names),
-        dask="parallelized",
-        output_dtypes=[float] * len(names),
-    )
     n = diff.sizes[seed_dim]
     return xr.Dataset(
-        dict(zip(names, out, strict=True)),
+        _per_cell(lambda d: one_sample_t_np(d, ci_level), diff, seed_dim, names),
         attrs={
             "method": "paired t on per-seed differences (treatment - reference)",
             "ci_level": ci_level,
@@ -333,20 +339,7 @@ def paired_tost(
     validate.check_probability(alpha, "alpha")
     diff = _differences(treatment, reference, seed_dim)
     names = ("p", "p_lower", "p_upper", "lower", "upper")
-
-    def kernel(d):
-        res = tost_np(d, margin, alpha)
-        return tuple(res[k] for k in names)
-
-    out = xr.apply_ufunc(
-        kernel,
-        diff,
-        input_core_dims=[[seed_dim]],
-        output_core_dims=[[]] * len(names),
-        dask="parallelized",
-        output_dtypes=[float] * len(names),
-    )
-    ds = xr.Dataset(dict(zip(names, out, strict=True)))
+    ds = xr.Dataset(_per_cell(lambda d: tost_np(d, margin, alpha), diff, seed_dim, names))
     ds["equivalent"] = ds["p"] < alpha
     n = diff.sizes[seed_dim]
     ds.attrs = {
