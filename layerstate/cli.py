@@ -655,10 +655,11 @@ def _check_target(st, target: str, groups: dict[str, list[str]]) -> None:
               help="Also erase, per fitted setting S, a random subspace of S's rank removing as much variance "
                    "(matched:S), and print S's drop beyond it.")
 @click.option("--name", default="default", show_default=True, help="Result name: results/ablation/<name>.")
+@device_option
 @scheduler_option()
 @results_option
 @storage_option
-def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, matched, name, scheduler,
+def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, matched, name, device, scheduler,
            results, storage_options) -> None:
     """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
     from analysis.interventions import run_ablation
@@ -667,7 +668,8 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
         ds = run_ablation(st, name, runs=_selected_runs(st, runs, tasks, archs), settings=settings,
-                          fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=sched)
+                          fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=sched,
+                          device=device)
     for line in present.ablation_lines(ds):
         click.echo(line)
     click.echo(present.stored(_stored_as(schema.ABLATION, name)))
@@ -687,11 +689,12 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
                    "(refused without --allow-noise).")
 @click.option("--allow-noise", is_flag=True, help="Accept --corruption noise (off-distribution; docs/interventions.md).")
 @click.option("--name", default="default", show_default=True, help="Result name under results/patching or results/interchange.")
+@device_option
 @scheduler_option()
 @results_option
 @storage_option
 def patch(store_path, runs, tasks, archs, length, positions, interchange, subspace, corruption, allow_noise, name,
-          scheduler, results, storage_options) -> None:
+          device, scheduler, results, storage_options) -> None:
     """Patch clean activations into corrupted runs and back (layer x position) and measure both."""
     from analysis.interventions import run_interchange, run_patching
     from store import schema
@@ -699,7 +702,7 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
         sel = _selected_runs(st, runs, tasks, archs)
-        options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise}
+        options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise, "device": device}
         if interchange:
             ds = run_interchange(st, length, name, runs=sel, scheduler=sched, **options)
             lines, stored = present.interchange_lines(ds), _stored_as(schema.INTERCHANGE, name)
