@@ -12,7 +12,7 @@ import pandas as pd
 
 from reports import references
 from reports.intervals import MIN_SEEDS, RULES_NOTE
-from reports.model import COMMANDS, Section, Table, find_table, take_figure, take_table
+from reports.model import COMMANDS, Figure, Section, Table, find_table, take_figure, take_table
 from reports.snapshot import Snapshot
 
 TITLE = "Summary"
@@ -70,32 +70,36 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
             "inside our interval.", frame, references.display(frame)))
         sec.parts.append(part)
 
-    behaviour = built.get("behaviour")
-    part = Section("summary-behaviour", "Behaviour")
-    moved = take_table(behaviour, "behaviour_accuracy") if behaviour is not None else None
-    if behaviour is not None and moved is not None:
-        part.tables.append(moved)
-        behaviour.notes.insert(0, "The table of accuracies per length is in the Summary (section 1).")
-    elif behaviour is not None and behaviour.error:
-        part.error = f"the behaviour section failed: {behaviour.error}"
-    else:
-        part.missing = behaviour.missing if behaviour is not None and behaviour.missing else "No behaviour table."
-        part.command = behaviour.command if behaviour is not None else None
-    sec.parts.append(part)
-
-    probes = built.get("probes")
-    part = Section("summary-probes", "Probe profiles")
-    grid = take_figure(probes, "probe_profiles") if probes is not None else None
-    if probes is not None and grid is not None:
-        part.figures.append(grid)
-        probes.notes.insert(0, "The probe-profile grid (tasks x architectures) is in the Summary (section 1).")
-    elif probes is not None and probes.error:
-        part.error = f"the probe-profile section failed: {probes.error}"
-    else:
-        part.missing = probes.missing if probes is not None and probes.missing else "No probe-profile grid."
-        part.command = probes.command if probes is not None else None
-    sec.parts.append(part)
+    sec.parts.append(_moved_part(
+        built.get("behaviour"), Section("summary-behaviour", "Behaviour"), "behaviour_accuracy",
+        "The table of accuracies per length is in the Summary (section 1).", "behaviour",
+        "No behaviour table."))
+    sec.parts.append(_moved_part(
+        built.get("probes"), Section("summary-probes", "Probe profiles"), "probe_profiles",
+        "The probe-profile grid (tasks x architectures) is in the Summary (section 1).",
+        "probe-profile", "No probe-profile grid.", figure=True))
     return sec
+
+
+def _moved_part(source: Section | None, part: Section, name: str, note: str, section: str,
+                missing: str, *, figure: bool = False) -> Section:
+    """``part`` of the Summary holding the table (``figure``: the figure) ``name``, moved out of
+    the section ``source``, which then says so in ``note``; else why it is not there."""
+    if source is not None:
+        moved: Table | Figure | None = take_figure(source, name) if figure else take_table(source, name)
+        if isinstance(moved, Table):
+            part.tables.append(moved)
+        elif moved is not None:
+            part.figures.append(moved)
+        if moved is not None:
+            source.notes.insert(0, note)
+            return part
+        if source.error:
+            part.error = f"the {section} section failed: {source.error}"
+            return part
+    part.missing = source.missing if source is not None and source.missing else missing
+    part.command = source.command if source is not None else None
+    return part
 
 
 def _claims_table(frame: pd.DataFrame) -> Table:
