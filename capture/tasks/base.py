@@ -14,6 +14,7 @@ or seeds a global random state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -201,3 +202,27 @@ def random_position_from(rng: np.random.Generator, allowed: np.ndarray) -> np.nd
     # over the allowed cells.
     keys = np.where(allowed, rng.random(allowed.shape), -1.0)
     return np.argmax(keys, axis=1).astype(np.int64)
+
+
+def one_token_changed(
+    rng: np.random.Generator,
+    clean: TaskBatch,
+    change: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+    relabel: Callable[[np.ndarray], TaskBatch],
+) -> CounterfactualBatch:
+    """Copies of ``clean`` with one token changed at a uniform position c per row, and a label
+    position uniform in c..length-1 (for tasks whose label at every later position depends on
+    every earlier token).
+
+    ``change(tokens, rows, c)`` edits the copied tokens in place (drawing from ``rng`` if it
+    needs to, after c and the label position are drawn); ``relabel(tokens)`` is the batch of
+    the changed sequences. ``sites`` is empty.
+    """
+    n, length = clean.n, clean.length
+    rows = np.arange(n)
+    corrupt = rng.integers(0, length, size=n)
+    label_pos = rng.integers(corrupt, length)
+    tokens = clean.tokens.copy()
+    change(tokens, rows, corrupt)
+    return CounterfactualBatch(clean, relabel(tokens), corrupt.astype(np.int64),
+                               label_pos.astype(np.int64), {})

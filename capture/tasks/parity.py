@@ -28,6 +28,7 @@ from capture.tasks.base import (
     TaskConfig,
     batch,
     check_request,
+    one_token_changed,
 )
 
 MIN_LENGTH = 1
@@ -104,6 +105,10 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> Ta
     cfg = ParityConfig(**params)
     check_request(ParityConfig.name, rng, n, length, MIN_LENGTH)
     bits = (rng.random((n, length)) < cfg.p_one).astype(np.int64)
+    return _labelled(bits)
+
+
+def _labelled(bits: np.ndarray) -> TaskBatch:
     return batch(bits, {"parity": running_parity(bits)}, "parity")
 
 
@@ -118,12 +123,7 @@ def counterfactual(
         ``corrupt_position`` c uniform in 0..length-1; ``label_position`` uniform in
         c..length-1; ``sites`` empty.
     """
-    clean = generate(rng, n, length, **params)
-    rows = np.arange(n)
-    corrupt = rng.integers(0, length, size=n)
-    label_pos = rng.integers(corrupt, length)
-    bits = clean.tokens.copy()
-    bits[rows, corrupt] ^= 1
-    corrupted = batch(bits, {"parity": running_parity(bits)}, "parity")
-    return CounterfactualBatch(clean, corrupted, corrupt.astype(np.int64),
-                               label_pos.astype(np.int64), {})
+    def flip(bits: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
+        bits[rows, at] ^= 1
+
+    return one_token_changed(rng, generate(rng, n, length, **params), flip, _labelled)

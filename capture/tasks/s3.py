@@ -44,6 +44,7 @@ from capture.tasks.base import (
     TaskConfig,
     batch,
     check_request,
+    one_token_changed,
 )
 
 MIN_LENGTH = 1
@@ -141,6 +142,10 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> Ta
     S3Config(**params)
     check_request(S3Config.name, rng, n, length, MIN_LENGTH)
     elements = rng.integers(0, 6, size=(n, length))
+    return _labelled(elements)
+
+
+def _labelled(elements: np.ndarray) -> TaskBatch:
     return batch(elements, {"state": running_product(elements)}, "state")
 
 
@@ -155,13 +160,8 @@ def counterfactual(
         ``corrupt_position`` c uniform in 0..length-1; ``label_position`` uniform in
         c..length-1; ``sites`` empty.
     """
-    clean = generate(rng, n, length, **params)
-    rows = np.arange(n)
-    corrupt = rng.integers(0, length, size=n)
-    label_pos = rng.integers(corrupt, length)
-    elements = clean.tokens.copy()
-    # Adding 1..5 modulo 6 always lands on a different element, uniformly.
-    elements[rows, corrupt] = (elements[rows, corrupt] + rng.integers(1, 6, size=n)) % 6
-    corrupted = batch(elements, {"state": running_product(elements)}, "state")
-    return CounterfactualBatch(clean, corrupted, corrupt.astype(np.int64),
-                               label_pos.astype(np.int64), {})
+    def replace(elements: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
+        # Adding 1..5 modulo 6 always lands on a different element, uniformly.
+        elements[rows, at] = (elements[rows, at] + rng.integers(1, 6, size=n)) % 6
+
+    return one_token_changed(rng, generate(rng, n, length, **params), replace, _labelled)
