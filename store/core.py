@@ -277,12 +277,7 @@ class Store:
 
     def runs(self) -> pd.DataFrame:
         """One row per run: task, arch, variant, seed, stored lengths, weights present."""
-        rows = []
-        for rid in self.run_ids():
-            a = self.run_attrs(rid)
-            rows.append({"run": rid, **{k: a.get(k) for k in ("task", "arch", "variant", "seed")},
-                         "lengths": self.lengths(rid), "weights": self.has_weights(rid)})
-        return _runs.runs_table(rows)
+        return _runs.runs_table(self)
 
     def select(self, **filters: Any) -> list[str]:
         """Run ids whose attributes match every filter.

@@ -131,8 +131,15 @@ def update_run_attrs(run: zarr.Group, run_id: str, attrs: Mapping[str, Any]) -> 
     run.attrs.update(jsonable(attrs))
 
 
-def runs_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per run, indexed by run id (the columns :meth:`Store.runs` documents)."""
+def runs_table(st: Any) -> pd.DataFrame:
+    """One row per run of ``st`` (a :class:`~store.core.Store` or a store view: anything with
+    ``run_ids``, ``run_attrs``, ``lengths`` and ``has_weights``), indexed by run id (the
+    columns :meth:`Store.runs` documents)."""
+    rows = []
+    for rid in st.run_ids():
+        a = st.run_attrs(rid)
+        rows.append({"run": rid, **{k: a.get(k) for k in ("task", "arch", "variant", "seed")},
+                     "lengths": st.lengths(rid), "weights": st.has_weights(rid)})
     cols = ["run", "task", "arch", "variant", "seed", "lengths", "weights"]
     return pd.DataFrame(rows, columns=cols).set_index("run")
 

@@ -87,12 +87,7 @@ class StoreView:
 
     def runs(self) -> pd.DataFrame:
         """One row per run of every part, as :meth:`store.Store.runs`."""
-        rows = []
-        for rid in self.run_ids():
-            a = self.run_attrs(rid)
-            rows.append({"run": rid, **{k: a.get(k) for k in ("task", "arch", "variant", "seed")},
-                         "lengths": self.lengths(rid), "weights": self.has_weights(rid)})
-        return _runs.runs_table(rows)
+        return _runs.runs_table(self)
 
     def compute(self, obj: Any) -> Any:
         return self.parts[0].compute(obj)
