@@ -25,21 +25,8 @@ Based with a kernel-1 short convolution on AR only::
     archs = ["mamba", "based"]
     tasks = ["assoc_recall"]
 
-Example (the capture sections of ``experiments/quick.toml``)::
-
-    [experiment]
-    name = "quick"
-
-    [grid]
-    tasks = ["parity", "s3", "dyck"]
-    archs = ["transformer", "lstm"]
-    seeds = [0, 1]
-
-    [train]
-    steps = 400
-
-    [capture]
-    lengths = [40, 80, 120]
+An example: ``experiments/quick.toml``, whose capture sections the docstring of
+:mod:`layerstate.experiment` shows.
 """
 
 from __future__ import annotations
