@@ -183,20 +183,10 @@ def _sample(rng: np.random.Generator, n: int, length: int, cfg: AssocRecallConfi
 def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Key-value pairs, a query key, and its value.
 
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The only source of randomness.
-    n, length : int
-        Number of sequences and positions; ``length >= 7`` (and ``>= 2 * n_pairs + 5``).
-    **params
-        Fields of :class:`AssocRecallConfig`.
-
-    Returns
-    -------
-    TaskBatch
-        ``tokens`` ``(n, length)``; label ``answer`` ``(n, length)``, defined only at the
-        query position ``2p + 2``.
+    ``tokens`` ``(n, length)``; label ``answer`` ``(n, length)``, defined only at the query
+    position ``2p + 2``. Needs ``length >= 7`` (and ``>= 2 * n_pairs + 5``); ``params``: fields
+    of :class:`AssocRecallConfig`. Arguments as every task's
+    (:class:`~capture.tasks.base.TaskConfig`).
     """
     cfg = AssocRecallConfig(**params)
     keys, values, query = _sample(rng, n, length, cfg)
@@ -207,15 +197,10 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> Ta
 def counterfactual(
     rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
-    """Clean sequences and copies whose matching in-context key (or value) is replaced.
-
-    Returns
-    -------
-    CounterfactualBatch
-        ``corrupt_position``: the in-context key (``corrupt="key"``) or value
-        (``corrupt="value"``) of the queried pair; ``label_position``: the query;
-        ``sites``: ``key``, ``value``, ``divider``, ``query``.
-    """
+    """Clean sequences and copies whose matching in-context key (or value) is replaced:
+    ``corrupt_position``: the in-context key (``corrupt="key"``) or value (``corrupt="value"``)
+    of the queried pair; ``label_position``: the query; ``sites``: ``key``, ``value``,
+    ``divider``, ``query``."""
     cfg = AssocRecallConfig(**params)
     keys, values, query = _sample(rng, n, length, cfg)
     clean_tokens, clean_answer = _layout(keys, values, query, length, cfg.n_keys)

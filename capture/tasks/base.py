@@ -130,6 +130,13 @@ class TaskConfig(BaseModel):
 
     Subclasses set ``name`` and define ``vocab_size``, ``n_classes``, ``target``,
     ``token_names``, ``generate`` and ``counterfactual``.
+
+    Each task module's functions ``generate(rng, n, length, **params) -> TaskBatch`` and
+    ``counterfactual(rng, n, length, **params) -> CounterfactualBatch`` (which the methods of
+    the same names call with the config's fields as ``params``) take ``rng``, a
+    ``numpy.random.Generator`` and their only source of randomness, ``n`` sequences and
+    ``length`` positions (checked by :func:`check_request`); each function's docstring says
+    what its batch holds and the task's minimum length.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

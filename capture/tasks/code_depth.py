@@ -407,21 +407,11 @@ def generate_with_sources(
 def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Windows of ``length`` token kinds from real Python files, with depth labels.
 
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The only source of randomness.
-    n, length : int
-        Number of windows and tokens per window; ``length >= 1`` (and no longer than the
-        corpus's longest usable file).
-    **params
-        Fields of :class:`CodeDepthConfig`.
-
-    Returns
-    -------
-    TaskBatch
-        ``tokens`` ``(n, length)`` kind ids; labels ``bracket_depth`` and ``indent_depth``
-        ``(n, length)``, defined everywhere; target ``bracket_depth``.
+    ``tokens`` ``(n, length)`` kind ids; labels ``bracket_depth`` and ``indent_depth`` ``(n,
+    length)``, defined everywhere; target ``bracket_depth``. Needs ``length >= 1`` (and no
+    longer than the corpus's longest usable file); ``params``: fields of
+    :class:`CodeDepthConfig`. Arguments as every task's
+    (:class:`~capture.tasks.base.TaskConfig`).
 
     Raises
     ------
@@ -434,15 +424,9 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> Ta
 def counterfactual(
     rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
-    """Clean windows and copies with one non-bracket token turned into an unmatched ``(``.
-
-    Returns
-    -------
-    CounterfactualBatch
-        ``corrupt_position`` c uniform among non-bracket positions that have a later (or
-        equal) position below the depth clip; ``label_position`` uniform among those;
-        ``sites`` empty.
-    """
+    """Clean windows and copies with one non-bracket token turned into an unmatched ``(``:
+    ``corrupt_position`` c uniform among non-bracket positions that have a later (or equal)
+    position below the depth clip; ``label_position`` uniform among those; ``sites`` empty."""
     cfg = CodeDepthConfig(**params)
     clean = generate(rng, n, length, **params)
     depth = clean.labels["bracket_depth"]

@@ -135,20 +135,10 @@ def _walk(rng: np.random.Generator, n: int, length: int, cfg: DyckConfig) -> _Wa
 def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Random bounded-depth bracket sequences with their stack labels.
 
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The only source of randomness.
-    n, length : int
-        Number of sequences and positions; ``length >= 1``.
-    **params
-        Fields of :class:`DyckConfig` (``k``, ``max_depth``, ``p_open``).
-
-    Returns
-    -------
-    TaskBatch
-        ``tokens`` ``(n, length)`` in ``0..2k-1``; labels ``depth`` and ``top``
-        ``(n, length)``, defined everywhere; target ``top``.
+    ``tokens`` ``(n, length)`` in ``0..2k-1``; labels ``depth`` and ``top`` ``(n, length)``,
+    defined everywhere; target ``top``. Needs ``length >= 1``; ``params``: fields of
+    :class:`DyckConfig` (``k``, ``max_depth``, ``p_open``). Arguments as every task's
+    (:class:`~capture.tasks.base.TaskConfig`).
     """
     cfg = DyckConfig(**params)
     check_request(DyckConfig.name, rng, n, length, MIN_LENGTH)
@@ -159,14 +149,9 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> Ta
 def counterfactual(
     rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
-    """Clean sequences and copies where one open bracket (and its close) changes type.
-
-    Returns
-    -------
-    CounterfactualBatch
-        ``label_position`` t uniform over positions with depth > 0; ``corrupt_position``
-        the innermost open bracket at t; ``sites`` empty.
-    """
+    """Clean sequences and copies where one open bracket (and its close) changes type:
+    ``label_position`` t uniform over positions with depth > 0; ``corrupt_position`` the
+    innermost open bracket at t; ``sites`` empty."""
     cfg = DyckConfig(**params)
     if cfg.k < 2:
         raise InvalidArgumentError("dyck: a counterfactual needs k >= 2 bracket types to swap; got k=1")

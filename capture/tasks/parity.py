@@ -87,20 +87,9 @@ def running_parity(bits: np.ndarray) -> np.ndarray:
 def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Random bit strings with their running parity.
 
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The only source of randomness.
-    n, length : int
-        Number of sequences and positions; ``length >= 1``.
-    **params
-        Fields of :class:`ParityConfig` (``p_one``).
-
-    Returns
-    -------
-    TaskBatch
-        ``tokens`` ``(n, length)`` in {0, 1}; label ``parity`` ``(n, length)``, defined
-        everywhere.
+    ``tokens`` ``(n, length)`` in {0, 1}; label ``parity`` ``(n, length)``, defined everywhere.
+    Needs ``length >= 1``; ``params``: fields of :class:`ParityConfig` (``p_one``). Arguments
+    as every task's (:class:`~capture.tasks.base.TaskConfig`).
     """
     cfg = ParityConfig(**params)
     check_request(ParityConfig.name, rng, n, length, MIN_LENGTH)
@@ -115,14 +104,8 @@ def _labelled(bits: np.ndarray) -> TaskBatch:
 def counterfactual(
     rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
-    """Clean bit strings and copies with one bit flipped.
-
-    Returns
-    -------
-    CounterfactualBatch
-        ``corrupt_position`` c uniform in 0..length-1; ``label_position`` uniform in
-        c..length-1; ``sites`` empty.
-    """
+    """Clean bit strings and copies with one bit flipped: ``corrupt_position`` c uniform in
+    0..length-1; ``label_position`` uniform in c..length-1; ``sites`` empty."""
     def flip(bits: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
         bits[rows, at] ^= 1
 

@@ -124,20 +124,9 @@ def running_product(elements: np.ndarray) -> np.ndarray:
 def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Uniform S3 elements with their running product.
 
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The only source of randomness.
-    n, length : int
-        Number of sequences and positions; ``length >= 1``.
-    **params
-        Fields of :class:`S3Config` (none).
-
-    Returns
-    -------
-    TaskBatch
-        ``tokens`` ``(n, length)`` in 0..5; label ``state`` ``(n, length)``, defined
-        everywhere.
+    ``tokens`` ``(n, length)`` in 0..5; label ``state`` ``(n, length)``, defined everywhere.
+    Needs ``length >= 1``; ``params``: fields of :class:`S3Config` (none). Arguments as every
+    task's (:class:`~capture.tasks.base.TaskConfig`).
     """
     S3Config(**params)
     check_request(S3Config.name, rng, n, length, MIN_LENGTH)
@@ -152,14 +141,9 @@ def _labelled(elements: np.ndarray) -> TaskBatch:
 def counterfactual(
     rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
-    """Clean sequences and copies with one element replaced by a different one.
-
-    Returns
-    -------
-    CounterfactualBatch
-        ``corrupt_position`` c uniform in 0..length-1; ``label_position`` uniform in
-        c..length-1; ``sites`` empty.
-    """
+    """Clean sequences and copies with one element replaced by a different one:
+    ``corrupt_position`` c uniform in 0..length-1; ``label_position`` uniform in c..length-1;
+    ``sites`` empty."""
     def replace(elements: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
         # Adding 1..5 modulo 6 always lands on a different element, uniformly.
         elements[rows, at] = (elements[rows, at] + rng.integers(1, 6, size=n)) % 6

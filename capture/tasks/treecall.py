@@ -340,20 +340,11 @@ def generate_with_trees(
 def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> TaskBatch:
     """Random-PCFG sentences, a query terminal and its parent's head.
 
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The only source of sampling randomness (the grammar comes from ``grammar_seed``).
-    n, length : int
-        Number of sequences and positions; ``length >= 8``.
-    **params
-        Fields of :class:`TreecallConfig`.
-
-    Returns
-    -------
-    TaskBatch
-        ``tokens`` ``(n, length)``; label ``answer`` ``(n, length)``, defined only at the
-        query position (``len(sentence) + 2``).
+    ``tokens`` ``(n, length)``; label ``answer`` ``(n, length)``, defined only at the query
+    position (``len(sentence) + 2``). Needs ``length >= 8``; ``params``: fields of
+    :class:`TreecallConfig`. ``rng`` is the only source of sampling randomness (the grammar
+    comes from ``grammar_seed``). Arguments as every task's
+    (:class:`~capture.tasks.base.TaskConfig`).
 
     Raises
     ------
@@ -366,14 +357,9 @@ def generate(rng: np.random.Generator, n: int, length: int, **params: Any) -> Ta
 def counterfactual(
     rng: np.random.Generator, n: int, length: int, **params: Any
 ) -> CounterfactualBatch:
-    """Clean sequences and copies whose queried parent head is another terminal.
-
-    Returns
-    -------
-    CounterfactualBatch
-        ``corrupt_position``: site ``value``; ``label_position``: site ``query``;
-        ``sites``: ``key``, ``value``, ``divider``, ``query``.
-    """
+    """Clean sequences and copies whose queried parent head is another terminal:
+    ``corrupt_position``: site ``value``; ``label_position``: site ``query``; ``sites``:
+    ``key``, ``value``, ``divider``, ``query``."""
     cfg = TreecallConfig(**params)
     drawn = _sample(rng, n, length, cfg)
     tokens, answer, sites = _layout(drawn, length)
