@@ -23,8 +23,11 @@ Sources (written by :mod:`analysis.interventions`):
     ``sum(restored) / sum(gap)``; the mechanism of each run from
     :func:`analysis.interventions.classify_mechanism`.
 
-Every interval comes from :func:`reports.numbers.group_intervals` (seeds, then sequences) and
-goes through :func:`reports.intervals.apply_rules`: accuracy drops lie in [-1, 1], accuracies
+Every interval is the one the analysis stored beside its counts (``<metric>_estimate``,
+``_lower``, ``_upper``, ``_n_seeds``, ``_method`` over ``(cell, ...)``:
+:func:`analysis.interventions.intervals.add_intervals`, seeds then sequences); a result stored
+before results kept their intervals has them computed here the same way, with a note naming
+the command that stores them. Every interval goes through :func:`reports.intervals.apply_rules`: accuracy drops lie in [-1, 1], accuracies
 and refitted-probe accuracies in [0, 1]; recovery and restoration may overshoot and are not
 bounded; no interval from 2 seeds. Which site each architecture's intervention edits is one
 table for the whole section (:func:`sites_table`), not a note per result.
@@ -38,10 +41,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.interventions.intervals import flat_runs
 from reports import figures as F
 from reports import intervals
 from reports.model import COMMANDS, Figure, Section, Table
-from reports.numbers import group_intervals, read_result, run_factors
+from reports.numbers import read_result, run_factors
 from reports.snapshot import Snapshot
 
 INTRO = (
@@ -101,6 +105,39 @@ def _ci_text(frame: pd.DataFrame, signed: bool = False) -> list[str]:
 def _rules(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The interval rules of :mod:`reports.intervals` for ``metric``'s range."""
     return intervals.apply_rules(frame, *intervals.RANGES[metric], t_based=(frame["method"] == "seed-level t").to_numpy())
+
+
+def metric_frames(ds: xr.Dataset, kind: str, store, metrics: list[str], computed: list[str] | None = None,
+                  ) -> dict[str, pd.DataFrame]:
+    """The intervals of ``metrics`` (names of :data:`analysis.interventions.intervals.METRICS`)
+    as rows: the stored ones (:func:`analysis.interventions.intervals.stored_intervals`), the
+    others computed here from the per-sequence counts, their names appended to ``computed``.
+    A metric whose variables ``ds`` lacks is absent."""
+    from analysis.interventions.intervals import metric_intervals, stored_intervals
+
+    out: dict[str, pd.DataFrame] = {}
+    missing = []
+    for metric in metrics:
+        got = stored_intervals(ds, metric)
+        if got is None:
+            missing.append(metric)
+        else:
+            out[metric] = got
+    if missing:
+        here = metric_intervals(ds, kind, store, only=missing)
+        out.update(here)
+        if computed is not None:
+            computed.extend(m for m in here if m not in computed)
+    return {m: out[m] for m in metrics if m in out}
+
+
+def computed_note(name: str, computed: list[str]) -> str | None:
+    """The note of a part whose intervals were not stored with its result (None if all were)."""
+    if not computed:
+        return None
+    stage = KINDS[name.split("/", 1)[0]][1]
+    return (f"The intervals of {', '.join(computed)} are not stored in results/{name} (stored before results "
+            f"kept their intervals): computed here from its per-sequence counts; `{COMMANDS[stage]}` stores them.")
 
 
 def _seeds_caption(frame: pd.DataFrame) -> str:
@@ -189,25 +226,20 @@ def sites_table(sites: dict[str, dict[str, list[str]]]) -> Table | None:
 
 
 # ---------------------------------------------------------------------- ablation
-def ablation_frames(ds: xr.Dataset, store) -> dict[str, pd.DataFrame]:
+def ablation_frames(ds: xr.Dataset, store, computed: list[str] | None = None) -> dict[str, pd.DataFrame]:
     """Tidy frames with intervals: ``drop``, ``accuracy`` (after erasure), ``residual`` and
-    ``residual_clean`` (refitted probe accuracy), one row per cell and task/arch/variant."""
-    den = ds["n_labelled"].astype(float)
-    out = {
-        "drop": _rules(group_intervals(ds["correct_clean"] - ds["correct"], den, store), "drop"),
-        "accuracy": _rules(group_intervals(ds["correct"], den, store), "accuracy"),
-    }
-    if "probe_correct" in ds:
-        out["residual"] = _rules(group_intervals(ds["probe_correct"], den, store), "accuracy")
-        out["residual_clean"] = _rules(group_intervals(ds["probe_correct_clean"], den, store), "accuracy")
-    return out
+    ``residual_clean`` (refitted probe accuracy), one row per cell and task/arch/variant
+    (:func:`metric_frames`)."""
+    frames = metric_frames(ds, "ablation", store, ["drop", "accuracy", "residual", "residual_clean"], computed)
+    return {k: _rules(v, "drop" if k == "drop" else "accuracy") for k, v in frames.items()}
 
 
 def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
     part = Section(_slug(name), f"Ablation: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
-    frames = {k: _layer_positions(v, order) for k, v in ablation_frames(ds, snap.store).items()}
+    computed: list[str] = []
+    frames = {k: _layer_positions(v, order) for k, v in ablation_frames(ds, snap.store, computed).items()}
     fit = int(ds.attrs.get("fit_length", frames["drop"]["length"].min()))
     drop = frames["drop"]
     at_fit = drop[drop["length"] == fit]
@@ -258,9 +290,16 @@ def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
     part.notes.append(f"Erasure mode {attrs.get('mode', '?')}; directions fitted at length {fit} on "
                       f"{attrs.get('fit_fraction', '?')} of the sequences, measured on the rest; "
                       f"{attrs.get('folds', '?')}-fold refitted probes.")
+    _note_computed(part, name, computed)
     if sites is not None:
         collect_sites(ds, snap.store, "site", f"ablation: {name.split('/', 1)[-1]}", sites)
     return part
+
+
+def _note_computed(part: Section, name: str, computed: list[str]) -> None:
+    note = computed_note(name, computed)
+    if note is not None:
+        part.notes.append(note)
 
 
 def _per_run_frame(ds: xr.Dataset, store, names: list[str]) -> pd.DataFrame:
@@ -358,7 +397,8 @@ def patching_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
     ds = read_result(snap.store, name)
     part = Section(_slug(name), f"Patching: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
-    frame = _rules(group_intervals(ds["recovered"], ds["gap"], snap.store), "recovery")
+    computed: list[str] = []
+    frame = _rules(metric_frames(ds, "patching", snap.store, ["recovery"], computed)["recovery"], "recovery")
     frame = _layer_positions(frame, order)
     length = ds.attrs.get("length", "?")
     part.figures.append(Figure(
@@ -377,11 +417,12 @@ def patching_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
     part.notes.append("recovery = sum(recovered) / sum(gap) over sequences: 0 = nothing recovered, 1 = the clean "
                       "value; a patch can overshoot either end, so recovery is not bounded.")
     if "damaged" in ds:
-        table = directions_table(ds, snap.store, name, order, "position", PATCHING_PAIRS)
+        table = directions_table(ds, snap.store, name, order, "position", PATCHING_PAIRS, computed)
         part.tables.append(table)
         part.notes.append(_disagreement_note(table.data))
     if "recovered_subspace" in ds:
-        part.tables.append(subspace_table(ds, snap.store, name, order, frame))
+        part.tables.append(subspace_table(ds, snap.store, name, order, frame, computed))
+    _note_computed(part, name, computed)
     if "corruption" in ds.attrs:
         part.notes.append(f"Corruption: {ds.attrs['corruption']}.")
     if sites is not None:
@@ -389,14 +430,19 @@ def patching_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
     return part
 
 
-#: (column, numerator, gap) of the side-by-side table: denoising and noising, each in both metrics.
-PATCHING_PAIRS = (("denoising (logit)", "recovered", "gap"), ("noising (logit)", "damaged", "gap"),
-                  ("denoising (prob)", "recovered_prob", "gap_prob"), ("noising (prob)", "damaged_prob", "gap_prob"))
-INTERCHANGE_PAIRS = (("denoising (prob)", "restored", "gap"), ("noising (prob)", "damaged", "gap"),
-                     ("denoising (logit)", "restored_logit", "gap_logit"), ("noising (logit)", "damaged_logit", "gap_logit"))
+#: (column, numerator, gap, stored metric) of the side-by-side table: denoising and noising, each
+#: in both metrics (the metric: :data:`analysis.interventions.intervals.METRICS`).
+PATCHING_PAIRS = (("denoising (logit)", "recovered", "gap", "recovery"), ("noising (logit)", "damaged", "gap", "damage"),
+                  ("denoising (prob)", "recovered_prob", "gap_prob", "recovery_prob"),
+                  ("noising (prob)", "damaged_prob", "gap_prob", "damage_prob"))
+INTERCHANGE_PAIRS = (("denoising (prob)", "restored", "gap", "restoration_all"),
+                     ("noising (prob)", "damaged", "gap", "damage"),
+                     ("denoising (logit)", "restored_logit", "gap_logit", "restoration_logit"),
+                     ("noising (logit)", "damaged_logit", "gap_logit", "damage_logit"))
 
 
-def directions_table(ds: xr.Dataset, store, name: str, order: list[str], site: str, pairs) -> Table:
+def directions_table(ds: xr.Dataset, store, name: str, order: list[str], site: str, pairs,
+                     computed: list[str] | None = None) -> Table:
     """Denoising and noising side by side, in two metrics, per model, layer and site; the
     display keeps the sites where either direction moves at least 0.2 of the gap, or the two
     disagree (their shares differ by at least ``disagree_threshold``, in either metric)."""
@@ -406,16 +452,17 @@ def directions_table(ds: xr.Dataset, store, name: str, order: list[str], site: s
     keys = ["task", "arch", "variant", "layer", site]
     merged: pd.DataFrame | None = None
     texts = {}
-    for column, num, gap in pairs:
+    kind = name.split("/", 1)[0]
+    for column, num, gap, metric in pairs:
         if num not in ds or gap not in ds:
             continue
-        frame = _rules(group_intervals(ds[num], ds[gap], store), "recovery")
+        frame = _rules(metric_frames(ds, kind, store, [metric], computed)[metric], "recovery")
         frame = frame.assign(layer=frame["layer"].astype(str), **{site: frame[site].astype(str)})
         texts[column] = dict(zip(zip(*(frame[k] for k in keys), strict=True), _ci_text(frame), strict=True))
         part = frame[keys + ["estimate"]].rename(columns={"estimate": column})
         merged = part if merged is None else merged.merge(part, on=keys, how="outer")
     assert merged is not None
-    cols = [c for c, _, _ in pairs if c in merged.columns]
+    cols = [c for c, *_ in pairs if c in merged.columns]
     gaps = [(a, b) for a, b in ((cols[0], cols[1]), (cols[2], cols[3])) if a in merged and b in merged] if len(cols) == 4 else []
     merged["disagree"] = np.zeros(len(merged), bool)
     merged["reading"] = ""
@@ -456,11 +503,13 @@ def _disagreement_note(data: pd.DataFrame) -> str:
             "whose restoration does not fix it works only with other sites (Heimersheim & Nanda 2024).")
 
 
-def subspace_table(ds: xr.Dataset, store, name: str, order: list[str], whole: pd.DataFrame) -> Table:
+def subspace_table(ds: xr.Dataset, store, name: str, order: list[str], whole: pd.DataFrame,
+                   computed: list[str] | None = None) -> Table:
     """The subspace's patch beside the whole component's, per model, layer and position: the
     share of the whole component's recovery the subspace carries, flagged where the subspace
     recovers more than the whole (Makelov et al. 2024)."""
-    sub = _rules(group_intervals(ds["recovered_subspace"], ds["gap"], store), "recovery")
+    sub = _rules(metric_frames(ds, "patching", store, ["recovery_subspace"], computed)["recovery_subspace"],
+                 "recovery")
     keys = ["task", "arch", "variant", "layer", "position"]
     sub = sub.assign(layer=sub["layer"].astype(str))
     base = whole.assign(layer=whole["layer"].astype(str))[keys + ["estimate"]].rename(columns={"estimate": "whole"})
@@ -490,14 +539,14 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
     part = Section(_slug(name), f"Interchange: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     sites = [str(v) for v in ds["site"].values]
-    flat = _flat_runs(ds)
+    flat = flat_runs(ds)
     if flat:
         part.notes.append(_flat_note(flat, snap.store))
-    kept = ds.drop_sel(run=flat)
-    if kept.sizes["run"]:
-        _restoration_views(part, kept, snap.store, name, order, sites)
+    computed: list[str] = []
+    if len(flat) < ds.sizes["run"]:
+        _restoration_views(part, ds, snap.store, name, order, sites, computed)
     if "damaged" in ds:
-        table = directions_table(ds, snap.store, name, order, "site", INTERCHANGE_PAIRS)
+        table = directions_table(ds, snap.store, name, order, "site", INTERCHANGE_PAIRS, computed)
         part.tables.append(table)
         part.notes.append(_disagreement_note(table.data))
     mech = mechanism_frame(ds, snap.store)
@@ -508,15 +557,19 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
         part.notes.append("Two cells restore any model trivially and the mechanism label ignores them: the "
                           "embedding at the edited position itself, and the last layer at the readout "
                           "(query) position, which sets the logits.")
+    _note_computed(part, name, computed)
     if patched is not None:
         collect_sites(ds, snap.store, "patched_site", f"interchange: {name.split('/', 1)[-1]}", patched)
     return part
 
 
 def _restoration_views(part: Section, ds: xr.Dataset, store, name: str, order: list[str],
-                       sites: list[str]) -> None:
-    """The restoration figure and table (per layer and site, 95% intervals) of ``ds``'s runs."""
-    frame = _layer_positions(_rules(group_intervals(ds["restored"], ds["gap"], store), "restoration"), order)
+                       sites: list[str], computed: list[str] | None = None) -> None:
+    """The restoration figure and table (per layer and site, 95% intervals) of ``ds``'s runs
+    whose corruption moves the clean answer (:func:`analysis.interventions.intervals.flat_runs`
+    left out)."""
+    restoration = metric_frames(ds, "interchange", store, ["restoration"], computed)["restoration"]
+    frame = _layer_positions(_rules(restoration, "restoration"), order)
     frame["site"] = frame["site"].astype(str)
     frame = frame.sort_values(["task", "arch", "variant", "layer_pos"])
     plot = frame.assign(site=pd.Categorical(frame["site"], sites, ordered=True)).sort_values(["layer_pos", "site"])
@@ -528,19 +581,6 @@ def _restoration_views(part: Section, ds: xr.Dataset, store, name: str, order: l
                          value="restoration", ylabel="restoration", x="site", series="layer")))
     part.tables.append(Table(f"{_slug(name)}_restoration", "Restoration [95% interval] per layer and site.",
                              frame, _pivot(frame, ["task", "arch", "variant", "layer"], "site", sites)))
-
-
-def _flat_runs(ds: xr.Dataset) -> list[str]:
-    """Runs whose corruption barely moves the clean answer's probability (mean ``p_clean -
-    p_corrupt`` below :data:`analysis.interventions.MIN_GAP`): a restoration there is a ratio
-    over a ~0 gap, noise that can read 3 or -7, and the claims and mechanism labels leave
-    those runs out too."""
-    from analysis.interventions import MIN_GAP
-
-    if "p_clean" not in ds or "p_corrupt" not in ds:
-        return []
-    gap = (ds["p_clean"] - ds["p_corrupt"]).mean([d for d in ("layer", "sequence") if d in ds["p_clean"].dims])
-    return [str(r) for r, g in zip(ds["run"].values, gap.values, strict=True) if not g >= MIN_GAP]
 
 
 def _flat_note(runs: list[str], store) -> str:

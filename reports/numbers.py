@@ -151,84 +151,12 @@ def group_intervals(
     ci_level: float = CI_LEVEL,
     rng: int = 0,
 ) -> pd.DataFrame:
-    """Intervals of a per-sequence ratio-of-sums metric, one per cell and (task, arch, variant).
+    """Intervals of a per-sequence ratio-of-sums metric, one per cell and (task, arch, variant):
+    :func:`analysis.interventions.intervals.group_intervals` (what the intervention analyses
+    store), for results that do not store their intervals."""
+    from analysis.interventions.intervals import group_intervals as compute
 
-    Each (task, arch, variant) is bootstrapped on its own seeds, so cells never mix seed sets:
-    seed-level t with two or more seeds (:func:`analysis.stats.hierarchical_bootstrap`,
-    ``method="t"``), a percentile bootstrap over sequences with one (its interval covers
-    sequence sampling only; the ``method`` column says which).
-
-    Parameters
-    ----------
-    numerator, denominator : xarray.DataArray
-        Dims (run, ..., sequence): per-sequence sums (e.g. correct and labelled positions);
-        ``denominator`` ``None`` means plain means. Other dims are cells.
-    store : Store
-        For the runs' task, arch, variant and seed.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns task, arch, variant, the cell dims, estimate, lower, upper, n_seeds, method.
-    """
-    from analysis.stats import hierarchical_bootstrap, interval_table
-
-    table = run_factors(store, [str(r) for r in numerator["run"].values])
-    frames = []
-    for (task, arch, variant), grp in table.groupby(["task", "arch", "variant"], dropna=False):
-        runs = list(grp.index)
-        num = _by_seed_dim(numerator.sel(run=runs), grp)
-        den = None if denominator is None else _by_seed_dim(denominator.sel(run=runs), grp)
-        if den is not None:
-            num, den = xr.broadcast(num, den)
-            den = den.transpose(*num.dims)
-        method = "t" if len(runs) >= 2 else "percentile"
-        for cell_num, cell_den in _cells_for(num, den, method):
-            res = hierarchical_bootstrap(cell_num, cell_den, rng=rng, method=method, ci_level=ci_level)
-            frame = interval_table(res.interval)
-            frame.insert(0, "variant", variant)
-            frame.insert(0, "arch", arch)
-            frame.insert(0, "task", task)
-            frame["n_seeds"] = len(runs)
-            frames.append(frame)
-    if not frames:
-        return pd.DataFrame(columns=["task", "arch", "variant", "estimate", "lower", "upper", "n_seeds", "method"])
-    out = pd.concat(frames, ignore_index=True)
-    return out[np.isfinite(out["estimate"].astype(float))].reset_index(drop=True)
-
-
-def _by_seed_dim(da: xr.DataArray, grp: pd.DataFrame) -> xr.DataArray:
-    """``run`` -> ``seed`` (the runs of one task/arch/variant differ only in their seed)."""
-    seeds = [int(s) for s in grp["seed"]]
-    # Non-index coordinates go first: results may carry a per-run ``seed`` coordinate of
-    # their own, which would clash with the renamed dimension.
-    bare = da.drop_vars([c for c in da.coords if c not in da.dims])
-    return bare.rename(run="seed").assign_coords(seed=seeds)
-
-
-def _cells_for(num: xr.DataArray, den: xr.DataArray | None, method: str):
-    """The whole grid at once; for the bootstrap methods, cells whose padding differs
-    (e.g. lengths holding different numbers of sequences) are resampled separately."""
-    if method == "t":
-        yield num, den
-        return
-    from analysis.stats import sequence_mask
-
-    try:
-        sequence_mask(num, den)
-        yield num, den
-        return
-    except ValueError:
-        pass
-    cells = [d for d in num.dims if d not in ("seed", "sequence")]
-    stacked = num.stack(_cell=cells)
-    stacked_den = None if den is None else den.stack(_cell=cells)
-    for k in range(stacked.sizes["_cell"]):
-        one = stacked.isel(_cell=[k])
-        if not bool(one.notnull().any()):
-            continue
-        # one cell: its own NaN padding is its mask
-        yield one.unstack("_cell"), (None if stacked_den is None else stacked_den.isel(_cell=[k]).unstack("_cell"))
+    return compute(numerator, denominator, store, ci_level=ci_level, rng=rng)
 
 
 def plain_strings(ds: xr.Dataset) -> xr.Dataset:

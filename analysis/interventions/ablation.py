@@ -511,7 +511,12 @@ def run_ablation(
     Returns
     -------
     xarray.Dataset
-        The computed result (same variables as `ablation`).
+        The computed result (the variables of `ablation`), with the seed-level intervals of
+        its accuracy drop, accuracy and refitted-probe accuracies
+        (`analysis.interventions.intervals.add_intervals`).
     """
+    from analysis.interventions.intervals import add_intervals
+
     return run_and_store(store, f"ablation/{name}", ablation(store, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, attrs=attrs)
+                         scheduler=scheduler, num_workers=num_workers, attrs=attrs,
+                         finish=lambda done: add_intervals(done, "ablation", store))

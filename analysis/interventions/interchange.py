@@ -195,14 +195,17 @@ def run_interchange(
     Returns
     -------
     xarray.Dataset
-        The computed `interchange` result, plus ``mechanism`` (attrs: threshold, min_gap).
+        The computed `interchange` result, plus ``mechanism`` (attrs: threshold, min_gap) and
+        the seed-level intervals of its restoration and damage
+        (`analysis.interventions.intervals.add_intervals`).
     """
+    from analysis.interventions.intervals import add_intervals
 
     def with_mechanism(result: xr.Dataset) -> xr.Dataset:
         if {"key", "value", "query"} <= {str(s) for s in result.site.values}:
             result["mechanism"] = classify_mechanism(result, threshold=threshold, min_gap=min_gap)
             result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
-        return result
+        return add_intervals(result, "interchange", store)
 
     return run_and_store(store, f"interchange/{name}", interchange(store, runs, length, **kwargs),
                          scheduler=scheduler, num_workers=num_workers, finish=with_mechanism,

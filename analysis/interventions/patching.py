@@ -244,7 +244,11 @@ def run_patching(
     Returns
     -------
     xarray.Dataset
-        The computed `patching` result.
+        The computed `patching` result, with the seed-level intervals of its recovery and
+        damage (`analysis.interventions.intervals.add_intervals`).
     """
+    from analysis.interventions.intervals import add_intervals
+
     return run_and_store(store, f"patching/{name}", patching(store, runs, length, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, attrs=attrs)
+                         scheduler=scheduler, num_workers=num_workers, attrs=attrs,
+                         finish=lambda done: add_intervals(done, "patching", store))
