@@ -271,7 +271,7 @@ def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
                                  res, _pivot(res_fit, keys, "layer", order)))
     if "variance_removed" in ds:
         part.tables.append(removed_table(ds, snap.store, drop, fit, name, order))
-        matched = matched_table(ds, snap.store, fit, name)
+        matched = matched_table(ds, snap.store, fit, name, computed)
         if matched is not None:
             part.tables.append(matched)
         part.notes.append(
@@ -353,18 +353,27 @@ def removed_table(ds: xr.Dataset, store, drop: pd.DataFrame, fit: int, name: str
                  "distinct values; means over seeds, flagged when any seed is.", data, display)
 
 
-def matched_table(ds: xr.Dataset, store, fit: int, name: str) -> Table | None:
+def matched_table(ds: xr.Dataset, store, fit: int, name: str, computed: list[str] | None = None) -> Table | None:
     """Each setting's drop beyond its matched control (paired by seed), per model and layer, at
-    the fit length; None without matched controls or with one seed."""
+    the fit length; None without matched controls or with one seed. The comparison stored with
+    the result (:func:`analysis.interventions.intervals.stored_matched`), else computed here
+    (``"matched"`` appended to ``computed``)."""
     from analysis.interventions import matched_comparison
+    from analysis.interventions.intervals import stored_matched
 
     names = [str(v) for v in ds["setting"].values]
     if not any(f"matched:{s}" in names for s in names):
         return None
-    try:
-        test = matched_comparison(ds, store=store, length=fit)
-    except ValueError:
-        return None  # one seed per model: no paired test
+    test = stored_matched(ds, fit)
+    if test is None:
+        if "interval_metrics" in ds.attrs:
+            return None  # stored with its intervals, and no paired test was possible (one seed)
+        try:
+            test = matched_comparison(ds, store=store, length=fit)
+        except ValueError:
+            return None  # one seed per model: no paired test
+        if computed is not None:
+            computed.append("matched")
     frame = test[["setting_drop", "matched_drop", "estimate", "lower", "upper", "p", "flagged"]].to_dataframe().reset_index()
     frame = frame[np.isfinite(frame["setting_drop"].astype(float))]
     frame = frame[[c for c in ("task", "arch", "variant", "setting", "layer", "setting_drop", "matched_drop", "estimate",

@@ -202,8 +202,11 @@ def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVE
     say what it is (``numerator``, ``denominator``, ``runs``); the Dataset's attrs
     ``interval_metrics``, ``ci_level``, ``bootstrap_seed``."""
     frames = metric_intervals(ds, kind, store, ci_level=ci_level, rng=rng)
+    matched = matched_grid(ds, store, ci_level=ci_level) if kind == "ablation" else None
     cells = sorted({(str(t), str(a), str(v)) for f in frames.values()
-                    for t, a, v in zip(f["task"], f["arch"], f["variant"], strict=True)})
+                    for t, a, v in zip(f["task"], f["arch"], f["variant"], strict=True)}
+                   | ({(str(t), str(a), str(v)) for t, a, v in matched.indexes["cell"]} if matched is not None
+                      else set()))
     index = {c: i for i, c in enumerate(cells)}
     spec = {m: (n, d, w) for m, n, d, w in METRICS[kind]}
     new: dict[str, Any] = {}
@@ -233,14 +236,76 @@ def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVE
         new[f"{metric}_upper"] = xr.Variable(vdims, hi)
         new[f"{metric}_n_seeds"] = xr.Variable(vdims, n_seeds)
         new[f"{metric}_method"] = xr.Variable(vdims, method.astype(str))
+    if matched is not None:
+        matched_rows = np.array([index[(str(t), str(a), str(v))] for t, a, v in matched.indexes["cell"]], dtype=int)
+        for name in MATCHED:
+            var = matched[name]
+            flag = name == "flagged"
+            values = np.full((len(cells), *var.shape[1:]), False if flag else np.nan, dtype=bool if flag else float)
+            values[matched_rows] = var.values
+            new[f"matched_{name}"] = xr.Variable(var.dims, values)
+        new["matched_estimate"].attrs.update(
+            method=matched.attrs["method"], n_seeds=int(matched.attrs["n_seeds"]),
+            what="drop(S) - drop(matched:S) per seed, S along matched_setting (paired t over seeds, "
+                 "analysis.interventions.matched_comparison)")
     out = ds.assign(new)
+    if matched is not None:
+        out = out.assign_coords(matched_setting=matched["matched_setting"].values)
     if cells:
         out = out.assign_coords(cell_task=("cell", [c[0] for c in cells]), cell_arch=("cell", [c[1] for c in cells]),
                                 cell_variant=("cell", [c[2] for c in cells]))
-    out.attrs.update(interval_metrics=list(frames), ci_level=ci_level, bootstrap_seed=rng,
+    out.attrs.update(interval_metrics=[*frames, *(["matched"] if matched is not None else [])], ci_level=ci_level, bootstrap_seed=rng,
                      interval_method="seed-level t across seeds (2 or more seeds); percentile bootstrap over "
                                      "sequences (one seed: sequence sampling only)")
     return out
+
+
+_CELL = ("cell_task", "cell_arch", "cell_variant")
+#: The variables of :func:`analysis.interventions.matched_comparison` an ablation result stores
+#: as ``matched_<name>``.
+MATCHED = ("estimate", "lower", "upper", "statistic", "p", "sd", "setting_drop", "matched_drop",
+           "variance_removed", "flagged")
+
+
+def matched_grid(ds: xr.Dataset, store, *, ci_level: float = CI_LEVEL) -> xr.Dataset | None:
+    """:func:`analysis.interventions.matched_comparison` of every setting S with a
+    ``matched:S`` control, at every length, with (task, arch, variant) stacked into ``cell``
+    and S along ``matched_setting``; None without matched controls or with one seed."""
+    from analysis.interventions.matched import matched_comparison
+
+    if "setting" not in ds.dims or "variance_removed" not in ds:
+        return None
+    names = [str(v) for v in ds["setting"].values]
+    if not any(f"matched:{s}" in names for s in names):
+        return None
+    try:
+        test = matched_comparison(ds, store=store, ci_level=ci_level)
+    except ValueError:
+        return None  # one seed per model: no paired test
+    test = test.reindex({d: ds[d].values for d in ("length", "layer") if d in test.dims})
+    test = test.rename(setting="matched_setting").stack(cell=["task", "arch", "variant"])
+    keep = test["setting_drop"].notnull().any([d for d in test["setting_drop"].dims if d != "cell"])
+    test = test.isel(cell=np.flatnonzero(keep.values))
+    test = test.transpose("cell", *[d for d in test[MATCHED[0]].dims if d != "cell"])
+    return test
+
+
+def stored_matched(ds: xr.Dataset, length: int) -> xr.Dataset | None:
+    """The stored matched comparison at ``length`` in the layout of
+    :func:`analysis.interventions.matched_comparison` (dims layer, setting, task, arch,
+    variant), or None when ``ds`` does not hold it."""
+    if "matched_estimate" not in ds:
+        return None
+    part = ds[[f"matched_{n}" for n in MATCHED]].sel(length=length)
+    part = part.drop_vars([c for c in part.coords if c not in part.dims and c not in _CELL])
+    part = part.rename({f"matched_{n}": n for n in MATCHED}).rename(matched_setting="setting")
+    part = part.assign_coords(task=("cell", part["cell_task"].values), arch=("cell", part["cell_arch"].values),
+                              variant=("cell", part["cell_variant"].values)).drop_vars(list(_CELL))
+    grid = part.set_index(cell=["task", "arch", "variant"]).unstack("cell")
+    grid["flagged"] = grid["flagged"].fillna(False).astype(bool)
+    grid.attrs = {"method": ds["matched_estimate"].attrs.get("method", ""),
+                  "n_seeds": int(ds["matched_estimate"].attrs.get("n_seeds", 0))}
+    return grid
 
 
 def stored_intervals(ds: xr.Dataset, metric: str) -> pd.DataFrame | None:
