@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 from store import MissingError, Store
-from store.lengths import require_target
+from store.io.lengths import require_target
 
 FACTORS = ("task", "arch", "variant", "seed")
 
@@ -155,7 +155,7 @@ BOOTSTRAP_SEED = 0
 def measured_lengths(store: Store, runs: Sequence[str]) -> dict[int, list[str]]:
     """Per length, the runs of ``runs`` whose ``len_<L>`` group is complete and holds logits
     (what behaviour is measured on; a length still being captured is left out)."""
-    from store.lengths import completion, length_group
+    from store.io.lengths import completion, length_group
 
     out: dict[int, list[str]] = {}
     for rid in runs:

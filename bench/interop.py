@@ -45,7 +45,7 @@ import numpy as np
 from bench.store import evict
 from capture.importers import import_hf_datasets, import_safetensors
 from store import Store
-from store.transfer import pull
+from store.sharing.transfer import pull
 
 N_LAYERS, LENGTH, WIDTH, PARTS = 5, 128, 256, 4
 

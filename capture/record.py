@@ -34,7 +34,7 @@ from capture.train import (
 )
 from store import MissingError, RunConflictError, Store
 from store.errors import InvalidArgumentError, InvalidArrayError
-from store.layout import float_dtypes
+from store.io.layout import float_dtypes
 
 #: On an accelerator, one forward covers this many sequences (whole store blocks): a block
 #: alone leaves a GPU mostly idle between the host's copies and writes.
@@ -372,7 +372,7 @@ def check_capturable(store: Store, spec) -> None:
         The run's identity or its ``[train]`` config differ from the experiment's.
     """
     from store import config_hash, run_identity
-    from store.runs import same_run
+    from store.contents.runs import same_run
 
     rid = spec.run_id
     if rid not in store.run_ids() or not store.has_weights(rid):

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 from capture.experiment import RunSpec, TrainConfig
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import RunConflictError, Store
-from store.checkpoints import Checkpoint
+from store.contents.checkpoints import Checkpoint
 from store.zarrutil import jsonable as _jsonable
 
 # Independent random streams per purpose, so e.g. changing n_eval never changes training data.

@@ -386,7 +386,7 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
         raise BadInput(f"removing {len(ids)} whole run(s) ({', '.join(ids[:3])}"
                        f"{' ...' if len(ids) > 3 else ''}) deletes their weights; pass --yes "
                        "(or --captures to remove only their captures, --dry-run to list)")
-    from store.forget import captured_groups
+    from store.contents.forget import captured_groups
 
     plan: list[tuple[str, Callable[[], object]]] = [
         (f"result {r}", functools.partial(st.forget_result, r)) for r in results]
@@ -959,8 +959,8 @@ def export(store_path, out, fmt, runs, lengths, layers, storage_options) -> None
 def pull(url, target, runs, lengths, layers, no_weights, storage_options) -> None:
     """Copy a subset of the store at URL into a new local store DIR, fetching only its chunks
     (each checked as it arrives: its crc32c, or a decode where the store has no checksums; run again to resume)."""
-    from store.transfer import format_report
-    from store.transfer import pull as run_pull
+    from store.sharing.transfer import format_report
+    from store.sharing.transfer import pull as run_pull
 
     click.echo(format_report(run_pull(url, target, runs=runs, lengths=lengths, layers=layers,
                                       weights=not no_weights, storage_options=storage_options)))
@@ -974,8 +974,8 @@ def pull(url, target, runs, lengths, layers, no_weights, storage_options) -> Non
 @storage_option
 def push(source, url, runs, lengths, layers, no_weights, storage_options) -> None:
     """Copy the local store DIR (or a subset) to URL, every chunk checksummed (run again to resume)."""
-    from store.transfer import format_report
-    from store.transfer import push as run_push
+    from store.sharing.transfer import format_report
+    from store.sharing.transfer import push as run_push
 
     click.echo(format_report(run_push(source, url, runs=runs, lengths=lengths, layers=layers,
                                       weights=not no_weights, storage_options=storage_options)))

@@ -56,7 +56,7 @@ class StoreNotSharedError(LayerstateError):
 def store_url(path: str | Path) -> str:
     """The store's address as every process should use it: a local path made absolute
     (workers need not share the driver's working directory); URLs unchanged."""
-    from store.location import Location
+    from store.access.location import Location
 
     loc = Location(str(path))
     return str(loc.local_path) if loc.is_local else loc.url
@@ -68,11 +68,11 @@ def task_writer(store: Any, run_id: str) -> Iterator[None]:
     the whole task; the library's writers inside take it again (re-entrant).
 
     Unlike the library, which refuses a second writer at once, a task waits out a lease held
-    by another host (:func:`store.lease.acquire_waiting`): dask runs the task of a worker
+    by another host (:func:`store.access.lease.acquire_waiting`): dask runs the task of a worker
     that died again elsewhere, and the dead worker's lease can only expire from there. A
     lease that is renewed meanwhile (a live writer) is refused in one line, as is a live
     writer on this host."""
-    from store.lease import acquire_waiting
+    from store.access.lease import acquire_waiting
 
     lease = acquire_waiting(store.lock(run_id).lease)
     try:
@@ -100,7 +100,7 @@ def check_store_shared(client: Any, url: str, storage_options: dict | None = Non
         No worker joined the cluster in time, or the workers did not answer.
     """
     from analysis.compute import SchedulerError
-    from store.location import Location
+    from store.access.location import Location
 
     address = client.scheduler.address
     try:
@@ -151,7 +151,7 @@ def check_store_shared(client: Any, url: str, storage_options: dict | None = Non
 
 def _read_token(url: str, storage_options: dict | None, name: str, token: str) -> str:
     """On a worker: '' when the store's token reads back, else what went wrong (one line)."""
-    from store.location import Location
+    from store.access.location import Location
 
     try:
         fs, root = Location(url, storage_options or {}).filesystem()

@@ -74,7 +74,7 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
     with what settings, and which others there are.
     """
     from store import MissingError
-    from store.results import describe_settings
+    from store.contents.results import describe_settings
 
     wanted = [w if schema.parse_result_name(w) else schema.result_name(schema.PROBES, w) for w in wanted]
     unknown = [w for w in wanted if w not in names]

@@ -8,34 +8,49 @@ Public API::
     st.write_length("lstm-parity-s0", hidden=h, tokens=t, labels={"parity": y})
     ds = Store.open("acts.zarr").open_length("lstm-parity-s0", 40)   # lazy, dask-backed
 
-Modules (each imports only those listed above it, never one that imports it back)::
+Layout, bottom up: each module imports only from its own layer or those listed above it,
+never one that imports it back (tests/store/test_package.py checks the graph). The five
+subpackages import nothing in their ``__init__``; import their modules by full name::
 
-    errors     the one-line exceptions (imports nothing)
-    schema     names of groups, variables, dims and attributes; schema version
-    zarrutil   the leaf every module shares: codecs, jsonable, to_numpy, node access, quiet(), checked reads
-    metadata   both copies of every node's zarr.json, their digests, guarded reads, the comparison
-    provenance tool version, git commit, package versions, host
-    location   where a store lives (directory, zip, fsspec URL); the per-run writer lock
-    pairing    results kept beside a read-only store: the source's identity, the sidecar, the record
-    chunks     whole-chunk encode/write and read_whole thread pools for raw+crc32c arrays
-    runs       the run registry: identity, config hash, attributes, select
-    weights    model parameters, one array per tensor
-    results    analysis result Datasets under results/
-    layout     a length group's spec, creation, and the checks that let a writer resume it
-    inputs     checks and casts of the arrays handed to a writer
-    lease      leases inside the store: one writer per run and one consolidation at a time,
-               across processes, hosts and object stores
-    lease_backends  where lease objects live (local directory, fsspec) and a store's lease key
-    pipeline   blocks stored one behind the caller, fsynced, then recorded
-    writer     LengthWriter: resumable, chunk-aligned writes of one (run, length)
-    lengths    length groups: list, open lazily, load whole, write whole
-    core       Store: open/create and consolidated metadata; a thin facade over the above;
-               PairedStore (a read-only source with a separate results store) and open_analysis
-    integrity  validate: every metadata file, schema, completion records and every chunk's checksum
-    repair     rebuild damaged metadata from its intact copy
-    inspect    summary of what a store holds
-    pack       pack a store into one zip, unpack it safely
-    transfer   pull/push: copy a subset of a store between locations, checked and resumable
+    errors, schema, zarrutil, provenance    the base every layer shares
+        errors       the one-line exceptions (imports nothing)
+        schema       names of groups, variables, dims and attributes; schema version
+        zarrutil     the leaf: codecs, jsonable, to_numpy, node access, quiet(), checked reads
+        provenance   tool version, git commit, package versions, host
+    integrity/   the metadata half: both copies of every node's zarr.json and their digests
+        digests      documents, digests, guarded zarr stores, the copy file, consolidation
+        damage       the comparison that tells damage from a legitimate unfinished write
+        metadata     the names readers import from both
+    access/      where a store lives and who may write it
+        location     directory, zip or fsspec URL; the per-run writer lock
+        lease_backends  where lease objects live (local directory, fsspec) and a store's lease key
+        lease        one writer per run and one consolidation at a time, across hosts
+        pairing      results kept beside a read-only store: the source's identity, the record
+    io/          the activations: length groups, block by block
+        chunks       whole-chunk encode/write and read_whole thread pools (raw + crc32c)
+        layout       a length group's spec, creation, and the checks that let a writer resume
+        inputs       checks and casts of the arrays handed to a writer
+        blocks       blocks stored one behind the caller, fsynced, then recorded
+        writer       LengthWriter: resumable, chunk-aligned writes of one (run, length)
+        lengths      length groups: list, open lazily, load whole, write whole
+    contents/    what a store holds beside the activations
+        runs         the run registry: identity, config hash, attributes, select
+        weights      model parameters, one array per tensor
+        checkpoints  an unfinished training's state
+        results      analysis result Datasets under results/
+        forget       removing a result, a run's captures or a whole run
+    core         Store: open/create and consolidated metadata, a thin facade over the above;
+                 PairedStore (a read-only source with a separate results store), open_analysis
+    view         several stores (or one store's first seeds) read as one, read-only
+    inspect      summary of what a store holds
+    integrity/   the tools half, on a whole Store
+        validation   validate: metadata, schema, completion records, every chunk's checksum
+        repair       rebuild damaged metadata from its intact copy
+    sharing/     a store between places
+        pack         pack a store into one zip, unpack it safely
+        transfer     pull/push: copy a subset between locations, checked and resumable;
+                     transfer_plan, transfer_chunks, transfer_resume, transfer_side its parts
+    pipeline     the former name of io.blocks
 
 This package imports nothing else of layerstate's.
 """
@@ -66,11 +81,11 @@ from .errors import (
     WriterLockedError,
 )
 from .inspect import format_summary, summary
-from .integrity import Report, validate
-from .pack import pack, unpack
-from .repair import RepairRefusedError, RepairReport, format_repair, repair
+from .integrity.repair import RepairRefusedError, RepairReport, format_repair, repair
+from .integrity.validation import Report, validate
+from .io.writer import LengthWriter
 from .schema import SCHEMA, layer_names, length_group
-from .writer import LengthWriter
+from .sharing.pack import pack, unpack
 
 __all__ = [
     "SCHEMA",

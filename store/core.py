@@ -12,9 +12,9 @@ Layout (schema ``layerstate/1``; docs/store-format.md, "Overview")::
 
 :class:`Store` opens or creates a store and keeps its consolidated-metadata snapshot; each
 of its other methods hands over to the module that owns that part of the layout:
-:mod:`store.runs`, :mod:`store.weights`, :mod:`store.lengths` (reads lazily or whole, and
-whole writes), :class:`store.writer.LengthWriter` (streaming, resumable writes) and
-:mod:`store.results`.
+:mod:`store.contents.runs`, :mod:`store.contents.weights`, :mod:`store.io.lengths` (reads
+lazily or whole, and whole writes), :class:`store.io.writer.LengthWriter` (streaming,
+resumable writes) and :mod:`store.contents.results`.
 """
 # Over 600 lines: the Store facade (each method a short hand-over to the module that owns that part), with PairedStore and open_analysis, which Store.open calls: apart they would import each other.
 
@@ -30,13 +30,14 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from . import checkpoints as _checkpoints
-from . import lengths as _lengths
-from . import metadata as _metadata
-from . import pairing as _pairing
-from . import results as _results
-from . import runs as _runs
-from . import weights as _weights
+from .access import pairing as _pairing
+from .access.lease import Lease, RunLease, consolidation_lease, lease_seconds, location_key
+from .access.location import Location
+from .contents import checkpoints as _checkpoints
+from .contents import results as _results
+from .contents import runs as _runs
+from .contents import weights as _weights
+from .contents.runs import config_hash, run_identity
 from .errors import (
     LayerstateError,
     MetadataDamagedError,
@@ -47,12 +48,11 @@ from .errors import (
     SchemaVersionError,
     WriterLockedError,
 )
-from .lease import Lease, RunLease, consolidation_lease, lease_seconds, location_key
-from .location import Location
+from .integrity import metadata as _metadata
+from .io import lengths as _lengths
+from .io.writer import LengthWriter
 from .provenance import now, provenance, tool_version
-from .runs import config_hash, run_identity
 from .schema import RESULTS, RUNS, SCHEMA, schema_refusal
-from .writer import LengthWriter
 from .zarrutil import naming_corruption, quiet
 
 __all__ = ["PairedStore", "Store", "config_hash", "create_store", "open_analysis", "open_store",
@@ -210,10 +210,10 @@ class Store:
     def consolidate(self) -> None:
         """Refresh consolidated metadata, the snapshot that read-only openers see, and the
         metadata copy file beside it (the root's own document and every node's digest,
-        :func:`store.metadata.record_digests`).
+        :func:`store.integrity.metadata.record_digests`).
 
         Several processes (on several hosts) may write different runs of one store at once:
-        each consolidation holds the store's consolidation lease (:mod:`store.lease`), lists
+        each consolidation holds the store's consolidation lease (:mod:`store.access.lease`), lists
         every node afresh and is checked afterwards, so the last one to finish takes in
         every write finished before it and none is left out of the snapshot
         (docs/store-format.md, S40).
@@ -364,7 +364,7 @@ class Store:
         return _lengths.lengths(self.run_group(run_id), kind)
 
     def length_writer(self, run_id: str, length: int, **kwargs: Any) -> LengthWriter:
-        """A :class:`~store.writer.LengthWriter` for one run and length (see its docs)."""
+        """A :class:`~store.io.writer.LengthWriter` for one run and length (see its docs)."""
         self._writable()
         self.run_group(run_id)
         return LengthWriter(self, run_id, length, **kwargs)
@@ -432,7 +432,7 @@ class Store:
 
     def load_length(self, run_id: str, length: int, **kwargs: Any) -> xr.Dataset:
         """One run and length read fully into memory (the fast path for whole arrays:
-        chunks fetched, checked and placed by a thread pool, ``store.chunks.read_whole``)."""
+        chunks fetched, checked and placed by a thread pool, ``store.io.chunks.read_whole``)."""
         ds = self.open_length(run_id, length, lazy="xarray", **kwargs)
         grp = self._length_group(run_id, length, kwargs.get("kind", "len"))
         return _lengths.load_length(ds, grp, self.location)
@@ -451,22 +451,22 @@ class Store:
         """Names of stored results (nested names use ``/``)."""
         return _results.result_names(self.root)
 
-    # ------------------------------------------------------------------ removing (store.forget)
+    # ------------------------------------------------------------------ removing (store.contents.forget)
     def forget_result(self, name: str) -> None:
         """Remove ``results/<name>``."""
-        from .forget import forget_result
+        from .contents.forget import forget_result
 
         forget_result(self, name)
 
     def forget_captures(self, run_id: str, lengths: Any = None) -> list[str]:
         """Remove the run's captured groups at ``lengths`` (default all); returns their names."""
-        from .forget import forget_captures
+        from .contents.forget import forget_captures
 
         return forget_captures(self, run_id, lengths)
 
     def forget_run(self, run_id: str) -> None:
         """Remove a run: record, weights and captures."""
-        from .forget import forget_run
+        from .contents.forget import forget_run
 
         forget_run(self, run_id)
 
@@ -487,7 +487,7 @@ class Store:
     def lock(self, run_id: str) -> RunLease:
         """The writer lock of run ``run_id``: its lease in the store, so a second writer is
         refused across processes, hosts and object stores (S41), plus a local ``flock``.
-        Held by :class:`~store.writer.LengthWriter` and by training; re-entrant."""
+        Held by :class:`~store.io.writer.LengthWriter` and by training; re-entrant."""
         return RunLease(self.location, run_id)
 
     def _writable(self) -> None:
@@ -507,7 +507,7 @@ class PairedStore(Store):
     read-only directory, a URL); :meth:`write_result` writes to ``results_store``, and
     :meth:`results` / :meth:`read_result` see both, the results store first. So analysis
     code written against a :class:`Store` runs unchanged on a store it cannot write. The
-    results store records which source it belongs to (:mod:`store.pairing`); pairing it with
+    results store records which source it belongs to (:mod:`store.access.pairing`); pairing it with
     another source is refused.
     """
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lengths
-from .checkpoints import checkpoint_state
+from .contents.checkpoints import checkpoint_state
 from .core import Store
+from .io import lengths
 from .schema import RUNS, parse_length_group
 from .zarrutil import iter_arrays
 

@@ -19,7 +19,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from . import runs as _runs
+from .contents import runs as _runs
 from .core import Store
 from .errors import InvalidArgumentError, LayerstateError, MissingError
 

@@ -285,7 +285,7 @@ _CORRUPTION_WORDS = ("checksum", "crc32c", "buffer size", "cannot reshape", "dec
 
 
 def is_corruption(exc: BaseException) -> bool:
-    """True if ``exc`` is how zarr (or :mod:`store.chunks`) reports damaged chunk bytes."""
+    """True if ``exc`` is how zarr (or :mod:`store.io.chunks`) reports damaged chunk bytes."""
     if isinstance(exc, CorruptStoreError) and exc.array_path is not None:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()

@@ -35,7 +35,7 @@ WAIT_S = 120.0
 #: into MARKER; every later block, in any process, is recorded as usual.
 STOP_BEFORE_RECORD = """
 import os, time
-from store.writer import LengthWriter
+from store.io.writer import LengthWriter
 
 def _record(self, blocks, _original=LengthWriter._record):
     try:
@@ -123,8 +123,8 @@ def _wait_for(*paths: Path) -> bool:
 
 
 def _lease_holders(store: Path, run_id: str) -> list[int]:
-    """The pids written in the run's lease objects (store/lease.py)."""
-    from store.lease import LEASE_DIR
+    """The pids written in the run's lease objects (store/access/lease.py)."""
+    from store.access.lease import LEASE_DIR
 
     return [json.loads(p.read_text())["pid"] for p in (store / LEASE_DIR).glob(f"run-{run_id}.g*.json")]
 
@@ -146,7 +146,7 @@ def test_a_worker_killed_mid_capture_is_replaced_and_the_store_is_bit_identical(
     from distributed import Client
 
     from store import validate
-    from store.lease import LEASE_DIR
+    from store.access.lease import LEASE_DIR
 
     marker = tmp_path / "stopped"
     store = tmp_path / "out" / "store.zarr"
@@ -234,7 +234,7 @@ def test_a_cluster_that_goes_away_mid_training_fails_in_one_line_and_a_rerun_res
 def _foreign_lease(store: Path, run_id: str, expires_in: float) -> Path:
     """A run lease written as a process of another host holds it (its pid cannot be checked
     from here, so only its expiry frees it)."""
-    from store.lease import FORMAT, LEASE_DIR
+    from store.access.lease import FORMAT, LEASE_DIR
 
     d = store / LEASE_DIR
     d.mkdir(exist_ok=True)
@@ -247,10 +247,10 @@ def _foreign_lease(store: Path, run_id: str, expires_in: float) -> Path:
 
 @pytest.fixture
 def short_leases(monkeypatch):
-    import store.lease
+    import store.access.lease
 
     monkeypatch.setenv("LAYERSTATE_LEASE_SECONDS", "1")
-    monkeypatch.setattr(store.lease, "TAKEOVER_MARGIN_S", 0.3)
+    monkeypatch.setattr(store.access.lease, "TAKEOVER_MARGIN_S", 0.3)
 
 
 def test_a_task_run_again_waits_out_the_lease_of_a_dead_writer_on_another_host(
@@ -261,7 +261,7 @@ def test_a_task_run_again_waits_out_the_lease_of_a_dead_writer_on_another_host(
     from layerstate.experiment import load_experiment
     from layerstate.pipeline import capture_task, train_task
     from store import Store
-    from store.lease import LEASE_DIR
+    from store.access.lease import LEASE_DIR
 
     spec = load_experiment(tiny).plan.runs()[0]
     store = tmp_path / "store.zarr"

@@ -98,9 +98,9 @@ def at_length(claim: Claim) -> int:
 def stack_probe_results(store: Store) -> xr.Dataset | None:
     """Every stored probe result's ``profile`` side by side along ``result`` (None if none),
     with ``held (result, run)`` (the result holds the run) and ``settings (result)`` (what it
-    was made with, :func:`store.results.describe_settings`): a claim chooses one of them
+    was made with, :func:`store.contents.results.describe_settings`): a claim chooses one of them
     (:func:`choose_probes`), never a mix."""
-    from store.results import describe_settings
+    from store.contents.results import describe_settings
 
     names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
     if not names:
@@ -304,7 +304,7 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
     hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
     then by factors; a run in two results must be told apart by ``result``."""
     from analysis.behaviour import by_factors
-    from store.results import describe_settings
+    from store.contents.results import describe_settings
 
     names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == prefix]
     if claim.result is not None:

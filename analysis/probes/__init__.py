@@ -326,7 +326,7 @@ def storage_name(store: Any, ds: xr.Dataset, name: str | None = None, *,
     ``note`` says why. ``where``: the store as the user named it, for the suggested commands.
     """
     from store import RunConflictError
-    from store.results import describe_settings
+    from store.contents.results import describe_settings
 
     default = result_name(ds)
     wanted = name or default

@@ -88,7 +88,7 @@ def choose_target(store: Any, runs: list[str], target: str | None) -> str:
     if target is not None:
         return target
     from store.errors import MissingError
-    from store.lengths import require_target
+    from store.io.lengths import require_target
 
     found: dict[str, list[str]] = {}
     for r in runs:

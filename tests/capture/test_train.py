@@ -9,7 +9,7 @@ import torch
 from capture.experiment import parse_plan as parse_experiment
 from capture.train import rebuild_model, train_run
 from store import MissingError, RunConflictError, Store
-from store.integrity import validate
+from store.integrity.validation import validate
 
 
 def tiny_experiment(task="parity", arch="lstm", steps=20, **over):

@@ -10,7 +10,7 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from store import InvalidArrayError, Store
-from store.chunks import ChunkWriter, encode_chunk, fast_path_ok
+from store.io.chunks import ChunkWriter, encode_chunk, fast_path_ok
 from store.zarrutil import CHECKSUM
 
 
@@ -90,7 +90,7 @@ def test_writer_output_equals_plain_zarr_writes(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["float16", "int32", "bool"])
 def test_read_whole_equals_zarr_including_edge_and_missing_chunks(tmp_path, dtype):
-    from store.chunks import read_whole
+    from store.io.chunks import read_whole
 
     rng = np.random.default_rng(2)
     arr = zarr.create_array(tmp_path / "a", shape=(10, 5, 3), chunks=(4, 5, 1), dtype=dtype,
@@ -103,7 +103,7 @@ def test_read_whole_equals_zarr_including_edge_and_missing_chunks(tmp_path, dtyp
 
 
 def test_read_whole_refuses_a_damaged_chunk(tmp_path):
-    from store.chunks import read_whole
+    from store.io.chunks import read_whole
 
     arr = zarr.create_array(tmp_path / "a", shape=(8, 4), chunks=(4, 4), dtype="float32",
                             compressors=CHECKSUM, fill_value=0)
@@ -123,7 +123,7 @@ def test_fast_paths_on_a_non_local_store():
     """memory:// (any fsspec/zarr store) goes through Store.set/get, with the same bytes."""
     from zarr.storage import MemoryStore
 
-    from store.chunks import read_whole
+    from store.io.chunks import read_whole
 
     values = np.random.default_rng(4).standard_normal((8, 6, 2)).astype("float16")
     stores = {name: MemoryStore() for name in ("ref", "fast")}
@@ -230,7 +230,7 @@ def test_a_refused_rewrite_leaves_the_recorded_block_intact(tmp_path):
 
 
 def test_every_chunk_file_is_fsynced_before_its_block_is_recorded(tmp_path, monkeypatch):
-    import store.blocks as pipeline_mod
+    import store.io.blocks as pipeline_mod
 
     st = _new_store(tmp_path)
     synced: set[str] = set()

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 from store import Store, WriterLockedError
-from store import lease as L
-from store import metadata as M
+from store.access import lease as L
 from store.errors import InvalidArgumentError
-from store.integrity import validate
+from store.integrity import metadata as M
+from store.integrity.validation import validate
 
 #: Lease duration for the subprocesses: a killed writer's lease expires within seconds.
 TTL = "2"
@@ -481,8 +481,8 @@ def test_s3_creates_a_lease_with_a_conditional_put(s3_server):
 
 
 def test_repair_and_pack_respect_leases(tmp_path):
-    from store.pack import pack
-    from store.repair import repair
+    from store.integrity.repair import repair
+    from store.sharing.pack import pack
 
     st = Store.create(str(tmp_path / "s.zarr"))
     st.add_run("r0", task="parity", arch="lstm", seed=0)

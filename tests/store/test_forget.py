@@ -1,4 +1,4 @@
-"""Removing results, captures and runs (store.forget, `layerstate forget`)."""
+"""Removing results, captures and runs (store.contents.forget, `layerstate forget`)."""
 
 from __future__ import annotations
 

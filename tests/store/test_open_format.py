@@ -287,7 +287,7 @@ def test_a_writer_never_replaces_a_group_another_tool_wrote(store_copy):
 def test_a_layout_cut_short_by_a_kill_is_incomplete_not_complete(make_store, monkeypatch):
     """layerstate's own writer creates a group with an empty record first, so a group whose
     arrays were half created never reads as written in one go."""
-    import store.layout as layout
+    import store.io.layout as layout
 
     st = make_store(n=32, block_size=16)
 

@@ -233,7 +233,7 @@ def test_the_source_identity_follows_activations_not_results(make_store, tmp_pat
     import xarray as xr
     import zarr
 
-    from store.pairing import source_identity
+    from store.access.pairing import source_identity
 
     st = make_store(n=32, block_size=16)
     before = source_identity(Store.open(str(st.location)).root)

@@ -3,8 +3,8 @@
 import pytest
 
 from store import Store, config_hash, run_identity
+from store.contents.runs import same_run
 from store.errors import RunConflictError
-from store.runs import same_run
 
 
 def _legacy_hash(model_config: dict) -> str:

@@ -145,7 +145,7 @@ def test_results_round_trip(make_store):
 
     assert validate(st).ok, validate(st).problems
     back = st.read_result("probes/parity")
-    from store.results import MADE_ATTRS
+    from store.contents.results import MADE_ATTRS
 
     assert set(MADE_ATTRS) <= set(back.attrs)  # who and what made it, stamped as it is written
     back.attrs = {k: v for k, v in back.attrs.items() if k not in MADE_ATTRS}

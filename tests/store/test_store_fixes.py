@@ -115,8 +115,8 @@ def test_a_damaged_or_missing_shard_is_named(tmp_path):
 def test_a_short_last_block_is_fsynced_before_it_is_recorded(tmp_path, monkeypatch, path):
     """Whether the short last block goes through zarr's setitem (as it did before the fast
     path took it; still so for other codecs) or through the padded fast path."""
-    import store.blocks as pipeline_mod
-    from store.chunks import ChunkWriter
+    import store.io.blocks as pipeline_mod
+    from store.io.chunks import ChunkWriter
 
     if path == "zarr":
         real_row = ChunkWriter.write_row
@@ -151,7 +151,7 @@ def test_a_short_last_block_is_fsynced_before_it_is_recorded(tmp_path, monkeypat
 
 
 def test_written_files_follow_the_grid_of_store_keys(tmp_path):
-    from store.blocks import written_files
+    from store.io.blocks import written_files
 
     plain = zarr.create_array(tmp_path / "a", shape=(10, 3, 4), chunks=(4, 1, 4), dtype="float32")
     got = {str(p.relative_to(tmp_path / "a")) for p in written_files(plain, slice(6, 10))}
@@ -209,7 +209,7 @@ def test_layerstate_1_still_opens(make_store):
 @pytest.mark.parametrize(("dtype", "fill"), [("float16", float("nan")), ("float32", float("nan")),
                                              ("int32", -1), ("bool", False), ("float32", 0.5)])
 def test_a_padded_edge_chunk_is_bit_identical_to_zarrs(tmp_path, dtype, fill):
-    from store.chunks import ChunkWriter
+    from store.io.chunks import ChunkWriter
     from store.zarrutil import CHECKSUM
 
     shape, chunks = (10, 5, 3, 4), (4, 5, 1, 4)  # rows 8-9: half an edge chunk
@@ -268,7 +268,7 @@ def test_a_nan_in_a_short_last_block_is_refused_and_its_padding_is_not(tmp_path)
 def test_make_durable_syncs_the_directories_that_name_new_chunks(tmp_path, monkeypatch):
     import os
 
-    from store import chunks
+    from store.io import chunks
 
     arr = tmp_path / "s.zarr" / "runs" / "r" / "len_004" / "hidden"
     files = [arr / "c" / "0" / "0" / str(k) / "0" for k in range(2)]

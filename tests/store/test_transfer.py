@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from store import CorruptStoreError, MissingError, NotAStoreError, RunConflictError, Store, validate
-from store.transfer import MARKER, TransferError, pull, push
+from store.sharing.transfer import MARKER, TransferError, pull, push
 from tests.conftest import synthetic_arrays
 
 pytest.importorskip("s3fs")

@@ -20,9 +20,9 @@ import pytest
 import xarray as xr
 import zarr
 
-import store.transfer as T
+import store.sharing.transfer as T
 from store import CorruptStoreError, MissingError, NotAStoreError, Store, validate
-from store.transfer import MARKER, pull, push
+from store.sharing.transfer import MARKER, pull, push
 from tests.store.test_open_format import example  # noqa: F401  (the spec's example store, as a fixture)
 from tests.store.test_transfer import (
     BUCKET,

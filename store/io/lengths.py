@@ -7,8 +7,8 @@ target are bookkeeping, used when present (:func:`completion`, :func:`label_name
 ours. :func:`layout_problems` names what breaks a MUST; readers refuse such a group in one line.
 
 Reads go through a :class:`~store.zarrutil.CheckedStore`, so a chunk that fails its checksum
-is named by the error itself; whole-array loads use :func:`store.chunks.read_whole` (pool
-threads fetch, check and place chunks). Streaming writes are :class:`~store.writer.LengthWriter`'s.
+is named by the error itself; whole-array loads use :func:`store.io.chunks.read_whole` (pool
+threads fetch, check and place chunks). Streaming writes are :class:`~store.io.writer.LengthWriter`'s.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import xarray as xr
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
 
-from . import schema
+from .. import schema
+from ..errors import IncompleteError, InvalidArrayError, MissingError
+from ..zarrutil import CheckedStore, array, from_snapshot, group, naming_corruption, ordered, quiet
 from .chunks import read_whole
-from .errors import IncompleteError, InvalidArrayError, MissingError
-from .zarrutil import CheckedStore, array, from_snapshot, group, naming_corruption, ordered, quiet
 
 
 def lengths(run: zarr.Group, kind: str = "len") -> list[int]:
@@ -250,7 +250,7 @@ def open_length(grp: zarr.Group, run_id: str, length: int, run_attrs: dict, *,
 
 def load_length(ds: xr.Dataset, grp: zarr.Group, where: object) -> xr.Dataset:
     """``ds`` (opened with ``lazy="xarray"`` from ``grp``) read fully into memory: whole
-    arrays by :func:`~store.chunks.read_whole`, the rest by zarr."""
+    arrays by :func:`~store.io.chunks.read_whole`, the rest by zarr."""
     with naming_corruption(where):
         fast = {}
         for name, var in ds.data_vars.items():
@@ -273,7 +273,7 @@ def write_length(
     **kwargs: Any,
 ) -> None:
     """Write a whole length through ``open_writer(length, **writer_kwargs)`` (a
-    :class:`~store.writer.LengthWriter`); see :meth:`Store.write_length`."""
+    :class:`~store.io.writer.LengthWriter`); see :meth:`Store.write_length`."""
     hidden = ordered(hidden, schema.DIMS["hidden"], "hidden")
     n, L, n_layer, n_feat = hidden.shape
     if length is not None and length != L:

@@ -2,7 +2,7 @@
 checksum.
 
 Every node's ``zarr.json`` is parsed and compared with its copy in the consolidated snapshot
-and with the digest recorded at the last consolidation (:func:`store.metadata.check`). Zarr
+and with the digest recorded at the last consolidation (:func:`store.integrity.metadata.check`). Zarr
 reads a missing chunk silently as its fill value, so existence is checked against the
 completion records, and every present chunk is decoded, which verifies its crc32c.
 """
@@ -18,11 +18,11 @@ from zarr.codecs import ShardingCodec
 from zarr.core.metadata import ArrayV3Metadata
 from zarr.core.sync import sync
 
-from . import damage, digests, lengths
-from .core import PairedStore, Store
-from .errors import LayerstateError, MetadataDamagedError, NotAStoreError
-from .location import Location
-from .schema import (
+from ..access.location import Location
+from ..core import PairedStore, Store
+from ..errors import LayerstateError, MetadataDamagedError, NotAStoreError
+from ..io import lengths
+from ..schema import (
     ATTR_COMPLETED,
     METADATA_COPY,
     RESULTS,
@@ -34,7 +34,8 @@ from .schema import (
     parse_length_group,
     schema_refusal,
 )
-from .zarrutil import chunk_key, group, iter_arrays, quiet
+from ..zarrutil import chunk_key, group, iter_arrays, quiet
+from . import damage, digests
 
 
 @dataclass

@@ -21,9 +21,9 @@ from typing import Any
 
 from zarr.core.sync import sync
 
-from . import schema
-from .errors import MissingError
-from .lengths import lengths as _lengths
+from .. import schema
+from ..errors import MissingError
+from ..io.lengths import lengths as _lengths
 
 #: ``st`` below is a :class:`store.Store` opened for writing; typed ``Any`` because ``core``
 #: imports this module (the store's modules never import each other both ways).

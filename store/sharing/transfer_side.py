@@ -1,6 +1,6 @@
 """One end of a copy (:class:`Side`): raw bytes by store key, through fsspec, plain files when
 local, each local file written under a temporary name and renamed. Shared by the transfer
-modules (plan, chunks, resume), which import it from here, not from :mod:`store.transfer`."""
+modules (plan, chunks, resume), which import it from here, not from :mod:`store.sharing.transfer`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import fsspec.asyn
 
-from .errors import TransferError
-from .location import Location
+from ..access.location import Location
+from ..errors import TransferError
 
 
 class Side:

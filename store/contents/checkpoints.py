@@ -21,9 +21,9 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-from . import schema
+from .. import schema
+from ..zarrutil import array, group, jsonable
 from .weights import write_arrays
-from .zarrutil import array, group, jsonable
 
 _PREFIX = "step_"
 

@@ -13,9 +13,9 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-from . import schema
-from .errors import InvalidArrayError, MissingError, RunConflictError
-from .zarrutil import CHECKSUM, array, group, row_chunks, to_numpy, torch_dtype
+from .. import schema
+from ..errors import InvalidArrayError, MissingError, RunConflictError
+from ..zarrutil import CHECKSUM, array, group, row_chunks, to_numpy, torch_dtype
 
 #: Largest chunk of a weight array (chunks split the first axis only).
 WEIGHT_CHUNK_BYTES = 8 * 2**20

@@ -1,6 +1,6 @@
 """What is wrong with a store's metadata: every node's ``zarr.json`` compared with its copy in
 the consolidated snapshot and with the digest recorded at the last consolidation
-(:mod:`store.digests`).
+(:mod:`store.integrity.digests`).
 
 :func:`check` is the comparison that ``validate`` reports and ``repair`` acts on: per node,
 which copy is intact and what to do about the other; changes a legitimate unfinished write
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..schema import ATTR_COMPLETE, ATTR_COMPLETED, METADATA_COPY, RUNS
 from .digests import (
     COPY_FORMAT,
     ZARR_JSON,
@@ -30,7 +31,6 @@ from .digests import (
     parse,
     snapshot_entries,
 )
-from .schema import ATTR_COMPLETE, ATTR_COMPLETED, METADATA_COPY, RUNS
 
 
 # ---------------------------------------------------------------------- the check

@@ -3,8 +3,8 @@
 The unit of work is a *block*: ``block_size`` consecutive sequences, exactly one chunk
 along ``sequence`` in every array, so no two writes ever share a chunk (zarr does not
 check this for numpy writes; docs/measured.md, "Zarr settings"). The group's layout is
-fixed up front (:mod:`store.layout`), what is handed in is checked (:mod:`store.inputs`),
-and each block, once all its chunks are stored and fsynced (:mod:`store.blocks`), is
+fixed up front (:mod:`store.io.layout`), what is handed in is checked (:mod:`store.io.inputs`),
+and each block, once all its chunks are stored and fsynced (:mod:`store.io.blocks`), is
 recorded in the group's attributes (an atomic rename on local disks). A writer killed at
 any point therefore leaves finished blocks recorded and unfinished ones simply unrecorded;
 running it again redoes only those, and deterministic producers give a bit-identical store.
@@ -19,13 +19,13 @@ from typing import Any, Protocol, cast
 import numpy as np
 import zarr
 
-from . import schema
+from .. import schema
+from ..access.lease import RunLease
+from ..errors import IncompleteError, InvalidArrayError
+from ..zarrutil import ordered, to_numpy
 from .blocks import BlockPipeline
-from .errors import IncompleteError, InvalidArrayError
 from .inputs import cast_finite, check_block, check_extra
 from .layout import float_dtypes, make_spec, n_blocks, open_or_create
-from .lease import RunLease
-from .zarrutil import ordered, to_numpy
 
 
 class _Pipeline(BlockPipeline):
@@ -253,7 +253,7 @@ class LengthWriter:
             for var in floats.keys() & data.keys():
                 data[var] = cast_checked(var, data[var])
         # Otherwise the chunk threads cast and check each float chunk as they encode it
-        # (same bytes as zarr, ~2x faster, store/chunks.py); this returns once the checks
+        # (same bytes as zarr, ~2x faster, store/io/chunks.py); this returns once the checks
         # pass, and the block is recorded only after all its chunks are stored.
         self._pipeline.submit(
             b, slice(start, stop), data, uncast=set() if eager else set(floats),

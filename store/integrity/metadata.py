@@ -2,12 +2,12 @@
 
 Two modules, one job each; this one gathers their names (the path readers have imported):
 
-* :mod:`store.digests`: documents and their digests (:func:`canonical`, :func:`digest`,
+* :mod:`store.integrity.digests`: documents and their digests (:func:`canonical`, :func:`digest`,
   :func:`document_problem`), raw access, the guarded zarr stores that refuse a damaged
   ``zarr.json`` with a :class:`~store.errors.MetadataDamagedError`, the copy file and
   :func:`consolidate_once`;
-* :mod:`store.damage`: :func:`check`, the comparison of every node with its snapshot copy and
-  digest that ``validate`` reports and ``repair`` acts on, and :func:`root_damage` /
+* :mod:`store.integrity.damage`: :func:`check`, the comparison of every node with its
+  snapshot copy and digest that ``validate`` reports and ``repair`` acts on, and :func:`root_damage` /
   :func:`root_changed` for a store that fails to open.
 
 The format: docs/store-format.md, "Metadata copies and digests".

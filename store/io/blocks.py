@@ -1,9 +1,9 @@
 """The block pipeline of a length writer: a block's chunks are stored one block behind the caller.
 
 :meth:`BlockPipeline.submit` hands every array of block ``b`` to a small thread pool
-(:class:`~store.chunks.ChunkWriter`: cast, NaN/Inf check and encoding in one copy, then the
+(:class:`~store.io.chunks.ChunkWriter`: cast, NaN/Inf check and encoding in one copy, then the
 file), returns once the block's float chunks passed their checks, and meanwhile settles the
-blocks before it: waits for their chunks, fsyncs the files (:func:`~store.chunks.make_durable`)
+blocks before it: waits for their chunks, fsyncs the files (:func:`~store.io.chunks.make_durable`)
 and only then reports them as finished. So a recorded block survives a power cut, a chunk
 write that fails keeps its block unrecorded, and the threads store block ``b`` while the
 caller prepares block ``b + 1``. The fast path writes a short last block too (padded with
@@ -12,7 +12,7 @@ along other axes) goes through zarr's ``__setitem__``; the files such a write to
 found from the array's chunk grid (:func:`written_files`) and fsynced with the block's other
 files before it is recorded.
 
-A block is recorded only while this process still holds its run's lease (:mod:`store.lease`):
+A block is recorded only while this process still holds its run's lease (:mod:`store.access.lease`):
 a writer whose lease was taken over (paused or cut off for longer than the lease lasts) stops
 with one line instead of recording blocks over the writer that took over (S41).
 """
@@ -30,9 +30,9 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
+from ..access.lease import check_group
+from ..zarrutil import array, chunk_key
 from .chunks import ChunkWriter, NotFinite, make_durable, wait_all
-from .lease import check_group
-from .zarrutil import array, chunk_key
 
 #: ``cast(var, values)``: values in their stored dtype, raising if they are not finite.
 Cast = Callable[[str, np.ndarray], np.ndarray]

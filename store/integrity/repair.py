@@ -2,7 +2,7 @@
 
 Every node's ``zarr.json`` has a copy in the consolidated snapshot, and the root's own
 document a copy in the metadata copy file; the digests recorded at the last consolidation
-tell which of two disagreeing copies is intact (:func:`store.metadata.check`). ``repair``
+tell which of two disagreeing copies is intact (:func:`store.integrity.metadata.check`). ``repair``
 writes each damaged file back from the intact copy (atomically: a temp file, fsynced and
 renamed), then rebuilds the snapshot and the digests from the nodes where those were the
 damaged copy. It changes nothing when any file has no intact copy, or when a writer holds a
@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from . import schema
-from .core import Store
-from .errors import LayerstateError, ReadOnlyStoreError, WriterLockedError
-from .integrity import Report, validate
-from .location import Location, RunLock
+from .. import schema
+from ..access.location import Location, RunLock
+from ..core import Store
+from ..errors import LayerstateError, ReadOnlyStoreError, WriterLockedError
 from .metadata import ZARR_JSON, MetadataCheck, file_of, put, render
+from .validation import Report, validate
 
 
 class RepairRefusedError(LayerstateError, ValueError):
@@ -146,7 +146,7 @@ def _plan(meta: MetadataCheck, loc: Location) -> list[tuple[str, Any]]:
 def _no_live_writers(loc: Location) -> None:
     """Refuse while any run is being written or the store consolidated: a live lease (any
     host, any backend, S41) or, on a local store, a held run lock."""
-    from .lease import live_leases
+    from ..access.lease import live_leases
 
     leases = live_leases(loc)
     if leases:

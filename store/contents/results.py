@@ -8,10 +8,10 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from . import schema
-from .errors import InvalidArrayError, MissingError, RunConflictError
-from .provenance import now, tool_version
-from .zarrutil import (
+from .. import schema
+from ..errors import InvalidArrayError, MissingError, RunConflictError
+from ..provenance import now, tool_version
+from ..zarrutil import (
     CHECKSUM,
     CheckedStore,
     from_snapshot,

@@ -8,7 +8,7 @@ writes :data:`~store.schema.METADATA_COPY` beside the root: a copy of the root's
 canonical JSON, first 16 hex digits), itself covered by a digest. So a change that still
 parses (a digit of a shape, a letter of a dtype) is caught, and the digest tells which of two
 disagreeing copies is the one recorded at the last consolidation (docs/store-format.md,
-"Metadata copies and digests"); :mod:`store.damage` makes that comparison.
+"Metadata copies and digests"); :mod:`store.integrity.damage` makes that comparison.
 
 Here:
 
@@ -45,9 +45,9 @@ from zarr.core.group import GroupMetadata
 from zarr.core.metadata import ArrayV3Metadata
 from zarr.core.sync import sync
 
-from .errors import MetadataDamagedError
-from .schema import METADATA_COPY
-from .zarrutil import quiet
+from ..errors import MetadataDamagedError
+from ..schema import METADATA_COPY
+from ..zarrutil import quiet
 
 ZARR_JSON = "zarr.json"
 #: Format name of the metadata copy file.
@@ -198,7 +198,7 @@ def damaged_message(where: str, key: str, reason: str) -> str:
 class _Guard:
     """Parses every ``zarr.json`` zarr reads before zarr does (mixed into a zarr store)."""
 
-    #: set by :meth:`store.location.Location.zarr_store`: how messages name the store
+    #: set by :meth:`store.access.location.Location.zarr_store`: how messages name the store
     where: str = ""
 
     async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:

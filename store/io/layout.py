@@ -20,9 +20,9 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from . import schema
-from .errors import InvalidArrayError, RunConflictError
-from .zarrutil import CHECKSUM, TARGET_CHUNK_BYTES, group, jsonable, quiet
+from .. import schema
+from ..errors import InvalidArrayError, RunConflictError
+from ..zarrutil import CHECKSUM, TARGET_CHUNK_BYTES, group, jsonable, quiet
 
 FLOAT_DTYPES = ("float16", "float32")
 
@@ -56,7 +56,7 @@ def make_spec(
     block_size: int | None,
     extra: Mapping[str, tuple[Sequence[str], Sequence[int], str]] | None,
 ) -> Spec:
-    """The spec a :class:`~store.writer.LengthWriter` was asked for, checked (its arguments)."""
+    """The spec a :class:`~store.io.writer.LengthWriter` was asked for, checked (its arguments)."""
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype!r}")
     if layers is None:

@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 import zarr
 
-from . import schema
-from .errors import MissingError, RunConflictError
-from .provenance import now
-from .zarrutil import group, jsonable
+from .. import schema
+from ..errors import MissingError, RunConflictError
+from ..provenance import now
+from ..zarrutil import group, jsonable
 
 #: Run attributes that define a run: fixed once it exists.
 IDENTITY = ("task", "arch", "variant", "seed", "model_config", "task_config", "config_hash")

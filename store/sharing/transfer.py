@@ -41,8 +41,9 @@ target is not a store, so a half-finished pull cannot be analysed by mistake.
 way: objects already at the target with their expected size are not sent again).
 
 Only zarr, fsspec and this package's own helpers are used here. The copy's parts:
-:mod:`store.transfer_plan` (what to copy), :mod:`store.transfer_chunks` (each chunk checked,
-cut and recognised), :mod:`store.transfer_resume` (the marker, the target's last writes).
+:mod:`store.sharing.transfer_plan` (what to copy), :mod:`store.sharing.transfer_chunks` (each
+chunk checked, cut and recognised), :mod:`store.sharing.transfer_resume` (the marker, the
+target's last writes).
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .digests import snapshot_entries
-from .errors import (
+from ..access.location import Location
+from ..errors import (
     CorruptStoreError,
     InvalidArgumentError,
     NotAStoreError,
     TransferError,
 )
-from .location import Location
+from ..integrity.digests import snapshot_entries
 from .transfer_chunks import already_copied, part_ok, produce, rounds
 from .transfer_plan import CopySelection, check_digests, plan_copy, read_root
 from .transfer_resume import (

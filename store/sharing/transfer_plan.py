@@ -1,4 +1,4 @@
-"""What a copy of a store (``pull``/``push``, :mod:`store.transfer`) will write: reading the
+"""What a copy of a store (``pull``/``push``, :mod:`store.sharing.transfer`) will write: reading the
 source's root and snapshot, then the plan of nodes and chunks for the selection.
 
 The source's root ``zarr.json`` holds a consolidated snapshot (S32) of every node, so nothing
@@ -26,10 +26,10 @@ import zarr.storage
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
-from .digests import ZARR_JSON, digest, own_document, parse
-from .errors import CorruptStoreError, MissingError, NotAStoreError
-from .lengths import completion
-from .schema import (
+from ..errors import CorruptStoreError, MissingError, NotAStoreError
+from ..integrity.digests import ZARR_JSON, digest, own_document, parse
+from ..io.lengths import completion
+from ..schema import (
     ATTR_COMPLETE,
     ATTR_COMPLETED,
     METADATA_COPY,
@@ -39,8 +39,8 @@ from .schema import (
     parse_length_group,
     schema_refusal,
 )
+from ..zarrutil import quiet
 from .transfer_side import first_line
-from .zarrutil import quiet
 
 if TYPE_CHECKING:
     from .transfer_side import Side
@@ -119,7 +119,7 @@ def read_root(source: Side) -> tuple[dict[str, Any], int]:
         raise NotAStoreError(f"{loc} is a Zarr node but not a layerstate store (no 'schema' attribute)")
     refusal = schema_refusal(schema)
     if refusal is not None:
-        from .errors import SchemaVersionError
+        from ..errors import SchemaVersionError
 
         raise SchemaVersionError(f"{loc} {refusal}")
     return doc, len(raw)

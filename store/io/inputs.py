@@ -3,7 +3,7 @@
 Every check names the array, what was expected and how to fix it. Float arrays are cast to
 their stored dtype and refused if they hold NaN/Inf — including finite values that only
 become Inf in the cast (float16 tops out at 65504) — unless the group allows non-finite
-values. The cast itself happens in the chunk threads (:mod:`store.blocks`); :func:`cast_finite`
+values. The cast itself happens in the chunk threads (:mod:`store.io.blocks`); :func:`cast_finite`
 is the same cast and check done here, also to say where a refused value is.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from . import schema
+from .. import schema
+from ..errors import InvalidArrayError
+from ..zarrutil import ordered, to_numpy
 from .chunks import all_finite
-from .errors import InvalidArrayError
 from .layout import Spec
-from .zarrutil import ordered, to_numpy
 
 
 def check_block(spec: Spec, length: int, m: int, hidden: Any, tokens: Any, labels: Mapping[str, Any],

@@ -12,7 +12,7 @@ the two as one; this module holds what that needs without importing it:
   where there are no logits), read from the consolidated snapshot plus one 4-byte read per
   length group;
 * :func:`sidecar`: where results of a read-only local store go when no place is given
-  (``store.results.zarr`` beside ``store.zip``);
+  (``store.contents.results.zarr`` beside ``store.zip``);
 * :func:`check_record`: the one-line refusal when a results store belongs to another source.
 """
 
@@ -27,11 +27,11 @@ from zarr.abc.store import SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from . import schema
-from .errors import ResultsMismatchError
+from .. import schema
+from ..errors import ResultsMismatchError
+from ..integrity.metadata import canonical, own_document
+from ..zarrutil import chunk_key, group, quiet
 from .location import Location
-from .metadata import canonical, own_document
-from .zarrutil import chunk_key, group, quiet
 
 #: Root attribute of a results store: ``{url, identity, title, created}`` of its source.
 RESULTS_FOR = "results_for"

@@ -54,7 +54,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-from .zarrutil import check_chunk, chunk_key, raw_crc32c_chunk_bytes
+from ..zarrutil import check_chunk, chunk_key, raw_crc32c_chunk_bytes
 
 
 def fast_path_ok(arr: zarr.Array) -> bool:

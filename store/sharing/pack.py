@@ -6,10 +6,10 @@ import os
 import zipfile
 from pathlib import Path
 
-from .core import Store
-from .errors import InvalidArgumentError, NotAStoreError, RunConflictError, UnsafeArchiveError
-from .lease import LEASE_DIR
-from .location import Location, check_zip_members
+from ..access.lease import LEASE_DIR
+from ..access.location import Location, check_zip_members
+from ..core import Store
+from ..errors import InvalidArgumentError, NotAStoreError, RunConflictError, UnsafeArchiveError
 
 
 def pack(store: Store, out: str | os.PathLike, *, overwrite: bool = False) -> Path:

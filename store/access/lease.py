@@ -30,7 +30,7 @@ at once: a capture killed with ``kill -9`` and started again resumes without wai
 lease to expire.
 
 Where the lease objects are kept (a local directory, an fsspec file system) and how a store is
-keyed: :mod:`store.lease_backends`.
+keyed: :mod:`store.access.lease_backends`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 
 import zarr.storage
 
-from .errors import InvalidArgumentError, WriterLockedError
+from ..errors import InvalidArgumentError, WriterLockedError
 from .lease_backends import LEASE_DIR as LEASE_DIR
 from .lease_backends import _Backend, _backend
 from .lease_backends import location_key as location_key

@@ -1,7 +1,7 @@
 """Where leases live: the lease directory of one store, on a local or network file system or an
 fsspec file system (S3, GCS, memory, ...), and the key that names a store across handles.
 
-Each backend offers an exclusive create, read, overwrite, delete and list; :mod:`store.lease`
+Each backend offers an exclusive create, read, overwrite, delete and list; :mod:`store.access.lease`
 builds the lease protocol on them (docs/store-format.md, "Concurrent writers").
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import fsspec
 import zarr.storage
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .location import Location
 
 #: Directory (prefix) of the lease objects, beside the root's ``zarr.json``.

@@ -1,4 +1,4 @@
-"""Where a store copy (:mod:`store.transfer`) starts, resumes and ends at its target.
+"""Where a store copy (:mod:`store.sharing.transfer`) starts, resumes and ends at its target.
 
 Progress is the target itself: a marker file (``layerstate-transfer.json``) names the source,
 the selection (the plan's key) and the chunks found absent at the source; a copy started
@@ -19,12 +19,12 @@ import numpy as np
 import zarr
 import zarr.storage
 
-from .core import Store
-from .digests import ZARR_JSON, digest, file_of, own_document, parse, render
-from .errors import RunConflictError
-from .location import Location
+from ..access.location import Location
+from ..core import Store
+from ..errors import RunConflictError
+from ..integrity.digests import ZARR_JSON, digest, file_of, own_document, parse, render
+from ..zarrutil import quiet
 from .transfer_plan import CopyPlan, CopySelection
-from .zarrutil import quiet
 
 if TYPE_CHECKING:
     from .transfer_side import Side

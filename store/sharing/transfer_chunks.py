@@ -1,4 +1,4 @@
-"""One chunk of a store copy (:mod:`store.transfer`): checked as it arrives, cut to the kept
+"""One chunk of a store copy (:mod:`store.sharing.transfer`): checked as it arrives, cut to the kept
 layers where its chunk holds several, and recognised when the target already holds it.
 
 A chunk is checked by its crc32c where the array's codecs end in one (and its size, for raw
@@ -21,11 +21,11 @@ import zarr.storage
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
-from .digests import ZARR_JSON
-from .errors import CorruptStoreError
+from ..errors import CorruptStoreError
+from ..integrity.digests import ZARR_JSON
+from ..zarrutil import quiet
 from .transfer_plan import ChunkCopy
 from .transfer_side import first_line
-from .zarrutil import quiet
 
 if TYPE_CHECKING:
     from .transfer_side import Side
