@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.interventions.intervals import flat_runs
 from reports import figures as F
 from reports import intervals
 from reports.model import COMMANDS, Figure, Section, Table
@@ -548,6 +547,8 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
     part = Section(_slug(name), f"Interchange: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     sites = [str(v) for v in ds["site"].values]
+    from analysis.interventions.intervals import flat_runs
+
     flat = flat_runs(ds)
     if flat:
         part.notes.append(_flat_note(flat, snap.store))
