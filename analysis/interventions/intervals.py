@@ -15,7 +15,7 @@ runs), where ``numerator`` may be ``"a-b"`` (a difference of two variables) and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -193,6 +193,49 @@ def metric_intervals(ds: xr.Dataset, kind: str, store, *, only: Collection[str] 
 
 
 # ---------------------------------------------------------------------- storing and reading
+def frame_cells(frames: Iterable[pd.DataFrame]) -> set[tuple[str, str, str]]:
+    """The (task, arch, variant) cells of :func:`group_intervals`-like frames."""
+    return {(str(t), str(a), str(v)) for f in frames for t, a, v in zip(f["task"], f["arch"], f["variant"], strict=True)}
+
+
+def frame_variables(ds: xr.Dataset, metric: str, frame: pd.DataFrame, index: dict[tuple[str, str, str], int],
+                    attrs: dict | None = None) -> dict[str, xr.Variable]:
+    """The rows of a :func:`group_intervals`-like frame (task, arch, variant, dims of ``ds``,
+    estimate, lower, upper, n_seeds, method) as ``<metric>_estimate/_lower/_upper/_n_seeds/
+    _method`` over ``(cell, <its dims>)``, the cell of each row at ``index[(task, arch,
+    variant)]``; ``attrs`` go on ``_estimate``."""
+    dims = [c for c in frame.columns if c in ds.dims]
+    shape = (len(index), *(ds.sizes[d] for d in dims))
+    est, lo, hi = (np.full(shape, np.nan) for _ in range(3))
+    n_seeds = np.zeros(shape, dtype=np.int64)
+    method = np.full(shape, "", dtype=object)
+    positions = [pd.Index(ds[d].values).get_indexer(frame[d].to_numpy()) for d in dims]
+    rows = [index[(str(t), str(a), str(v))] for t, a, v in zip(frame["task"], frame["arch"], frame["variant"],
+                                                               strict=True)]
+    at = (np.asarray(rows, dtype=int), *positions)
+    est[at] = frame["estimate"].astype(float).to_numpy()
+    lo[at] = frame["lower"].astype(float).to_numpy()
+    hi[at] = frame["upper"].astype(float).to_numpy()
+    n_seeds[at] = frame["n_seeds"].astype(int).to_numpy()
+    method[at] = frame["method"].astype(str).to_numpy()
+    vdims = ("cell", *dims)
+    return {
+        f"{metric}_estimate": xr.Variable(vdims, est, dict(attrs or {})),
+        f"{metric}_lower": xr.Variable(vdims, lo),
+        f"{metric}_upper": xr.Variable(vdims, hi),
+        f"{metric}_n_seeds": xr.Variable(vdims, n_seeds),
+        f"{metric}_method": xr.Variable(vdims, method.astype(str)),
+    }
+
+
+def with_cells(ds: xr.Dataset, cells: Sequence[tuple[str, str, str]]) -> xr.Dataset:
+    """``ds`` with the ``cell_task``, ``cell_arch``, ``cell_variant`` coords of ``cells``."""
+    if not cells:
+        return ds
+    return ds.assign_coords(cell_task=("cell", [c[0] for c in cells]), cell_arch=("cell", [c[1] for c in cells]),
+                            cell_variant=("cell", [c[2] for c in cells]))
+
+
 def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVEL,
                   rng: int = BOOTSTRAP_SEED) -> xr.Dataset:
     """``ds`` with the seed-level interval of every metric of :data:`METRICS` ``[kind]`` it
@@ -203,39 +246,19 @@ def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVE
     ``interval_metrics``, ``ci_level``, ``bootstrap_seed``."""
     frames = metric_intervals(ds, kind, store, ci_level=ci_level, rng=rng)
     matched = matched_grid(ds, store, ci_level=ci_level) if kind == "ablation" else None
-    cells = sorted({(str(t), str(a), str(v)) for f in frames.values()
-                    for t, a, v in zip(f["task"], f["arch"], f["variant"], strict=True)}
+    cells = sorted(frame_cells(frames.values())
                    | ({(str(t), str(a), str(v)) for t, a, v in matched.indexes["cell"]} if matched is not None
                       else set()))
     index = {c: i for i, c in enumerate(cells)}
     spec = {m: (n, d, w) for m, n, d, w in METRICS[kind]}
     new: dict[str, Any] = {}
     for metric, frame in frames.items():
-        dims = [c for c in frame.columns if c in ds.dims]
-        shape = (len(cells), *(ds.sizes[d] for d in dims))
-        est, lo, hi = (np.full(shape, np.nan) for _ in range(3))
-        n_seeds = np.zeros(shape, dtype=np.int64)
-        method = np.full(shape, "", dtype=object)
-        positions = [pd.Index(ds[d].values).get_indexer(frame[d].to_numpy()) for d in dims]
-        rows = [index[(str(t), str(a), str(v))] for t, a, v in zip(frame["task"], frame["arch"], frame["variant"],
-                                                                   strict=True)]
-        at = (np.asarray(rows, dtype=int), *positions)
-        est[at] = frame["estimate"].astype(float).to_numpy()
-        lo[at] = frame["lower"].astype(float).to_numpy()
-        hi[at] = frame["upper"].astype(float).to_numpy()
-        n_seeds[at] = frame["n_seeds"].astype(int).to_numpy()
-        method[at] = frame["method"].astype(str).to_numpy()
         numerator, denominator, which = spec[metric]
-        vdims = ("cell", *dims)
-        new[f"{metric}_estimate"] = xr.Variable(vdims, est, {
+        new.update(frame_variables(ds, metric, frame, index, {
             "numerator": numerator.replace("-", " - "), "denominator": denominator,
             "runs": "runs whose corruption moves the clean answer (mean p_clean - p_corrupt >= "
                     f"{MIN_GAP:g})" if which == "moved" else "every run",
-        })
-        new[f"{metric}_lower"] = xr.Variable(vdims, lo)
-        new[f"{metric}_upper"] = xr.Variable(vdims, hi)
-        new[f"{metric}_n_seeds"] = xr.Variable(vdims, n_seeds)
-        new[f"{metric}_method"] = xr.Variable(vdims, method.astype(str))
+        }))
     if matched is not None:
         matched_rows = np.array([index[(str(t), str(a), str(v))] for t, a, v in matched.indexes["cell"]], dtype=int)
         for name in MATCHED:
@@ -251,9 +274,7 @@ def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVE
     out = ds.assign(new)
     if matched is not None:
         out = out.assign_coords(matched_setting=matched["matched_setting"].values)
-    if cells:
-        out = out.assign_coords(cell_task=("cell", [c[0] for c in cells]), cell_arch=("cell", [c[1] for c in cells]),
-                                cell_variant=("cell", [c[2] for c in cells]))
+    out = with_cells(out, cells)
     out.attrs.update(interval_metrics=[*frames, *(["matched"] if matched is not None else [])], ci_level=ci_level, bootstrap_seed=rng,
                      interval_method="seed-level t across seeds (2 or more seeds); percentile bootstrap over "
                                      "sequences (one seed: sequence sampling only)")
