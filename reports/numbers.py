@@ -64,55 +64,11 @@ def fmt_layer_ci(pos: float, lower: float, upper: float, labels: Sequence[str]) 
 
 # ---------------------------------------------------------------------- intervals over seeds
 def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim: str = "seed") -> xr.Dataset:
-    """Seed-level Student-t interval per cell, using each cell's finite seeds.
+    """Seed-level Student-t interval per cell over each cell's finite seeds:
+    :func:`analysis.probes.intervals.seed_t_interval`."""
+    from analysis.probes.intervals import seed_t_interval as compute
 
-    Cells may hold different numbers of seeds (a missing seed is NaN): cells are grouped by
-    their number of finite seeds and each group goes through
-    :func:`analysis.stats.resample.t_interval_np`, so a missing seed never turns a cell into
-    NaN and never counts as a zero.
-
-    Parameters
-    ----------
-    per_seed : xarray.DataArray
-        Dims (..., seed): one estimate per seed and cell.
-
-    Returns
-    -------
-    xarray.Dataset
-        Dims (...): ``estimate``, ``lower``, ``upper`` (NaN with fewer than 2 seeds) and
-        ``n_seeds``; attrs ``method``, ``ci_level``.
-    """
-    from analysis.stats.resample import t_interval_np
-
-    da = per_seed.transpose(..., seed_dim)
-    vals = np.asarray(da.values, dtype=float)
-    flat = vals.reshape(-1, vals.shape[-1])
-    n = np.isfinite(flat).sum(-1)
-    est, lo, hi = (np.full(flat.shape[0], np.nan) for _ in range(3))
-    for k in np.unique(n):
-        rows = np.flatnonzero(n == k)
-        if k == 0:
-            continue
-        packed = np.stack([r[np.isfinite(r)] for r in flat[rows]])  # (cells, k)
-        if k == 1:
-            est[rows] = packed[:, 0]
-            continue
-        e, lower, upper = t_interval_np(packed, ci_level)
-        est[rows], lo[rows], hi[rows] = e, lower, upper
-    shape = vals.shape[:-1]
-    dims = da.dims[:-1]
-    coords = {k: v for k, v in da.coords.items() if seed_dim not in v.dims}
-    out = xr.Dataset(
-        {
-            "estimate": (dims, est.reshape(shape)),
-            "lower": (dims, lo.reshape(shape)),
-            "upper": (dims, hi.reshape(shape)),
-            "n_seeds": (dims, n.reshape(shape)),
-        },
-        coords=coords,
-        attrs={"method": "seed-level t (each cell's finite seeds)", "ci_level": ci_level},
-    )
-    return out
+    return compute(per_seed, ci_level, seed_dim)
 
 
 # ---------------------------------------------------------------------- runs and factors

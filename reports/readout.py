@@ -15,11 +15,13 @@ not be fitted (avoided by the choice) and of probes that did not converge
 (:func:`regularisation_frame`).
 
 Per seed (one run), a layer's readability is the probe's held-out accuracy pooled over
-positions and sequences (``sum correct / sum labelled``); its interval comes from
-:func:`reports.numbers.group_intervals` (seed-level t; one seed: sequences only). Without
-per-sequence counts, the fold-and-position mean of ``accuracy`` per seed is used with a
-seed-level t interval. Baseline, control accuracy and selectivity are fold-and-position means
-per seed with seed-level t intervals. Best layer, first crossing and AUC come from
+positions and sequences (``sum correct / sum labelled``); its interval (seed-level t; one
+seed: sequences only; without per-sequence counts, the fold-and-position mean of
+``accuracy`` per seed with a seed-level t interval) and those of the baseline, control
+accuracy and selectivity (fold-and-position means per seed, seed-level t intervals) are the
+ones stored with the result (:func:`analysis.probes.intervals.add_probe_intervals`); a result
+stored before results kept them has them computed here the same way, with a note naming the
+command that stores them. Best layer, first crossing and AUC come from
 :func:`analysis.stats.profile_statistics` on the per-seed profiles. Every interval then goes
 through :func:`reports.intervals.apply_rules` (ranges: accuracies [0, 1], selectivity [-1, 1],
 AUC [-c/(1-c), 1]; none from 2 seeds).
@@ -35,14 +37,8 @@ import xarray as xr
 
 from reports import figures as F
 from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, apply_rules, auc_range, texts
-from reports.model import Figure, Section, Table, missing_section
-from reports.numbers import (
-    by_seed,
-    fmt_layer_ci,
-    group_intervals,
-    read_result,
-    seed_t_interval,
-)
+from reports.model import COMMANDS, Figure, Section, Table, missing_section
+from reports.numbers import by_seed, fmt_layer_ci, read_result
 from reports.snapshot import Snapshot
 from store import schema
 
@@ -109,6 +105,7 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
         return missing_section("probes", "Probe profiles", "No probe results in this store.", "probe", PROBES_INTRO)
     sec = Section("probes", "Probe profiles", intro=PROBES_INTRO)
     frames, summaries, notes, regs = [], [], [], []
+    computed: list[str] = []
     shown, which = choose_probe_results(snap.store, names, wanted)
     notes.extend(which)
     for name, tasks in shown.items():
@@ -120,7 +117,10 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
             notes.append(f"results/{name} has no 'accuracy' variable (variables: {', '.join(map(str, ds.data_vars))}); skipped")
             continue
         target = str(ds.attrs.get("target", (schema.parse_result_name(name) or ("", name))[1]))
-        frames.append(profile_frame(ds, snap.store, target=target).assign(result=name))
+        here: list[str] = []
+        frames.append(profile_frame(ds, snap.store, target=target, computed=here).assign(result=name))
+        if here:
+            computed.append(name)
         summaries.append(summary_frame(ds, snap.store, target=target))
         regs.append(regularisation_frame(ds, snap.store, target=target))
         notes.extend(_describe(name, ds))
@@ -128,6 +128,10 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
             notes.append(f"results/{name}: its {ds.attrs.get('control', '')} control task scores "
                          f"{float(ds['control_accuracy'].mean()):.3f}, decodable outright (few token types): "
                          "selectivity against it shows nothing; probe with --control permute")
+    if computed:
+        notes.append(f"The intervals of {', '.join(f'results/{n}' for n in computed)} are not stored with the result "
+                     f"(stored before results kept their intervals): computed here from its per-seed metrics; "
+                     f"`{COMMANDS['probe']}` stores them.")
     if not frames:
         return missing_section("probes", "Probe profiles", "; ".join(notes), "probe", PROBES_INTRO)
     frame = _panel_names(pd.concat(frames, ignore_index=True))
@@ -184,21 +188,40 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
 
 
 # ---------------------------------------------------------------------- per-seed profiles
-def profile_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
+def interval_frames(ds: xr.Dataset, store, computed: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """The intervals of accuracy, baseline, control and selectivity as rows: the ones stored
+    with the result (:func:`analysis.probes.intervals.stored_probe_intervals`, its cells
+    restricted to ``ds``'s runs), else computed here
+    (:func:`analysis.probes.intervals.probe_interval_frames`; ``"probes"`` appended to
+    ``computed``)."""
+    from analysis.probes.intervals import METRICS, probe_interval_frames, stored_probe_intervals
+
+    names = [m for m, var in METRICS.items() if var in ds]
+    stored = {m: stored_probe_intervals(ds, m) for m in names}
+    if any(f is None for f in stored.values()):
+        if computed is not None:
+            computed.append("probes")
+        return probe_interval_frames(ds, store)
+    cells = {tuple(str(store.run_attrs(str(r)).get(f)) for f in ("task", "arch", "variant")) for r in ds["run"].values}
+    out = {}
+    for m, frame in stored.items():
+        assert frame is not None
+        mine = [c in cells for c in zip(frame["task"], frame["arch"], frame["variant"], strict=True)]
+        out[m] = frame[mine].reset_index(drop=True)
+    return out
+
+
+def profile_frame(ds: xr.Dataset, store, *, target: str, computed: list[str] | None = None) -> pd.DataFrame:
     """One row per (task, arch, variant, length, layer) with accuracy and its interval, plus
-    baseline, control accuracy and selectivity (each with an interval) and n_seeds."""
-    over = [d for d in ("fold", "position") if d in ds["accuracy"].dims]
-    if "correct" in ds and "labelled" in ds:
-        num, den = _pooled_counts(ds)
-        acc = group_intervals(num, den, store)
-    else:
-        acc = _seed_level(ds["accuracy"].mean(over), store)
-    acc = acc.rename(columns={"method": "method"})
+    baseline, control accuracy and selectivity (each with an interval) and n_seeds
+    (:func:`interval_frames`)."""
+    frames = interval_frames(ds, store, computed)
+    acc = frames["accuracy"]
     keys = ["task", "arch", "variant", "length", "layer"]
-    for short, var in METRIC_VARS.items():
-        if var not in ds:
+    for short in METRIC_VARS:
+        if short not in frames:
             continue
-        extra = _seed_level(ds[var].mean([d for d in over if d in ds[var].dims]), store)
+        extra = frames[short]
         extra = extra[keys + ["estimate", "lower", "upper"]].rename(
             columns={"estimate": short, "lower": f"{short}_lower", "upper": f"{short}_upper"})
         acc = acc.merge(extra, on=keys, how="left")
@@ -221,29 +244,6 @@ def profile_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
              "estimate", "lower", "upper", "n_seeds", "method"]
     acc = acc[[c for c in first if c in acc] + [c for c in acc if c not in first]]
     return acc.sort_values(["task", "arch", "variant", "length", "layer_pos"]).reset_index(drop=True)
-
-
-def _pooled_counts(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray]:
-    """Correct and labelled per (run, length, layer, sequence), pooled over positions; positions
-    that were never scored (``n_test`` 0) count in neither."""
-    correct, labelled = ds["correct"].astype("float64"), ds["labelled"].astype("float64")
-    if "n_test" in ds:
-        scored = ds["n_test"].sum("fold") > 0 if "fold" in ds["n_test"].dims else ds["n_test"] > 0
-        labelled = labelled.where(scored, 0.0)
-        correct = correct.where(scored, 0.0)
-    if "position" in correct.dims:
-        correct, labelled = correct.sum("position"), labelled.sum("position")
-    labelled = labelled.broadcast_like(correct)
-    # sequences without any labelled row are padding (NaN), not zero-accuracy sequences
-    return correct.where(labelled > 0), labelled.where(labelled > 0)
-
-
-def _seed_level(per_run: xr.DataArray, store) -> pd.DataFrame:
-    """Per-run values (run, ...) -> seed-level t interval per (task, arch, variant, ...)."""
-    res = seed_t_interval(by_seed(per_run, store))
-    frame = res.to_dataframe().reset_index()
-    frame["method"] = res.attrs["method"]
-    return frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
 
 
 def _panel_names(frame: pd.DataFrame) -> pd.DataFrame:
@@ -281,8 +281,10 @@ def _profile_pivot(frame: pd.DataFrame, layers: list[str], signed: bool = False,
 def per_seed_profiles(ds: xr.Dataset, store, var: str = "accuracy") -> xr.DataArray:
     """Per-seed profile, dims (length, layer, task, arch, variant, seed): the same estimator
     as the intervals (pooled counts where stored, else the fold-and-position mean)."""
+    from analysis.probes.intervals import pooled_counts
+
     if var == "accuracy" and "correct" in ds and "labelled" in ds:
-        num, den = _pooled_counts(ds)
+        num, den = pooled_counts(ds)
         per_run = num.sum("sequence") / den.sum("sequence")
     else:
         per_run = ds[var].mean([d for d in ("fold", "position") if d in ds[var].dims])

@@ -390,7 +390,11 @@ def _next_free(name: str, have: Sequence[str]) -> str:
 
 
 def save_probes(store: Any, ds: xr.Dataset, name: str | None = None) -> str:
-    """Write a probe Dataset to ``results/<name>`` (default :func:`result_name`); returns the name."""
+    """Write a probe Dataset to ``results/<name>`` (default :func:`result_name`), with the
+    seed-level intervals of its profiles (:func:`analysis.probes.intervals.add_probe_intervals`);
+    returns the name."""
+    from analysis.probes.intervals import add_probe_intervals
+
     name = name or result_name(ds)
-    store.write_result(name, ds)
+    store.write_result(name, add_probe_intervals(ds, store))
     return name
