@@ -21,8 +21,9 @@ seed: sequences only; without per-sequence counts, the fold-and-position mean of
 accuracy and selectivity (fold-and-position means per seed, seed-level t intervals) are the
 ones stored with the result (:func:`analysis.probes.intervals.add_probe_intervals`); a result
 stored before results kept them has them computed here the same way, with a note naming the
-command that stores them. Best layer, first crossing and AUC come from
-:func:`analysis.stats.profile_statistics` on the per-seed profiles. Every interval then goes
+command that stores them. Best layer, first crossing and AUC
+(:func:`analysis.stats.profile_statistics` on the per-seed profiles) are stored with the
+result the same way (:func:`analysis.probes.intervals.profile_summary`). Every interval then goes
 through :func:`reports.intervals.apply_rules` (ranges: accuracies [0, 1], selectivity [-1, 1],
 AUC [-c/(1-c), 1]; none from 2 seeds).
 """
@@ -119,9 +120,9 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
         target = str(ds.attrs.get("target", (schema.parse_result_name(name) or ("", name))[1]))
         here: list[str] = []
         frames.append(profile_frame(ds, snap.store, target=target, computed=here).assign(result=name))
+        summaries.append(summary_frame(ds, snap.store, target=target, computed=here))
         if here:
             computed.append(name)
-        summaries.append(summary_frame(ds, snap.store, target=target))
         regs.append(regularisation_frame(ds, snap.store, target=target))
         notes.extend(_describe(name, ds))
         if "control_accuracy" in ds and float(ds["control_accuracy"].mean()) >= TRIVIAL_CONTROL:
@@ -278,75 +279,43 @@ def _profile_pivot(frame: pd.DataFrame, layers: list[str], signed: bool = False,
 
 
 # ---------------------------------------------------------------------- profile statistics
-def per_seed_profiles(ds: xr.Dataset, store, var: str = "accuracy") -> xr.DataArray:
-    """Per-seed profile, dims (length, layer, task, arch, variant, seed): the same estimator
-    as the intervals (pooled counts where stored, else the fold-and-position mean)."""
-    from analysis.probes.intervals import pooled_counts
+def summary_frame(ds: xr.Dataset, store, *, target: str, computed: list[str] | None = None) -> pd.DataFrame:
+    """Best layer, first crossing of the threshold and AUC with intervals, one row per
+    (task, arch, variant, length): the ones stored with the result
+    (:func:`analysis.probes.intervals.stored_profile_summary`), else computed here
+    (:func:`analysis.probes.intervals.profile_summary`; ``"summary"`` appended to
+    ``computed``), with each layer statistic written as its layer's name."""
+    from analysis.probes.intervals import profile_summary, stored_profile_summary
 
-    if var == "accuracy" and "correct" in ds and "labelled" in ds:
-        num, den = pooled_counts(ds)
-        per_run = num.sum("sequence") / den.sum("sequence")
-    else:
-        per_run = ds[var].mean([d for d in ("fold", "position") if d in ds[var].dims])
-    return by_seed(per_run.drop_vars([c for c in per_run.coords if c not in per_run.dims]), store)
-
-
-def summary_frame(ds: xr.Dataset, store, *, target: str, threshold: float = THRESHOLD) -> pd.DataFrame:
-    """Best layer, first crossing of ``threshold`` and AUC with intervals, one row per
-    (task, arch, variant, length); the AUC's chance level is the cell's mean majority baseline.
-
-    Uses :func:`analysis.stats.profile_statistics` on the per-seed profiles (layers a run
-    does not have are dropped); cells with one seed get the point values and no interval.
-    """
-    from analysis.stats import profile_statistics
-    from analysis.stats.profiles import auc_np, best_layer_np, first_crossing_np
-
-    acc = per_seed_profiles(ds, store)
-    base = per_seed_profiles(ds, store, "baseline") if "baseline" in ds else None
-    rows = []
-    cells = acc.stack(_cell=["task", "arch", "variant", "length"])
-    for k in range(cells.sizes["_cell"]):
-        cell = cells.isel(_cell=k)
-        task, arch, variant, length = (cell["_cell"].values.item())
-        prof = cell.transpose("seed", "layer")
-        prof = prof.isel(seed=np.flatnonzero(prof.notnull().any("layer").values))
-        prof = prof.isel(layer=np.flatnonzero(prof.notnull().all("seed").values))
-        if prof.sizes["seed"] == 0 or prof.sizes["layer"] == 0:
-            continue
-        chance = 0.0
-        if base is not None:
-            b = float(base.sel(task=task, arch=arch, variant=variant, length=length).mean())
-            chance = min(b, 0.99) if np.isfinite(b) else 0.0
-        labels = [str(v) for v in prof["layer"].values]
-        row = {"task": task, "arch": arch, "variant": variant, "length": int(length), "target": target,
-               "n_seeds": int(prof.sizes["seed"]), "chance": chance, "layer_labels": " ".join(labels)}
-        if prof.sizes["seed"] >= 2:
-            st = profile_statistics(prof, rng=0, threshold=threshold, chance=chance, n_boot=1000)
-            for name in ("best_layer", "first_crossing", "auc"):
-                for suffix in ("", "_lower", "_upper"):
-                    row[name + suffix] = float(st[name + suffix])
-        else:
-            mean = prof.mean("seed").values
-            row.update(best_layer=float(best_layer_np(mean)), first_crossing=float(first_crossing_np(mean, threshold)),
-                       auc=float(auc_np(mean, chance)))
-            for name in ("best_layer", "first_crossing", "auc"):
-                row[name + "_lower"] = row[name + "_upper"] = np.nan
-        per_seed = prof.values
-        few = 2 <= prof.sizes["seed"] < MIN_SEEDS
-        for name, stat in (("best_layer", best_layer_np(per_seed)),
-                           ("first_crossing", first_crossing_np(per_seed, threshold))):
-            if few:  # too few seeds for an interval: each seed's own layer instead
-                row[name + "_lower"] = row[name + "_upper"] = np.nan
-                each = ", ".join(_layer_name(float(v), labels) for v in stat)
-                row[name + "_name"] = f"{_layer_name(row[name], labels)} [{TOO_FEW}: {each}]"
+    frame = stored_profile_summary(ds)
+    if frame is None:
+        frame = profile_summary(ds, store, threshold=THRESHOLD)
+        if computed is not None:
+            computed.append("summary")
+    elif len(frame):
+        cells = {tuple(str(store.run_attrs(str(r)).get(f)) for f in ("task", "arch", "variant"))
+                 for r in ds["run"].values}
+        frame = frame[[c in cells for c in zip(frame["task"], frame["arch"], frame["variant"], strict=True)]]
+        frame = frame.reset_index(drop=True)
+    if not len(frame):
+        return pd.DataFrame()
+    frame.insert(4, "target", target)
+    for name in ("best_layer", "first_crossing"):
+        names = []
+        for r in frame.itertuples(index=False):
+            labels = str(r.layer_labels).split(" ")
+            row = r._asdict()
+            if 2 <= r.n_seeds < MIN_SEEDS:  # too few seeds for an interval: each seed's own layer instead
+                each = ", ".join(_layer_name(float(v), labels) for v in row[f"{name}_seeds"])
+                names.append(f"{_layer_name(row[name], labels)} [{TOO_FEW}: {each}]")
             else:
-                row[name + "_name"] = fmt_layer_ci(row[name], row[name + "_lower"], row[name + "_upper"], labels)
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    if len(frame):
-        frame = apply_rules(frame, *auc_range(frame["chance"].to_numpy()), value="auc", lower="auc_lower",
-                              upper="auc_upper", note="auc_interval_note", seed_values=("auc_seed_a", "auc_seed_b"))
-    return frame
+                names.append(fmt_layer_ci(row[name], row[name + "_lower"], row[name + "_upper"], labels))
+        frame[name + "_name"] = names
+    few = ((frame["n_seeds"] >= 2) & (frame["n_seeds"] < MIN_SEEDS)).to_numpy()
+    frame.loc[few, [f"{n}_{s}" for n in ("best_layer", "first_crossing") for s in ("lower", "upper")]] = np.nan
+    frame = frame.drop(columns=["seeds", "best_layer_seeds", "first_crossing_seeds"])
+    return apply_rules(frame, *auc_range(frame["chance"].to_numpy()), value="auc", lower="auc_lower",
+                       upper="auc_upper", note="auc_interval_note", seed_values=("auc_seed_a", "auc_seed_b"))
 
 
 def _layer_name(pos: float, labels: list[str]) -> str:

@@ -9,9 +9,16 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from analysis.probes.intervals import METRICS, probe_interval_frames, stored_probe_intervals
+from analysis.probes.intervals import (
+    METRICS,
+    SUMMARY,
+    probe_interval_frames,
+    profile_summary,
+    stored_probe_intervals,
+    stored_profile_summary,
+)
 from reports.numbers import read_result
-from reports.readout import profile_frame
+from reports.readout import profile_frame, summary_frame
 from store import Store
 
 from ._data import LENGTH, _write_run
@@ -22,9 +29,12 @@ MODELS = {("parity", "lstm"): (0, 1, 2), ("parity", "transformer"): (0, 1), ("dy
 
 def _without_intervals(ds: xr.Dataset) -> xr.Dataset:
     """A probe result as stored before results kept their intervals."""
-    names = [f"{m}_{p}" for m in METRICS for p in ("estimate", "lower", "upper", "n_seeds", "method")]
-    old = ds.drop_vars([n for n in names if n in ds] + ["cell_task", "cell_arch", "cell_variant"])
-    old.attrs = {k: v for k, v in ds.attrs.items() if k not in ("interval_metrics", "ci_level")}
+    names = [f"{m}_{p}" for m in (*METRICS, *SUMMARY) for p in ("estimate", "lower", "upper", "n_seeds", "method")]
+    names += ["profile_n_seeds", "auc_chance", "profile_layers", "best_layer_per_seed", "first_crossing_per_seed",
+              "profile_seed_used", "profile_seed", "cell_task", "cell_arch", "cell_variant"]
+    old = ds.drop_vars([n for n in names if n in ds.variables])
+    old.attrs = {k: v for k, v in ds.attrs.items() if k not in ("interval_metrics", "ci_level") and
+                 not k.startswith("profile_")}
     return old
 
 
@@ -63,6 +73,17 @@ def test_probe_results_store_their_intervals_and_the_report_shows_the_same_numbe
         assert here == ["probes"]
         here = []
         after = profile_frame(new, probed, target="t", computed=here)
+        assert here == []
+        pd.testing.assert_frame_equal(after, before, check_dtype=False)
+        stored_summary = stored_profile_summary(new)
+        assert stored_summary is not None and stored_profile_summary(old) is None
+        pd.testing.assert_frame_equal(stored_summary, profile_summary(old, probed), check_dtype=False)
+        assert set(stored_summary["n_seeds"]) == {1, 2, 3}
+        here = []
+        before = summary_frame(old, probed, target="t", computed=here)
+        assert here == ["summary"]
+        here = []
+        after = summary_frame(new, probed, target="t", computed=here)
         assert here == []
         pd.testing.assert_frame_equal(after, before, check_dtype=False)
 
