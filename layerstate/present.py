@@ -241,11 +241,9 @@ def claim_summaries(res: xr.Dataset) -> Iterator[str]:
     interval and corrected p), and a flag when the cross-check model reaches another verdict."""
     from analysis.claims.verdicts import fmt_p
 
-    for i in range(res.sizes["claim"]):
-        r = res.isel(claim=i)
-        cid, verdict = str(r.claim.values), str(r.verdict.values)
-        if verdict == "not evaluable":
-            yield f"claim {cid}: {r.test.values}"
+    for r, cid, verdict, why_not in _claim_rows(res, "claim "):
+        if why_not is not None:
+            yield why_not
             continue
         flag = (f"; cross-check {_get(r, 'crosscheck_model')} says {_get(r, 'crosscheck_verdict')}"
                 if _get(r, "disagreement", False) else "")
@@ -254,6 +252,15 @@ def claim_summaries(res: xr.Dataset) -> Iterator[str]:
             yield f"claim {cid}: {verdict} — {reason}{flag}"
             continue
         yield f"claim {cid}: {verdict} (estimate {_interval(r)}, corrected p={fmt_p(float(r.p_adjusted))}{flag})"
+
+
+def _claim_rows(res: xr.Dataset, prefix: str = "") -> Iterator[tuple[xr.Dataset, str, str, str | None]]:
+    """Each claim row: (row, id, verdict, None), or for a claim not evaluable the line saying why
+    in place of None."""
+    for i in range(res.sizes["claim"]):
+        r = res.isel(claim=i)
+        cid, verdict = str(r.claim.values), str(r.verdict.values)
+        yield r, cid, verdict, (f"{prefix}{cid}: {r.test.values}" if verdict == "not evaluable" else None)
 
 
 def _interval(r: xr.Dataset) -> str:
@@ -276,11 +283,9 @@ def claim_lines(res: xr.Dataset) -> Iterator[str]:
     estimate, interval, p and verdict (flagged when it differs), and what was dropped."""
     from analysis.claims.verdicts import fmt_p, power_words
 
-    for i in range(res.sizes["claim"]):
-        r = res.isel(claim=i)
-        cid, verdict = str(r.claim.values), str(r.verdict.values)
-        if verdict == "not evaluable":
-            yield f"{cid}: {r.test.values}"
+    for r, cid, verdict, why_not in _claim_rows(res):
+        if why_not is not None:
+            yield why_not
             continue
         reason = _get(r, "reason")
         line = f"{cid}: {verdict}" + (f" — {reason}" if reason else "")
