@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store import Store, summary
+from store import Store, schema, summary
 
 
 @dataclass
@@ -56,10 +56,10 @@ def take_snapshot(store: Store) -> Snapshot:
     for rid, run in info["runs"].items():
         snap.complete[rid], snap.incomplete[rid], snap.with_logits[rid] = [], [], []
         for name, grp in sorted(run["groups"].items()):
-            kind, _, num = name.rpartition("_")
-            if kind != "len":
+            parsed = schema.parse_length_group(name)
+            if parsed is None or parsed[0] != schema.LEN:
                 continue
-            length = int(num)
+            length = parsed[1]
             if grp["complete"]:
                 snap.complete[rid].append(length)
                 if "logits" in grp["arrays"]:

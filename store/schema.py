@@ -116,12 +116,14 @@ _RESULT_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 def result_name(kind: str, name: str) -> str:
     """``result_name("ablation", "parity")`` -> ``"ablation/parity"``; a name that already
     starts with ``<kind>/`` is returned as it is."""
+    from store.errors import InvalidArgumentError  # a ValueError the command line shows in one line
+
     if kind not in RESULT_KINDS:
-        raise ValueError(f"result kind must be one of {', '.join(RESULT_KINDS)}, got {kind!r}")
+        raise InvalidArgumentError(f"result kind must be one of {', '.join(RESULT_KINDS)}, got {kind!r}")
     name = name.removeprefix(f"{kind}/")
     if not _RESULT_PART.fullmatch(name):
-        raise ValueError(f"invalid result name {name!r}: use letters, digits, '_', '.', '-' "
-                         "(starting with a letter or digit, at most 128 characters)")
+        raise InvalidArgumentError(f"invalid result name {name!r}: use letters, digits, '_', '.', '-' "
+                                   "(starting with a letter or digit, at most 128 characters)")
     return f"{kind}/{name}"
 
 

@@ -93,7 +93,7 @@ from analysis.interventions.matched import (  # MATCHABLE, matched_comparison: r
     with_matched,
 )
 from analysis.interventions.refit import refit_correct, refit_reference
-from store import Store
+from store import Store, schema
 from store.errors import InvalidArgumentError
 
 __all__ = [
@@ -517,6 +517,6 @@ def run_ablation(
     """
     from analysis.interventions.intervals import add_intervals
 
-    return run_and_store(store, f"ablation/{name}", ablation(store, **kwargs),
+    return run_and_store(store, schema.result_name(schema.ABLATION, name), ablation(store, **kwargs),
                          scheduler=scheduler, num_workers=num_workers, attrs=attrs,
                          finish=lambda done: add_intervals(done, "ablation", store))

@@ -29,7 +29,7 @@ from analysis.interventions.twins import (
     twin_summaries,
     twin_variables,
 )
-from store import MissingError, Store
+from store import MissingError, Store, schema
 
 TASK_SITES = ("key", "value", "divider", "query")
 
@@ -207,6 +207,6 @@ def run_interchange(
             result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
         return add_intervals(result, "interchange", store)
 
-    return run_and_store(store, f"interchange/{name}", interchange(store, runs, length, **kwargs),
+    return run_and_store(store, schema.result_name(schema.INTERCHANGE, name), interchange(store, runs, length, **kwargs),
                          scheduler=scheduler, num_workers=num_workers, finish=with_mechanism,
                          attrs=attrs)

@@ -92,7 +92,7 @@ from analysis.interventions.twins import (
     twin_summaries,
     twin_variables,
 )
-from store import Store
+from store import Store, schema
 from store.errors import InvalidArgumentError
 
 #: `patching`'s variables: OUTPUTS key -> name (and the summaries' names).
@@ -249,6 +249,6 @@ def run_patching(
     """
     from analysis.interventions.intervals import add_intervals
 
-    return run_and_store(store, f"patching/{name}", patching(store, runs, length, **kwargs),
+    return run_and_store(store, schema.result_name(schema.PATCHING, name), patching(store, runs, length, **kwargs),
                          scheduler=scheduler, num_workers=num_workers, attrs=attrs,
                          finish=lambda done: add_intervals(done, "patching", store))
