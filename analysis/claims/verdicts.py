@@ -419,7 +419,7 @@ def _cannot(row: dict, level: float, n_seeds: int) -> str:
     more = row.get("seeds_needed", np.nan)
     tail = (f"; {int(more)} seeds would let the best data pass" if np.isfinite(more) else "")
     return (f"; cannot be supported with {n_seeds} seeds at this family's level: the test needs t >= {need:.1f} at "
-            f"{_level_text(level)} with {df:g} degrees of freedom, and the best possible data give "
+            f"{_level_text(level)} with {df:g} degree{'' if df == 1 else 's'} of freedom, and the best possible data give "
             f"t = {max_t:.1f}{tail}")
 
 
