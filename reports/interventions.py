@@ -32,6 +32,8 @@ and refitted-probe accuracies in [0, 1]; recovery and restoration may overshoot 
 bounded; no interval from 2 seeds. Which site each architecture's intervention edits is one
 table for the whole section (:func:`sites_table`), not a note per result.
 """
+# Over 600 lines: the section's three parts (ablation, patching, interchange) share its frame, interval and
+# table helpers; apart they would import each other through interventions(), which calls all three.
 
 from __future__ import annotations
 
