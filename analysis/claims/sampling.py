@@ -91,8 +91,9 @@ def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | Non
 
 def _proportion_var(p: xr.DataArray, m: xr.DataArray) -> xr.DataArray:
     """:func:`analysis.stats.decision.proportion_sampling_var` on DataArrays (broadcast by dim)."""
-    shrunk = (m * p + 2.0) / (m + 4.0)
-    return xr.where(m > 0, shrunk * (1.0 - shrunk) / m, np.nan)
+    from analysis.stats.decision import proportion_sampling_var
+
+    return xr.apply_ufunc(proportion_sampling_var, p, m)
 
 
 def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, float, str]:

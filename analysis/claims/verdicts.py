@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from analysis.claims.spec import ALPHA, MODEL_NAMES, Claim, NotEvaluable
+from analysis.stats.decision import fmt_p as fmt_p
 
 
 def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
@@ -210,11 +211,6 @@ def adjust(claims: list[Claim], rows: list[dict], *,
             out[i] = {k: np.nan for k in out[i]}
     return out
 
-
-def fmt_p(x: float) -> str:
-    from analysis.stats.decision import fmt_p as text
-
-    return text(x)
 
 
 def _level_text(level: float) -> str:
