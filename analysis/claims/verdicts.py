@@ -13,9 +13,8 @@ from analysis.stats.decision import fmt_p as fmt_p
 
 
 def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
-    """Interval and the claim's tests of an estimate (``se``, ``df``); power and MDE at
-    ``alpha`` here, recomputed at the level the claim is judged at once the family is known
-    (:func:`judged_power`). ``se`` must be positive: an estimate without one is not evaluable
+    """Interval and the claim's tests of an estimate (``se``, ``df``); power and MDE are left
+    for the level the claim is judged at, known once the family is (:func:`judged_power`). ``se`` must be positive: an estimate without one is not evaluable
     (the callers floor it at the sequences' sampling error where there is one)."""
     from analysis.stats.decision import inference_np
 
@@ -32,8 +31,7 @@ def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any
         "p_zero": inf["p_zero"], "p_equivalence": inf.get("p_equivalence", np.nan),
         "p_margin": inf.get("p_margin", np.nan) if claim.test_against == "margin" else np.nan,
     }
-    row.update(judged_power(claim, row, ALPHA))
-    return row
+    return row | {"power": np.nan, "power_at": np.nan, "mde": np.nan}  # at its Holm level: judged_power
 
 
 def judged_power(claim: Claim, row: dict, level: float) -> dict[str, float]:
