@@ -15,6 +15,7 @@ the task's named positions (``pos_key``, ``pos_query``, …) per sequence.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -421,6 +422,7 @@ def capture_unit(
     one process keeps the last run's model, so a run's lengths rebuild it once."""
     cap, rid = spec.exp.capture, spec.run_id
     check_capturable(store, spec)
+    t0 = time.perf_counter()
     model = (models or {}).get(rid)
     if model is None:
         model = rebuild_model(store, rid, device)
@@ -428,9 +430,32 @@ def capture_unit(
             models.clear()  # one model held at a time
             models[rid] = model
     if kind == "cf":
-        return capture_counterfactuals(store, rid, length, n_pairs=cap.counterfactual_pairs,
-                                       device=device, model=model)
-    prog = progress_factory(f"{rid} L={length}", cap.n_sequences) if progress_factory else None
-    return capture_length(store, rid, length, n_sequences=cap.n_sequences, dtype=cap.dtype,
-                          sites=cap.sites, batch_size=cap.batch_size, device=device, model=model,
-                          progress=prog)
+        res = capture_counterfactuals(store, rid, length, n_pairs=cap.counterfactual_pairs,
+                                      device=device, model=model)
+    else:
+        prog = progress_factory(f"{rid} L={length}", cap.n_sequences) if progress_factory else None
+        res = capture_length(store, rid, length, n_sequences=cap.n_sequences, dtype=cap.dtype,
+                             sites=cap.sites, batch_size=cap.batch_size, device=device, model=model,
+                             progress=prog)
+    if res.blocks_written:
+        record_capture_seconds(store, rid, f"{kind}_{length}", time.perf_counter() - t0)
+    return res
+
+
+#: Run attributes of the time its captures took: seconds per capture (``"len_40"``,
+#: ``"cf_40"``, …) and their sum. Not part of the run's identity (``store.run_identity``).
+CAPTURE_SECONDS_BY, CAPTURE_SECONDS = "capture_seconds_by", "capture_seconds"
+
+
+def record_capture_seconds(store: Store, run_id: str, key: str, seconds: float) -> None:
+    """Record that capture ``key`` of a run took ``seconds`` (wall seconds): its part of
+    ``capture_seconds_by``, replacing the part of an earlier capture of the same key, and
+    ``capture_seconds``, the sum of the parts (what ``layerstate plan`` adds to a run's
+    training time). :func:`capture_unit` records a capture that wrote blocks (a resumed one:
+    the time of the blocks it wrote), not one found complete. A run's captures run one after
+    another under its writer's lease, so reading and rewriting the map is safe on a cluster
+    worker too (through the store handle the capture writes with)."""
+    parts = store.run_attrs(run_id).get(CAPTURE_SECONDS_BY) or {}
+    parts = {str(k): float(v) for k, v in dict(parts).items()}
+    parts[key] = float(seconds)
+    store.update_run_attrs(run_id, **{CAPTURE_SECONDS_BY: parts, CAPTURE_SECONDS: float(sum(parts.values()))})
