@@ -540,17 +540,22 @@ def capture(experiment: str, store_path: str, device: str, scheduler: str, stora
 @click.option("--task", "tasks", multiple=True,
               help="Run only this task's part of the grid (repeatable): its runs, and the claims "
                    "that read only the tasks named. A grid too big for one sitting is run in parts.")
+@click.option("--design", "design", default=None, type=click.Path(dir_okay=False),
+              help="A TOML file whose [design] (a group-sequential design over seeds) replaces the "
+                   "experiment's: the grid is run stage by stage, new seeds only for the cells that "
+                   "undecided claims read (docs/sequential.md).")
 @device_option
 @scheduler_option(SCHEDULER_HELP + " On a cluster each run's training and each (run, length) "
                   "capture is a task, then the analyses run there; claims and the report here.")
 @storage_option
-def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tuple[str, ...], device: str,
-        scheduler: str, storage_options: dict) -> None:
-    """The main job: train -> capture -> analyse -> claims -> report (re-run resumes)."""
+def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tuple[str, ...], design: str | None,
+        device: str, scheduler: str, storage_options: dict) -> None:
+    """The main job: train -> capture -> analyse -> claims -> report (re-run resumes). With a
+    [design], stage by stage until every claim is decided or its cells reach their maximum."""
     from layerstate.pipeline import run_experiment
 
     run_experiment(experiment, out, store=store_path, storage_options=storage_options, scheduler=scheduler,
-                   jobs=jobs, device=device, tasks=tasks or None, say=click.echo)
+                   jobs=jobs, device=device, tasks=tasks or None, design=design, say=click.echo)
 
 
 # ----------------------------------------------------------------------------- analyses
@@ -798,24 +803,35 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--store", "store_path", required=True, metavar="STORE",
               help="The store holding the stages' seeds (a directory, a zip or a URL).")
+@click.option("--design", "design_path", default=None, type=click.Path(dir_okay=False),
+              help="A TOML file whose [design] replaces EXPERIMENT's.")
+@click.option("--task", "tasks", multiple=True,
+              help="Only this task's part (repeatable): the claims reading only these tasks; the others stay "
+                   "in the Holm families, never rejected here.")
 @results_option
 @storage_option
-def sequential(experiment: str, store_path: str, results: str | None, storage_options: dict) -> None:
+def sequential(experiment: str, store_path: str, design_path: str | None, tasks: tuple[str, ...],
+               results: str | None, storage_options: dict) -> None:
     """Decide EXPERIMENT's claims stage by stage under its [design] (a group-sequential design
     over seeds) on the seeds STORE holds, and say which cells the next stage trains. Nothing is
-    written."""
-    from layerstate.experiment import load_claims, load_design
+    written (`layerstate run --design` trains the stages and stores them)."""
+    from layerstate.experiment import load_claims, load_design, load_experiment
     from layerstate.sequential import evaluate_sequential, sequential_lines
     from store import open_analysis
 
-    design = load_design(experiment)
+    design = load_design(design_path or experiment)
     if design is None:
-        raise BadInput(f"{experiment} declares no [design]; add one (first_seeds, stage_seeds, max_seeds, "
-                       "spending) before training the first stage (docs/sequential.md)")
-    claims = load_claims(experiment)
+        raise BadInput(f"{design_path or experiment} declares no [design]; add one (first_seeds, stage_seeds, "
+                       "max_seeds, spending) before training the first stage (docs/sequential.md)")
+    absent: list = []
+    if tasks:
+        part = load_experiment(experiment).part(tasks)
+        claims, absent = part.claims, part.absent_claims
+    else:
+        claims = load_claims(experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
-    for line in sequential_lines(evaluate_sequential(st, claims, design)):
+    for line in sequential_lines(evaluate_sequential(st, claims, design, absent=absent)):
         click.echo(line)
 
 

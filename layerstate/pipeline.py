@@ -57,6 +57,7 @@ from layerstate.stages import capture_task, train_task
 from layerstate.staleness import REQUEST_ATTR, result_request, stored_answers
 from layerstate.staleness import staleness as _staleness
 from layerstate.work import work_list
+from store.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from capture.experiment import CapturePlan, RunSpec
@@ -148,6 +149,73 @@ def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: An
 evaluate_experiment_claims = stages.evaluate_claims
 
 
+def check_staged(exp: Experiment) -> None:
+    """A staged grid's seeds must be its design's first stage (0 .. first_seeds - 1): later
+    stages add the next seeds to the cells that need them."""
+    d = exp.design
+    assert d is not None
+    want = list(range(d.first_seeds))
+    if sorted(exp.grid.seeds) != want:
+        raise InvalidArgumentError(
+            f"the grid's seeds {exp.grid.seeds} are not the design's first stage; write seeds = {want} "
+            f"([grid]): the design adds seeds {d.first_seeds}..{d.max_seeds - 1} stage by stage")
+    unknown = sorted(set(d.max_seeds_by_arch) - set(exp.grid.archs))
+    if unknown:
+        raise InvalidArgumentError(f"design: max_seeds_by_arch names {', '.join(unknown)}, not in the grid's "
+                                   f"architectures ({', '.join(exp.grid.archs)}); name those")
+
+
+def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: dict | None, say: Say) -> None:
+    """Run a group-sequential design stage by stage (docs/sequential.md): train, capture and
+    analyse the stage's runs, decide the claims at the stage's boundaries
+    (:func:`layerstate.sequential.evaluate_sequential`) and store the stages as the result
+    ``sequential``; the next stage trains new seeds only for the cells that undecided claims
+    read, until every claim is decided or the cells reach their maximum. A stage computes the
+    analyses the claims read (and the models' behaviour), not the others: seeds and CPU go
+    where they decide claims. Runs already in the store are reused, so a stopped run resumes
+    where it was."""
+    from analysis.claims.metrics import result_kind
+    from capture.experiment import RunSpec
+    from layerstate.sequential import (
+        evaluate_sequential,
+        next_cells,
+        sequential_dataset,
+        sequential_lines,
+    )
+    from store import Store
+    from store.schema import SEQUENTIAL
+
+    design = exp.design
+    assert design is not None
+    plan = exp.plan
+    read = {"behaviour"} | {result_kind(c.metric) for c in exp.claims}
+    if read & {"patching", "interchange"}:
+        read.add("pairs")  # the counterfactual pairs they patch
+    cells = list(dict.fromkeys((r.task, r.arch, r.variant) for r in plan.runs()))
+    target = {cell: design.first_seeds for cell in cells}
+    stages = ("train", "capture", "analyse", "claims")
+    while True:
+        specs = [RunSpec(exp=plan, task=t, arch=a, variant=v, seed=s)
+                 for (t, a, v) in cells for s in range(target[(t, a, v)])]
+        more = ", ".join(f"{'/'.join(c)} {n}" for c, n in target.items() if n > design.first_seeds)
+        say(f"stage at {max(target.values())} seeds: {len(specs)} runs ({more or 'the grid'})")
+        work = [w for w in work_list(exp, stages=stages, runs=specs) if w.stage != "analyse" or w.kind in read]
+        executor.results(work)
+        st = Store.open(url, mode="r+", storage_options=storage_options)
+        run = evaluate_sequential(st, exp.claims, design, absent=exp.absent_claims)
+        st.write_result(SEQUENTIAL, sequential_dataset(run))
+        for line in sequential_lines(run):
+            say(line)
+        nxt = {c: n for c, n in next_cells(run).items() if c in target and n > target[c]}
+        if not nxt:
+            skipped = sorted({w.key for w in work_list(exp, stages=("analyse",), runs=specs)} - {w.key for w in work})
+            if skipped:
+                say(f"not computed (no claim reads them): {', '.join(skipped)}; `layerstate ablate` / "
+                    "`layerstate patch` compute them on the store")
+            return
+        target.update(nxt)
+
+
 def run_experiment(
     exp_path: str | Path,
     out: str | Path,
@@ -158,6 +226,7 @@ def run_experiment(
     jobs: int = 2,
     device: str = "cpu",
     tasks: Sequence[str] | None = None,
+    design: str | Path | None = None,
     say: Say = print,
 ) -> Path:
     """The main job: every stage of an experiment into a store and ``out/report``.
@@ -169,6 +238,9 @@ def run_experiment(
     ``tasks``: run only this part of the grid (:meth:`~layerstate.experiment.Experiment.part`:
     those tasks' runs and the claims that read only them); the other parts can be run into
     the same store later, and each part's report covers what the store holds.
+    ``design``: a TOML file whose ``[design]`` replaces the experiment's (a group-sequential
+    design over seeds, docs/sequential.md); with one, the grid is run stage by stage
+    (:func:`run_stages`).
     """
     from analysis.compute import check, connect
     from layerstate import present
@@ -182,17 +254,31 @@ def run_experiment(
         say(f"part of {exp_path}: tasks {', '.join(exp.grid.tasks)}; {len(exp.plan.runs())} runs, "
             f"{len(exp.claims)} of its {whole} claims (those reading only these tasks; the other "
             f"{whole - len(exp.claims)} stay in the Holm correction with p = 1)")
+    if design is not None:
+        from layerstate.experiment import load_design
+
+        declared = load_design(design)
+        if declared is None:
+            raise InvalidArgumentError(f"{design} declares no [design]; add one (first_seeds, stage_seeds, "
+                                       "max_seeds, spending) before its first stage is trained")
+        exp = exp.model_copy(update={"design": declared})
+    if exp.design is not None:
+        check_staged(exp)
     check(scheduler)
     t0 = time.perf_counter()
-    work = exp.work()  # the whole job, in order
     with connect(scheduler, say=say) as sched:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         url = store_url(store if store is not None else out / "store.zarr")
         Store.create(url, title=exp.experiment.title or exp.experiment.name, exist_ok=True,
                      storage_options=storage_options)
-        done = Executor(sched, url, storage_options=storage_options, device=device, jobs=jobs,
-                        exp=exp, out=out, say=say).results(work)
+        executor = Executor(sched, url, storage_options=storage_options, device=device, jobs=jobs,
+                            exp=exp, out=out, say=say)
+        if exp.design is not None:
+            run_stages(executor, exp, url, storage_options, say)
+            done = executor.results(exp.work(stages=("report",)))
+        else:
+            done = executor.results(exp.work())  # the whole job, in order
     index = done["report"]
     say(f"done in {time.perf_counter() - t0:.0f}s: store {url}")
     say(present.report_line(index))

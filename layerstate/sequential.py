@@ -18,7 +18,7 @@ at the maximum seeds by ``layerstate stats``, and listed as such.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,12 +32,17 @@ Cell = tuple[str, str, str]
 @dataclass(frozen=True)
 class SequentialRun:
     """The stages a store holds (``stages``, in order), the claims left to the fixed test
-    (``fixed``: id -> why) and, when the design goes on, what the next stage needs."""
+    (``fixed``: id -> why), each cell's seeds held (``held``), each claim's own maximum
+    (``caps``), its test in words (``tests``) and the runs each stage added with their CPU
+    seconds (``added``: per stage, (runs, seconds))."""
 
     design: Design
     stages: list[StageResult]
     fixed: dict[str, str]
     held: dict[Cell, int]
+    caps: dict[str, int] = field(default_factory=dict)
+    tests: dict[str, str] = field(default_factory=dict)
+    added: list[tuple[int, float]] = field(default_factory=list)
 
 
 def _seeds_held(store) -> dict[Cell, int]:
@@ -56,38 +61,162 @@ def _seeds_held(store) -> dict[Cell, int]:
     return out
 
 
-def evaluate_sequential(store, claims: Sequence[Claim], design: Design) -> SequentialRun:
-    """Decide ``claims`` stage by stage on the seeds ``store`` holds (nothing is written)."""
+def _run_seconds(attrs: dict) -> float:
+    """A run's CPU seconds: training, plus capture where the run records it."""
+    metrics = attrs.get("metrics") or {}
+    train = metrics.get("train_seconds") if isinstance(metrics, dict) else None
+    return float(train or 0.0) + float(attrs.get("capture_seconds", 0.0) or 0.0)
+
+
+def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
+    """Per stage: the runs whose seed it added (seed in [n_{k-1}, n_k)) and their CPU seconds."""
+    out = [[0, 0.0] for _ in seeds]
+    for rid in store.run_ids():
+        a = store.run_attrs(rid)
+        s = int(a.get("seed", 0))
+        for k, n in enumerate(seeds):
+            if s < n and (k == 0 or s >= seeds[k - 1]):
+                out[k][0] += 1
+                out[k][1] += _run_seconds(a)
+                break
+    return [(int(n), float(t)) for n, t in out]
+
+
+def _test_words(h) -> str:
+    m = f"{h.margin:g}" if h.margin is not None else ""
+    return {"greater": f"greater than {h.value:g}", "less": f"less than {h.value:g}",
+            "two-sided": f"different from {h.value:g}", "within": f"within {h.value:g} +- {m}",
+            "outside": f"outside {h.value:g} +- {m}"}[h.test]
+
+
+def absent_counts(claims: Sequence[Claim]) -> tuple[int, int]:
+    """How many tests ``claims`` (declared, not evaluated here) hold in the family of claims' own
+    tests and in the family of their opposite sides: each counts at p = 1, as in the fixed
+    design's Holm families (a profile_match claim, one test per architecture, has no opposite)."""
+    from analysis.stats.sequential import DesignError, from_claim
+
+    own = contra = 0
+    for c in claims:
+        if c.kind == "profile_match":
+            own += len(c.archs) or 1
+            continue
+        own += 1
+        try:
+            contra += from_claim(c).contradictable()
+        except DesignError:  # cells not told by its fields: still a directional test
+            contra += c.direction != "two-sided"
+    return own, contra
+
+
+def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
+                        absent: Sequence[Claim] = ()) -> SequentialRun:
+    """Decide ``claims`` stage by stage on the seeds ``store`` holds (nothing is written).
+
+    ``absent``: the declared claims of other parts of the grid (not evaluated here); they count
+    in both Holm families and are never rejected here. A claim's maximum is the lowest
+    ``design.cap`` of the architectures it reads."""
     from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
     from analysis.stats.sequential import from_claim, sequential_decisions
     from store.view import StoreView
 
+    profile = [c for c in claims if c.kind == "profile_match"]
     fixed = {c.id: "a profile_match claim is an exact permutation test: evaluated at the maximum seeds"
-             for c in claims if c.kind == "profile_match"}
+             for c in profile}
     tested = [c for c in claims if c.kind != "profile_match"]
-    hypotheses = [from_claim(c) for c in tested]
+    hypotheses = []
+    for c in tested:
+        h = from_claim(c)
+        hypotheses.append(h.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in h.cells)}))
+    counts = absent_counts([*profile, *absent])
     held = _seeds_held(store)
     observed: list[dict[str, tuple[float, float, float]]] = []
     stages: list[StageResult] = []
     needed = {cell for h in hypotheses for cell in h.cells}
     for n in design.seeds():
-        if any(held.get(cell, 0) < n for cell in needed):
+        if not needed or any(held.get(cell, 0) < n for cell in needed):
             break
         view: Any = StoreView([store], seed_below=n)  # read as a Store: the methods claims read
-        res = evaluate_claims(view, tested, probes=stored_probe_profiles(view),
-                              absent=[c for c in claims if c.kind == "profile_match"])
+        res = evaluate_claims(view, tested, probes=stored_probe_profiles(view), absent=[*profile, *absent])
         obs = {}
         for i in range(res.sizes["claim"]):
             r = res.isel(claim=i)
             if str(r.verdict.values) != "not evaluable":
                 obs[str(r.claim.values)] = (float(r.estimate), float(r.se), float(r.df))
         observed.append(obs)
-        stages = sequential_decisions(design, hypotheses, observed,
-                                      absent=(sum(len(c.archs) or 1 for c in claims if c.kind == "profile_match"), 0))
+        stages = sequential_decisions(design, hypotheses, observed, absent=counts)
         needed = set(stages[-1].cells_next)
-        if not needed:
-            break
-    return SequentialRun(design, stages, fixed, held)
+    return SequentialRun(design, stages, fixed, held, caps={h.id: int(h.max_seeds or design.max_seeds)
+                                                            for h in hypotheses},
+                         tests={h.id: _test_words(h) for h in hypotheses},
+                         added=_added(store, [st.seeds for st in stages]))
+
+
+def next_cells(run: SequentialRun) -> dict[Cell, int]:
+    """The cells the next stage trains and the seeds each reaches (empty: the design is done)."""
+    if not run.stages:
+        return {}
+    last = run.stages[-1]
+    if last.seeds_next is None:
+        return {}
+    return {cell: int(last.seeds_next) for cell in last.cells_next}
+
+
+def first_cells(run: SequentialRun, cells: Sequence[Cell]) -> dict[Cell, int]:
+    """Before any stage: every cell at the first stage's seeds."""
+    return {cell: run.design.first_seeds for cell in cells}
+
+
+def sequential_dataset(run: SequentialRun):
+    """The stages as the stored result ``sequential`` (docs/sequential.md): per stage and claim
+    the decision, estimate, SE, df, level, critical t, boundaries and repeated interval; per
+    claim its final decision, the stage deciding it (0: none), its test and maximum; per stage
+    the seeds per cell, the cells the next stage trains, the runs it added and their CPU
+    seconds; the design and the claims left to the fixed test as JSON attributes."""
+    import json
+
+    import xarray as xr
+
+    ids = list(run.caps)
+    K = len(run.stages)
+    shape = (K, len(ids))
+    num = {v: np.full(shape, np.nan) for v in ("estimate", "se", "df", "level", "critical", "bound_low",
+                                                "bound_high", "rci_low", "rci_high", "conditional_power")}
+    decision = np.full(shape, "", dtype=object)
+    for k, st in enumerate(run.stages):
+        for j, cid in enumerate(ids):
+            c = st.claims.get(cid)
+            if c is None or (c.decided_at is not None and c.decided_at < k):
+                continue
+            decision[k, j] = c.decision
+            for v, x in (("estimate", c.estimate), ("se", c.se), ("df", c.df), ("level", c.level),
+                         ("critical", c.critical), ("rci_low", c.rci[0]), ("rci_high", c.rci[1]),
+                         ("conditional_power", c.conditional_power)):
+                num[v][k, j] = x
+            bounds = sorted(c.boundaries)
+            if len(bounds) == 2:
+                num["bound_low"][k, j], num["bound_high"][k, j] = bounds
+            elif len(bounds) == 1:
+                side = "bound_low" if run.tests[cid].startswith("greater") else "bound_high"
+                num[side][k, j] = bounds[0]
+    final = [str(decision[:, j][decision[:, j] != ""][-1]) if (decision[:, j] != "").any() else "" for j in range(len(ids))]
+    decided_at = []
+    for cid in ids:
+        last = run.stages[-1].claims.get(cid) if run.stages else None
+        decided_at.append(int(last.decided_at) + 1 if last is not None and last.decided_at is not None else 0)
+    data: dict[str, Any] = {v: (("stage", "claim"), a) for v, a in num.items()}
+    data["decision"] = (("stage", "claim"), decision.astype(str))
+    data["final"] = (("claim",), np.array(final, dtype=str))
+    data["decided_at"] = (("claim",), np.array(decided_at, dtype=int))
+    data["test"] = (("claim",), np.array([run.tests[c] for c in ids], dtype=str))
+    data["max_seeds"] = (("claim",), np.array([run.caps[c] for c in ids], dtype=int))
+    data["seeds"] = (("stage",), np.array([st.seeds for st in run.stages], dtype=int))
+    data["cells_next"] = (("stage",), np.array([", ".join("/".join(c) for c in st.cells_next) for st in run.stages],
+                                               dtype=str))
+    data["runs_added"] = (("stage",), np.array([a[0] for a in run.added], dtype=int))
+    data["cpu_seconds"] = (("stage",), np.array([a[1] for a in run.added], dtype=float))
+    design = run.design.model_dump()
+    return xr.Dataset(data, coords={"stage": np.arange(1, K + 1), "claim": np.array(ids, dtype=str)},
+                      attrs={"design": json.dumps(design), "fixed": json.dumps(run.fixed)})
 
 
 def _fmt(x: float, signed: bool = True) -> str:
@@ -110,7 +239,8 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
         for cid, c in st.claims.items():
             bounds = ", ".join(_fmt(b) for b in c.boundaries) or "–"
             yield (f"stage {st.stage + 1} ({st.seeds} seeds) {cid}: {c.decision}"
-                   + (f" (decided at stage {c.decided_at + 1})" if c.decided_at is not None
+                   + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
+                      f"{c.decided_at + 1})" if c.decided_at is not None
                       and c.decided_at != st.stage else "")
                    + f" | estimate {_fmt(c.estimate)}, repeated 95% interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}]"
                    + f", boundary {bounds} at level {c.level:.2g}")

@@ -107,6 +107,8 @@ INTERCHANGE = "interchange"
 BEHAVIOUR = "behaviour"
 RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE, BEHAVIOUR)
 CLAIMS = "claims"
+#: A group-sequential design's stages and decisions (``layerstate run`` with a ``[design]``).
+SEQUENTIAL = "sequential"
 #: In a probe result's name, between the task and a target other than the task's own:
 #: ``probes/dyck`` (the target Dyck runs were trained on), ``probes/dyck.depth``.
 TARGET_SEP = "."

@@ -68,6 +68,12 @@ _RESULT_KIND = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATIO
                 "patch_recovery": schema.PATCHING, "restoration": schema.INTERCHANGE}
 
 
+def result_kind(metric: str) -> str:
+    """The kind of stored result a claim's metric is read from (``behaviour`` for the models'
+    own accuracy)."""
+    return _RESULT_KIND.get(metric, schema.BEHAVIOUR)
+
+
 def _result_lengths(store: Store, kind: str | None = None) -> list[int]:
     """The lengths the stored analysis results (of ``kind``, default every kind) hold: their
     ``length`` coordinate or attribute."""

@@ -86,6 +86,9 @@ class Design(BaseModel):
         "is below futility_power.")
     futility_power: float = Field(default=0.1, description="The conditional power below which a claim stops.")
     alpha: float = Field(default=0.05, description="Family-wise level of each family of tests.")
+    max_seeds_by_arch: dict[str, int] = Field(
+        default_factory=dict, description="A lower maximum for the cells of an architecture (e.g. {mamba = 3}: "
+        "expensive cells stop at the first stage); each a number of seeds some stage reaches.")
 
     @model_validator(mode="after")
     def _check(self) -> Design:
@@ -105,7 +108,23 @@ class Design(BaseModel):
                              "e.g. 0.1")
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha is {self.alpha}; write a level in (0, 0.5), e.g. 0.05")
+        stages = self.seeds()
+        for arch, n in self.max_seeds_by_arch.items():
+            if n not in stages:
+                raise ValueError(f"max_seeds_by_arch.{arch} is {n}, which no stage reaches; write one of "
+                                 f"{', '.join(map(str, stages))} (the seeds per cell after each stage)")
         return self
+
+    def cap(self, arch: str) -> int:
+        """The most seeds a cell of ``arch`` gets."""
+        return int(self.max_seeds_by_arch.get(arch, self.max_seeds))
+
+    def capped(self, max_seeds: int | None) -> Design:
+        """The same design stopping at ``max_seeds`` (a stage's seeds): the design a claim whose
+        cells stop there is tested under (its information fractions are ``n_k / max_seeds``)."""
+        if max_seeds is None or max_seeds == self.max_seeds:
+            return self
+        return self.model_copy(update={"max_seeds": int(max_seeds), "max_seeds_by_arch": {}})
 
     @classmethod
     def parse(cls, table: Mapping[str, Any], source: str | None = None) -> Design:
@@ -160,6 +179,8 @@ class Hypothesis(BaseModel):
     margin: float | None = None
     effect: float | None = Field(default=None, description="A true value of the estimate to compute conditional "
                                  "power at (futility); None: the current estimate.")
+    max_seeds: int | None = Field(default=None, description="The claim's own maximum (the lowest of its cells'; "
+                                  "a stage's seeds); None: the design's.")
 
     @model_validator(mode="after")
     def _check(self) -> Hypothesis:
@@ -534,35 +555,41 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
     decided: dict[str, ClaimStage] = {}
     out: list[StageResult] = []
     last = len(seeds) - 1
+    local = {i: design.capped(by_id[i].max_seeds) for i in ids}  # each claim's own design (its maximum)
+    for i, d in local.items():
+        if d.max_seeds not in seeds:
+            raise DesignError(f"hypothesis {i!r}: max_seeds {d.max_seeds} is not a stage of the design "
+                              f"(seeds {', '.join(map(str, seeds))}); cap it at one of them")
     for k, obs_k in enumerate(observed):
         active = [i for i in ids if i not in decided]
+        kk = {i: local[i].seeds().index(seeds[k]) for i in active}  # the claim's own stage
         nan3 = (math.nan, math.nan, math.nan)
         obs = {i: _triple(obs_k.get(i, nan3)) for i in active}
         supported = _holm_step(ids, rej_own, level, active,
-                               lambda i, lv: _crosses(by_id[i], obs[i], design, k, lv, False)[0],  # noqa: B023
+                               lambda i, lv: _crosses(by_id[i], obs[i], local[i], kk[i], lv, False)[0],  # noqa: B023
                                absent[0])
         contra_testable = [i for i in active if by_id[i].contradictable() and i not in supported]
         contradicted = _holm_step(contra_ids, rej_contra, contra_level, contra_testable,
-                                  lambda i, lv: _crosses(by_id[i], obs[i], design, k, lv, True)[0],  # noqa: B023
+                                  lambda i, lv: _crosses(by_id[i], obs[i], local[i], kk[i], lv, True)[0],  # noqa: B023
                                   absent[1])
         stage: dict[str, ClaimStage] = {}
         for i in active:
-            h, o = by_id[i], obs[i]
+            h, o, d, ki = by_id[i], obs[i], local[i], kk[i]
             lv = supported.get(i, level[i])
-            _, c = _crosses(h, o, design, k, lv, False)
+            _, c = _crosses(h, o, d, ki, lv, False)
             est, se, df = o
-            cp = _conditional_power(h, o, design, k, lv)
+            cp = _conditional_power(h, o, d, ki, lv)
             if i in supported:
                 dec = "supported"
             elif i in contradicted:
                 dec = "contradicted"
-            elif k == last:
+            elif ki == len(d.seeds()) - 1:
                 dec = "inconclusive"
             elif design.futility != "none" and np.isfinite(cp) and cp < design.futility_power:
                 dec = "futility"
             else:
                 dec = "continue"
-            q = rci_critical(design, k, df) if np.isfinite(df) and df >= 1 else math.nan
+            q = rci_critical(d, ki, df) if np.isfinite(df) and df >= 1 else math.nan
             stage[i] = ClaimStage(
                 id=i, stage=k, seeds=seeds[k], decision=dec, decided_at=None if dec == "continue" else k,
                 estimate=est, se=se, df=df, level=lv, critical=c,

@@ -240,3 +240,24 @@ def test_absent_tests_count_in_the_family_and_take_their_share():
     assert res.claims["a"].level == pytest.approx(0.05 / 4)
     # a's level is shared by b and the two absent tests, as Holm over the whole family would
     assert res.claims["b"].level == pytest.approx(0.05 / 4 + 0.05 / 4 / 3)
+
+
+def test_a_capped_claim_is_a_fixed_test_at_its_own_maximum_and_its_cells_stop():
+    """max_seeds_by_arch: a claim whose cells stop at the first stage is tested once, at the
+    exact t quantile of its Holm level, and is final there; the uncapped claim goes on alone."""
+    import scipy.stats as ss
+
+    design = Design(first_seeds=3, stage_seeds=5, max_seeds=8, max_seeds_by_arch={"mamba": 3})
+    assert design.cap("mamba") == 3 and design.cap("lstm") == 8
+    capped = Hypothesis(id="cheap-vs-dear", cells=(("dyck", "lstm", "default"), ("dyck", "mamba", "default")),
+                        test="greater", value=0.05, max_seeds=3)
+    free = Hypothesis(id="cheap", cells=(("dyck", "lstm", "default"),), test="greater", value=0.9)
+    obs = {"cheap-vs-dear": (0.06, 0.01, 2.0), "cheap": (0.95, 0.02, 2.0)}
+    st = sequential_decisions(design, [capped, free], [obs])[0]
+    c = st.claims["cheap-vs-dear"]
+    assert c.decision == "inconclusive" and c.decided_at == 0
+    assert c.critical == pytest.approx(ss.t.isf(0.05 / 2, 2), rel=1e-9)  # one look: the plain t test
+    assert st.claims["cheap"].decision == "continue"
+    assert st.cells_next == (("dyck", "lstm", "default"),) and st.seeds_next == 8
+    with pytest.raises(DesignError, match="design: max_seeds_by_arch.mamba is 4, which no stage reaches; write one of 3, 8"):
+        Design.parse({"first_seeds": 3, "stage_seeds": 5, "max_seeds": 8, "max_seeds_by_arch": {"mamba": 4}})

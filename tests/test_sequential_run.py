@@ -1,0 +1,139 @@
+"""`layerstate run --design`: a group-sequential design run stage by stage on a tiny grid. The
+next stage trains new seeds only for the cells undecided claims read, a claim whose cells are
+capped (max_seeds_by_arch) is decided at its own maximum, and the stages go into the store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from layerstate.cli import main
+from store import Store
+
+TINY = """
+[experiment]
+name = "tiny-seq"
+
+[grid]
+tasks = ["parity"]
+archs = ["lstm", "gru"]
+seeds = [0, 1]
+
+[train]
+length = 12
+steps = 30
+batch_size = 16
+eval_every = 10
+n_eval = 32
+eval_lengths = [12, 20]
+n_test = 32
+warmup = 2
+
+[capture]
+lengths = [12, 20]
+n_sequences = 40
+
+[models.lstm]
+d_model = 16
+n_layers = 2
+
+[models.gru]
+d_model = 16
+n_layers = 2
+
+# Neither can be decided at 2 seeds (a t with 1 degree of freedom against an O'Brien-Fleming
+# first boundary): the LSTM's goes on to its third seed; the GRU's cells stop at 2.
+[[claims]]
+id = "lstm-above-chance"
+statement = "the LSTM is above chance at 20"
+kind = "bound"
+metric = "accuracy"
+task = "parity"
+arch = "lstm"
+direction = "greater"
+threshold = 0.5
+length = 20
+
+[[claims]]
+id = "gru-above-chance"
+statement = "the GRU is above chance at 20"
+kind = "bound"
+metric = "accuracy"
+task = "parity"
+arch = "gru"
+direction = "greater"
+threshold = 0.5
+length = 20
+"""
+
+DESIGN = """
+[design]
+first_seeds = 2
+stage_seeds = 1
+max_seeds = 3
+spending = "obrien-fleming"
+max_seeds_by_arch = { gru = 2 }
+"""
+
+
+@pytest.mark.slow
+def test_run_with_a_design_trains_only_the_cells_undecided_claims_read(tmp_path):
+    exp = tmp_path / "tiny.toml"
+    exp.write_text(TINY)
+    design = tmp_path / "design.toml"
+    design.write_text(DESIGN)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["run", str(exp), "--out", str(out), "--design", str(design), "--jobs", "1"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    st = Store.open(str(out / "store.zarr"))
+    runs = set(st.run_ids())
+    assert {"parity-lstm-default-s0", "parity-lstm-default-s1", "parity-lstm-default-s2"} <= runs
+    assert "parity-gru-default-s2" not in runs  # capped at 2: never trained
+    assert "stage at 3 seeds: 5 runs (parity/lstm/default 3)" in res.output
+    # only the analyses the claims read: behaviour, no probes
+    assert any(r.startswith("behaviour/") for r in st.results())
+    assert not any(r.startswith("probes/") for r in st.results())
+    seq = st.read_result("sequential")
+    assert list(seq.seeds.values) == [2, 3]
+    assert list(seq.runs_added.values) == [4, 1]
+    assert float(seq.cpu_seconds[1]) > 0
+    gru = seq.sel(claim="gru-above-chance")
+    assert int(gru.max_seeds) == 2 and int(gru.decided_at) == 1 and str(gru.final.item()) in (
+        "inconclusive", "contradicted", "supported")
+    lstm = seq.sel(claim="lstm-above-chance")
+    assert str(lstm.decision.sel(stage=1).item()) == "continue" and int(lstm.max_seeds) == 3
+    assert str(lstm.decision.sel(stage=2).item()) in ("inconclusive", "contradicted", "supported")
+    assert str(gru.decision.sel(stage=2).item()) == ""  # decided at stage 1: not evaluated again
+    assert str(seq.cells_next.sel(stage=1).item()) == "parity/lstm/default"
+    assert json.loads(seq.attrs["design"])["max_seeds_by_arch"] == {"gru": 2}
+    assert "the design is complete" in res.output
+    # a second run resumes: nothing trained again, the same stages
+    again = CliRunner().invoke(main, ["run", str(exp), "--out", str(out), "--design", str(design), "--jobs", "1"],
+                               catch_exceptions=False)
+    assert again.exit_code == 0 and "already trained" in again.output
+    assert set(Store.open(str(out / "store.zarr")).run_ids()) == runs
+
+
+def test_a_design_whose_first_stage_is_not_the_grid_is_refused(tmp_path):
+    exp = tmp_path / "tiny.toml"
+    exp.write_text(TINY.replace("seeds = [0, 1]", "seeds = [0, 1, 2]"))
+    design = tmp_path / "design.toml"
+    design.write_text(DESIGN)
+    res = CliRunner().invoke(main, ["run", str(exp), "--out", str(tmp_path / "o"), "--design", str(design)])
+    assert res.exit_code != 0
+    assert "not the design's first stage; write seeds = [0, 1]" in res.output
+    assert not (tmp_path / "o" / "store.zarr").exists()
+
+
+def test_a_cap_no_stage_reaches_is_refused(tmp_path):
+    exp = tmp_path / "tiny.toml"
+    exp.write_text(TINY)
+    design = tmp_path / "design.toml"
+    design.write_text(DESIGN.replace("max_seeds = 3", "max_seeds = 6").replace("stage_seeds = 1", "stage_seeds = 2")
+                      .replace("gru = 2", "gru = 3"))
+    res = CliRunner().invoke(main, ["run", str(exp), "--out", str(tmp_path / "o"), "--design", str(design)])
+    assert res.exit_code != 0
+    assert "max_seeds_by_arch.gru is 3, which no stage reaches; write one of 2, 4, 6" in res.output
