@@ -181,9 +181,10 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
         next_cells,
         sequential_dataset,
         sequential_lines,
+        sequential_verdicts,
     )
     from store import Store
-    from store.schema import SEQUENTIAL
+    from store.schema import CLAIMS, SEQUENTIAL
 
     design = exp.design
     assert design is not None
@@ -207,6 +208,8 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
         for line in sequential_lines(run):
             say(line)
         nxt = {c: n for c, n in next_cells(run).items() if c in target and n > target[c]}
+        if exp.claims and CLAIMS in st.results():  # the design's verdicts, not a look at every seed
+            st.write_result(CLAIMS, sequential_verdicts(st.read_result(CLAIMS), run))
         if not nxt:
             skipped = sorted({w.key for w in work_list(exp, stages=("analyse",), runs=specs)} - {w.key for w in work})
             if skipped:

@@ -253,3 +253,54 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
             yield f"next stage: train seeds up to {last.seeds_next} for {cells} (only these cells), then run this again"
         else:
             yield "the design is complete: every claim is decided or the maximum seeds were reached"
+
+
+#: How a sequential decision reads as a verdict (futility: stopped without deciding).
+_VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
+            "futility": "inconclusive", "continue": "inconclusive"}
+
+
+def sequential_verdicts(res, run: SequentialRun):
+    """The claims table ``res`` (:func:`analysis.claims.evaluate_claims` on every seed held) with
+    each sequentially tested claim's verdict, estimate, interval, bound, level and seeds taken
+    from the stage the design decided it at (the repeated confidence interval), and the fixed
+    test's verdict on every seed kept as ``fixed_verdict``. A look at all the seeds without
+    the design's boundaries is not a verdict the design licenses; the design's is."""
+    out = res.copy(deep=True)
+    ids = [str(c) for c in out.claim.values]
+    fixed = [str(v) for v in out["verdict"].values]  # StringDType arrays do not cast to str arrays
+    out["fixed_verdict"] = ("claim", np.array(fixed, dtype=str))
+    verdict, reason = list(fixed), [str(v) for v in out["reason"].values]
+    stage = np.zeros(len(ids), dtype=int)
+    d = run.design
+    head = (f"group-sequential design ({d.first_seeds} -> {d.max_seeds} seeds, +{d.stage_seeds} a stage, "
+            f"{d.spending} spending)")
+    last = run.stages[-1] if run.stages else None
+    for j, cid in enumerate(ids):
+        c = last.claims.get(cid) if last is not None else None
+        if c is None:
+            continue
+        k = (c.decided_at if c.decided_at is not None else c.stage) + 1
+        stage[j] = k
+        verdict[j] = _VERDICT[c.decision]
+        bound = ", ".join(_fmt(b) for b in c.boundaries) or "–"
+        what = {"continue": f"not decided yet: the next stage trains up to {last.seeds_next} seeds"
+                if last is not None and last.seeds_next else "not decided",
+                "futility": "stopped for futility (its conditional power at the maximum was "
+                            f"{c.conditional_power:.2f})",
+                "inconclusive": f"not decided at its maximum, {run.caps.get(cid, d.max_seeds)} seeds"}.get(
+                    c.decision, c.decision)
+        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
+                     f"interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}], boundary {bound} at level {c.level:.2g}; "
+                     f"the fixed test on every seed held: {fixed[j]}")
+        for var, x in (("estimate", c.estimate), ("lower", c.rci[0]), ("upper", c.rci[1]), ("n_seeds", c.seeds),
+                       ("level", c.level)):
+            if var in out:
+                out[var].values[j] = x
+        if "bound" in out and c.boundaries:
+            out["bound"].values[j] = c.boundaries[0]
+    out["verdict"] = ("claim", np.array(verdict, dtype=str))
+    out["reason"] = ("claim", np.array(reason, dtype=str))
+    out["sequential_stage"] = ("claim", stage)
+    out.attrs["sequential"] = head
+    return out

@@ -110,6 +110,17 @@ def test_run_with_a_design_trains_only_the_cells_undecided_claims_read(tmp_path)
     assert str(seq.cells_next.sel(stage=1).item()) == "parity/lstm/default"
     assert json.loads(seq.attrs["design"])["max_seeds_by_arch"] == {"gru": 2}
     assert "the design is complete" in res.output
+    # the claims table holds the design's verdicts (the fixed look at every seed kept beside)
+    claims = st.read_result("claims")
+    for cid, row in ((c, seq.sel(claim=c)) for c in ("gru-above-chance", "lstm-above-chance")):
+        got = claims.sel(claim=cid)
+        assert str(got.verdict.item()) == str(row.final.item())
+        assert str(got.reason.item()).startswith("group-sequential design (2 -> 3 seeds")
+        assert str(got.fixed_verdict.item()) in ("supported", "inconclusive", "contradicted")
+        assert int(got.sequential_stage) == int(row.decided_at)
+        stop = int(row.decided_at)
+        assert float(got.upper) == pytest.approx(float(row.rci_high.sel(stage=stop)))
+        assert int(got.n_seeds) == int(seq.seeds.sel(stage=stop))
     # a second run resumes: nothing trained again, the same stages
     again = CliRunner().invoke(main, ["run", str(exp), "--out", str(out), "--design", str(design), "--jobs", "1"],
                                catch_exceptions=False)
