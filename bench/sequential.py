@@ -34,11 +34,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from analysis.stats.sequential_calibrate import (  # noqa: E402
     TRUTHS,
     conv1d_scenario,
+    jiang_capped_scenario,
     jiang_scenario,
     simulate,
 )
 
-SCENARIOS = {"conv1d": conv1d_scenario, "jiang": jiang_scenario}
+SCENARIOS = {"conv1d": conv1d_scenario, "jiang": jiang_scenario, "jiang_capped": jiang_capped_scenario}
 DESIGNS = ("obrien-fleming", "pocock", "obrien-fleming+futility")
 
 

@@ -109,6 +109,20 @@ def jiang_scenario(spending: str = "obrien-fleming", futility: str = "none") -> 
     return Scenario("jiang", design, _claims(specs, design.max_seeds, design.alpha), costs)
 
 
+def jiang_capped_scenario(spending: str = "obrien-fleming", futility: str = "none") -> Scenario:
+    """The Jiang-shaped scenario with the expensive cells stopped at the first stage
+    (``max_seeds_by_arch = {mamba = 3, mamba2 = 3}``) and the cheap ones going 3 -> 8 in one
+    stage of 5, as the Dyck re-run's design: every claim reading a Mamba or Mamba-2 cell is a
+    single test at 3 seeds, the others a two-look design."""
+    base = jiang_scenario(spending, futility)
+    design = Design(first_seeds=3, stage_seeds=5, max_seeds=8, spending=spending,  # type: ignore[arg-type]
+                    futility=futility, max_seeds_by_arch={"mamba": 3, "mamba2": 3})  # type: ignore[arg-type]
+    claims = tuple(SimClaim(s.hypothesis.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in
+                                                                             s.hypothesis.cells)}), s.sd, s.delta)
+                   for s in base.claims)
+    return Scenario("jiang_capped", design, claims, base.costs)
+
+
 TRUTHS = ("null", "effect", "mixed")
 
 
@@ -149,7 +163,7 @@ def _stage_stats(x: np.ndarray, seeds: Sequence[int]) -> np.ndarray:
 
 
 def _run(design: Design, hyps: Sequence[Hypothesis], stats: np.ndarray, truth: np.ndarray,
-         costs: dict[Cell, float], cells: Sequence[Cell]) -> dict[str, np.ndarray]:
+         costs: dict[Cell, float], cells: Sequence[Cell], caps: dict[Cell, int] | None = None) -> dict[str, np.ndarray]:
     """Decide one simulated experiment stage by stage, as the pipeline would."""
     ids = [h.id for h in hyps]
     seeds = design.seeds()
@@ -160,7 +174,7 @@ def _run(design: Design, hyps: Sequence[Hypothesis], stats: np.ndarray, truth: n
     done = next((k for k, r in enumerate(results) if not r.cells_next), len(results) - 1)
     results = results[: done + 1]
     final = results[-1].claims
-    used = {c: seeds[0] for c in cells}
+    used = {c: min(seeds[0], (caps or {}).get(c, seeds[0])) for c in cells}
     for r in results:
         for c in r.cells_next:
             used[c] = r.seeds_next or used[c]
@@ -200,10 +214,14 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
     seq_stats = _stage_stats(x, design.seeds())
     fix_design = Design(first_seeds=design.max_seeds, stage_seeds=1, max_seeds=design.max_seeds,
                         alpha=design.alpha)
-    fix_stats = _stage_stats(x, fix_design.seeds())
+    # the fixed design tests each claim once at its own maximum (a capped claim's cells stop there)
+    caps = [h.max_seeds or design.max_seeds for h in hyps]
+    fix_stats = np.concatenate([_stage_stats(x[:, j:j + 1, :n], (n,)) for j, n in enumerate(caps)], axis=1)
+    fix_hyps = [h.model_copy(update={"max_seeds": None}) for h in hyps]
+    cell_caps = {c: design.cap(c[1]) for c in cells}
     runs = [_run(design, hyps, seq_stats[i], mu, scenario.costs, cells) for i in range(n_sims)]
-    fixed_runs = ([_run(fix_design, hyps, fix_stats[i], mu, scenario.costs, cells) for i in range(n_sims)]
-                  if fixed else [])
+    fixed_runs = ([_run(fix_design, fix_hyps, fix_stats[i], mu, scenario.costs, cells, cell_caps)
+                   for i in range(n_sims)] if fixed else [])
     out: dict[str, float] = {"n_sims": float(n_sims)}
     for prefix, rs in (("", runs), ("fixed_", fixed_runs)):
         if not rs:

@@ -261,3 +261,17 @@ def test_a_capped_claim_is_a_fixed_test_at_its_own_maximum_and_its_cells_stop():
     assert st.cells_next == (("dyck", "lstm", "default"),) and st.seeds_next == 8
     with pytest.raises(DesignError, match="design: max_seeds_by_arch.mamba is 4, which no stage reaches; write one of 3, 8"):
         Design.parse({"first_seeds": 3, "stage_seeds": 5, "max_seeds": 8, "max_seeds_by_arch": {"mamba": 4}})
+
+
+def test_short_calibration_capped_cells_hold_alpha_and_never_get_seeds():
+    """The Dyck re-run's shape: Mamba and Mamba-2 cells stop at 3 seeds, the others may go to 8."""
+    from analysis.stats.sequential_calibrate import jiang_capped_scenario
+
+    sc = jiang_capped_scenario()
+    null = simulate(sc, "null", 300, seed=7)
+    assert null["fwer_supported"] <= 0.05 + 2.5 * null["fwer_supported_se"]
+    assert null["coverage"] >= 0.95 - 0.02
+    # 6 of 15 cells stop at 3 and the 9 cheap ones reach 8 under the null: 6.0 seeds a cell
+    assert null["seeds"] == pytest.approx((6 * 3 + 9 * 8) / 15) == null["fixed_seeds"]
+    eff = simulate(sc, "effect", 200, seed=8)
+    assert eff["seeds"] <= eff["fixed_seeds"] and eff["power"] > 0.3
