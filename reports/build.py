@@ -15,7 +15,8 @@ build never leaves half a report under the final name.
 The page opens with the findings and ends with what was run::
 
     1. Summary              claims' verdicts, paper comparison, behaviour table, probe-profile grid
-    2. Claims: tests and power
+    2. Claims: tests and power   with, as its parts, the sequential design (when the store holds
+                                 one) and what deciding each claim would cost in seeds
     3. Behaviour            accuracy against length
     4. Probe profiles       per-layer tables, selectivity, where the state becomes readable
     5. Interventions        ablation, patching, interchange; which site each architecture edits
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import interventions, readout, sections
+from reports import interventions, readout, sections, seeds
 from reports import summary as summary_section
 from reports.figures import save
 from reports.model import Section
@@ -148,10 +149,20 @@ def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_ch
          lambda: sections.provenance(snap, experiment, check_chunks=check_chunks)),
     ]
     built = {key: _guarded(key, title, build) for key, title, build in builders}
+    # the sequential design and the seed plan, when there are any: parts of the claims section
+    built["claims"].parts.extend(_guarded_parts(lambda: seeds.parts(snap, experiment)))
     built["provenance"].appendix = True
     built["summary"] = _guarded("summary", summary_section.TITLE,
                                 lambda: summary_section.summary(snap, built, experiment))
     return [built[key] for key in ORDER]
+
+
+def _guarded_parts(build: Callable[[], list[Section]]) -> list[Section]:
+    try:
+        return build()
+    except Exception as exc:  # parts that cannot even be listed leave the section as it is
+        warnings.warn(f"report parts of the claims section failed: {type(exc).__name__}: {exc}", stacklevel=3)
+        return [Section("claims-seeds", "Seeds of the claims", error=f"{type(exc).__name__}: {exc}".splitlines()[0])]
 
 
 def _guarded(key: str, title: str, build: Callable[[], Section]) -> Section:

@@ -453,3 +453,60 @@ def forest(frame: pd.DataFrame):
         labels.append(SEED_LABEL)
     fit_legend(fig, handles, labels)
     return fig
+
+
+#: Colours of a sequential design's decisions: the verdicts' colours, and two for a claim still
+#: going (continue) and one stopped for futility.
+DECISION_COLOURS = {**{k: VERDICT_COLOURS[k] for k in ("supported", "contradicted", "inconclusive")},
+                    "futility": "#8c510a", "continue": "#4d4d4d"}
+
+
+def sequential_claim(frame: pd.DataFrame, title: str, *, value: float | None = None):
+    """One claim of a group-sequential design across its stages: x the seeds per cell at each
+    stage, the estimate with its repeated 95% interval as error bars (filled marker at the stage
+    that decided it, hollow where it went on), the boundaries of its own test as dashed lines
+    with markers (``bound_low`` up triangles, ``bound_high`` down triangles) and the value it is
+    tested against as a thin grey line.
+
+    ``frame``: one row per stage the claim was evaluated at, columns seeds, estimate, rci_low,
+    rci_high, bound_low, bound_high, decision.
+    """
+    from matplotlib.lines import Line2D
+
+    fig, axes = _figure(1, 1, width=4.6, height=2.3, min_width=4.6)
+    ax = axes[0, 0]
+    x = frame["seeds"].to_numpy(dtype=float)
+    est = frame["estimate"].to_numpy(dtype=float)
+    lo, hi = frame["rci_low"].to_numpy(dtype=float), frame["rci_high"].to_numpy(dtype=float)
+    decisions = frame["decision"].astype(str).to_numpy()
+    handles: list = []
+    labels: list[str] = []
+    if value is not None and np.isfinite(value):
+        ax.axhline(value, color="#999999", lw=0.9)
+        handles.append(Line2D([], [], color="#999999", lw=0.9))
+        labels.append(f"tested value {value:g}")
+    for col, marker, words in (("bound_low", "^", "lower boundary of its test"),
+                               ("bound_high", "v", "upper boundary of its test")):
+        b = frame[col].to_numpy(dtype=float)
+        if np.isfinite(b).any():
+            ax.plot(x, b, ls="--", lw=1.0, marker=marker, ms=4, color="#555555")
+            handles.append(Line2D([], [], ls="--", lw=1.0, marker=marker, ms=4, color="#555555"))
+            labels.append(words)
+    ok = np.isfinite(est)
+    ax.plot(x[ok], est[ok], lw=1.0, color="#333333", alpha=0.6)
+    for xi, e, l_, h_, d in zip(x[ok], est[ok], lo[ok], hi[ok], decisions[ok], strict=True):
+        colour = DECISION_COLOURS.get(d, "#333333")
+        if np.isfinite(l_) and np.isfinite(h_):
+            ax.errorbar([xi], [e], yerr=[[e - l_], [h_ - e]], color=colour, lw=1.6, capsize=3)
+        ax.plot([xi], [e], "o", ms=6, color=colour, mfc=colour if d != "continue" else "white", mew=1.4)
+    for d in (d for d in DECISION_COLOURS if d in set(decisions[ok])):
+        c = DECISION_COLOURS[d]
+        handles.append(Line2D([], [], color=c, marker="o", ms=6, lw=1.6, mfc=c if d != "continue" else "white"))
+        labels.append(f"estimate, repeated 95% interval: {d}")
+    ax.set_xticks(sorted(set(x.tolist())), [str(int(v)) for v in sorted(set(x.tolist()))])
+    ax.set_xlabel("seeds per cell at the stage")
+    ax.set_ylabel("estimate")
+    ax.set_title(textwrap.fill(title, 60), fontsize=9)
+    ax.grid(alpha=0.3)
+    fit_legend(fig, handles, labels)
+    return fig

@@ -50,7 +50,7 @@ def table_view(table) -> dict:
     rows = [[_cell(v) for v in row] for row in shown.itertuples(index=False)]
 
     def css(col: int, text: str) -> str:
-        if columns[col] == "verdict":
+        if columns[col] in ("verdict", "decision"):  # a sequential design's decisions too
             return f"v-{text.replace(' ', '-')}"
         if columns[col] == COMPARISON_COLUMN:
             return "cmp-" + ("yes" if text.startswith("yes") else "no" if text.startswith("no:") else "unknown")
