@@ -192,12 +192,14 @@ def sequential_dataset(run: SequentialRun):
                          ("critical", c.critical), ("rci_low", c.rci[0]), ("rci_high", c.rci[1]),
                          ("conditional_power", c.conditional_power)):
                 num[v][k, j] = x
-            bounds = sorted(c.boundaries)
+            # bound_low: where the estimate must rise above; bound_high: below. Not sorted: a
+            # within test whose two boundaries cross (bound_low > bound_high) cannot pass yet
+            bounds, test = c.boundaries, run.tests[cid]
             if len(bounds) == 2:
-                num["bound_low"][k, j], num["bound_high"][k, j] = bounds
+                lo, hi = bounds if test.startswith("within") else bounds[::-1]
+                num["bound_low"][k, j], num["bound_high"][k, j] = lo, hi
             elif len(bounds) == 1:
-                side = "bound_low" if run.tests[cid].startswith("greater") else "bound_high"
-                num[side][k, j] = bounds[0]
+                num["bound_low" if test.startswith("greater") else "bound_high"][k, j] = bounds[0]
     final = [str(decision[:, j][decision[:, j] != ""][-1]) if (decision[:, j] != "").any() else "" for j in range(len(ids))]
     decided_at = []
     for cid in ids:

@@ -60,7 +60,7 @@ def test_report_writes_page_markdown_figures_and_tables(full_report):
     assert [s["key"] for s in meta["sections"]] == SECTIONS
     assert [s["appendix"] for s in meta["sections"]] == [False] * 5 + [True]
     every = meta["sections"] + [p for s in meta["sections"] for p in s["parts"]]
-    assert {s["status"] for s in every} == {"ok"} and len(every) == 13
+    assert {s["status"] for s in every} == {"ok"} and len(every) == 14  # with the seed plan
     figures = [f for s in every for f in s["figures"]]
     tables = [t for s in every for t in s["tables"]]
     assert len(figures) >= 7 and len(tables) >= 12
