@@ -245,7 +245,7 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
                       f"{c.decided_at + 1})" if c.decided_at is not None
                       and c.decided_at != st.stage else "")
                    + f" | estimate {_fmt(c.estimate)}, repeated 95% interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}]"
-                   + f", boundary {bounds} at level {c.level:.2g}")
+                   + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
     for cid, why in run.fixed.items():
         yield f"{cid}: {why}"
     if run.stages:
@@ -290,7 +290,7 @@ def sequential_verdicts(res, run: SequentialRun):
                 if last is not None and last.seeds_next else "not decided",
                 "futility": "stopped for futility (its conditional power at the maximum was "
                             f"{c.conditional_power:.2f})",
-                "inconclusive": f"not decided at its maximum, {run.caps.get(cid, d.max_seeds)} seeds"}.get(
+                "inconclusive": c.note or f"not decided at its maximum, {run.caps.get(cid, d.max_seeds)} seeds"}.get(
                     c.decision, c.decision)
         reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
                      f"interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}], boundary {bound} at level {c.level:.2g}; "

@@ -181,6 +181,10 @@ class Hypothesis(BaseModel):
                                  "power at (futility); None: the current estimate.")
     max_seeds: int | None = Field(default=None, description="The claim's own maximum (the lowest of its cells'; "
                                   "a stage's seeds); None: the design's.")
+    beyond_margin: float | None = Field(
+        default=None, description="A difference claim tested against zero with a margin: 'supported' also needs "
+        "the stage's plain 95% interval to reach beyond +-beyond_margin (else the effect may be negligible, "
+        "and the claim is inconclusive), as the fixed design's rule (docs/decisions.md).")
 
     @model_validator(mode="after")
     def _check(self) -> Hypothesis:
@@ -233,7 +237,8 @@ def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float 
             return Hypothesis(id=claim.id, cells=tuple(cells), test="outside", margin=m, effect=effect)
         value = m if claim.direction == "greater" else -m
         return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, value=value, effect=effect)
-    return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, effect=effect)
+    return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, effect=effect,
+                      beyond_margin=m if m else None)
 
 
 def _claim_cells(claim: Claim) -> tuple[Cell, ...]:
@@ -439,6 +444,7 @@ class ClaimStage:
     rci: tuple[float, float]
     conditional_power: float
     contra_level: float
+    note: str = ""  # why a decision reads as it does, where the decision alone does not say
 
 
 @dataclass(frozen=True)
@@ -482,6 +488,18 @@ def _conditional_power(h: Hypothesis, obs: tuple[float, float, float], design: D
         drift = sign * (true - v) / (sd / math.sqrt(design.max_seeds))
         cps.append(float(scipy.stats.norm.sf((b_last - z * math.sqrt(tk) - drift * (1 - tk)) / math.sqrt(1 - tk))))
     return min(cps) if rule == "all" else max(cps)
+
+
+def _within_margin(h: Hypothesis, obs: tuple[float, float, float]) -> bool:
+    """Whether a claim tested against zero with a margin has its plain (uncorrected) 95% interval
+    inside ``+-beyond_margin``: different from zero, but not shown to be more than negligible, so
+    not supported (the fixed design's 'not within' is read from the uncorrected interval too)."""
+    m = h.beyond_margin
+    est, se, df = obs
+    if m is None or not (np.isfinite(se) and np.isfinite(df) and df >= 1):
+        return False
+    half = float(scipy.stats.t.isf(0.025, df)) * se
+    return -m < est - half and est + half < m
 
 
 def _triple(x: Sequence[float]) -> tuple[float, float, float]:
@@ -579,7 +597,12 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
             _, c = _crosses(h, o, d, ki, lv, False)
             est, se, df = o
             cp = _conditional_power(h, o, d, ki, lv)
-            if i in supported:
+            note = ""
+            if i in supported and _within_margin(h, o):
+                dec = "inconclusive"
+                note = (f"different from {h.value:g}, but its 95% interval lies within +-{h.beyond_margin:g}: "
+                        "not shown to be more than negligible")
+            elif i in supported:
                 dec = "supported"
             elif i in contradicted:
                 dec = "contradicted"
@@ -595,7 +618,7 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
                 estimate=est, se=se, df=df, level=lv, critical=c,
                 boundaries=tuple(v + sign * c * se for sign, v in h.sides()[0]),
                 rci=(est - q * se, est + q * se), conditional_power=cp,
-                contra_level=contra_level.get(i, math.nan))
+                contra_level=contra_level.get(i, math.nan), note=note)
             if dec != "continue":
                 decided[i] = stage[i]
         claims = {i: stage.get(i, decided.get(i)) for i in ids}

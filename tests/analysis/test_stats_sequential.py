@@ -275,3 +275,21 @@ def test_short_calibration_capped_cells_hold_alpha_and_never_get_seeds():
     assert null["seeds"] == pytest.approx((6 * 3 + 9 * 8) / 15) == null["fixed_seeds"]
     eff = simulate(sc, "effect", 200, seed=8)
     assert eff["seeds"] <= eff["fixed_seeds"] and eff["power"] > 0.3
+
+
+def test_a_real_but_negligible_effect_is_not_supported_sequentially():
+    """A difference claim tested against zero with a 5 pp margin: +0.010 with SE 0.001 over 8
+    seeds crosses any boundary, but its 95% interval [+0.008, +0.012] lies inside +-0.05, so the
+    fixed design would not call it supported (negligible at most): neither does the sequential one.
+    The same estimate at +0.070 (interval reaching beyond the margin) is supported."""
+    from analysis.stats.sequential import from_claim
+
+    claim = Claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
+                  treatment="lstm", reference="gru", direction="greater", margin=0.05)
+    h = from_claim(claim)
+    assert h.test == "greater" and h.value == 0.0 and h.beyond_margin == 0.05
+    design = Design(first_seeds=8, stage_seeds=1, max_seeds=8)
+    small = sequential_decisions(design, [h], [{"d": (0.010, 0.001, 7.0)}])[0].claims["d"]
+    assert small.decision == "inconclusive" and "not shown to be more than negligible" in small.note
+    large = sequential_decisions(design, [h], [{"d": (0.070, 0.001, 7.0)}])[0].claims["d"]
+    assert large.decision == "supported" and large.note == ""
