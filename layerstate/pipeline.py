@@ -179,6 +179,7 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     from layerstate.sequential import (
         evaluate_sequential,
         next_cells,
+        seeds_held,
         sequential_dataset,
         sequential_lines,
         sequential_verdicts,
@@ -193,7 +194,11 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     if read & {"patching", "interchange"}:
         read.add("pairs")  # the counterfactual pairs they patch
     cells = list(dict.fromkeys((r.task, r.arch, r.variant) for r in plan.runs()))
-    target = {cell: design.first_seeds for cell in cells}
+    # a resumed design starts from the seeds its cells already hold (up to their maximum), so the
+    # stored analyses of the last stage are reused rather than recomputed for an earlier stage's
+    # runs; each stage's decision reads its own seeds through a seed view whatever the store holds
+    held = seeds_held(Store.open(url, storage_options=storage_options))
+    target = {cell: max(design.first_seeds, min(held.get(cell, 0), design.cap(cell[1]))) for cell in cells}
     stages = ("train", "capture", "analyse", "claims")
     while True:
         specs = [RunSpec(exp=plan, task=t, arch=a, variant=v, seed=s)

@@ -45,7 +45,7 @@ class SequentialRun:
     added: list[tuple[int, float]] = field(default_factory=list)
 
 
-def _seeds_held(store) -> dict[Cell, int]:
+def seeds_held(store) -> dict[Cell, int]:
     """Each cell's seeds 0..n-1 that the store holds (a gap ends the count)."""
     seeds: dict[Cell, set[int]] = {}
     for rid in store.run_ids():
@@ -128,7 +128,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
         h = from_claim(c)
         hypotheses.append(h.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in h.cells)}))
     counts = absent_counts([*profile, *absent])
-    held = _seeds_held(store)
+    held = seeds_held(store)
     observed: list[dict[str, tuple[float, float, float]]] = []
     stages: list[StageResult] = []
     needed = {cell for h in hypotheses for cell in h.cells}
@@ -257,6 +257,9 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
             yield "the design is complete: every claim is decided or the maximum seeds were reached"
 
 
+#: Metrics that are proportions (their intervals are clipped to the range they can take).
+_PROPORTIONS = ("accuracy", "probe_accuracy")
+
 #: How a sequential decision reads as a verdict (futility: stopped without deciding).
 _VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
             "futility": "inconclusive", "continue": "inconclusive"}
@@ -295,7 +298,12 @@ def sequential_verdicts(res, run: SequentialRun):
         reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
                      f"interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}], boundary {bound} at level {c.level:.2g}; "
                      f"the fixed test on every seed held: {fixed[j]}")
-        for var, x in (("estimate", c.estimate), ("lower", c.rci[0]), ("upper", c.rci[1]), ("n_seeds", c.seeds),
+        lo, hi = c.rci
+        if "metric" in out and str(out["metric"].values[j]) in _PROPORTIONS:
+            # a proportion's interval stays in its range, a difference of two in [-1, 1]
+            floor = 0.0 if str(out["kind"].values[j]) in ("bound", "readable_by") else -1.0
+            lo, hi = max(lo, floor), min(hi, 1.0)
+        for var, x in (("estimate", c.estimate), ("lower", lo), ("upper", hi), ("n_seeds", c.seeds),
                        ("level", c.level)):
             if var in out:
                 out[var].values[j] = x

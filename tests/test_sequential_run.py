@@ -119,7 +119,7 @@ def test_run_with_a_design_trains_only_the_cells_undecided_claims_read(tmp_path)
         assert str(got.fixed_verdict.item()) in ("supported", "inconclusive", "contradicted")
         assert int(got.sequential_stage) == int(row.decided_at)
         stop = int(row.decided_at)
-        assert float(got.upper) == pytest.approx(float(row.rci_high.sel(stage=stop)))
+        assert float(got.upper) == pytest.approx(min(1.0, float(row.rci_high.sel(stage=stop))))  # an accuracy: <= 1
         assert int(got.n_seeds) == int(seq.seeds.sel(stage=stop))
     # a second run resumes: nothing trained again, the same stages
     again = CliRunner().invoke(main, ["run", str(exp), "--out", str(out), "--design", str(design), "--jobs", "1"],
