@@ -67,8 +67,12 @@ def _cells(store, claim: Claim) -> tuple[Cell, ...]:
         return tuple(sorted({(str(r.task), str(r.arch), str(r.variant)) for r in runs[keep].itertuples()}))
 
 
-def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8) -> Plan:
-    """Evaluate ``claims`` on ``store`` (nothing is written) and plan each claim's seeds."""
+def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
+              levels: dict[str, float] | None = None) -> Plan:
+    """Evaluate ``claims`` on ``store`` (nothing is written) and plan each claim's seeds.
+
+    ``levels``: each claim's level where known better than from ``claims`` alone (a part of a
+    grid, whose declared family is larger: the stored claims table's ``level``)."""
     from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
     from analysis.stats.planning import plan, plan_total, sd_per_seed
 
@@ -90,6 +94,8 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8) -> Plan:
         se, n = float(r.se), int(r.n_seeds)
         sd = sd_per_seed(se=se, n_seeds=n)
         level = float(r.level) if np.isfinite(float(r.level)) else 0.05
+        if levels and np.isfinite(levels.get(cid, np.nan)):
+            level = float(levels[cid])
         margin = claim.margin
         alternative: Literal["one-sided", "two-sided", "equivalence"]
         if claim.kind == "equivalence":
@@ -105,9 +111,11 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8) -> Plan:
             effect = margin  # from zero at the margin, or (against the margin) at twice it
         plans.append(ClaimPlan(id=cid, cells=_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
-    costs = cell_costs(store)
-    rows = plan(plans, costs, power=power)
-    return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs), observed)
+    from layerstate.sequential import seeds_held
+
+    costs, held = cell_costs(store), seeds_held(store)
+    rows = plan(plans, costs, power=power, held=held)
+    return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs, held), observed)
 
 
 def _num(x: float | int | None, fmt: str = "d") -> str:

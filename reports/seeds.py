@@ -113,6 +113,20 @@ def _int(x: Any) -> str:
 
 
 # ---------------------------------------------------------------------- the seed planner
+def _stored_levels(store) -> dict[str, float]:
+    """Each claim's level as the stored claims table has it (a part's family counts the other
+    parts' tests, which the part's experiment no longer lists)."""
+    try:
+        if "claims" not in store.results():
+            return {}
+        res = store.read_result("claims")
+        if "level" not in res:
+            return {}
+        return {str(c): float(v) for c, v in zip(res.claim.values, res["level"].values, strict=True)}
+    except Exception:  # an unreadable table plans at the claims' own levels
+        return {}
+
+
 def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
     """The seed planner's plan (:func:`layerstate.plan.make_plan`) of the experiment's claims on
     the store: one row per claim, one per cell, and the total."""
@@ -121,7 +135,8 @@ def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
         from analysis.claims import parse_claims
         from layerstate.plan import make_plan
 
-        plan = make_plan(snap.store, parse_claims(declared_claims(experiment)), power=PLAN_POWER)
+        plan = make_plan(snap.store, parse_claims(declared_claims(experiment)), power=PLAN_POWER,
+                         levels=_stored_levels(snap.store))
     except Exception as exc:  # a planner that fails leaves the report whole
         sec.intro = ""
         why = f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -104,9 +104,11 @@ def _power_now(c: ClaimPlan) -> float:
 
 
 def plan(claims: Sequence[ClaimPlan], costs: Mapping[Cell, float], *, power: float = 0.8,
-         n_max: int = N_MAX) -> list[PlanRow]:
+         n_max: int = N_MAX, held: Mapping[Cell, int] | None = None) -> list[PlanRow]:
     """Per claim: the seeds for ``power`` at its effect and level, how many more that is, and their
-    CPU seconds from ``costs`` (a cell's measured seconds per seed, training plus capture)."""
+    CPU seconds from ``costs`` (a cell's measured seconds per seed, training plus capture).
+    ``held``: the seeds each cell holds (cells read by one claim may hold different numbers, as
+    after a design that stopped some cells early); default: the claim's seeds in every cell."""
     out = []
     for c in claims:
         reason = ""
@@ -118,24 +120,29 @@ def plan(claims: Sequence[ClaimPlan], costs: Mapping[Cell, float], *, power: flo
                                                 margin=c.margin, n_max=n_max)
         if need is None and not reason:
             reason = f"more than {n_max} seeds"
-        more = None if need is None else max(need - c.seeds, 0)
+        have = {cell: (held or {}).get(cell, c.seeds) for cell in c.cells}
+        more = None if need is None else max(max(need - have[cell], 0) for cell in c.cells)
         missing = [cell for cell in c.cells if cell not in costs]
-        cpu = (math.nan if more is None or missing else float(sum(more * costs[cell] for cell in c.cells)))
+        cpu = (math.nan if need is None or missing
+               else float(sum(max(need - have[cell], 0) * costs[cell] for cell in c.cells)))
         if more is not None and missing:
             reason = f"no measured CPU time for {', '.join('/'.join(m) for m in missing)}"
         out.append(PlanRow(c.id, c.seeds, need, more, cpu, _power_now(c), reason))
     return out
 
 
-def plan_total(claims: Sequence[ClaimPlan], rows: Sequence[PlanRow], costs: Mapping[Cell, float]) -> dict:
+def plan_total(claims: Sequence[ClaimPlan], rows: Sequence[PlanRow], costs: Mapping[Cell, float],
+               held: Mapping[Cell, int] | None = None) -> dict:
     """The whole plan: each cell trains to the most seeds any claim reading it needs (claims not
-    reached are left out), once. Returns ``{"cells": {cell: (seeds it has, seeds it reaches)},
-    "cpu_s": total}``."""
+    reached are left out), once. ``held``: the seeds each cell holds (default: the fewest of the
+    claims reading it). Returns ``{"cells": {cell: (seeds it has, seeds it reaches)}, "cpu_s":
+    total}``."""
     reach: dict[Cell, tuple[int, int]] = {}
     for c, r in zip(claims, rows, strict=True):
         for cell in c.cells:
-            have, to = reach.get(cell, (c.seeds, c.seeds))
+            start = (held or {}).get(cell, c.seeds)
+            have, to = reach.get(cell, (start, start))
             target = max(to, r.needed if r.needed is not None else 0)
-            reach[cell] = (min(have, c.seeds), target)
+            reach[cell] = (have if held and cell in held else min(have, c.seeds), target)
     cpu = float(sum((to - have) * costs.get(cell, math.nan) for cell, (have, to) in reach.items() if to > have))
     return {"cells": reach, "cpu_s": cpu}

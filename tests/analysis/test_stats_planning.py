@@ -83,3 +83,20 @@ def test_plan_says_when_a_cell_has_no_measured_time():
     # enough seeds already: nothing more to train
     rows = plan([ClaimPlan("y", (cell,), 0.01, 0.06, 0.05, seeds=6)], {cell: 2300.0})
     assert rows[0].more == 0 and rows[0].cpu_s == 0.0
+
+
+def test_cells_holding_different_seeds_are_planned_from_what_each_holds():
+    """After a design that stopped Mamba at 3 and took the GRU to 8, a claim reading both needs
+    seeds only for the cell short of them, and the per-cell total starts from each cell's own."""
+    from analysis.stats.planning import ClaimPlan, plan, plan_total
+
+    gru, mamba = ("dyck", "gru", "default"), ("dyck", "mamba", "default")
+    c = ClaimPlan(id="gru-vs-mamba", cells=(gru, mamba), sd=0.02, effect=0.05, level=0.001, seeds=3)
+    costs = {gru: 200.0, mamba: 600.0}
+    held = {gru: 8, mamba: 3}
+    row = plan([c], costs, held=held)[0]
+    assert row.needed is not None and 3 < row.needed <= 8
+    assert row.more == row.needed - 3 and row.cpu_s == (row.needed - 3) * 600.0  # the GRU has enough
+    total = plan_total([c], [row], costs, held)
+    assert total["cells"][gru] == (8, 8) and total["cells"][mamba] == (3, row.needed)
+    assert total["cpu_s"] == (row.needed - 3) * 600.0
