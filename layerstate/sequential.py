@@ -293,16 +293,15 @@ def sequential_verdicts(res, run: SequentialRun):
                 if last is not None and last.seeds_next else "not decided",
                 "futility": "stopped for futility (its conditional power at the maximum was "
                             f"{c.conditional_power:.2f})",
-                "inconclusive": c.note or f"not decided at its maximum, {run.caps.get(cid, d.max_seeds)} seeds"}.get(
-                    c.decision, c.decision)
-        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
-                     f"interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}], boundary {bound} at level {c.level:.2g}; "
-                     f"the fixed test on every seed held: {fixed[j]}")
+                "inconclusive": c.note or "not decided at its maximum"}.get(c.decision, c.decision)
         lo, hi = c.rci
         if "metric" in out and str(out["metric"].values[j]) in _PROPORTIONS:
             # a proportion's interval stays in its range, a difference of two in [-1, 1]
             floor = 0.0 if str(out["kind"].values[j]) in ("bound", "readable_by") else -1.0
             lo, hi = max(lo, floor), min(hi, 1.0)
+        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
+                     f"interval [{_fmt(lo)}, {_fmt(hi)}], boundary {bound} at level {c.level:.2g}; "
+                     f"the fixed test on every seed held: {fixed[j]}")
         for var, x in (("estimate", c.estimate), ("lower", lo), ("upper", hi), ("n_seeds", c.seeds),
                        ("level", c.level)):
             if var in out:
