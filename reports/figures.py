@@ -503,6 +503,25 @@ def sequential_claim(frame: pd.DataFrame, title: str, *, value: float | None = N
         c = DECISION_COLOURS[d]
         handles.append(Line2D([], [], color=c, marker="o", ms=6, lw=1.6, mfc=c if d != "continue" else "white"))
         labels.append(f"estimate, repeated 95% interval: {d}")
+    # the scale of the estimates and their intervals; a boundary far outside it (a first stage of 3
+    # seeds: t with 2 degrees of freedom at the Holm level puts it at +-20) is marked at the edge
+    # with its value instead of flattening everything else
+    core = np.concatenate([est[ok], lo[ok], hi[ok], [value] if value is not None else []]).astype(float)
+    core = core[np.isfinite(core)]
+    if core.size:
+        y0, y1 = float(core.min()), float(core.max())
+        span = max(y1 - y0, 0.02)
+        near = [b for col in ("bound_low", "bound_high") for b in frame[col].to_numpy(dtype=float)
+                if np.isfinite(b) and y0 - span <= b <= y1 + span]
+        y0, y1 = min([y0, *near]), max([y1, *near])
+        pad = 0.08 * max(y1 - y0, 0.02)
+        ax.set_ylim(y0 - pad, y1 + pad)
+        for col in ("bound_low", "bound_high"):
+            for xi, b in zip(x, frame[col].to_numpy(dtype=float), strict=True):
+                if np.isfinite(b) and not (y0 - pad <= b <= y1 + pad):
+                    edge = y1 + pad if b > y1 else y0 - pad
+                    ax.annotate(f"boundary {b:+.3g}", (xi, edge), xytext=(4, -10 if b > y1 else 4),
+                                textcoords="offset points", fontsize=7, color="#555555")
     ax.set_xticks(sorted(set(x.tolist())), [str(int(v)) for v in sorted(set(x.tolist()))])
     ax.set_xlabel("seeds per cell at the stage")
     ax.set_ylabel("estimate")
