@@ -540,7 +540,7 @@ def capture(experiment: str, store_path: str, device: str, scheduler: str, stora
 @click.option("--task", "tasks", multiple=True,
               help="Run only this task's part of the grid (repeatable): its runs, and the claims "
                    "that read only the tasks named. A grid too big for one sitting is run in parts.")
-@click.option("--design", "design", default=None, type=click.Path(dir_okay=False),
+@click.option("--design", "design", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A TOML file whose [design] (a group-sequential design over seeds) replaces the "
                    "experiment's: the grid is run stage by stage, new seeds only for the cells that "
                    "undecided claims read (docs/sequential.md).")
@@ -803,7 +803,7 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--store", "store_path", required=True, metavar="STORE",
               help="The store holding the stages' seeds (a directory, a zip or a URL).")
-@click.option("--design", "design_path", default=None, type=click.Path(dir_okay=False),
+@click.option("--design", "design_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A TOML file whose [design] replaces EXPERIMENT's.")
 @click.option("--task", "tasks", multiple=True,
               help="Only this task's part (repeatable): the claims reading only these tasks; the others stay "
