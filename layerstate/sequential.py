@@ -28,6 +28,9 @@ from analysis.stats.sequential import Design, StageResult
 
 Cell = tuple[str, str, str]
 
+#: Metrics that are proportions (their intervals are clipped to the range they can take).
+_PROPORTIONS = ("accuracy", "probe_accuracy")
+
 
 @dataclass(frozen=True)
 class SequentialRun:
@@ -43,6 +46,12 @@ class SequentialRun:
     caps: dict[str, int] = field(default_factory=dict)
     tests: dict[str, str] = field(default_factory=dict)
     added: list[tuple[int, float]] = field(default_factory=list)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # what a claim's metric can take
+
+    def interval(self, c) -> tuple[float, float]:
+        """A claim's repeated interval at a stage, inside the range its metric can take."""
+        lo, hi = self.ranges.get(c.id, (-np.inf, np.inf))
+        return max(c.rci[0], lo), min(c.rci[1], hi)
 
 
 def seeds_held(store) -> dict[Cell, int]:
@@ -148,6 +157,8 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     return SequentialRun(design, stages, fixed, held, caps={h.id: int(h.max_seeds or design.max_seeds)
                                                             for h in hypotheses},
                          tests={h.id: _test_words(h) for h in hypotheses},
+                         ranges={c.id: ((0.0 if c.kind in ("bound", "readable_by") else -1.0), 1.0)
+                                 for c in tested if c.metric in _PROPORTIONS},
                          added=_added(store, [st.seeds for st in stages]))
 
 
@@ -244,7 +255,8 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
                    + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
                       f"{c.decided_at + 1})" if c.decided_at is not None
                       and c.decided_at != st.stage else "")
-                   + f" | estimate {_fmt(c.estimate)}, repeated 95% interval [{_fmt(c.rci[0])}, {_fmt(c.rci[1])}]"
+                   + f" | estimate {_fmt(c.estimate)}, repeated 95% interval "
+                     f"[{_fmt(run.interval(c)[0])}, {_fmt(run.interval(c)[1])}]"
                    + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
     for cid, why in run.fixed.items():
         yield f"{cid}: {why}"
@@ -256,9 +268,6 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
         else:
             yield "the design is complete: every claim is decided or the maximum seeds were reached"
 
-
-#: Metrics that are proportions (their intervals are clipped to the range they can take).
-_PROPORTIONS = ("accuracy", "probe_accuracy")
 
 #: How a sequential decision reads as a verdict (futility: stopped without deciding).
 _VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
@@ -294,11 +303,7 @@ def sequential_verdicts(res, run: SequentialRun):
                 "futility": "stopped for futility (its conditional power at the maximum was "
                             f"{c.conditional_power:.2f})",
                 "inconclusive": c.note or "not decided at its maximum"}.get(c.decision, c.decision)
-        lo, hi = c.rci
-        if "metric" in out and str(out["metric"].values[j]) in _PROPORTIONS:
-            # a proportion's interval stays in its range, a difference of two in [-1, 1]
-            floor = 0.0 if str(out["kind"].values[j]) in ("bound", "readable_by") else -1.0
-            lo, hi = max(lo, floor), min(hi, 1.0)
+        lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
         reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
                      f"interval [{_fmt(lo)}, {_fmt(hi)}], boundary {bound} at level {c.level:.2g}; "
                      f"the fixed test on every seed held: {fixed[j]}")
