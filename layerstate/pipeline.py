@@ -209,6 +209,11 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
         executor.results(work)
         st = Store.open(url, mode="r+", storage_options=storage_options)
         run = evaluate_sequential(st, exp.claims, design, absent=exp.absent_claims)
+        if not run.stages and run.short():
+            short = ", ".join(f"{'/'.join(c)} ({n} seeds)" for c, n in run.short().items())
+            raise InvalidArgumentError(
+                f"the design's first stage cannot be decided: the claims read cells the run did not train to "
+                f"{design.first_seeds} seeds: {short}; name cells of the grid in the claims (task, arch, variant)")
         st.write_result(SEQUENTIAL, sequential_dataset(run))
         for line in sequential_lines(run):
             say(line)

@@ -55,15 +55,18 @@ def cell_costs(store) -> dict[Cell, float]:
     return {cell: float(np.mean(v)) for cell, v in spent.items()}
 
 
-def _cells(store, claim: Claim) -> tuple[Cell, ...]:
+def claim_cells(store, claim: Claim) -> tuple[Cell, ...]:
+    """The (task, arch, variant) cells ``claim`` reads: from its fields, or, where it names no
+    architecture, every cell of its task(s) and variant that the store holds."""
     from analysis.stats.sequential import DesignError, _claim_cells
 
     try:
         return _claim_cells(claim)
     except DesignError:  # no arch named: every architecture of its task(s) that the store holds
         runs = store.runs()
-        keep = runs["task"].isin([claim.task, claim.treatment, claim.reference] if claim.compare == "task"
-                                 else [claim.task]) & (runs["variant"] == claim.variant)
+        tasks = [claim.task, claim.treatment, claim.reference] if claim.compare == "task" else [claim.task]
+        variants = [claim.treatment, claim.reference] if claim.compare == "variant" else [claim.variant]
+        keep = runs["task"].isin(tasks) & runs["variant"].isin(variants)
         return tuple(sorted({(str(r.task), str(r.arch), str(r.variant)) for r in runs[keep].itertuples()}))
 
 
@@ -109,7 +112,7 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
                 skipped[cid] = "no margin declared: no effect to plan power at"
                 continue
             effect = margin  # from zero at the margin, or (against the margin) at twice it
-        plans.append(ClaimPlan(id=cid, cells=_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
+        plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
     from layerstate.sequential import seeds_held
 

@@ -47,6 +47,11 @@ class SequentialRun:
     tests: dict[str, str] = field(default_factory=dict)
     added: list[tuple[int, float]] = field(default_factory=list)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # what a claim's metric can take
+    cells: tuple[Cell, ...] = ()  # the cells the claims read
+
+    def short(self) -> dict[Cell, int]:
+        """Cells the claims read that hold fewer seeds than the first stage (with what they hold)."""
+        return {c: self.held.get(c, 0) for c in self.cells if self.held.get(c, 0) < self.design.first_seeds}
 
     def interval(self, c) -> tuple[float, float]:
         """A claim's repeated interval at a stage, inside the range its metric can take."""
@@ -101,19 +106,10 @@ def _test_words(h) -> str:
 def absent_counts(claims: Sequence[Claim]) -> tuple[int, int]:
     """How many tests ``claims`` (declared, not evaluated here) hold in the family of claims' own
     tests and in the family of their opposite sides: each counts at p = 1, as in the fixed
-    design's Holm families (a profile_match claim, one test per architecture, has no opposite)."""
-    from analysis.stats.sequential import DesignError, from_claim
+    design's Holm families (:func:`analysis.claims.verdicts.family_share`)."""
+    from analysis.claims.verdicts import family_share
 
-    own = contra = 0
-    for c in claims:
-        if c.kind == "profile_match":
-            own += len(c.archs) or 1
-            continue
-        own += 1
-        try:
-            contra += from_claim(c).contradictable()
-        except DesignError:  # cells not told by its fields: still a directional test
-            contra += c.direction != "two-sided"
+    own, _, contra = family_share(claims)
     return own, contra
 
 
@@ -132,9 +128,15 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     fixed = {c.id: "a profile_match claim is an exact permutation test: evaluated at the maximum seeds"
              for c in profile}
     tested = [c for c in claims if c.kind != "profile_match"]
+    from analysis.stats.sequential import DesignError
+    from layerstate.plan import claim_cells
+
     hypotheses = []
     for c in tested:
-        h = from_claim(c)
+        try:
+            h = from_claim(c)
+        except DesignError:  # no arch named: the cells of its task(s) that the store holds
+            h = from_claim(c, cells=claim_cells(store, c))
         hypotheses.append(h.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in h.cells)}))
     counts = absent_counts([*profile, *absent])
     held = seeds_held(store)
@@ -157,6 +159,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     return SequentialRun(design, stages, fixed, held, caps={h.id: int(h.max_seeds or design.max_seeds)
                                                             for h in hypotheses},
                          tests={h.id: _test_words(h) for h in hypotheses},
+                         cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
                          ranges={c.id: ((0.0 if c.kind in ("bound", "readable_by") else -1.0), 1.0)
                                  for c in tested if c.metric in _PROPORTIONS},
                          added=_added(store, [st.seeds for st in stages]))
@@ -269,6 +272,12 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
             yield "the design is complete: every claim is decided or the maximum seeds were reached"
 
 
+#: Columns of the fixed look (every seed held, no boundaries) that say nothing of the design's
+#: verdict; a sequentially tested claim's row keeps them as ``fixed_<name>`` and blanks them.
+_FIXED_ONLY = ("p", "p_adjusted", "p_zero", "p_zero_adjusted", "p_equivalence", "p_equivalence_adjusted",
+               "p_margin", "p_margin_adjusted", "p_contra", "p_contra_adjusted", "power", "power_at", "mde",
+               "seeds_needed", "max_t", "bound", "min_p")
+
 #: How a sequential decision reads as a verdict (futility: stopped without deciding).
 _VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
             "futility": "inconclusive", "continue": "inconclusive"}
@@ -285,6 +294,7 @@ def sequential_verdicts(res, run: SequentialRun):
     fixed = [str(v) for v in out["verdict"].values]  # StringDType arrays do not cast to str arrays
     out["fixed_verdict"] = ("claim", np.array(fixed, dtype=str))
     verdict, reason = list(fixed), [str(v) for v in out["reason"].values]
+    outcome = [str(v) for v in out["outcome"].values] if "outcome" in out else []
     stage = np.zeros(len(ids), dtype=int)
     d = run.design
     head = (f"group-sequential design ({d.first_seeds} -> {d.max_seeds} seeds, +{d.stage_seeds} a stage, "
@@ -308,12 +318,22 @@ def sequential_verdicts(res, run: SequentialRun):
                      f"interval [{_fmt(lo)}, {_fmt(hi)}], boundary {bound} at level {c.level:.2g}; "
                      f"the fixed test on every seed held: {fixed[j]}")
         for var, x in (("estimate", c.estimate), ("lower", lo), ("upper", hi), ("n_seeds", c.seeds),
-                       ("level", c.level)):
+                       ("level", c.level), ("se", c.se), ("df", c.df)):
             if var in out:
                 out[var].values[j] = x
-        if "bound" in out and c.boundaries:
-            out["bound"].values[j] = c.boundaries[0]
+        # the fixed look's tests do not describe the design's verdict: kept as fixed_*, blank here
+        for var in _FIXED_ONLY:
+            if var in out:
+                if f"fixed_{var}" not in out:
+                    out[f"fixed_{var}"] = out[var].copy()
+                if out[var].dtype.kind in "fc":
+                    out[var].values[j] = np.nan
+        if "outcome" in out:
+            outcome[j] = ""
     out["verdict"] = ("claim", np.array(verdict, dtype=str))
+    if "outcome" in out:
+        out["fixed_outcome"] = ("claim", np.array([str(v) for v in res["outcome"].values], dtype=str))
+        out["outcome"] = ("claim", np.array(outcome, dtype=str))
     out["reason"] = ("claim", np.array(reason, dtype=str))
     out["sequential_stage"] = ("claim", stage)
     out.attrs["sequential"] = head

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -121,6 +122,10 @@ def test_run_with_a_design_trains_only_the_cells_undecided_claims_read(tmp_path)
         stop = int(row.decided_at)
         assert float(got.upper) == pytest.approx(min(1.0, float(row.rci_high.sel(stage=stop))))  # an accuracy: <= 1
         assert int(got.n_seeds) == int(seq.seeds.sel(stage=stop))
+        assert float(got.se) == pytest.approx(float(row.se.sel(stage=stop)))
+        # the fixed look's tests describe another analysis: blank here, kept as fixed_*
+        assert np.isnan(float(got.p_adjusted)) and np.isfinite(float(got.fixed_p_adjusted))
+        assert str(got.outcome.item()) == ""
     # a second run resumes: nothing trained again, the same stages
     again = CliRunner().invoke(main, ["run", str(exp), "--out", str(out), "--design", str(design), "--jobs", "1"],
                                catch_exceptions=False)
@@ -148,3 +153,17 @@ def test_a_cap_no_stage_reaches_is_refused(tmp_path):
     res = CliRunner().invoke(main, ["run", str(exp), "--out", str(tmp_path / "o"), "--design", str(design)])
     assert res.exit_code != 0
     assert "max_seeds_by_arch.gru is 3, which no stage reaches; write one of 2, 4, 6" in res.output
+
+
+def test_absent_claims_count_in_both_families_as_the_fixed_design_counts_them():
+    """An absent equivalence claim naming no architecture still has an opposite side."""
+    from analysis.claims import Claim
+    from analysis.claims.verdicts import family_share
+    from layerstate.sequential import absent_counts
+
+    eq = Claim(id="e1", statement="s", kind="equivalence", task="t", treatment="a", reference="b", margin=0.05,
+               compare="variant")
+    bound = Claim(id="b1", statement="s", kind="bound", metric="accuracy", task="t", arch="lstm",
+                  direction="greater", threshold=0.9)
+    own, _, contra = family_share([eq, bound])
+    assert absent_counts([eq, bound]) == (own, contra) == (2, 2)

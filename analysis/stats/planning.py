@@ -121,7 +121,8 @@ def plan(claims: Sequence[ClaimPlan], costs: Mapping[Cell, float], *, power: flo
         if need is None and not reason:
             reason = f"more than {n_max} seeds"
         have = {cell: (held or {}).get(cell, c.seeds) for cell in c.cells}
-        more = None if need is None else max(max(need - have[cell], 0) for cell in c.cells)
+        more = None if need is None else max((max(need - have[cell], 0) for cell in c.cells),
+                                             default=max(need - c.seeds, 0))
         missing = [cell for cell in c.cells if cell not in costs]
         cpu = (math.nan if need is None or missing
                else float(sum(max(need - have[cell], 0) * costs[cell] for cell in c.cells)))

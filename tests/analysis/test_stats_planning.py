@@ -100,3 +100,10 @@ def test_cells_holding_different_seeds_are_planned_from_what_each_holds():
     total = plan_total([c], [row], costs, held)
     assert total["cells"][gru] == (8, 8) and total["cells"][mamba] == (3, row.needed)
     assert total["cpu_s"] == (row.needed - 3) * 600.0
+
+
+def test_a_claim_whose_cells_are_not_known_is_still_planned():
+    from analysis.stats.planning import ClaimPlan, plan
+
+    row = plan([ClaimPlan(id="a", cells=(), sd=0.1, effect=0.1, level=0.05, seeds=3)], {})[0]
+    assert row.needed is not None and row.more == max(row.needed - 3, 0)
