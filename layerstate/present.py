@@ -290,7 +290,7 @@ def claim_lines(res: xr.Dataset) -> Iterator[str]:
         reason = _get(r, "reason")
         line = f"{cid}: {verdict}" + (f" — {reason}" if reason else "")
         power = power_words(str(r.kind.values), float(r.power), float(_get(r, "power_at", np.nan)),
-                            float(_get(r, "margin", np.nan)))
+                            float(_get(r, "margin", np.nan)), sequential=float(_get(r, "sequential_stage", 0) or 0) > 0)
         line += (f" | estimate {_interval(r)}  p={fmt_p(float(r.p))} (Holm {fmt_p(float(r.p_adjusted))})  "
                  f"{power}  — {r.test.values}")
         cross = _get(r, "crosscheck_model")

@@ -377,8 +377,9 @@ def _floats(frame: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(frame[col], errors="coerce").astype(float)
 
 
-def _power_text(kind: str, power: float, at: float, margin: float) -> str:
-    return power_words(kind, power, at, margin).removeprefix("power ")
+def _power_text(kind: str, power: float, at: float, margin: float, stage: float = 0.0) -> str:
+    words = power_words(kind, power, at, margin, sequential=bool(np.isfinite(stage) and stage > 0))
+    return words.removeprefix("power: ").removeprefix("power ")
 
 
 def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
@@ -395,8 +396,9 @@ def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
         "test": frame["test"],
         "p": [fmt_p(p) for p in frame["p"]],
         "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
-        "power at effect": [_power_text(k, p, a, m) for k, p, a, m in zip(
-            frame["kind"], frame["power"], _floats(frame, "power_at"), _floats(frame, "margin"), strict=True)],
+        "power at effect": [_power_text(k, p, a, m, st) for k, p, a, m, st in zip(
+            frame["kind"], frame["power"], _floats(frame, "power_at"), _floats(frame, "margin"),
+            _floats(frame, "sequential_stage").fillna(0.0), strict=True)],
         "MDE": [fmt(m, 3) for m in frame["mde"]],
         "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"]],
     }, index=frame.index)

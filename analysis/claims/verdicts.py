@@ -428,8 +428,13 @@ def seeds_note(n_seeds: float) -> str:
     return ""
 
 
-def power_words(kind: str, power: float, power_at: float, margin: float = np.nan) -> str:
-    """A claim's power as a user reads it: a number at its effect, or why there is none."""
+def power_words(kind: str, power: float, power_at: float, margin: float = np.nan, *,
+                sequential: bool = False) -> str:
+    """A claim's power as a user reads it: a number at its effect, or why there is none
+    (``sequential``: the claim was decided by a group-sequential design, whose stages and
+    boundaries say what its seeds could decide)."""
+    if sequential and not np.isfinite(power):
+        return "power: decided by the sequential design (its stages and boundaries)"
     if np.isfinite(power):
         return f"power {power:.2f}" + (f" at {power_at:+.3g}" if np.isfinite(power_at) else "")
     if kind in ("bound", "readable_by"):
