@@ -39,17 +39,25 @@ class Plan:
     observed: set[str]
 
 
+def run_seconds(attrs: dict) -> float | None:
+    """A run's CPU seconds: training, plus capture where the run records it; None for a run with
+    no recorded training time."""
+    metrics = attrs.get("metrics") or {}
+    seconds = metrics.get("train_seconds") if isinstance(metrics, dict) else None
+    if seconds is None:
+        return None
+    return float(seconds) + float(attrs.get("capture_seconds", 0.0) or 0.0)
+
+
 def cell_costs(store) -> dict[Cell, float]:
     """Mean CPU seconds per seed of each (task, arch, variant) cell: training, plus capture where
     a run records it."""
     spent: dict[Cell, list[float]] = {}
     for rid in store.run_ids():
         attrs = store.run_attrs(rid)
-        metrics = attrs.get("metrics") or {}
-        seconds = metrics.get("train_seconds") if isinstance(metrics, dict) else None
-        if seconds is None:
+        total = run_seconds(attrs)
+        if total is None:
             continue
-        total = float(seconds) + float(attrs.get("capture_seconds", 0.0) or 0.0)
         cell = (str(attrs.get("task")), str(attrs.get("arch")), str(attrs.get("variant", "default")))
         spent.setdefault(cell, []).append(total)
     return {cell: float(np.mean(v)) for cell, v in spent.items()}

@@ -75,15 +75,10 @@ def seeds_held(store) -> dict[Cell, int]:
     return out
 
 
-def _run_seconds(attrs: dict) -> float:
-    """A run's CPU seconds: training, plus capture where the run records it."""
-    metrics = attrs.get("metrics") or {}
-    train = metrics.get("train_seconds") if isinstance(metrics, dict) else None
-    return float(train or 0.0) + float(attrs.get("capture_seconds", 0.0) or 0.0)
-
-
 def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
     """Per stage: the runs whose seed it added (seed in [n_{k-1}, n_k)) and their CPU seconds."""
+    from layerstate.plan import run_seconds
+
     out = [[0, 0.0] for _ in seeds]
     for rid in store.run_ids():
         a = store.run_attrs(rid)
@@ -91,7 +86,7 @@ def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
         for k, n in enumerate(seeds):
             if s < n and (k == 0 or s >= seeds[k - 1]):
                 out[k][0] += 1
-                out[k][1] += _run_seconds(a)
+                out[k][1] += run_seconds(a) or 0.0
                 break
     return [(int(n), float(t)) for n, t in out]
 
