@@ -351,7 +351,7 @@ class Experiment(CapturePlan):
                 f"task {', '.join(unknown) or '(none)'} is not in the experiment's grid; its tasks: "
                 f"{', '.join(self.grid.tasks)}")
         keep = [t for t in self.grid.tasks if t in tasks]
-        claims = [c for c in self.claims if set(claim_tasks(c)) <= set(keep)]
+        claims = [c for c in self.claims if set(c.tasks()) <= set(keep)]
         ids = {c.id for c in claims}
         refs = [r for r in self.reference
                 if (r.task is None or r.task in keep) and (r.claim is None or r.claim in ids)]
@@ -448,12 +448,6 @@ def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[s
     pair = get_task(task, **params).counterfactual(  # type: ignore[attr-defined]
         np.random.default_rng(0), 2, length)
     return list(pair.sites) or ["corrupt", "label"]
-
-
-def claim_tasks(claim: Claim) -> list[str]:
-    """The tasks a claim reads (:meth:`Claim.levels`): its task, the tasks a profile_match
-    claim compares with, and the treatment and reference of a comparison of tasks."""
-    return [str(level) for _, factor, level in claim.levels() if factor == "task"]
 
 
 def parse_experiment(data: dict[str, Any], source: str = "<experiment>") -> Experiment:

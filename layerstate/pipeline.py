@@ -174,7 +174,6 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     analyses the claims read (and the models' behaviour), not the others: seeds and CPU go
     where they decide claims. Runs already in the store are reused, so a stopped run resumes
     where it was."""
-    from analysis.claims.metrics import result_kind
     from capture.experiment import RunSpec
     from layerstate.sequential import (
         evaluate_sequential,
@@ -190,7 +189,7 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     design = exp.design
     assert design is not None
     plan = exp.plan
-    read = {"behaviour"} | {result_kind(c.metric) for c in exp.claims}
+    read = {"behaviour"} | {c.reads() for c in exp.claims}
     if read & {"patching", "interchange"}:
         read.add("pairs")  # the counterfactual pairs they patch
     cells = list(dict.fromkeys((r.task, r.arch, r.variant) for r in plan.runs()))

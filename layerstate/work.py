@@ -107,9 +107,11 @@ def work_list(exp: CapturePlan, *, stages: Sequence[str] = STAGES,
 
 
 def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list[Work]:
-    """The behaviour of every task (always), its probes, then each task's interventions (as
-    configured)."""
+    """The behaviour of every task (always), its probes, then each task's interventions: as
+    configured, and whatever the experiment's claims read (:meth:`Claim.reads`), so a claim is
+    never left without its results."""
     cfg = exp.analysis
+    read = {c.reads() for c in getattr(exp, "claims", ())}
     by_task = {t: tuple(s.run_id for s in specs if s.task == t) for t in exp.grid.tasks}
 
     def unit(kind: str, task: str, length: int | None = None) -> Work:
@@ -119,11 +121,11 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
                     length=length)
 
     out = [unit("behaviour", t) for t in by_task]
-    out += [unit("probes", t) for t in by_task if cfg.probe]
+    out += [unit("probes", t) for t in by_task if cfg.probe or "probes" in read]
     for task in by_task:
         if cfg.patch or cfg.interchange:
             out.append(unit("pairs", task, cfg.patch_length))
-        if cfg.ablate:
+        if cfg.ablate or "ablation" in read:
             out.append(unit("ablation", task))
         if cfg.patch:
             out.append(unit("patching", task, cfg.patch_length))

@@ -150,11 +150,12 @@ from analysis.claims.spec import (
     Claim,
     ClaimError,
     NotEvaluable,
+    StaleResultError,
     parse_claims,
 )
 
 __all__ = [
     "ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED", "MIN_GAP", "MODEL_NAMES", "NUMERIC", "TEXT",
-    "Claim", "ClaimError", "NotEvaluable", "combine_parts", "evaluate_claims", "evaluate_stored_claims", "parse_claims",
+    "Claim", "ClaimError", "NotEvaluable", "StaleResultError", "combine_parts", "evaluate_claims", "evaluate_stored_claims", "parse_claims",
     "read_part", "seed_profiles", "stored_probe_profiles",
 ]

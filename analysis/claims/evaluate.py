@@ -86,6 +86,7 @@ def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
 
 
 def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
+    from analysis.claims.sampling import _floored_fit
     from analysis.stats.contrasts import contrast_np, glmm_contrast
 
     corr = sequence_counts(store, claim, cache)
@@ -105,21 +106,24 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
         if model == "gee":
             raise too_few(claim, int(present.sum(-1).min()), "in each condition")
         raise too_few(claim, int(present.all(0).sum()))
-    floor_note = ""
-    if not fit["se"] > 0:  # seeds (and models) that agree exactly: the sequences' sampling error
-        fit = dict(fit)
-        fit["se"], fit["df"], floor_note = _accuracy_floor(C, L, present)
+    # every model's SE is never below the sequences' paired sampling error (one rule, not a
+    # switch at SE = 0: docs/decisions.md, "Identical seeds")
+    floor_se, n_both = _accuracy_floor(C, L, present)
+    fit, floored = _floored_fit(fit, floor_se, n_both)
     row = claim_tests(claim, fit["estimate"], fit["se"], fit["df"])
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.nansum(C, -1) / np.nansum(L, -1)
+    diff = (acc[1] - acc[0])[present.all(0)]
+    sd = float(diff.std(ddof=1)) if diff.size > 1 else np.nan
     row.update(
         n_seeds=int(fit["n_seeds"]), margin=claim.margin if claim.margin else np.nan,
         treatment_mean=float(np.nanmean(acc[1][present[1]])), reference_mean=float(np.nanmean(acc[0][present[0]])),
-        test=test_text(claim, model), model=model, crosscheck_model=second,
+        test=test_text(claim, model), model=model, crosscheck_model=second, seed_sd=sd,
     )
     mix = fits["mixedlm"]
     row.update(sd_seed=float(np.sqrt(mix["var_seed"])), sd_model=float(np.sqrt(mix["var_model"])),
                sd_sequence=float(np.sqrt(mix["var_shared"] + mix["var_residual"])), variance="")
+    unavailable = ""
     if second == "glmm":
         g = glmm_contrast(C, L, rng=0)
         row["_x"] = {"estimate": g["estimate"], "lower": np.nan, "upper": np.nan, "p": np.nan}
@@ -127,12 +131,24 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
                            f"sequence SD {g['sd_sequence']:.3f}; log odds ratio {g['log_odds_ratio']:+.3f}")
         row["test"] += "; glmm requested: its intervals are too narrow to decide, so the verdict is the default's"
     else:
-        x = fits[second]
-        row["_x"] = (claim_tests(claim, x["estimate"], x["se"], x["df"]) if np.isfinite(x["estimate"]) else
-                     {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan})
-    row["dropped"] = dropped_text(claim, [model, second], present, C, L, seeds)
-    if floor_note:
-        row["variance"] = "; ".join(v for v in (floor_note, row["variance"]) if v)
+        x, _ = _floored_fit(fits[second], floor_se, n_both)  # the same floor as the primary fit
+        row["_x"] = {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan}
+        if np.isfinite(x["estimate"]):
+            try:  # a cross-check that cannot be tested never makes the claim not evaluable
+                row["_x"] = claim_tests(claim, x["estimate"], x["se"], x["df"])
+            except NotEvaluable as exc:
+                unavailable = f"the cross-check {second} gave no verdict: {str(exc).split(': ', 1)[-1]}"
+        else:
+            unavailable = f"the cross-check {second} gave no estimate (too few seeds or sequences for it)"
+    row["dropped"] = "; ".join(v for v in (dropped_text(claim, [model, second], present, C, L, seeds), unavailable)
+                               if v)
+    if floored:
+        note = (f"the seeds' SD {sd:.4f} of their differences is below what their sequences allow: the interval "
+                f"and tests use the paired sampling SD {floor_se * np.sqrt(n_both):.4f} of the per-sequence "
+                "differences (McNemar-type, over each seed's sequences)" if np.isfinite(sd) else
+                f"the interval and tests use the paired sampling SD {floor_se * np.sqrt(n_both):.4f} of the "
+                "per-sequence differences (McNemar-type, over each seed's sequences)")
+        row["variance"] = "; ".join(v for v in (note, row["variance"]) if v)
     return row
 
 
@@ -350,14 +366,14 @@ def _source(store: Store, claim: Claim, cache: dict) -> str:
     """The stored results a claim read (``result`` column): the probe result of each of its
     tasks, or the ablation, patching or interchange results its runs came from; '' for an
     accuracy claim (it reads the captures)."""
-    from analysis.claims.metrics import claim_tasks, probe_choice
+    from analysis.claims.metrics import probe_choice
 
     probes = cache.get("probes")
     try:
         if claim.metric == "probe_accuracy" or claim.kind in ("readable_by", "profile_match"):
             if probes is None or "result" not in probes.dims:
                 return ""
-            return ", ".join(sorted(set(probe_choice(store, probes, claim, claim_tasks(claim)).values())))
+            return ", ".join(sorted(set(probe_choice(store, probes, claim, claim.tasks()).values())))
         if claim.metric == "accuracy":
             return ""
         return str(seed_metric(store, claim, cache).attrs.get("results", ""))

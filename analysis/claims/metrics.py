@@ -8,19 +8,18 @@ from typing import cast
 import numpy as np
 import xarray as xr
 
-from analysis.claims.spec import ABLATION, MIN_GAP, Claim, ClaimError, NotEvaluable
+from analysis.claims.spec import (
+    ABLATION,
+    MIN_GAP,
+    Claim,
+    ClaimError,
+    NotEvaluable,
+    StaleResultError,
+)
 from store import MissingError, Store, schema
 
 
 # ---------------------------------------------------------------------- the claim's length
-def claim_tasks(claim: Claim) -> list[str]:
-    """The tasks a claim reads: its task, the tasks it compares, matches or differs from."""
-    named = [claim.task, claim.matches, claim.differs_from]
-    if claim.compare == "task":
-        named += [claim.treatment, claim.reference]
-    return list(dict.fromkeys(str(t) for t in named if t is not None))
-
-
 def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None) -> Claim:
     """The claim with its ``length``: as declared, else the length its tasks' runs were
     trained at when they were captured there, else their only captured length.
@@ -33,7 +32,7 @@ def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None)
     """
     if claim.length is not None:
         return claim
-    tasks = set(claim_tasks(claim))
+    tasks = set(claim.tasks())
     runs = [r for r in store.run_ids() if not tasks or str(store.run_attrs(r).get("task")) in tasks]
     captured = sorted({int(L) for r in runs for L in store.lengths(r)})
     trained = set()
@@ -45,7 +44,7 @@ def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None)
         return claim.model_copy(update={"length": next(iter(trained))})
     if len(captured) == 1:
         return claim.model_copy(update={"length": captured[0]})
-    kind = _RESULT_KIND.get(claim.metric) or (schema.PROBES if claim.kind in ("readable_by", "profile_match") else None)
+    kind = claim.reads() if claim.reads() != schema.BEHAVIOUR else None
     if kind is not None:  # a metric read from results: the one length they hold
         held = set(_result_lengths(store, kind))
         if kind == schema.PROBES and probes is not None and "length" in probes.coords:
@@ -61,17 +60,6 @@ def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None)
         f"(lengths captured for {', '.join(sorted(tasks)) or 'its runs'}: "
         f"{', '.join(map(str, captured)) or 'none'})"
     )
-
-
-#: The kind of stored result each per-seed metric is read from.
-_RESULT_KIND = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATION, "refit_accuracy": schema.ABLATION,
-                "patch_recovery": schema.PATCHING, "restoration": schema.INTERCHANGE}
-
-
-def result_kind(metric: str) -> str:
-    """The kind of stored result a claim's metric is read from (``behaviour`` for the models'
-    own accuracy)."""
-    return _RESULT_KIND.get(metric, schema.BEHAVIOUR)
 
 
 def _result_lengths(store: Store, kind: str | None = None) -> list[int]:
@@ -101,6 +89,60 @@ def at_length(claim: Claim) -> int:
 
 
 # ---------------------------------------------------------------------- probe results
+def claim_runs(store: Store, claim: Claim, kind: str = "len", task: str | None = None) -> list[str]:
+    """The runs a claim's metric is computed from: the store's runs in the claim's cells
+    (:meth:`Claim.selects`; of ``task`` only, if given) captured at its length (``kind``
+    ``"cfclean"``: its counterfactual pairs, which patching reads)."""
+    out = []
+    for r in store.run_ids():
+        attrs = store.run_attrs(r)
+        if not claim.selects(attrs) or (task is not None and str(attrs.get("task")) != task):
+            continue
+        if claim.length is None or claim.length in store.lengths(r, kind):
+            out.append(r)
+    return out
+
+
+def seeds_words(store: Store, runs: list[str]) -> str:
+    """``runs`` as their cells and seeds: ``"dyck/gru seeds 3-4, dyck/lstm seed 3"``."""
+    by: dict[str, list[int]] = {}
+    for r in runs:
+        a = store.run_attrs(r)
+        variant = str(a.get("variant", "default"))
+        cell = f"{a.get('task')}/{a.get('arch')}" + (f"/{variant}" if variant != "default" else "")
+        by.setdefault(cell, []).append(int(a.get("seed", 0)))
+    return ", ".join(f"{cell} {seed_range(sorted(seeds))}" for cell, seeds in sorted(by.items()))
+
+
+def seed_range(seeds: list[int]) -> str:
+    """``[0, 1, 2, 4]`` -> ``"seeds 0-2, 4"`` (``"seed 3"`` for one)."""
+    if not seeds:
+        return "no seeds"
+    spans: list[str] = []
+    start = prev = seeds[0]
+    for s in [*seeds[1:], None]:
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(spans)
+
+
+def require_runs(store: Store, claim: Claim, name: str, held: set[str], fix: str, *, kind: str = "len",
+                 task: str | None = None) -> None:
+    """Refuse to decide ``claim`` on the stored result ``name`` when it lacks runs of the claim's
+    cells that the store holds (:class:`StaleResultError`, naming them and ``fix``): a result
+    computed before more seeds were trained would decide on fewer seeds than the store says."""
+    missing = [r for r in claim_runs(store, claim, kind, task) if r not in held]
+    if missing:
+        raise StaleResultError(
+            f"claim {claim.id!r} reads {name}, which lacks {len(missing)} run{'s' if len(missing) > 1 else ''} "
+            f"the store holds in its cells ({seeds_words(store, missing)}): it was computed before they were "
+            f"trained; {fix}")
+
+
 def stack_probe_results(store: Store) -> xr.Dataset | None:
     """Every stored probe result's ``profile`` side by side along ``result`` (None if none),
     with ``held (result, run)`` (the result holds the run) and ``settings (result)`` (what it
@@ -137,8 +179,11 @@ def _result_choice(name: str) -> str:
 def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> dict[str, str]:
     """The name of the one probe result a claim reads for each of ``tasks``.
 
-    ``result`` in the claim chooses by name; without it the one stored result that holds the
-    task's runs is read. Several: a :class:`ClaimError` lists them with their settings.
+    ``result`` in the claim chooses by name; without it the one stored result that holds every
+    run of the claim's cells in the task (:func:`claim_runs`) is read. A result that lacks some
+    of them was computed before they were trained and never decides (:class:`StaleResultError`
+    when no result holds them all); several that hold them all: a :class:`ClaimError` lists them
+    with what differs (settings, seeds).
     """
     names = [str(n) for n in probes.result.values]
     settings = dict(zip(names, map(str, probes.settings.values), strict=True))
@@ -146,7 +191,12 @@ def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str
     out = {}
     for task in tasks:
         runs_of = [r for r in map(str, probes.run.values) if task_of[r] == task]
-        holding = [n for n in names if bool(probes.held.sel(result=n, run=runs_of).any())] if runs_of else []
+        held = {n: {r for r in runs_of if bool(probes.held.sel(result=n, run=r))} for n in names}
+        holding = [n for n in names if held[n]]
+        wanted = set(claim_runs(store, claim, task=task))
+        complete = [n for n in holding if wanted <= held[n]]
+        fix = (f"run `layerstate probe STORE --task {task}` (or `layerstate run` on the experiment) "
+               "to probe every run")
         if claim.result is not None:
             chosen = _result_choice(claim.result)
             if chosen not in names:
@@ -155,15 +205,21 @@ def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str
             if chosen not in holding:
                 raise ClaimError(f"claim {claim.id!r}: {chosen} holds no runs of task {task!r}; results that do: "
                                  f"{', '.join(holding) or 'none'}")
-        elif len(holding) == 1:
-            chosen = holding[0]
+            if chosen not in complete:
+                up = f"; {', '.join(complete)} hold{'s' if len(complete) == 1 else ''} them all" if complete else ""
+                require_runs(store, claim, chosen, held[chosen], fix + up, task=task)
+        elif len(complete) == 1:
+            chosen = complete[0]
         elif not holding:
             raise MissingError(f"claim {claim.id!r}: no probe result holds runs of task {task!r}; run "
                                f"`layerstate probe STORE --task {task}`")
+        elif not complete:
+            chosen = max(holding, key=lambda n: len(held[n]))
+            require_runs(store, claim, chosen, held[chosen], fix, task=task)
         else:
-            listed = "; ".join(f"{n} ({settings[n]})" for n in holding)
-            raise ClaimError(f"claim {claim.id!r}: {len(holding)} probe results hold task {task!r}: {listed}; "
-                             f"say which with result = \"{_short(holding[0])}\"")
+            listed = "; ".join(f"{n} ({settings[n]}; {seeds_words(store, sorted(held[n]))})" for n in complete)
+            raise ClaimError(f"claim {claim.id!r}: {len(complete)} probe results hold every run of task {task!r}: "
+                             f"{listed}; say which with result = \"{_short(complete[-1])}\"")
         out[task] = chosen
     return out
 
@@ -256,7 +312,7 @@ def seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
         probes = cache.get("probes")
         if probes is None:
             raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
-        tasks = claim_tasks(claim)
+        tasks = claim.tasks()
         key: tuple = ("probe", claim.length, tuple(tasks), claim.result)
         if key not in cache:
             cache[key] = seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim))
@@ -341,6 +397,8 @@ def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missin
     if not parts:
         raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
                            f"{claim.length}; {missing}")
+    require_runs(store, claim, ", ".join(sorted(set(source.values()))), set(source), missing,
+                 kind="len" if prefix == schema.ABLATION else "cfclean", task=claim.task)
     out = xr.concat(parts, dim="run", join="outer", coords="minimal", compat="override") if len(parts) > 1 else parts[0]
     res = by_factors(out.reset_coords(drop=True), store)
     res.attrs["results"] = ", ".join(sorted(set(source.values())))  # what the claim read (its claims row)

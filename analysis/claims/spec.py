@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from store import LayerstateError
+from store import LayerstateError, schema
 
 ALPHA = 0.05
 
@@ -40,6 +40,12 @@ class NotEvaluable(ClaimError):
     while the other claims are still evaluated."""
 
 
+class StaleResultError(ClaimError):
+    """A stored result a claim reads lacks runs that the store holds in the claim's cells (it was
+    computed before they were trained): deciding on it would silently use fewer seeds. The message
+    names the command that brings the result up to date."""
+
+
 #: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them).
 LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery")
 #: Metrics read from ``results/ablation/*`` (one value per setting).
@@ -49,6 +55,11 @@ ABLATION = ("ablation_drop", "refit_accuracy")
 #: corruption does not change its answer (as in :func:`classify_mechanism`'s ``min_gap``).
 MIN_GAP = 0.05
 
+
+#: The kind of stored result each per-seed metric is read from (the others: ``behaviour``).
+METRIC_RESULTS = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATION,
+                  "refit_accuracy": schema.ABLATION, "patch_recovery": schema.PATCHING,
+                  "restoration": schema.INTERCHANGE}
 
 #: The fields each kind of claim needs.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -227,6 +238,42 @@ class Claim(BaseModel):
             raise ValueError("positions = [...] is for metric = 'patch_recovery'")
         if self.baseline == "chance" and m != "refit_accuracy":
             raise ValueError("baseline = 'chance' is for metric = 'refit_accuracy'")
+
+    def tasks(self) -> list[str]:
+        """The tasks the claim reads: its task, the tasks it compares, matches or differs from."""
+        named = [self.task, self.matches, self.differs_from]
+        if self.compare == "task":
+            named += [self.treatment, self.reference]
+        return list(dict.fromkeys(str(t) for t in named if t is not None))
+
+    def reads(self) -> str:
+        """The kind of stored result the claim is decided on (:data:`store.schema` names):
+        ``probes`` for a readable_by or profile_match claim whatever its ``metric``, the
+        metric's result kind otherwise, ``behaviour`` for the models' own accuracy. The one
+        answer to "which results does this claim read": the work list computes these, the
+        evaluation reads them."""
+        if self.kind in ("readable_by", "profile_match"):
+            return schema.PROBES
+        return METRIC_RESULTS.get(self.metric, schema.BEHAVIOUR)
+
+    def selects(self, attrs: Mapping[str, Any]) -> bool:
+        """Whether a run (its attributes) lies in one of the cells the claim reads: its tasks,
+        and the architectures and variants it names (any, where it names none)."""
+        archs: set[str] = set()
+        variants: set[str] = set()
+        if self.compare == "arch" and self.kind in ("difference", "equivalence"):
+            archs = {str(self.treatment), str(self.reference)}
+        elif self.kind == "profile_match" and self.archs:
+            archs = set(self.archs)
+        elif self.arch is not None:
+            archs = {self.arch}
+        if self.compare == "variant" and self.kind in ("difference", "equivalence"):
+            variants = {str(self.treatment), str(self.reference)}
+        elif self.kind in ("readable_by", "profile_match", "bound") or "variant" in self.model_fields_set:
+            variants = {self.variant}
+        return (str(attrs.get("task")) in self.tasks()
+                and (not archs or str(attrs.get("arch")) in archs)
+                and (not variants or str(attrs.get("variant", "default")) in variants))
 
     def levels(self) -> list[tuple[str, str, str | int]]:
         """Every level of the experiment the claim names, as ``(field, factor, level)``:
