@@ -96,23 +96,34 @@ def _proportion_var(p: xr.DataArray, m: xr.DataArray) -> xr.DataArray:
     return xr.apply_ufunc(proportion_sampling_var, p, m)
 
 
-def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, float, str]:
-    """(se, df, note) of an accuracy difference whose seeds give no spread at all: the sampling
-    variance of two proportions over each seed's labelled sequences (as if independent, the
-    larger for the same sequences), averaged over the seeds present in both conditions."""
-    from analysis.stats.decision import proportion_sampling_var
+def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, int]:
+    """(se, n) of the sequences' sampling floor of an accuracy contrast: each seed's paired
+    sampling variance of its difference (:func:`analysis.stats.decision.paired_sampling_var`,
+    McNemar's over its sequences), averaged over the ``n`` seeds present in both conditions,
+    over ``n``. NaN when fewer than 2 seeds have both."""
+    from analysis.stats.decision import paired_sampling_var
 
     both = present.all(0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.nansum(C, -1) / np.nansum(L, -1)
-    units = (np.nan_to_num(L) > 0).sum(-1).astype(float)
-    floor = (proportion_sampling_var(acc[0], units[0]) + proportion_sampling_var(acc[1], units[1]))[both]
+    floor = paired_sampling_var(C, L)[both]
     n = int(both.sum())
     if n < 2 or not np.isfinite(floor).all():
-        return np.nan, np.nan, ""
-    se = float(np.sqrt(floor.mean() / n))
-    return se, float(n - 1), (f"the seeds' differences are identical: the interval and tests use the sampling SD "
-                              f"{se * np.sqrt(n):.4f} of two proportions over the seeds' sequences")
+        return np.nan, n
+    return float(np.sqrt(floor.mean() / n)), n
+
+
+def _floored_fit(fit: dict, floor_se: float, n: int) -> tuple[dict, bool]:
+    """A contrast model's fit with its SE never below the sequences' sampling floor
+    ``floor_se`` (one continuous rule: the larger of the two, :mod:`analysis.stats.decision`);
+    a fit the floor replaced gets ``n - 1`` degrees of freedom where it had none. Returns the
+    fit and whether the floor was used."""
+    se = float(fit.get("se", np.nan))
+    if not (np.isfinite(floor_se) and floor_se > 0) or (np.isfinite(se) and se >= floor_se):
+        return fit, False
+    out = dict(fit)
+    out["se"] = floor_se
+    if not (np.isfinite(float(out.get("df", np.nan))) and float(out["df"]) >= 1):
+        out["df"] = float(n - 1)
+    return out, True
 
 
 def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,

@@ -11,9 +11,11 @@ What lives here, and nowhere else:
 * :func:`holm_family` and :func:`holm_levels`: Holm over a family in which every declared test
   counts, and the level each test is actually judged at (for power and MDE,
   :mod:`analysis.stats.power`);
-* the sequence-level sampling floor (:func:`proportion_sampling_var`, :func:`floored_se`,
-  :func:`score_interval`): seeds whose values agree exactly still have the sampling error of
-  the sequences they were measured on;
+* the sequence-level sampling floor (:func:`proportion_sampling_var`,
+  :func:`paired_sampling_var`, :func:`floored_se`, :func:`score_interval`): seeds whose values
+  agree exactly, or more closely than their sequences allow, still have the sampling error of
+  the sequences they were measured on. One continuous rule, never a switch at SE = 0: the
+  variance is the larger of the seeds' and the sequences' sampling variance;
 * :func:`fmt_p` and :func:`not_computable`: a number a user reads is a number or words, never
   ``nan``.
 
@@ -176,6 +178,47 @@ def proportion_sampling_var(values, n_units) -> np.ndarray:
     shrunk = (m * np.asarray(values, dtype=float) + 2.0) / (m + 4.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(m > 0, shrunk * (1.0 - shrunk) / m, np.nan)
+
+
+def paired_sampling_var(correct, labelled, *, adjusted: bool = True) -> np.ndarray:
+    """Each seed's sampling variance of its accuracy difference (condition 1 minus condition 0)
+    from its per-sequence counts, with the sequences as the sampling unit and paired across the
+    two conditions (both models of a seed were evaluated on the same sequences).
+
+    ``correct``, ``labelled`` shaped (..., 2, seed, sequence) (NaN or 0 labelled where a
+    sequence is absent); returns (..., seed), NaN where a seed lacks either condition.
+
+    With one labelled position per sequence this is McNemar's: of ``m`` sequences, ``b`` went
+    right -> wrong and ``c`` wrong -> right, and the variance of the difference ``(c - b) / m``
+    is ``(b + c - (b - c)^2 / m) / m^2``. In general it is the linearised (sandwich) variance
+    of the difference of the two accuracies, each a ratio of sums over its sequences:
+    ``sum_i u_i^2``, ``u_i = (C1_i - a1 L1_i) / N1 - (C0_i - a0 L0_i) / N0``, which reduces
+    to McNemar's form above. ``adjusted`` adds Agresti and Min's (2005) pseudo-counts, half a
+    sequence of average length in each of the four cells (right/wrong x right/wrong), so
+    that ``b + 1/2``, ``c + 1/2`` and ``m + 2`` enter instead: two models that agree on every
+    sequence still have a variance (a next sequence could be discordant), as the one-sample
+    :func:`proportion_sampling_var` shrinks towards 1/2. The estimate itself is unchanged."""
+    C = np.asarray(correct, dtype=float)
+    L = np.asarray(labelled, dtype=float)
+    L = np.where(np.isfinite(L) & (L > 0), L, 0.0)
+    C = np.where(L > 0, np.nan_to_num(C), 0.0)
+    N = L.sum(-1)  # (..., 2, seed)
+    ok = (N > 0).all(-2)  # (..., seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if adjusted:
+            unit = N.sum(-2) / (L > 0).sum((-1, -3))  # a sequence's mean labelled count, (..., seed)
+            pseudo = np.where(ok, unit, 0.0)[..., None, :]
+            N = N + 2 * pseudo
+            acc = (C.sum(-1) + pseudo) / N
+        else:
+            acc = C.sum(-1) / N
+        part = (C - acc[..., None] * L) / N[..., None]  # (..., 2, seed, sequence)
+        var = ((part[..., 1, :, :] - part[..., 0, :, :]) ** 2).sum(-1)
+        if adjusted:
+            a1, a0, n1, n0 = acc[..., 1, :], acc[..., 0, :], N[..., 1, :], N[..., 0, :]
+            for y1, y0 in ((1, 1), (0, 0), (1, 0), (0, 1)):  # the four half-sequence cells
+                var = var + 0.5 * (pseudo[..., 0, :] * ((y1 - a1) / n1 - (y0 - a0) / n0)) ** 2
+    return np.where(ok, var, np.nan)
 
 
 def floored_se(values, sampling_var=None) -> tuple[float, float, bool]:
