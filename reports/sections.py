@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.claims.evaluate import stale_table
 from analysis.claims.verdicts import power_words, seeds_note
 from reports import figures as F
 from reports.intervals import RANGES, apply_rules, interval_text, texts
@@ -343,6 +344,10 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
     if "claims" not in snap.results():
         return missing_section("claims", CLAIMS_TITLE, "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
     ds = read_result(snap.store, "claims")
+    stale = stale_table(snap.store, ds)
+    if stale is not None:  # verdicts from fewer seeds than the store holds are not shown as verdicts
+        return missing_section("claims", CLAIMS_TITLE, f"The stored verdicts are out of date: {stale}. Decide "
+                               "them again on every seed the store holds.", "stats", CLAIMS_INTRO)
     frame = claims_frame(ds, claim_metrics(experiment, ds))
     sec = Section("claims", CLAIMS_TITLE, intro=CLAIMS_INTRO)
     alpha = ds.attrs.get("alpha", 0.05)

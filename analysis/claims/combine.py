@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
-from analysis.claims.spec import Claim, ClaimError
+from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, stale_table, verdict_table
+from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
@@ -271,4 +271,9 @@ def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Da
     if "claims" not in st.results():
         raise MissingError(f"{path} holds no evaluated claims (results/claims); run `layerstate stats` "
                            "(or `layerstate run`) on it first")
-    return st.read_result("claims")
+    table = st.read_result("claims")
+    stale = stale_table(st, table)
+    if stale is not None:
+        raise StaleResultError(f"{path}: its claims table is out of date: {stale}; decide them again with "
+                               "`layerstate stats` (or `layerstate run`) on it, then combine")
+    return table

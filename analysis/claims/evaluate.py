@@ -359,7 +359,50 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         f"; {len(absent)} declared claims not evaluated here ({' + '.join(map(str, pad))} tests) count in their "
         "families with p = 1, the worst case for these" if absent else "")
     return verdict_table(kept, ids, rows, pad=pad, correction=correction,
-                         attrs={"absent_claims": [c.id for c in absent]})
+                         attrs={"absent_claims": [c.id for c in absent], CELL_RUNS: cell_runs(store, claims)})
+
+
+#: The claims table's attribute recording, per cell its claims read, the runs the store held when
+#: the table was computed (:func:`stale_table` compares it with the store's runs now).
+CELL_RUNS = "cell_runs"
+
+
+def cell_runs(store: Store, claims: Sequence[Claim]) -> dict[str, list[str]]:
+    """Per ``task/arch/variant`` cell that ``claims`` read (:meth:`Claim.selects`), the store's runs."""
+    out: dict[str, list[str]] = {}
+    for r in store.run_ids():
+        a = store.run_attrs(r)
+        if any(c.selects(a) for c in claims):
+            out.setdefault(f"{a.get('task')}/{a.get('arch')}/{a.get('variant', 'default')}", []).append(r)
+    return out
+
+
+def stale_table(store: Store, table: xr.Dataset) -> str | None:
+    """Why the stored claims ``table`` no longer answers ``store`` (runs trained in its cells since
+    it was computed, or runs gone), in words; None when it does, or when it records no runs (a
+    table from before the record was kept)."""
+    from analysis.claims.metrics import seeds_words
+
+    recorded = table.attrs.get(CELL_RUNS)
+    if not isinstance(recorded, dict):
+        return None
+    now: dict[str, list[str]] = {}
+    for r in store.run_ids():
+        a = store.run_attrs(r)
+        cell = f"{a.get('task')}/{a.get('arch')}/{a.get('variant', 'default')}"
+        if cell in recorded:
+            now.setdefault(cell, []).append(r)
+    added = sorted({r for c, runs in now.items() for r in runs} - {r for runs in recorded.values() for r in runs})
+    gone = sorted({r for runs in recorded.values() for r in runs} - {r for runs in now.values() for r in runs})
+    parts = []
+    if added:
+        parts.append(f"the store holds {len(added)} more run{'s' if len(added) > 1 else ''} in its claims' cells "
+                     f"({seeds_words(store, added)}) than when the verdicts were computed")
+    if gone:
+        parts.append(f"{len(gone)} run{'s' if len(gone) > 1 else ''} it was computed on "
+                     f"{'are' if len(gone) > 1 else 'is'} no longer in the store ({', '.join(gone[:3])}"
+                     f"{' ...' if len(gone) > 3 else ''})")
+    return "; ".join(parts) or None
 
 
 def _source(store: Store, claim: Claim, cache: dict) -> str:

@@ -105,3 +105,33 @@ def test_train_outside_the_grid_says_how_to_add_seeds():
     plan = parse_plan({"experiment": {"name": "x"}, "grid": {"tasks": ["dyck"], "archs": ["lstm"], "seeds": [0, 1, 2]}})
     with pytest.raises(InvalidArgumentError, match=r"seed 3, 4 is not in the experiment's grid.*\[grid\] seeds.*--design"):
         plan.select(seeds=[3, 4])
+
+
+def test_a_claims_table_from_fewer_seeds_is_not_combined_nor_reported_as_verdicts(tmp_path):
+    from analysis.claims import evaluate_stored_claims, read_part
+    from analysis.claims.evaluate import stale_table
+    from reports.sections import claims as claims_section
+    from reports.snapshot import take_snapshot
+
+    st = _store(tmp_path / "s.zarr", 3)
+    _probes(st, "probes/dyck", 3, 0.99)
+    table = evaluate_stored_claims(st, parse_claims([CLAIM]))
+    assert stale_table(st, table) is None
+    assert read_part(str(tmp_path / "s.zarr")).sizes["claim"] == 1
+    rng = np.random.default_rng(1)
+    st.add_run("dyck-gru-s3", task="dyck", arch="gru", seed=3)
+    labels = rng.integers(0, 3, size=(16, L))
+    st.write_length("dyck-gru-s3", L, hidden=rng.standard_normal((16, L, 3, 4)).astype("float32"), tokens=labels,
+                    labels={"state": labels})
+    why = stale_table(st, st.read_result("claims"))
+    assert why is not None and "1 more run" in why and "dyck/gru seed 3" in why
+    with pytest.raises(StaleResultError, match=r"out of date.*layerstate stats"):
+        read_part(str(tmp_path / "s.zarr"))
+    sec = claims_section(take_snapshot(Store.open(str(tmp_path / "s.zarr"))))
+    assert sec.missing and "out of date" in sec.missing and not sec.tables
+    # a run outside the claims' cells (another task) leaves the verdicts current
+    st2 = _store(tmp_path / "t.zarr", 3)
+    _probes(st2, "probes/dyck", 3, 0.99)
+    evaluate_stored_claims(st2, parse_claims([CLAIM]))
+    st2.add_run("parity-gru-s0", task="parity", arch="gru", seed=0)
+    assert stale_table(st2, st2.read_result("claims")) is None
