@@ -5,7 +5,10 @@ each claim's estimate, its SE with the sequences' sampling floor, and the level 
 For each claim the planner (:func:`analysis.stats.planning.plan`) finds the seeds at which its
 own test reaches power 0.8 at its margin, at the level it is tested at; a bound or readable_by
 claim declares no effect, so it is planned at the distance between its estimate and its
-threshold (said in the table: an observed effect, which such a plan takes at face value). Each
+threshold, signed in the claim's direction (said in the table: an observed effect, which such a
+plan takes at face value). An estimate on the wrong side of its threshold is no effect to
+plan towards: more seeds only make the refutation surer, so the claim is "not reachable
+(estimate on the wrong side)", with its power at that signed effect, never a seed count. Each
 cell's cost per seed is the mean training time of its stored runs (``train_seconds``), plus
 their capture time where a run records one (``capture_seconds``).
 """
@@ -92,6 +95,7 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
     plans: list[ClaimPlan] = []
     skipped: dict[str, str] = {}
     observed: set[str] = set()
+    wrong: set[str] = set()
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid = str(r.claim.values)
@@ -112,8 +116,12 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         if claim.kind == "equivalence":
             alternative, effect = "equivalence", 0.0
         elif claim.kind in ("bound", "readable_by"):
-            alternative, effect = "one-sided", abs(float(r.estimate) - float(claim.threshold or 0.0))
+            alternative, effect = "one-sided", float(r.estimate) - float(claim.threshold or 0.0)
+            if claim.kind == "bound" and claim.direction == "less":
+                effect = -effect  # the effect in the claim's direction: below the threshold
             observed.add(cid)
+            if effect < 0:
+                wrong.add(cid)
         else:
             alternative = "two-sided" if claim.direction == "two-sided" else "one-sided"
             if margin is None:
@@ -125,8 +133,27 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
     from layerstate.sequential import seeds_held
 
     costs, held = cell_costs(store), seeds_held(store)
-    rows = plan(plans, costs, power=power, held=held)
+    rows = [_unreachable(c, r) if c.id in wrong else r
+            for c, r in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
     return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs, held), observed)
+
+
+#: Said of a claim planned at an observed effect on the wrong side of its threshold.
+WRONG_SIDE = "not reachable (estimate on the wrong side)"
+
+
+def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
+    """The plan row of a claim whose estimate lies on the wrong side: no seed count, and its
+    power now at the signed effect (the chance that its one-sided test passes were that the
+    true value; the planner's power takes the effect's size only)."""
+    import scipy.stats
+
+    power_now = math.nan
+    if np.isfinite(c.sd) and c.sd > 0 and c.seeds >= 2:
+        df = c.seeds - 1
+        ncp = c.effect / (c.sd / math.sqrt(c.seeds))
+        power_now = float(scipy.stats.nct.sf(scipy.stats.t.ppf(1 - c.level, df), df, ncp))
+    return PlanRow(r.id, r.seeds, None, None, math.nan, power_now, WRONG_SIDE)
 
 
 def _num(x: float | int | None, fmt: str = "d") -> str:

@@ -76,3 +76,34 @@ def test_the_plan_command_prints_the_table_and_writes_nothing(store, tmp_path):
     assert res.exit_code == 0, res.output
     assert "s3-conv |" in res.output and "total:" in res.output and "cell s3/mamba/no_conv" in res.output
     assert sorted(store.results()) == before
+
+
+def test_a_bound_claim_whose_estimate_is_on_the_wrong_side_is_not_reachable(store):
+    """Issue 52: a bound claim `stats` calls contradicted (estimate 0.850, "above 0.95") was
+    planned at the absolute distance to its threshold: "power now 1.00, seeds for power 0.8:
+    2". Planned at the signed effect, the claim's own side, it is not reachable by more seeds;
+    a claim on the right side is still planned at its distance."""
+    store, _ = store
+    high = {**CLAIMS[1], "id": "s3-very-high", "statement": "S3 accuracy above 0.99", "threshold": 0.99}
+    low = {**CLAIMS[1], "id": "s3-below", "statement": "S3 accuracy below 0.99", "threshold": 0.99,
+           "direction": "less"}
+    claims = parse_claims([high, low])
+    res = evaluate_claims(store, claims[:1])
+    assert str(res.sel(claim="s3-very-high").verdict.values) == "contradicted"
+    assert float(res.sel(claim="s3-very-high").upper) < 0.99
+    p = make_plan(store, claims)
+    wrong = next(r for r in p.rows if r.id == "s3-very-high")
+    assert wrong.needed is None and wrong.more is None and not np.isfinite(wrong.cpu_s)
+    assert wrong.reason == "not reachable (estimate on the wrong side)"
+    assert wrong.power_now < 0.05
+    right = next(r for r in p.rows if r.id == "s3-below")
+    assert right.needed is not None and right.reason == ""
+    effects = {c.id: c.effect for c in p.claims}
+    assert effects["s3-very-high"] < 0 < effects["s3-below"]
+    assert effects["s3-below"] == pytest.approx(-effects["s3-very-high"])
+    text = "\n".join(plan_lines(p))
+    line = next(v for v in text.splitlines() if v.startswith("s3-very-high |"))
+    assert "not reachable (estimate on the wrong side)" in line and "| 1.00 |" not in line
+    assert "nan" not in text.lower()
+    # a claim no seed can reach adds nothing to the cells' plan
+    assert p.total["cells"][("s3", "mamba", "default")][1] == right.needed
