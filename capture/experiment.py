@@ -308,9 +308,12 @@ class CapturePlan(BaseModel):
                                   ("arch", archs, self.grid.archs), ("seed", seeds, self.grid.seeds)):
             unknown = [x for x in asked if x not in have]
             if unknown:
+                more = ("; to train more seeds, list them in the experiment's [grid] seeds, or let "
+                        "`layerstate run EXPERIMENT --out DIR --design DESIGN` add them stage by stage "
+                        "(only to the cells its claims need)") if what == "seed" else ""
                 raise InvalidArgumentError(
                     f"{what} {', '.join(map(str, unknown))} is not in the experiment's grid; "
-                    f"its {what}s: {', '.join(map(str, have))}")
+                    f"its {what}s: {', '.join(map(str, have))}{more}")
         return [r for r in every
                 if (not runs or r.run_id in runs) and (not tasks or r.task in tasks)
                 and (not archs or r.arch in archs) and (not seeds or r.seed in seeds)]

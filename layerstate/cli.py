@@ -831,8 +831,23 @@ def sequential(experiment: str, store_path: str, design_path: str | None, tasks:
         claims = load_claims(experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
-    for line in sequential_lines(evaluate_sequential(st, claims, design, absent=absent)):
+    for line in sequential_lines(evaluate_sequential(st, claims, design, absent=absent),
+                                 next_step=_next_stage(experiment, store_path, design_path, tasks)):
         click.echo(line)
+
+
+def _next_stage(experiment: str, store_path: str, design_path: str | None, tasks: tuple[str, ...]) -> str:
+    """How to train a design's next stage: the `run` command that does it, or (a claims file, not
+    an experiment) what to do by hand."""
+    from capture.experiment import ExperimentError
+    from layerstate.experiment import load_experiment
+
+    try:
+        load_experiment(experiment)
+    except ExperimentError:
+        return ("train them into the store (seeds in the experiment's [grid], `layerstate train` and "
+                "`layerstate capture`, then the analyses the claims read), then run this again")
+    return present.design_command(experiment, store_path, design_path, tasks)
 
 
 def _parts_view(parts: tuple[str, ...], storage_options: dict):

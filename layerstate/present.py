@@ -379,3 +379,24 @@ def unpacked(archive: str, path: Any) -> str:
 
 def report_line(path: Any) -> str:
     return f"report: {path}"
+
+
+def design_command(experiment: str, store: str, design: str | None, tasks: Sequence[str] = ()) -> str:
+    """The one command that trains a design's next stage into ``store`` and decides it (it
+    trains exactly the cells the design names, then analyses and decides them): a store at
+    ``DIR/store.zarr`` is the run folder ``DIR``, any other keeps its path with ``--store``."""
+    import shlex
+    from pathlib import PurePath
+
+    parts = ["layerstate", "run", experiment]
+    where = PurePath(store.rstrip("/"))
+    if "://" not in store and where.name == "store.zarr":
+        parts += ["--out", str(where.parent)]
+    else:
+        parts += ["--store", store, "--out", str(where.with_name(where.name.removesuffix(".zarr") + "-run"))
+                  if "://" not in store else "run-out"]
+    if design is not None:
+        parts += ["--design", design]
+    for t in tasks:
+        parts += ["--task", t]
+    return "run `" + " ".join(shlex.quote(p) for p in parts) + "`: it trains them, analyses them and decides the stage"

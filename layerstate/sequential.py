@@ -236,16 +236,16 @@ def _fmt(x: float, signed: bool = True) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def sequential_lines(run: SequentialRun) -> Iterator[str]:
+def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
     """Per stage and claim: seeds, estimate, repeated interval, boundary and decision; then what
-    the next stage trains."""
+    the next stage trains and ``next_step``: how (a command that trains exactly those cells)."""
     d = run.design
     yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
            f"({d.spending} spending, futility {d.futility}); stages at {', '.join(map(str, d.seeds()))} seeds")
     if not run.stages:
         low = min(run.held.values()) if run.held else 0
         yield (f"no stage yet: the first stage needs {d.first_seeds} seeds in every cell the claims read "
-               f"(the store holds {low} in its thinnest cell); train them, then run this again")
+               f"(the store holds {low} in its thinnest cell); to train them: {next_step}")
     for st in run.stages:
         for cid, c in st.claims.items():
             bounds = ", ".join(_fmt(b) for b in c.boundaries) or "–"
@@ -262,7 +262,7 @@ def sequential_lines(run: SequentialRun) -> Iterator[str]:
         last = run.stages[-1]
         if last.cells_next and last.seeds_next is not None:
             cells = ", ".join("/".join(c) for c in sorted(last.cells_next))
-            yield f"next stage: train seeds up to {last.seeds_next} for {cells} (only these cells), then run this again"
+            yield f"next stage: seeds up to {last.seeds_next} for {cells} (only these cells); {next_step}"
         else:
             yield "the design is complete: every claim is decided or the maximum seeds were reached"
 

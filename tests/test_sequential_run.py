@@ -167,3 +167,54 @@ def test_absent_claims_count_in_both_families_as_the_fixed_design_counts_them():
                   direction="greater", threshold=0.9)
     own, _, contra = family_share([eq, bound])
     assert absent_counts([eq, bound]) == (own, contra) == (2, 2)
+
+
+READABLE = TINY.split("# Neither can be decided")[0] + """
+[analysis]
+probe_positions = "pooled"
+probe_folds = 2
+
+# written as docs/claims.md shows a readable_by claim: no metric (it reads the probes all the same)
+[[claims]]
+id = "lstm-readable-L1"
+statement = "the LSTM's state is readable at L1"
+kind = "readable_by"
+task = "parity"
+arch = "lstm"
+layer = "L1"
+threshold = 0.5
+length = 20
+"""
+
+
+@pytest.mark.slow
+def test_a_stage_is_decided_on_results_that_hold_its_seeds(tmp_path):
+    """A readable_by claim without `metric` reads probes: each stage recomputes them for its seeds,
+    and the last stage's estimate is the one `stats` gives on the same seeds trained in one go."""
+    exp = tmp_path / "readable.toml"
+    exp.write_text(READABLE)
+    design = tmp_path / "design.toml"
+    design.write_text(DESIGN.replace("max_seeds_by_arch = { gru = 2 }\n", ""))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["run", str(exp), "--out", str(out), "--design", str(design), "--jobs", "1"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "needs probe results" not in res.output
+    st = Store.open(str(out / "store.zarr"))
+    seq = st.read_result("sequential")
+    row = seq.sel(claim="lstm-readable-L1")
+    assert list(seq.seeds.values) == [2, 3]  # undecidable at 2 seeds: the LSTM went on to its third
+    last = int(row.decided_at) or int(seq.stage.values[-1])
+    n_seeds = int(seq.seeds.sel(stage=last))
+    probes = st.read_result("probes/parity")
+    lstm_runs = [str(r) for r in probes.run.values if "lstm" in str(r)]
+    assert len(lstm_runs) == len([r for r in st.run_ids() if "lstm" in r])  # the probes hold every stored run
+    # `stats` on every seed held (the runs a one-go training of these seeds gives: training is
+    # deterministic) decides on the same probes: the same estimate as the design's last stage
+    assert n_seeds == int(seq.seeds.values[-1])
+    got = CliRunner().invoke(main, ["stats", str(out / "store.zarr"), "--claims", str(exp)],
+                             catch_exceptions=False)
+    assert got.exit_code == 0, got.output
+    fixed = Store.open(str(out / "store.zarr")).read_result("claims").sel(claim="lstm-readable-L1")
+    assert int(fixed.n_seeds) == n_seeds
+    assert float(row.estimate.sel(stage=last)) == pytest.approx(float(fixed.estimate), abs=1e-12)
