@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xarray as xr
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analysis.claims import evaluate_claims, parse_claims
@@ -16,7 +16,21 @@ from analysis.claims.verdicts import adjust, claim_tests, decide
 from store import Store
 from tests.analysis.test_claims import _write_run
 
-ORDER = {"supported": 3, "contradicted": 3, "negligible": 2, "equivalent": 1, "inconclusive": 0}
+
+def weakens(small: str, small_outcome: str, big: str) -> bool:
+    """Whether a verdict ``big`` in a larger family is the verdict ``small`` of a smaller one or
+    a weaker one (docs/decisions.md, "Verdicts and outcomes"). Every verdict reports the tests
+    that passed at its family's correction, and a larger family can only make fewer of them
+    pass, never a new one. So ``big`` may be ``small``; ``inconclusive`` (nothing shown); or
+    ``equivalent`` (the interval inside the margin) where ``small`` rested on more than that and
+    the smaller family had shown it too: a ``negligible`` verdict (different from zero and
+    within), or a ``contradicted`` one whose interval also lay inside the margin (its outcome
+    was already ``equivalent``): the reversal is no longer shown, the refutation by the margin
+    still is."""
+    if big in (small, "inconclusive"):
+        return True
+    return big == "equivalent" and small in ("negligible", "contradicted") and small_outcome in (
+        "negligible", "equivalent")
 
 
 def _no_nan(res: xr.Dataset) -> None:
@@ -74,15 +88,35 @@ def _row(est: float, se: float, df: float, claim: Claim) -> dict:
 @given(est=st.floats(-0.2, 0.2), se=st.floats(0.002, 0.05), df=st.sampled_from([2.0, 4.0, 9.0]),
        extra=st.integers(1, 60), direction=st.sampled_from(["less", "greater", "two-sided"]),
        against=st.sampled_from(["zero", "margin"]), kind=st.sampled_from(["difference", "equivalence"]))
+@example(est=-0.0117, se=0.0039, df=4.0, extra=1, direction="greater", against="zero", kind="difference")
 def test_a_larger_family_only_ever_weakens_a_verdict(est, se, df, extra, direction, against, kind):
     if kind == "equivalence":
         direction, against = "two-sided", "zero"
     claim = Claim(id="c", statement="s", kind=kind, task="t", treatment="a", reference="b", margin=0.05,
                   direction=direction, test_against=against)
     row = _row(est, se, df, claim)
-    small = decide(claim, row, adjust([claim], [row])[0])[0]
+    small, small_outcome, _ = decide(claim, row, adjust([claim], [row])[0])
     big = decide(claim, row, adjust([claim], [row], absent=(extra, extra, extra))[0])[0]
-    assert big == small or big == "inconclusive" or (small, big) == ("negligible", "equivalent"), (small, big)
+    assert weakens(small, small_outcome, big), (small, small_outcome, big)
+
+
+def test_a_negligible_reversal_falls_back_from_contradicted_to_equivalent():
+    """The case Hypothesis once drew at random (issue 52): "A > B" with margin 0.05 measured
+    -0.0117 (SE 0.0039, 4 df), 95% interval [-0.023, -0.001]: below zero *and* inside the margin.
+    Alone the opposite side's test passes (Holm p 0.040): contradicted, with outcome equivalent.
+    With one more claim in each family it does not (0.080), the equivalence test still does:
+    equivalent. Both refute the claim; the larger family no longer shows the reversal, and
+    shows nothing the smaller one had not."""
+    claim = Claim(id="c", statement="s", kind="difference", task="t", treatment="a", reference="b", margin=0.05,
+                  direction="greater")
+    row = _row(-0.0117, 0.0039, 4.0, claim)
+    alone = decide(claim, row, adjust([claim], [row])[0])
+    crowd = decide(claim, row, adjust([claim], [row], absent=(1, 1, 1))[0])
+    assert alone[:2] == ("contradicted", "equivalent")
+    assert crowd[:2] == ("equivalent", "equivalent")
+    assert "not contradicted" in crowd[2]
+    assert weakens(alone[0], alone[1], crowd[0]) and not weakens("equivalent", "equivalent", "contradicted")
+    assert not weakens("contradicted", "inconclusive", "equivalent")
 
 
 # ------------------------------------------------------- 3. identical seeds
