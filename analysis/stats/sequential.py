@@ -22,15 +22,22 @@ The method, and why (docs/sequential.md says more):
 * **Multiplicity.** The sequentially rejective Holm-type graphical procedure for group-sequential
   designs (Maurer & Bretz 2013): each claim's own test starts at ``alpha / m``; a claim whose
   statistic crosses its boundary at its current level is rejected, its level is passed on in
-  equal shares to the claims of the family not rejected, and these are tested again at the same
-  stage against the boundaries of the same spending function recomputed at their new level
-  (earlier stages' boundaries at the new level too). The tests of the opposite side
-  ("contradicted", at the two-sided level as in :mod:`analysis.claims.verdicts`) form a second
-  family with the same procedure.
+  equal shares to the claims of the family not rejected, and these are tested again against the
+  boundaries of the same spending function recomputed at their new level, at every stage they
+  have looked at so far (a claim stopped for futility or at its maximum included: its looks are
+  tested again, and it is decided at the stage that raised its level). The tests of the opposite
+  side ("contradicted", at the two-sided level as in :mod:`analysis.claims.verdicts`) form a
+  second family, the margin's tests of the difference claims tested against zero with a margin
+  (both one-sided tests against ``+-margin``, each at half the level with its own spending: the
+  sequential TOST, which makes such a claim ``equivalent``, or ``negligible`` when its own test
+  is rejected too) a third, each with the same procedure. An exact test (a profile_match
+  claim's permutation p) is a single look at its maximum with all its level spent there.
 * **Intervals.** Repeated confidence intervals (Jennison & Turnbull 1989): at every stage
   ``estimate +- c_k se`` with ``c_k`` the two-sided boundary of level ``alpha`` of the same
   spending function, so that all of them cover together, and the one at a sequential stop
-  covers with probability at least ``1 - alpha`` whatever the stopping rule.
+  covers with probability at least ``1 - alpha`` whatever the stopping rule. The verdict rests
+  on the one-sided repeated bound of the claim's own test at its level (``ClaimStage.bound``):
+  the estimate minus (greater) or plus (less) its critical value times the SE.
 * **Futility** (non-binding; the efficacy boundaries ignore it, so stopping or not keeps the
   error rates): conditional power of the claim's own test at the maximum seeds, at a declared
   true value (``Hypothesis.effect``) or else the current estimate; below
@@ -42,7 +49,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,13 +63,17 @@ from store import LayerstateError
 if TYPE_CHECKING:
     from analysis.claims.spec import Claim
 
-__all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "StageResult", "from_claim",
-           "calibration_factor", "rci_critical", "seed_estimate",
-           "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
+__all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Observation", "StageResult",
+           "calibration_factor", "family_counts", "from_claim", "profile_hypotheses", "rci_critical",
+           "seed_estimate", "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
 
-#: What a claim is at a stage: decided (supported, contradicted), still collecting seeds
-#: (continue), stopped by the futility rule, or undecided at the maximum (inconclusive).
-DECISIONS = ("supported", "contradicted", "continue", "futility", "inconclusive")
+#: What a claim is at a stage: decided (supported; negligible or equivalent, the margin's outcomes
+#: of a difference claim tested against zero with a margin, as in the fixed design; contradicted),
+#: still collecting seeds (continue), stopped by the futility rule, or undecided at its maximum
+#: (inconclusive).
+DECISIONS = ("supported", "negligible", "equivalent", "contradicted", "continue", "futility", "inconclusive")
+#: The decisions a rejection makes: final, whatever later stages show.
+_FINAL = frozenset({"supported", "negligible", "equivalent", "contradicted"})
 SPENDING = ("obrien-fleming", "pocock")
 #: A (task, arch, variant) cell: the unit that receives seeds.
 Cell = tuple[str, str, str]
@@ -166,15 +177,19 @@ class Hypothesis(BaseModel):
     ``test``: ``greater`` / ``less`` (the estimate lies above / below ``value``), ``two-sided``
     (different from ``value``, each side at half the level), ``within`` (inside ``value +-
     margin``: both one-sided tests at half the level, as the TOST of
-    :mod:`analysis.stats.decision`) or ``outside`` (beyond ``value +- margin``). The opposite
-    side ("contradicted") is tested at the two-sided level: ``greater`` -> below ``value``,
-    ``less`` -> above, ``within`` -> outside, ``outside`` -> within; a ``two-sided`` test has none.
+    :mod:`analysis.stats.decision`), ``outside`` (beyond ``value +- margin``) or ``exact`` (an
+    exact test evaluated once, at the claim's maximum, with all its level spent there: its
+    observation is the test's p-value, e.g. a profile_match claim's permutation p,
+    :func:`profile_hypotheses`). The opposite side ("contradicted") is tested at the two-sided
+    level: ``greater`` -> below ``value``, ``less`` -> above, ``within`` -> outside, ``outside``
+    -> within; a ``two-sided`` or ``exact`` test has none. A claim with ``beyond_margin`` also
+    has the margin's test (:meth:`margin_test`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str
     cells: tuple[tuple[str, str, str], ...] = Field(description="The (task, arch, variant) cells the claim reads.")
-    test: Literal["greater", "less", "two-sided", "within", "outside"]
+    test: Literal["greater", "less", "two-sided", "within", "outside", "exact"]
     value: float = 0.0
     margin: float | None = None
     effect: float | None = Field(default=None, description="A true value of the estimate to compute conditional "
@@ -192,12 +207,20 @@ class Hypothesis(BaseModel):
             raise ValueError(f"hypothesis {self.id!r}: test = {self.test!r} needs margin > 0")
         if not self.cells:
             raise ValueError(f"hypothesis {self.id!r} reads no cells; name its (task, arch, variant) cells")
+        if self.beyond_margin is not None and not (self.test in ("greater", "less", "two-sided")
+                                                   and self.beyond_margin > 0):
+            raise ValueError(f"hypothesis {self.id!r}: beyond_margin needs a greater, less or two-sided test and "
+                             "a margin > 0")
+        if self.test == "exact" and self.margin is not None:
+            raise ValueError(f"hypothesis {self.id!r}: an exact test reads its p-value; drop the margin")
         return self
 
     def sides(self, contra: bool = False) -> tuple[tuple[tuple[int, float], ...], str, float]:
         """The one-sided tests of the claim's own test (or its opposite side's): ``((sign,
         value), ...)``, whether ``any`` or ``all`` of them must cross, and the share of the
         claim's level each side is tested at."""
+        if self.test == "exact":
+            return (), "any", 1.0
         v, m = self.value, self.margin or 0.0
         within = (((+1, v - m), (-1, v + m)), "all", 0.5)
         outside = (((+1, v + m), (-1, v - m)), "any", 0.5)
@@ -208,7 +231,17 @@ class Hypothesis(BaseModel):
                 "two-sided": (((+1, v), (-1, v)), "any", 0.5), "within": within, "outside": outside}[self.test]
 
     def contradictable(self) -> bool:
-        return self.test != "two-sided"
+        return self.test not in ("two-sided", "exact")
+
+    def margin_test(self) -> Hypothesis | None:
+        """The margin's test of a claim tested against its value with a margin (``beyond_margin``):
+        within ``value +- beyond_margin`` (the TOST, each side at half its level), which makes it
+        ``equivalent`` (or ``negligible`` when the claim's own test is also rejected). None for
+        other claims."""
+        if self.beyond_margin is None:
+            return None
+        return Hypothesis(id=self.id, cells=self.cells, test="within", value=self.value, margin=self.beyond_margin,
+                          max_seeds=self.max_seeds)
 
 
 def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float | None = None) -> Hypothesis:
@@ -218,11 +251,12 @@ def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float 
     Raises
     ------
     DesignError
-        For a profile_match claim (an exact permutation test, not a t on an estimate) and for a
-        claim whose cells cannot be told from its fields (pass ``cells``)."""
+        For a profile_match claim (an exact permutation test with a row per architecture:
+        :func:`profile_hypotheses`) and for a claim whose cells cannot be told from its fields
+        (pass ``cells``)."""
     if claim.kind == "profile_match":
-        raise DesignError(f"claim {claim.id!r}: a profile_match claim is an exact permutation test and has no "
-                          "sequential boundary; evaluate it at the maximum seeds")
+        raise DesignError(f"claim {claim.id!r}: a profile_match claim is an exact permutation test with a row per "
+                          "architecture; use profile_hypotheses(claim): single looks at its maximum")
     if cells is None:
         cells = _claim_cells(claim)
     m = claim.margin
@@ -239,6 +273,37 @@ def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float 
         return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, value=value, effect=effect)
     return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, effect=effect,
                       beyond_margin=m if m else None)
+
+
+def profile_hypotheses(claim: Claim, variant: str | None = None) -> list[Hypothesis]:
+    """A profile_match claim's rows (one per architecture, ids ``"<id>[<arch>]"`` as
+    :func:`analysis.claims.evaluate_claims` names them) as single-look hypotheses (``test =
+    "exact"``): each reads its architecture's cells of the three tasks and is decided at its
+    maximum by its permutation p, in the design's Holm-type family with all its level spent
+    there (docs/sequential.md, "Profile-match claims")."""
+    if claim.kind != "profile_match":
+        raise DesignError(f"claim {claim.id!r} is a {claim.kind} claim; profile_hypotheses takes profile_match "
+                          "claims (use from_claim)")
+    archs = claim.archs or ([claim.arch] if claim.arch else [])
+    if not archs:
+        raise DesignError(f"claim {claim.id!r}: a profile_match claim names no architecture; write archs = [...]")
+    v = str(variant or claim.variant or "default")
+    tasks = (claim.task, claim.matches, claim.differs_from)
+    return [Hypothesis(id=f"{claim.id}[{a}]", cells=tuple((str(t), str(a), v) for t in tasks), test="exact")
+            for a in archs]
+
+
+def family_counts(claims: Sequence[Claim]) -> tuple[int, int, int]:
+    """How many tests ``claims`` put in each of the design's three Holm families: their own tests
+    (one per claim, one per architecture of a profile_match claim), the margin's tests (one per
+    difference claim tested against zero with a margin) and the opposite side's (one per claim
+    that can be contradicted, as :func:`analysis.claims.verdicts.contra_test`). Pass it as
+    ``absent`` for the declared claims a part of a grid does not hold."""
+    from analysis.claims.verdicts import contra_test
+
+    own = sum(max(len(c.archs), 1) if c.kind == "profile_match" else 1 for c in claims)
+    margin = sum(1 for c in claims if c.kind == "difference" and c.margin and c.test_against != "margin")
+    return own, margin, sum(1 for c in claims if contra_test(c))
 
 
 def _claim_cells(claim: Claim) -> tuple[Cell, ...]:
@@ -425,14 +490,30 @@ def seed_estimate(values: Sequence[float], sampling_var: Sequence[float] | None 
     return float(x.mean()), float(se), float(x.size - 1)
 
 
+#: A claim's observation at a stage: ``(estimate, se, df)`` of its t, or the p-value of an exact
+#: test (``Hypothesis.test == "exact"``, read at its maximum only).
+Observation = tuple[float, float, float] | float
+
+
 @dataclass(frozen=True)
 class ClaimStage:
     """A claim at one stage: its estimate, the boundary it was held to, the decision, the
-    repeated confidence interval. Decided claims carry the stage they were decided at."""
+    repeated confidence interval. Decided claims carry the stage they were decided at.
+
+    ``bound`` is what the verdict rests on: the one-sided repeated bounds of the claim's own test
+    at its level, ``(estimate - critical se, estimate + critical se)`` with a side the test does
+    not have at ``-inf`` / ``+inf`` (a greater test: ``bound[0]``; a less test: ``bound[1]``).
+    Its own test is rejected exactly when the bound lies beyond the value (a greater test:
+    ``bound[0] >= value``; within: both inside the margin; two-sided or outside: either beyond).
+    Unlike ``rci`` (two-sided, alpha / 2 a side) it is at the claim's own level, up to alpha,
+    so a supported claim's ``rci`` may still hold the value but its ``bound`` never does.
+    ``margin_*`` is the same for the margin's test of a difference claim tested against zero
+    with a margin (NaN for other claims), ``outcome`` the fixed design's word for such a claim
+    (effect, negligible, equivalent, inconclusive; empty while it continues and for others)."""
 
     id: str
     stage: int
-    seeds: int
+    seeds: int  # the seeds its numbers are from (a claim stopped at its maximum keeps those)
     decision: str
     decided_at: int | None
     estimate: float
@@ -445,6 +526,11 @@ class ClaimStage:
     conditional_power: float
     contra_level: float
     note: str = ""  # why a decision reads as it does, where the decision alone does not say
+    bound: tuple[float, float] = (math.nan, math.nan)
+    margin_level: float = math.nan
+    margin_bound: tuple[float, float] = (math.nan, math.nan)
+    outcome: str = ""
+    p: float = math.nan  # an exact test's p-value at its maximum
 
 
 @dataclass(frozen=True)
@@ -458,25 +544,76 @@ class StageResult:
     seeds_next: int | None  # the seeds those cells reach at the next stage
 
 
-def _crosses(h: Hypothesis, obs: tuple[float, float, float], design: Design, k: int, level: float,
-             contra: bool) -> tuple[bool, float]:
-    sides, rule, share = h.sides(contra)
+@dataclass(frozen=True)
+class _Look:
+    """One test of one stage's observation: whether it crossed, the critical t, the one-sided bounds."""
+
+    crossed: bool
+    critical: float
+    bound: tuple[float, float]
+
+
+_NO_LOOK = _Look(False, math.nan, (math.nan, math.nan))
+
+
+def _observation(h: Hypothesis, raw: Any) -> Observation:
+    """A claim's observation as its test reads it (NaN where it is missing); a wrong shape is a
+    one-line error. The one place a new kind of observation would be read."""
+    if h.test == "exact":
+        if raw is None:
+            return math.nan
+        if np.ndim(raw) != 0:
+            raise DesignError(f"hypothesis {h.id!r} is an exact test: observe its p-value (a number), not {raw!r}")
+        return float(raw)
+    if raw is None:
+        return math.nan, math.nan, math.nan
+    if np.ndim(raw) != 1 or len(raw) != 3:
+        raise DesignError(f"hypothesis {h.id!r}: observe (estimate, se, df), not {raw!r}")
+    est, se, df = (float(v) for v in raw)
+    return est, se, df
+
+
+def _t_obs(obs: Observation) -> tuple[float, float, float]:
+    return obs if isinstance(obs, tuple) else (math.nan, math.nan, math.nan)
+
+
+def _p(obs: Observation) -> float:
+    return math.nan if isinstance(obs, tuple) else float(obs)
+
+
+def _finite(obs: Observation) -> bool:
+    if not isinstance(obs, tuple):
+        return bool(np.isfinite(obs))
     est, se, df = obs
-    if not sides or not (np.isfinite(est) and np.isfinite(se) and se > 0 and np.isfinite(df) and df >= 1):
-        return False, math.nan
+    return bool(np.isfinite(est) and np.isfinite(se) and se > 0 and np.isfinite(df) and df >= 1)
+
+
+def _look(h: Hypothesis, obs: Observation, design: Design, k: int, level: float, contra: bool = False) -> _Look:
+    """Test ``h`` (its own test, or its opposite side's) on its stage ``k``'s observation at
+    ``level``: each side's t against the boundary of ``level`` times its share spent by the
+    design's function; an exact test's p against ``level``, at its last stage only."""
+    if h.test == "exact":
+        last = k == len(design.seeds()) - 1
+        crossed = bool(not contra and last and _p(obs) <= level)
+        return _Look(crossed, math.nan, (math.nan, math.nan))
+    sides, rule, share = h.sides(contra)
+    if not sides or not _finite(obs):
+        return _NO_LOOK
+    est, se, df = _t_obs(obs)
     c = _t_critical(design.seeds(), level * share, design.spending, k, df)
     hits = [sign * (est - v) / se >= c for sign, v in sides]
-    return (all(hits) if rule == "all" else any(hits)), c
+    signs = {sign for sign, _ in sides}
+    bound = (est - c * se if +1 in signs else -math.inf, est + c * se if -1 in signs else math.inf)
+    return _Look(all(hits) if rule == "all" else any(hits), c, bound)
 
 
-def _conditional_power(h: Hypothesis, obs: tuple[float, float, float], design: Design, k: int,
-                       level: float) -> float:
+def _conditional_power(h: Hypothesis, obs: Observation, design: Design, k: int, level: float) -> float:
     """Conditional power of the claim's own test at the last stage (B-value form on the z scale),
     at ``h.effect`` or the current estimate."""
-    est, se, df = obs
+    est, se, df = _t_obs(obs)
     fr = design.fractions()
     tk, n_k = fr[k], design.seeds()[k]
-    if not (np.isfinite(est) and np.isfinite(se) and se > 0) or tk >= 1:
+    if h.test == "exact" or not (np.isfinite(est) and np.isfinite(se) and se > 0) or tk >= 1:
         return math.nan
     sides, rule, share = h.sides()
     b_last = z_boundaries(fr, level * share, design.spending)[-1]
@@ -490,25 +627,20 @@ def _conditional_power(h: Hypothesis, obs: tuple[float, float, float], design: D
     return min(cps) if rule == "all" else max(cps)
 
 
-def _within_margin(h: Hypothesis, obs: tuple[float, float, float]) -> bool:
+def _within_margin(h: Hypothesis, obs: Observation) -> bool:
     """Whether a claim tested against zero with a margin has its plain (uncorrected) 95% interval
     inside ``+-beyond_margin``: different from zero, but not shown to be more than negligible, so
     not supported (the fixed design's 'not within' is read from the uncorrected interval too)."""
     m = h.beyond_margin
-    est, se, df = obs
-    if m is None or not (np.isfinite(se) and np.isfinite(df) and df >= 1):
+    est, se, df = _t_obs(obs)
+    if m is None or not _finite(obs):
         return False
     half = float(scipy.stats.t.isf(0.025, df)) * se
-    return -m < est - half and est + half < m
-
-
-def _triple(x: Sequence[float]) -> tuple[float, float, float]:
-    est, se, df = (float(v) for v in x)
-    return est, se, df
+    return h.value - m < est - half and est + half < h.value + m
 
 
 def _holm_step(family: list[str], rejected: set[str], level: dict[str, float], testable: Sequence[str],
-               test, absent: int = 0) -> dict[str, float]:
+               test: Callable[[str, float], bool], absent: int = 0) -> dict[str, float]:
     """Maurer-Bretz Holm-type step at one stage: reject every testable hypothesis that crosses at
     its current level, pass its level in equal shares to the family's hypotheses not rejected
     (and the ``absent`` ones of the declared family, never rejected here), and test again until
@@ -529,32 +661,55 @@ def _holm_step(family: list[str], rejected: set[str], level: dict[str, float], t
             level[j] += freed / (len(rest) + absent)
 
 
+def _absent(absent: tuple[int, ...]) -> tuple[int, int, int]:
+    if len(absent) == 3:
+        return int(absent[0]), int(absent[1]), int(absent[2])
+    if len(absent) == 2:  # (own, opposite side): each absent claim holds at most one margin test
+        return int(absent[0]), int(absent[0]), int(absent[1])
+    raise DesignError(f"absent counts the families' absent tests as (own, margin, opposite side), got {absent!r}")
+
+
+def _g(x: float) -> str:
+    return f"{x:+.3f}" if np.isfinite(x) else "none"
+
+
 def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
-                         observed: Sequence[Mapping[str, tuple[float, float, float]]], *,
-                         absent: tuple[int, int] = (0, 0)) -> list[StageResult]:
+                         observed: Sequence[Mapping[str, Any]], *,
+                         absent: tuple[int, ...] = (0, 0)) -> list[StageResult]:
     """Decide the claims stage by stage.
+
+    Three Holm families, each with the Maurer-Bretz procedure (module docstring): the claims'
+    own tests; the margin's tests of the difference claims tested against zero with a margin
+    (:meth:`Hypothesis.margin_test`: equivalent, or negligible with the own test rejected too);
+    the opposite sides' (contradicted). When a rejection raises a claim's level, every stage it
+    has looked at so far is tested again at the new level, a claim stopped for futility or at
+    its maximum included; a claim whose own test is rejected while its plain 95% interval lies
+    inside its margin goes on for the margin's test (inconclusive at its maximum if neither
+    that test crosses nor the interval leaves the margin).
 
     Parameters
     ----------
     design
         The declared design.
     hypotheses
-        The claims as sequential tests (:func:`from_claim`), one Holm family of their own tests
-        and one of their opposite sides'.
+        The claims as sequential tests (:func:`from_claim`, :func:`profile_hypotheses`).
     observed
-        Per stage run so far, each claim's ``(estimate, se, df)`` at that stage's seeds. Claims
+        Per stage run so far, each claim's :data:`Observation` at that stage's seeds:
+        ``(estimate, se, df)``, or an exact test's p-value (read at its maximum only). Claims
         decided earlier may be left out; an undecided claim left out (or with no SE) is not
         tested at that stage and continues.
     absent
-        Declared tests of the two families not given here (another part of a grid): they count
-        in the family (``alpha / m`` with ``m`` including them) and are never rejected here.
+        Declared tests of the families not given here (another part of a grid): ``(own, margin,
+        opposite side)`` (:func:`family_counts`), or ``(own, opposite side)`` with the own count
+        standing for the margin family's too (at most one margin test a claim). They count in
+        their family (``alpha / m`` with ``m`` including them) and are never rejected here.
 
     Returns
     -------
     list of StageResult
-        One per stage of ``observed``: each claim's decision, level, boundary and repeated
-        confidence interval, and the cells the next stage trains (those read by claims still
-        ``continue``). The function is deterministic: call it again with one more stage.
+        One per stage of ``observed``: each claim's decision, level, boundary, one-sided bound
+        and repeated confidence interval, and the cells the next stage trains (those read by
+        claims still ``continue``). Deterministic: call it again with one more stage.
     """
     seeds = design.seeds()
     if len(observed) > len(seeds):
@@ -564,68 +719,144 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
     if len(set(ids)) != len(ids):
         raise DesignError("hypothesis ids must be unique")
     by_id = {h.id: h for h in hypotheses}
+    margin_h = {h.id: mt for h in hypotheses if (mt := h.margin_test()) is not None}
     contra_ids = [h.id for h in hypotheses if h.contradictable()]
-    m_own, m_contra = len(ids) + absent[0], len(contra_ids) + absent[1]
-    level = {i: design.alpha / m_own for i in ids}
-    contra_level = {i: design.alpha / m_contra for i in contra_ids}
+    margin_ids = list(margin_h)
+    a_own, a_margin, a_contra = _absent(absent)
+    level = {i: design.alpha / (len(ids) + a_own) for i in ids}
+    contra_level = {i: design.alpha / (len(contra_ids) + a_contra) for i in contra_ids}
+    margin_level = {i: design.alpha / (len(margin_ids) + a_margin) for i in margin_ids}
     rej_own: set[str] = set()
     rej_contra: set[str] = set()
-    decided: dict[str, ClaimStage] = {}
-    out: list[StageResult] = []
-    last = len(seeds) - 1
+    rej_margin: set[str] = set()
+    own_at: dict[str, tuple[float, int, _Look]] = {}  # own test rejected: level, stage and look it crossed on
     local = {i: design.capped(by_id[i].max_seeds) for i in ids}  # each claim's own design (its maximum)
     for i, d in local.items():
         if d.max_seeds not in seeds:
             raise DesignError(f"hypothesis {i!r}: max_seeds {d.max_seeds} is not a stage of the design "
                               f"(seeds {', '.join(map(str, seeds))}); cap it at one of them")
+    # each claim's looks so far: (design stage, its own stage, observation); closed when it stops
+    looks: dict[str, list[tuple[int, int, Observation]]] = {i: [] for i in ids}
+    status: dict[str, str] = {}
+    latest: dict[str, ClaimStage] = {}
+    out: list[StageResult] = []
+    last = len(seeds) - 1
+
+    def crossing(i: str, lv: float, family: str) -> tuple[int, _Look] | None:
+        """The latest of the claim's looks that crosses at ``lv`` in ``family`` (own, contra, margin)."""
+        h = margin_h[i] if family == "margin" else by_id[i]
+        for k_, kk, o in reversed(looks[i]):
+            lk = _look(h, o, local[i], kk, lv, contra=family == "contra")
+            if lk.crossed:
+                return k_, lk
+        return None
+
     for k, obs_k in enumerate(observed):
-        active = [i for i in ids if i not in decided]
-        kk = {i: local[i].seeds().index(seeds[k]) for i in active}  # the claim's own stage
-        nan3 = (math.nan, math.nan, math.nan)
-        obs = {i: _triple(obs_k.get(i, nan3)) for i in active}
-        supported = _holm_step(ids, rej_own, level, active,
-                               lambda i, lv: _crosses(by_id[i], obs[i], local[i], kk[i], lv, False)[0],  # noqa: B023
-                               absent[0])
-        contra_testable = [i for i in active if by_id[i].contradictable() and i not in supported]
-        contradicted = _holm_step(contra_ids, rej_contra, contra_level, contra_testable,
-                                  lambda i, lv: _crosses(by_id[i], obs[i], local[i], kk[i], lv, True)[0],  # noqa: B023
-                                  absent[1])
+        for i in ids:
+            if status.get(i, "continue") == "continue":
+                looks[i].append((k, local[i].seeds().index(seeds[k]), _observation(by_id[i], obs_k.get(i))))
+        alive = [i for i in ids if status.get(i, "continue") not in _FINAL]
+        own_new = _holm_step(ids, rej_own, level, [i for i in alive if i not in rej_own],
+                             lambda i, lv: crossing(i, lv, "own") is not None, a_own)
+        for i, lv in own_new.items():
+            if (hit := crossing(i, lv, "own")) is not None:
+                own_at[i] = (lv, *hit)
+        contra_new = _holm_step(contra_ids, rej_contra, contra_level,
+                                [i for i in alive if i in contra_level and i not in rej_own],
+                                lambda i, lv: crossing(i, lv, "contra") is not None, a_contra)
+        margin_new = _holm_step(margin_ids, rej_margin, margin_level,
+                                [i for i in alive if i in margin_level and i not in contra_new],
+                                lambda i, lv: crossing(i, lv, "margin") is not None, a_margin)
         stage: dict[str, ClaimStage] = {}
-        for i in active:
-            h, o, d, ki = by_id[i], obs[i], local[i], kk[i]
-            lv = supported.get(i, level[i])
-            _, c = _crosses(h, o, d, ki, lv, False)
-            est, se, df = o
-            cp = _conditional_power(h, o, d, ki, lv)
-            note = ""
-            if i in supported and _within_margin(h, o):
-                dec = "inconclusive"
-                note = (f"different from {h.value:g}, but its 95% interval lies within +-{h.beyond_margin:g}: "
-                        "not shown to be more than negligible")
-            elif i in supported:
-                dec = "supported"
-            elif i in contradicted:
-                dec = "contradicted"
-            elif ki == len(d.seeds()) - 1:
-                dec = "inconclusive"
-            elif design.futility != "none" and np.isfinite(cp) and cp < design.futility_power:
-                dec = "futility"
-            else:
-                dec = "continue"
-            q = rci_critical(d, ki, df) if np.isfinite(df) and df >= 1 else math.nan
-            stage[i] = ClaimStage(
-                id=i, stage=k, seeds=seeds[k], decision=dec, decided_at=None if dec == "continue" else k,
-                estimate=est, se=se, df=df, level=lv, critical=c,
-                boundaries=tuple(v + sign * c * se for sign, v in h.sides()[0]),
-                rci=(est - q * se, est + q * se), conditional_power=cp,
-                contra_level=contra_level.get(i, math.nan), note=note)
-            if dec != "continue":
-                decided[i] = stage[i]
-        claims = {i: stage.get(i, decided.get(i)) for i in ids}
-        going = [i for i in ids if claims[i] is not None and claims[i].decision == "continue"]  # type: ignore[union-attr]
+        for i in alive:
+            prev = status.get(i, "continue")
+            if prev != "continue" and not (i in own_new or i in contra_new or i in margin_new):
+                continue  # stopped earlier and nothing new: its record stands
+            stage[i] = _claim_stage(i, k, by_id[i], margin_h.get(i), local[i], looks[i], prev, design,
+                                    own=own_at.get(i), own_now=i in own_new,
+                                    level=own_at[i][0] if i in own_at else level[i],
+                                    contra=contra_new.get(i), contra_level=contra_level.get(i, math.nan),
+                                    margin=(margin_new[i], crossing(i, margin_new[i], "margin"))
+                                    if i in margin_new else None,
+                                    margin_level=margin_level.get(i, math.nan), seeds=seeds)
+            status[i] = stage[i].decision
+        latest.update(stage)
+        going = [i for i in ids if status.get(i) == "continue"]
         cells = tuple(dict.fromkeys(c for i in going for c in by_id[i].cells))
-        out.append(StageResult(stage=k, seeds=seeds[k], claims={i: c for i, c in claims.items() if c is not None},
+        out.append(StageResult(stage=k, seeds=seeds[k], claims={i: latest[i] for i in ids if i in latest},
                                cells_next=cells if k < last else (),
                                seeds_next=seeds[k + 1] if k < last and cells else None))
     return out
 
+
+def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design,
+                 looks: list[tuple[int, int, Observation]], prev: str, design: Design, *,
+                 own: tuple[float, int, _Look] | None, own_now: bool, level: float, contra: float | None,
+                 contra_level: float, margin: tuple[float, tuple[int, _Look] | None] | None, margin_level: float,
+                 seeds: tuple[int, ...]) -> ClaimStage:
+    """A claim's record at stage ``k`` from its looks and what its families rejected."""
+    k_last, kk, o = looks[-1]
+    at_max = kk == len(d.seeds()) - 1
+    plain = next((x for _, _, x in reversed(looks) if _finite(x)), o)  # its latest observed look
+    est, se, df = _t_obs(o)
+    lk = _look(h, o, d, kk, level)
+    m_lv = margin[0] if margin is not None else margin_level
+    m_look = (margin[1][1] if margin is not None and margin[1] is not None
+              else _look(mh, o, d, kk, m_lv) if mh is not None and np.isfinite(m_lv) else _NO_LOOK)
+    cp = _conditional_power(h, o, d, kk, level)
+    if mh is not None and np.isfinite(m_lv):  # it also stops only when its margin's test is unlikely to cross
+        cp_m = _conditional_power(mh, o, d, kk, m_lv)
+        cp = cp_m if own is not None else float(np.nanmax([cp, cp_m])) if np.isfinite([cp, cp_m]).any() else cp
+    futile = (design.futility != "none" and prev == "continue" and np.isfinite(cp) and cp < design.futility_power)
+    m = h.beyond_margin
+    note = ""
+    if contra is not None:
+        dec = "contradicted"
+    elif margin is not None:
+        dec = "negligible" if own is not None else "equivalent"
+        note = (f"{'different from' if own is not None else 'not shown different from'} {h.value:g}, and within "
+                f"+-{m:g}: both one-sided tests against the margin crossed at level {m_lv:.2g}")
+    elif own is not None and (m is None or not _within_margin(h, plain)):
+        dec = "supported"
+    elif own is not None:
+        dec = "inconclusive" if at_max or prev != "continue" else "futility" if futile else "continue"
+        note = (f"different from {h.value:g}, but its 95% interval lies within +-{m:g}: "
+                + ("it goes on for the margin's test (negligible if that crosses)" if dec == "continue" else
+                   "not shown to be more than negligible"))
+    elif prev != "continue":
+        dec = prev
+    elif at_max:
+        dec = "inconclusive"
+    elif futile:
+        dec = "futility"
+    else:
+        dec = "continue"
+    if own is not None:  # the verdict rests on the look its own test crossed on
+        j, own_look = own[1], own[2]
+        lk_bound = own_look.bound
+        if j != k and dec in ("supported", "negligible"):
+            side = own_look.bound[0] if h.test == "greater" else own_look.bound[1]
+            note = (note + "; " if note else "") + (
+                f"its own test crossed on stage {j + 1}'s {seeds[j]} seeds"
+                + (f" (one-sided bound {_g(side)})" if h.test in ("greater", "less") else "")
+                + (f" at the level {level:.2g} it was raised to at stage {k + 1} (Maurer-Bretz)" if own_now
+                   else f" at the level {level:.2g}"))
+    else:
+        lk_bound = lk.bound
+    if h.test == "exact" and dec == "continue":
+        note = f"an exact test, looked at once at its maximum ({d.max_seeds} seeds)"
+    elif h.test == "exact" and np.isfinite(_p(o)) and dec in ("supported", "inconclusive"):
+        note = (note + "; " if note else "") + f"exact p = {_p(o):.3g} against level {level:.2g}"
+    elif h.test == "exact" and dec == "inconclusive":
+        note = "no p-value at its maximum"
+    outcome = ""
+    if mh is not None and dec != "continue":
+        outcome = {"supported": "effect", "negligible": "negligible", "equivalent": "equivalent"}.get(dec, "inconclusive")
+    q = rci_critical(d, kk, df) if np.isfinite(df) and df >= 1 else math.nan
+    return ClaimStage(
+        id=i, stage=k, seeds=d.seeds()[kk], decision=dec, decided_at=None if dec == "continue" else k,
+        estimate=est, se=se, df=df, level=level, critical=lk.critical,
+        boundaries=tuple(v + sign * lk.critical * se for sign, v in h.sides()[0]),
+        rci=(est - q * se, est + q * se), conditional_power=cp, contra_level=contra_level, note=note,
+        bound=lk_bound, margin_level=m_lv, margin_bound=m_look.bound, outcome=outcome,
+        p=_p(o))

@@ -280,8 +280,10 @@ def test_short_calibration_capped_cells_hold_alpha_and_never_get_seeds():
 def test_a_real_but_negligible_effect_is_not_supported_sequentially():
     """A difference claim tested against zero with a 5 pp margin: +0.010 with SE 0.001 over 8
     seeds crosses any boundary, but its 95% interval [+0.008, +0.012] lies inside +-0.05, so the
-    fixed design would not call it supported (negligible at most): neither does the sequential one.
-    The same estimate at +0.070 (interval reaching beyond the margin) is supported."""
+    fixed design would not call it supported: the margin's test crosses too, so it is negligible.
+    +0.032 with SE 0.0065 ([+0.017, +0.047]) with the margin's test held to 0.05 / 4 (three
+    absent margin tests) crosses neither way: inconclusive. The same estimate at +0.070
+    (interval reaching beyond the margin) is supported."""
     from analysis.stats.sequential import from_claim
 
     claim = Claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
@@ -290,6 +292,9 @@ def test_a_real_but_negligible_effect_is_not_supported_sequentially():
     assert h.test == "greater" and h.value == 0.0 and h.beyond_margin == 0.05
     design = Design(first_seeds=8, stage_seeds=1, max_seeds=8)
     small = sequential_decisions(design, [h], [{"d": (0.010, 0.001, 7.0)}])[0].claims["d"]
-    assert small.decision == "inconclusive" and "not shown to be more than negligible" in small.note
+    assert small.decision == "negligible" and small.outcome == "negligible"
+    near = sequential_decisions(design, [h], [{"d": (0.032, 0.0065, 7.0)}], absent=(0, 3, 0))[0].claims["d"]
+    assert near.decision == "inconclusive" and "not shown to be more than negligible" in near.note
+    assert near.bound[0] > 0 and near.margin_bound[1] > 0.05 and near.outcome == "inconclusive"
     large = sequential_decisions(design, [h], [{"d": (0.070, 0.001, 7.0)}])[0].claims["d"]
-    assert large.decision == "supported" and large.note == ""
+    assert large.decision == "supported" and large.note == "" and large.outcome == "effect"
