@@ -83,6 +83,18 @@ def conv1d_scenario(spending: str = "obrien-fleming", futility: str = "none") ->
     return Scenario("conv1d", design, _claims(specs, design.max_seeds, design.alpha), {c: 30.0 for c in cells})
 
 
+def conv1d_margin_scenario(spending: str = "obrien-fleming", futility: str = "none") -> Scenario:
+    """The Conv1D-shaped scenario with its two directional differences tested against zero with
+    a margin of 0.05 (``beyond_margin``), as the experiment declares them: each also has the
+    margin's test (equivalent or negligible), whose error and power ``simulate`` reports as
+    ``fwer_margin`` (a true effect at or beyond the margin called equivalent or negligible) and
+    ``margin_power``."""
+    base = conv1d_scenario(spending, futility)
+    claims = tuple(SimClaim(s.hypothesis.model_copy(update={"beyond_margin": 0.05}), s.sd, s.delta)
+                   if s.hypothesis.id.endswith("divider-helps") else s for s in base.claims)
+    return Scenario("conv1d_margin", base.design, claims, base.costs)
+
+
 JIANG_COSTS = {"lstm": 30.0, "gru": 40.0, "transformer": 120.0, "mamba": 2000.0, "mamba2": 2300.0}
 
 
@@ -197,7 +209,10 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
     -------
     dict
         ``fwer_supported`` / ``fwer_contradicted`` (share of experiments with any null claim
-        supported / contradicted: false decisions; NaN without null claims), ``power`` (mean over
+        supported / contradicted: false decisions; NaN without null claims), ``fwer_margin``
+        (share with any claim whose truth lies at or beyond its margin called equivalent or
+        negligible; NaN without such claims), ``margin_power`` (share of the claims with a
+        margin's test whose truth lies inside the margin called equivalent or negligible), ``power`` (mean over
         the claims with an effect of the share supported; NaN without any), ``coverage`` (share of claims whose repeated confidence interval at
         their stop covers the truth; ``coverage_min``: the lowest claim's), ``seeds`` (mean seeds
         per cell), ``cpu_s`` (CPU seconds of the seeds trained), their fixed-design counterparts
@@ -210,6 +225,11 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
     sd = np.array([s.sd for s in scenario.claims])
     rng = np.random.default_rng(seed)
     x = mu[None, :, None] + sd[None, :, None] * rng.standard_normal((n_sims, len(hyps), design.max_seeds))
+    # claims with a margin's test: its null (|truth - value| >= margin) or its alternative
+    margin = np.array([np.inf if h.beyond_margin is None else h.beyond_margin for h in hyps])
+    dist = np.abs(mu - np.array([h.value for h in hyps]))
+    m_null = np.isfinite(margin) & (dist >= margin - 1e-12)
+    m_true = np.isfinite(margin) & ~m_null
     cells = scenario.cells()
     seq_stats = _stage_stats(x, design.seeds())
     fix_design = Design(first_seeds=design.max_seeds, stage_seeds=1, max_seeds=design.max_seeds,
@@ -231,6 +251,8 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
         sup, con = (dec == "supported"), (dec == "contradicted")
         fw_s, fw_c = sup[:, null].any(1), con[:, null].any(1)
         nan = math.nan
+        inside = (dec == "equivalent") | (dec == "negligible")
+        fw_m = inside[:, m_null].any(1)
         seeds = np.stack([r["seeds"] for r in rs]).mean(1)
         cpu = np.array([float(r["cpu"]) for r in rs])
         out.update({
@@ -245,6 +267,9 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
             f"{prefix}coverage_min_se": _se(cov[:, int(np.argmin(cov.mean(0)))]),
             f"{prefix}seeds": float(seeds.mean()), f"{prefix}cpu_s": float(cpu.mean()),
             f"{prefix}futility": float((dec == "futility").mean()),
+            f"{prefix}fwer_margin": float(fw_m.mean()) if m_null.any() else nan,
+            f"{prefix}fwer_margin_se": _se(fw_m) if m_null.any() else nan,
+            f"{prefix}margin_power": float(inside[:, m_true].mean()) if m_true.any() else nan,
         })
     out["seconds"] = time.perf_counter() - t0
     return out
