@@ -111,10 +111,11 @@ def _rules(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
 def metric_frames(ds: xr.Dataset, kind: str, store, metrics: list[str], computed: list[str] | None = None,
                   ) -> dict[str, pd.DataFrame]:
     """The intervals of ``metrics`` (names of :data:`analysis.interventions.intervals.METRICS`)
-    as rows: the stored ones (:func:`analysis.interventions.intervals.stored_intervals`), the
-    others computed here from the per-sequence counts, their names appended to ``computed``.
-    A metric whose variables ``ds`` lacks is absent."""
-    from analysis.interventions.intervals import metric_intervals, stored_intervals
+    as rows: the stored ones (:func:`analysis.intervals.stored_intervals`), the others
+    computed here from the per-sequence counts, their names appended to ``computed``. A metric
+    whose variables ``ds`` lacks is absent."""
+    from analysis.intervals import stored_intervals
+    from analysis.interventions.intervals import metric_intervals
 
     out: dict[str, pd.DataFrame] = {}
     missing = []

@@ -7,7 +7,6 @@ leaving the interval out silently.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
@@ -65,8 +64,8 @@ def fmt_layer_ci(pos: float, lower: float, upper: float, labels: Sequence[str]) 
 # ---------------------------------------------------------------------- intervals over seeds
 def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim: str = "seed") -> xr.Dataset:
     """Seed-level Student-t interval per cell over each cell's finite seeds:
-    :func:`analysis.probes.intervals.seed_t_interval`."""
-    from analysis.probes.intervals import seed_t_interval as compute
+    :func:`analysis.intervals.seed_t_interval`."""
+    from analysis.intervals import seed_t_interval as compute
 
     return compute(per_seed, ci_level, seed_dim)
 
@@ -87,18 +86,6 @@ def by_seed(obj: Xr, store) -> Xr:
     return by_factors(obj, store)
 
 
-def finite_rows(frame: pd.DataFrame, column: str = "estimate") -> pd.DataFrame:
-    """Drop rows whose ``column`` is NaN (combinations that do not exist)."""
-    return frame[np.isfinite(frame[column].astype(float))].reset_index(drop=True)
-
-
-def is_finite(x: object) -> bool:
-    try:
-        return math.isfinite(float(x))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-
-
 def group_intervals(
     numerator: xr.DataArray,
     denominator: xr.DataArray | None,
@@ -108,9 +95,9 @@ def group_intervals(
     rng: int = 0,
 ) -> pd.DataFrame:
     """Intervals of a per-sequence ratio-of-sums metric, one per cell and (task, arch, variant):
-    :func:`analysis.interventions.intervals.group_intervals` (what the intervention analyses
-    store), for results that do not store their intervals."""
-    from analysis.interventions.intervals import group_intervals as compute
+    :func:`analysis.intervals.group_intervals` (what the intervention analyses store), for
+    results that do not store their intervals."""
+    from analysis.intervals import group_intervals as compute
 
     return compute(numerator, denominator, store, ci_level=ci_level, rng=rng)
 

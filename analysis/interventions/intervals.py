@@ -2,11 +2,14 @@
 
 Every ratio-of-sums metric an intervention result carries (an ablation's accuracy drop, a
 patch's recovery, an interchange's restoration, ...) gets one interval per (task, arch,
-variant) and cell, each (task, arch, variant) on its own seeds (:func:`group_intervals`).
-:func:`add_intervals` stores them in the result as ``<metric>_estimate``, ``_lower``,
-``_upper``, ``_n_seeds`` and ``_method`` over ``(cell, <the metric's dims>)``, a cell being
-one (``cell_task``, ``cell_arch``, ``cell_variant``) as in the behaviour result; the report
-reads them back with :func:`stored_intervals` and computes nothing of its own.
+variant) and cell, each (task, arch, variant) on its own seeds
+(:func:`analysis.intervals.group_intervals`). :func:`add_intervals` stores them in the result
+as ``<metric>_estimate``, ``_lower``, ``_upper``, ``_n_seeds`` and ``_method`` over ``(cell,
+<the metric's dims>)``, a cell being one (``cell_task``, ``cell_arch``, ``cell_variant``) as
+in the behaviour result; the report reads them back with
+:func:`analysis.intervals.stored_intervals` and computes nothing of its own. The matched
+controls' paired comparison of an ablation is stored the same way (:func:`matched_grid`,
+read back by :func:`stored_matched`).
 
 Which metrics each kind of result gets is :data:`METRICS`: (metric, numerator, denominator,
 runs), where ``numerator`` may be ``"a-b"`` (a difference of two variables) and ``runs`` is
@@ -15,21 +18,22 @@ runs), where ``numerator`` may be ``"a-b"`` (a difference of two variables) and 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.interventions import MIN_GAP
-
-#: Interval level of the stored intervals.
-CI_LEVEL = 0.95
-#: The seed of the percentile bootstrap a one-seed cell's interval draws.
-BOOTSTRAP_SEED = 0
-#: What each stored interval is the estimate of: ``estimate, lower, upper, n_seeds, method``.
-PARTS = ("estimate", "lower", "upper", "n_seeds", "method")
+from analysis.intervals import (
+    BOOTSTRAP_SEED,
+    CI_LEVEL,
+    frame_cells,
+    frame_variables,
+    group_intervals,
+    with_cells,
+)
+from analysis.interventions.twins import MIN_GAP
 
 #: kind -> (metric, numerator, denominator, runs) of every interval the result stores.
 METRICS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
@@ -57,103 +61,6 @@ METRICS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
 
 
 # ---------------------------------------------------------------------- computing
-def factor_table(store, runs: Sequence[str]) -> pd.DataFrame:
-    """task, arch, variant, seed of each run (index ``run``), from the run attributes."""
-    from analysis.behaviour import FACTORS
-
-    rows = [{"run": rid, **{f: store.run_attrs(rid).get(f) for f in FACTORS}} for rid in runs]
-    return pd.DataFrame(rows, columns=["run", *FACTORS]).set_index("run")
-
-
-def group_intervals(
-    numerator: xr.DataArray,
-    denominator: xr.DataArray | None,
-    store,
-    *,
-    ci_level: float = CI_LEVEL,
-    rng: int = BOOTSTRAP_SEED,
-) -> pd.DataFrame:
-    """Intervals of a per-sequence ratio-of-sums metric, one per cell and (task, arch, variant).
-
-    Each (task, arch, variant) is bootstrapped on its own seeds, so cells never mix seed sets:
-    seed-level t with two or more seeds (:func:`analysis.stats.hierarchical_bootstrap`,
-    ``method="t"``), a percentile bootstrap over sequences with one (its interval covers
-    sequence sampling only; the ``method`` column says which).
-
-    Parameters
-    ----------
-    numerator, denominator : xarray.DataArray
-        Dims (run, ..., sequence): per-sequence sums (e.g. correct and labelled positions);
-        ``denominator`` ``None`` means plain means. Other dims are cells.
-    store : Store
-        For the runs' task, arch, variant and seed.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns task, arch, variant, the cell dims, estimate, lower, upper, method,
-        ci_level, n_seeds (rows with no estimate left out).
-    """
-    from analysis.stats import hierarchical_bootstrap, interval_table
-
-    table = factor_table(store, [str(r) for r in numerator["run"].values])
-    frames = []
-    for (task, arch, variant), grp in table.groupby(["task", "arch", "variant"], dropna=False):
-        runs = list(grp.index)
-        num = _by_seed_dim(numerator.sel(run=runs), grp)
-        den = None if denominator is None else _by_seed_dim(denominator.sel(run=runs), grp)
-        if den is not None:
-            num, den = xr.broadcast(num, den)
-            den = den.transpose(*num.dims)
-        method = "t" if len(runs) >= 2 else "percentile"
-        for cell_num, cell_den in _cells_for(num, den, method):
-            res = hierarchical_bootstrap(cell_num, cell_den, rng=rng, method=method, ci_level=ci_level)
-            frame = interval_table(res.interval)
-            frame.insert(0, "variant", variant)
-            frame.insert(0, "arch", arch)
-            frame.insert(0, "task", task)
-            frame["n_seeds"] = len(runs)
-            frames.append(frame)
-    if not frames:
-        return pd.DataFrame(columns=["task", "arch", "variant", "estimate", "lower", "upper", "n_seeds", "method"])
-    out = pd.concat(frames, ignore_index=True)
-    return out[np.isfinite(out["estimate"].astype(float))].reset_index(drop=True)
-
-
-def _by_seed_dim(da: xr.DataArray, grp: pd.DataFrame) -> xr.DataArray:
-    """``run`` -> ``seed`` (the runs of one task/arch/variant differ only in their seed)."""
-    seeds = [int(s) for s in grp["seed"]]
-    # Non-index coordinates go first: results may carry a per-run ``seed`` coordinate of
-    # their own, which would clash with the renamed dimension.
-    bare = da.drop_vars([c for c in da.coords if c not in da.dims])
-    return bare.rename(run="seed").assign_coords(seed=seeds)
-
-
-def _cells_for(num: xr.DataArray, den: xr.DataArray | None, method: str):
-    """The whole grid at once; for the bootstrap methods, cells whose padding differs
-    (e.g. lengths holding different numbers of sequences) are resampled separately."""
-    if method == "t":
-        yield num, den
-        return
-    from analysis.stats import sequence_mask
-
-    try:
-        sequence_mask(num, den)
-        yield num, den
-        return
-    except ValueError:
-        pass
-    cells = [d for d in num.dims if d not in ("seed", "sequence")]
-    stacked = num.stack(_cell=cells)
-    stacked_den = None if den is None else den.stack(_cell=cells)
-    for k in range(stacked.sizes["_cell"]):
-        one = stacked.isel(_cell=[k])
-        if not bool(one.notnull().any()):
-            continue
-        # one cell: its own NaN padding is its mask
-        yield one.unstack("_cell"), (None if stacked_den is None else stacked_den.isel(_cell=[k]).unstack("_cell"))
-
-
 def flat_runs(ds: xr.Dataset, min_gap: float = MIN_GAP) -> list[str]:
     """Runs whose corruption barely moves the clean answer's probability (mean ``p_clean -
     p_corrupt`` below ``min_gap``): a restoration there is a ratio over a ~0 gap, noise that
@@ -175,9 +82,9 @@ def _operands(ds: xr.Dataset, numerator: str, denominator: str) -> tuple[xr.Data
 
 def metric_intervals(ds: xr.Dataset, kind: str, store, *, only: Collection[str] | None = None,
                      ci_level: float = CI_LEVEL, rng: int = BOOTSTRAP_SEED) -> dict[str, pd.DataFrame]:
-    """:func:`group_intervals` of every metric of :data:`METRICS` ``[kind]`` (or of ``only``)
-    that ``ds`` holds the variables of (metric -> rows; a metric whose runs are all left out
-    is absent)."""
+    """:func:`analysis.intervals.group_intervals` of every metric of :data:`METRICS` ``[kind]``
+    (or of ``only``) that ``ds`` holds the variables of (metric -> rows; a metric whose runs are
+    all left out is absent)."""
     out: dict[str, pd.DataFrame] = {}
     flat = flat_runs(ds) if kind == "interchange" else []
     for metric, numerator, denominator, which in METRICS[kind]:
@@ -193,49 +100,6 @@ def metric_intervals(ds: xr.Dataset, kind: str, store, *, only: Collection[str] 
 
 
 # ---------------------------------------------------------------------- storing and reading
-def frame_cells(frames: Iterable[pd.DataFrame]) -> set[tuple[str, str, str]]:
-    """The (task, arch, variant) cells of :func:`group_intervals`-like frames."""
-    return {(str(t), str(a), str(v)) for f in frames for t, a, v in zip(f["task"], f["arch"], f["variant"], strict=True)}
-
-
-def frame_variables(ds: xr.Dataset, metric: str, frame: pd.DataFrame, index: dict[tuple[str, str, str], int],
-                    attrs: dict | None = None) -> dict[str, xr.Variable]:
-    """The rows of a :func:`group_intervals`-like frame (task, arch, variant, dims of ``ds``,
-    estimate, lower, upper, n_seeds, method) as ``<metric>_estimate/_lower/_upper/_n_seeds/
-    _method`` over ``(cell, <its dims>)``, the cell of each row at ``index[(task, arch,
-    variant)]``; ``attrs`` go on ``_estimate``."""
-    dims = [c for c in frame.columns if c in ds.dims]
-    shape = (len(index), *(ds.sizes[d] for d in dims))
-    est, lo, hi = (np.full(shape, np.nan) for _ in range(3))
-    n_seeds = np.zeros(shape, dtype=np.int64)
-    method = np.full(shape, "", dtype=object)
-    positions = [pd.Index(ds[d].values).get_indexer(frame[d].to_numpy()) for d in dims]
-    rows = [index[(str(t), str(a), str(v))] for t, a, v in zip(frame["task"], frame["arch"], frame["variant"],
-                                                               strict=True)]
-    at = (np.asarray(rows, dtype=int), *positions)
-    est[at] = frame["estimate"].astype(float).to_numpy()
-    lo[at] = frame["lower"].astype(float).to_numpy()
-    hi[at] = frame["upper"].astype(float).to_numpy()
-    n_seeds[at] = frame["n_seeds"].astype(int).to_numpy()
-    method[at] = frame["method"].astype(str).to_numpy()
-    vdims = ("cell", *dims)
-    return {
-        f"{metric}_estimate": xr.Variable(vdims, est, dict(attrs or {})),
-        f"{metric}_lower": xr.Variable(vdims, lo),
-        f"{metric}_upper": xr.Variable(vdims, hi),
-        f"{metric}_n_seeds": xr.Variable(vdims, n_seeds),
-        f"{metric}_method": xr.Variable(vdims, method.astype(str)),
-    }
-
-
-def with_cells(ds: xr.Dataset, cells: Sequence[tuple[str, str, str]]) -> xr.Dataset:
-    """``ds`` with the ``cell_task``, ``cell_arch``, ``cell_variant`` coords of ``cells``."""
-    if not cells:
-        return ds
-    return ds.assign_coords(cell_task=("cell", [c[0] for c in cells]), cell_arch=("cell", [c[1] for c in cells]),
-                            cell_variant=("cell", [c[2] for c in cells]))
-
-
 def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVEL,
                   rng: int = BOOTSTRAP_SEED) -> xr.Dataset:
     """``ds`` with the seed-level interval of every metric of :data:`METRICS` ``[kind]`` it
@@ -327,25 +191,3 @@ def stored_matched(ds: xr.Dataset, length: int) -> xr.Dataset | None:
     grid.attrs = {"method": ds["matched_estimate"].attrs.get("method", ""),
                   "n_seeds": int(ds["matched_estimate"].attrs.get("n_seeds", 0))}
     return grid
-
-
-def stored_intervals(ds: xr.Dataset, metric: str) -> pd.DataFrame | None:
-    """The stored intervals of ``metric`` as :func:`group_intervals` returns them (same
-    columns and rows, in the same order), or None when ``ds`` does not hold them."""
-    names = [f"{metric}_{p}" for p in PARTS]
-    if any(n not in ds for n in names):
-        return None
-    dims = list(ds[names[0]].dims)
-    frame = ds[names].to_dataframe(dim_order=dims).reset_index()
-    frame = frame[np.isfinite(frame[names[0]].astype(float))].reset_index(drop=True)
-    cells = dims[1:]
-    out = pd.DataFrame({
-        "task": frame["cell_task"].astype(str), "arch": frame["cell_arch"].astype(str),
-        "variant": frame["cell_variant"].astype(str),
-        **{d: frame[d] for d in cells},
-        "estimate": frame[names[0]].astype(float), "lower": frame[names[1]].astype(float),
-        "upper": frame[names[2]].astype(float), "method": frame[names[4]].astype(str),
-        "ci_level": float(ds.attrs.get("ci_level", CI_LEVEL)),
-        "n_seeds": frame[names[3]].astype(int),
-    })
-    return out

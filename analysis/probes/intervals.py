@@ -2,12 +2,12 @@
 
 Per (task, arch, variant), length and layer: the probe's held-out accuracy pooled over
 positions and sequences (``sum correct / sum labelled``, bootstrapped seeds then sequences,
-:func:`analysis.interventions.intervals.group_intervals`; without per-sequence counts the
-fold-and-position mean of ``accuracy`` per seed with a seed-level t interval), and the
-majority baseline, control-task accuracy and selectivity (fold-and-position means per seed,
-seed-level t intervals, :func:`seed_t_interval`). :func:`add_probe_intervals` stores them as
-``<metric>_estimate/_lower/_upper/_n_seeds/_method`` over ``(cell, length, layer)``
-(``analysis.interventions.intervals.frame_variables``); the report reads them back with
+:func:`analysis.intervals.group_intervals`; without per-sequence counts the fold-and-position
+mean of ``accuracy`` per seed with a seed-level t interval), and the majority baseline,
+control-task accuracy and selectivity (fold-and-position means per seed, seed-level t
+intervals, :func:`analysis.intervals.seed_t_interval`). :func:`add_probe_intervals` stores them
+as ``<metric>_estimate/_lower/_upper/_n_seeds/_method`` over ``(cell, length, layer)``
+(:func:`analysis.intervals.frame_variables`); the report reads them back with
 :func:`stored_probe_intervals`.
 """
 
@@ -18,63 +18,19 @@ import pandas as pd
 import xarray as xr
 
 from analysis.behaviour import by_factors
+from analysis.intervals import (
+    CI_LEVEL,
+    frame_cells,
+    frame_variables,
+    group_intervals,
+    seed_t_interval,
+    stored_intervals,
+    with_cells,
+)
 
-#: Interval level of the stored probe intervals.
-CI_LEVEL = 0.95
 #: The stored metric -> the probe result's per-seed variable (accuracy: see the module).
 METRICS = {"accuracy": "accuracy", "baseline": "baseline", "control": "control_accuracy",
            "selectivity": "selectivity"}
-
-
-def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim: str = "seed") -> xr.Dataset:
-    """Seed-level Student-t interval per cell, using each cell's finite seeds.
-
-    Cells may hold different numbers of seeds (a missing seed is NaN): cells are grouped by
-    their number of finite seeds and each group goes through
-    :func:`analysis.stats.resample.t_interval_np`, so a missing seed never turns a cell into
-    NaN and never counts as a zero.
-
-    Parameters
-    ----------
-    per_seed : xarray.DataArray
-        Dims (..., seed): one estimate per seed and cell.
-
-    Returns
-    -------
-    xarray.Dataset
-        Dims (...): ``estimate``, ``lower``, ``upper`` (NaN with fewer than 2 seeds) and
-        ``n_seeds``; attrs ``method``, ``ci_level``.
-    """
-    from analysis.stats.resample import t_interval_np
-
-    da = per_seed.transpose(..., seed_dim)
-    vals = np.asarray(da.values, dtype=float)
-    flat = vals.reshape(-1, vals.shape[-1])
-    n = np.isfinite(flat).sum(-1)
-    est, lo, hi = (np.full(flat.shape[0], np.nan) for _ in range(3))
-    for k in np.unique(n):
-        rows = np.flatnonzero(n == k)
-        if k == 0:
-            continue
-        packed = np.stack([r[np.isfinite(r)] for r in flat[rows]])  # (cells, k)
-        if k == 1:
-            est[rows] = packed[:, 0]
-            continue
-        e, lower, upper = t_interval_np(packed, ci_level)
-        est[rows], lo[rows], hi[rows] = e, lower, upper
-    shape = vals.shape[:-1]
-    dims = da.dims[:-1]
-    coords = {k: v for k, v in da.coords.items() if seed_dim not in v.dims}
-    return xr.Dataset(
-        {
-            "estimate": (dims, est.reshape(shape)),
-            "lower": (dims, lo.reshape(shape)),
-            "upper": (dims, hi.reshape(shape)),
-            "n_seeds": (dims, n.reshape(shape)),
-        },
-        coords=coords,
-        attrs={"method": "seed-level t (each cell's finite seeds)", "ci_level": ci_level},
-    )
 
 
 def pooled_counts(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray]:
@@ -107,8 +63,6 @@ def has_counts(ds: xr.Dataset) -> bool:
 
 def probe_interval_frames(ds: xr.Dataset, store) -> dict[str, pd.DataFrame]:
     """The interval rows of every metric of :data:`METRICS` ``ds`` holds (see the module)."""
-    from analysis.interventions.intervals import group_intervals
-
     over = [d for d in ("fold", "position") if d in ds["accuracy"].dims]
     out = {}
     if has_counts(ds):
@@ -126,8 +80,6 @@ def add_probe_intervals(ds: xr.Dataset, store) -> xr.Dataset:
     ``<metric>_estimate/_lower/_upper/_n_seeds/_method`` over ``(cell, length, layer)``,
     coords ``cell_task``, ``cell_arch``, ``cell_variant``; attrs ``interval_metrics`` and
     ``ci_level``. A result without ``accuracy`` is returned as it is."""
-    from analysis.interventions.intervals import frame_cells, frame_variables, with_cells
-
     if "accuracy" not in ds or "run" not in ds.dims:
         return ds
     frames = probe_interval_frames(ds, store)
@@ -217,8 +169,6 @@ def stored_probe_intervals(ds: xr.Dataset, metric: str) -> pd.DataFrame | None:
     same rows; columns task, arch, variant, length, layer, estimate, lower, upper, n_seeds,
     method, and ``ci_level`` where the accuracy bootstraps counts), or None when ``ds`` does
     not hold them."""
-    from analysis.interventions.intervals import stored_intervals
-
     frame = stored_intervals(ds, metric)
     if frame is None:
         return None

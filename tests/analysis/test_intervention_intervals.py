@@ -7,8 +7,9 @@ import shutil
 import numpy as np
 import pandas as pd
 
+from analysis.intervals import group_intervals, stored_intervals
 from analysis.interventions import run_ablation, run_interchange, run_patching
-from analysis.interventions.intervals import add_intervals, group_intervals, stored_intervals
+from analysis.interventions.intervals import add_intervals
 from reports.numbers import plain_strings
 from store import Store
 

@@ -1,4 +1,4 @@
-"""analysis.interventions.intervals: the run -> seed reshaping used by every interval in the report."""
+"""analysis.intervals: the run -> seed reshaping used by every interval in the report."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.interventions.intervals import _by_seed_dim
+from analysis.intervals import _by_seed_dim
 
 
 def test_runs_become_seeds_even_when_the_result_carries_its_own_seed_coordinate():
