@@ -35,34 +35,28 @@ or a ``dask.distributed`` cluster); ``run_*`` compute and store under
 
 from __future__ import annotations
 
-#: Below this mean probability gap (p_clean - p_corrupt) a corruption does not change the
-#: model's answer: its interchange restoration is undefined and its mechanism is "none"
-#: (`classify_mechanism`, and the restoration claims of `analysis.claims`). Defined before the
-#: submodules are imported: `patching` reads it from here.
-MIN_GAP = 0.05
-
-from analysis.interventions._common import rebuild, site_description  # noqa: E402
-from analysis.interventions.ablation import (  # noqa: E402
+from analysis.interventions._common import rebuild, site_description
+from analysis.interventions.ablation import (
     MAX_VARIANCE_REMOVED,
     ablation,
     matched_comparison,
     run_ablation,
 )
-from analysis.interventions.directions import (  # noqa: E402
+from analysis.interventions.directions import (
     METHODS,
     Setting,
     fit_directions,
     load_probe_directions,
     parse_settings,
 )
-from analysis.interventions.engine import (  # noqa: E402
+from analysis.interventions.engine import (
     DelayedCell,
     InterventionPlan,
     Var,
     assemble,
     run_and_store,
 )
-from analysis.interventions.erasure import (  # noqa: E402
+from analysis.interventions.erasure import (
     erase,
     inlp,
     leace,
@@ -71,18 +65,18 @@ from analysis.interventions.erasure import (  # noqa: E402
     projection_eraser,
     random_directions,
 )
-from analysis.interventions.interchange import interchange, run_interchange  # noqa: E402
-from analysis.interventions.mechanism import classify_mechanism, nontrivial_restoration  # noqa: E402
-from analysis.interventions.noise import NOISE_REFUSED, noised_twin  # noqa: E402
-from analysis.interventions.patch_kernels import (  # noqa: E402
+from analysis.interventions.interchange import interchange, run_interchange
+from analysis.interventions.mechanism import classify_mechanism, nontrivial_restoration
+from analysis.interventions.noise import NOISE_REFUSED, noised_twin
+from analysis.interventions.patch_kernels import (
     answer_probability,
     logit_metric,
     patch_effects,
     patched_logits,
     patched_logits_reference,
 )
-from analysis.interventions.patching import patching, run_patching  # noqa: E402
-from analysis.interventions.twins import DISAGREE  # noqa: E402
+from analysis.interventions.patching import patching, run_patching
+from analysis.interventions.twins import DISAGREE, MIN_GAP
 
 __all__ = [
     "DISAGREE",

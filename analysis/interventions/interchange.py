@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from analysis.interventions import MIN_GAP
 from analysis.interventions._common import site_description
 from analysis.interventions.engine import InterventionPlan, assemble, run_and_store
 from analysis.interventions.mechanism import classify_mechanism
 from analysis.interventions.noise import noise_options
 from analysis.interventions.twins import (
+    MIN_GAP,
     common_attrs,
     stored_positions,
     subspace_bases,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from analysis.interventions import MIN_GAP
+from analysis.interventions.twins import MIN_GAP
 from store.errors import InvalidArgumentError
 
 

@@ -4,9 +4,10 @@ One cell per (run, layer) (`twin_cells`): `patch_effects` resumed from the clean
 corrupted states, every site patched in turn, both ways (denoising, noising), optionally also
 only in a subspace (`subspace_bases`); the plan of a grid over ``cfclean_<L>`` /
 ``cfcorrupt_<L>`` (`twin_plan`), the stored per-sequence positions, the variables each
-analysis names (`twin_variables`), and the ratios of sums and flags of its summary
-(`twin_summaries`, `DISAGREE`, `SUBSPACE_EXCESS`, `MIN_SHARE_BASE`). What each diagnostic
-answers: docs/interventions.md.
+analysis names (`twin_variables`), the ratios of sums and flags of its summary
+(`twin_summaries`, `DISAGREE`, `SUBSPACE_EXCESS`, `MIN_SHARE_BASE`), and the gap below which a
+corruption does not move the clean answer (`MIN_GAP`). What each diagnostic answers:
+docs/interventions.md.
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ def stored_positions(plan: InterventionPlan, length: int, names) -> dict:
     return out
 
 
+#: Below this mean probability gap (p_clean - p_corrupt) a corruption does not change the
+#: model's answer: its interchange restoration is undefined and its mechanism is "none"
+#: (`classify_mechanism`, `flat_runs`, and the restoration claims of `analysis.claims`).
+MIN_GAP = 0.05
 #: Denoising and noising "disagree" at a site when their shares of the gap differ by at least
 #: this much in either metric (docs/interventions.md, "Both directions").
 DISAGREE = 0.5
