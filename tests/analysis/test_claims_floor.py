@@ -12,13 +12,13 @@ from analysis.claims import evaluate_claims, parse_claims
 from analysis.stats.decision import paired_sampling_var, proportion_sampling_var
 from store import Store
 
-N_SEQ, LENGTH, CLASSES = 200, 4, 6
+N_SEQ, LENGTH, CLASSES = 200, 1, 6
 
 
 def _write(st: Store, rid: str, variant: str, seed: int, labels: np.ndarray, right: np.ndarray,
            rng: np.random.Generator) -> None:
-    """A run whose model is right on exactly the sequences ``right`` marks (every position of
-    a sequence right or wrong together: one outcome per sequence)."""
+    """A run whose model is right on exactly the sequences ``right`` marks (one labelled
+    position per sequence: one outcome per sequence, as McNemar's table counts them)."""
     st.add_run(rid, task="s3", arch="mamba", variant=variant, seed=seed)
     pred = np.where(right[:, None], labels, (labels + 1) % CLASSES)
     st.write_length(rid, LENGTH, hidden=rng.standard_normal((N_SEQ, LENGTH, 2, 4)).astype("float32"),
@@ -48,9 +48,9 @@ BASE = {"statement": "s", "task": "s3", "arch": "mamba", "treatment": "no_conv",
 def test_identical_predictions_refute_a_difference_beyond_the_margin_and_the_crosscheck_stays_evaluable(tmp_path):
     """Both variants predict identically in every seed: the estimate is exactly 0. The paired t
     was floored, the MixedLM cross-check was not (SE 0), and the whole claim read "not
-    evaluable: ... SE 0". Now both get the paired sampling floor (Agresti-Min: one pseudo
-    discordant pair over 202 sequences, SD 0.005 per seed), and "differs by more than 0.05" is
-    contradicted: the interval lies inside the margin."""
+    evaluable: ... SE 0". Now both get the paired sampling floor (Agresti-Min: half a pseudo
+    discordant sequence each way over 202, SD 0.005 per seed), and "differs by more than 0.05"
+    is contradicted: the interval lies inside the margin."""
     st = _flipped_store(tmp_path / "same.zarr", [0, 0, 0])
     claims = [{**BASE, "id": "more", "kind": "difference", "margin": 0.05, "test_against": "margin"},
               {**BASE, "id": "less", "kind": "difference", "margin": 0.05, "test_against": "margin",
@@ -150,6 +150,10 @@ def test_the_paired_sampling_variance_is_mcnemars():
     diff = (w * d).sum()
     direct = (w**2 * (d - diff) ** 2).sum()
     assert paired_sampling_var(Ck, Lk, adjusted=False)[0] == pytest.approx(direct, rel=1e-12)
+    # the pseudo-counts weigh one position, not a sequence: models that agree on every one of
+    # N labelled positions get (1/2 + 1/2) / (N + 2)^2
+    same = np.stack([Ck[0], Ck[0]])
+    assert paired_sampling_var(same, Lk)[0] == pytest.approx(1 / (Lk[0].sum() + 2) ** 2, rel=1e-12)
     # a seed missing one condition has none; the one-sample floor is p~ (1 - p~) / m
     C2 = np.concatenate([C, np.zeros_like(C)], axis=1)
     L2 = np.concatenate([L, np.stack([np.ones(m), np.zeros(m)])[:, None, :]], axis=1)
