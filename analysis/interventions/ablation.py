@@ -161,7 +161,7 @@ def _evaluate(model: PortableModel, layer: str, data, eraser, refit: dict | None
         edited, stats = hidden, removal.state_stats_np(flat)
     else:
         edited = erasure.erase_torch(torch.from_numpy(hidden), eraser).numpy()
-        stats = removal.removal_stats_np(flat, eraser)
+        stats = removal.removal_stats_np(flat, *eraser)
     pred = resume_logits(model.module, layer, edited, batch_size).argmax(-1)
     correct = ((pred == labels) & mask).sum(1).astype(np.float64)
     probe, C = refit_correct(edited, labels, mask, **refit) if refit else (None, None)

@@ -33,7 +33,7 @@ Directions come from:
 
 Layers: numpy kernels (``*_np``, arrays ``(row, feature)``), xarray wrappers that take any
 dims plus ``feature`` and drop rows whose label is ``-1`` (undefined).
-What an eraser removed: :mod:`analysis.interventions.removal` (re-exported here).
+What an eraser removed: :mod:`analysis.interventions.removal`.
 """
 
 from __future__ import annotations
@@ -44,19 +44,13 @@ import numpy as np
 import torch
 import xarray as xr
 
-from analysis.interventions.probe_fit import (  # warn_unconverged: re-exported
+from analysis.interventions.probe_fit import (
     SEARCH_FOLDS,
     fit_probes,
     group_folds,
     warn_unconverged,
 )
-from analysis.interventions.removal import (  # what an erasure removed: re-exported here
-    STATE_RTOL as STATE_RTOL,
-)
-from analysis.interventions.removal import removal_stats_np as removal_stats_np
-from analysis.interventions.removal import state_stats_np as state_stats_np
 from analysis.interventions.removal import subspace_variance_np
-from analysis.interventions.removal import total_variance_np as total_variance_np
 from store.errors import InvalidArgumentError, InvalidArrayError
 
 #: Singular values below this fraction of the largest are treated as zero (rank decisions).

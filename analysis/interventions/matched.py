@@ -33,7 +33,7 @@ def matched_eraser(x, setting: Setting, mode: str, target, seed: list[int]):
     if target.rank == 0:
         return erasure.Eraser(np.zeros((x.shape[1], 0)), np.zeros((0, x.shape[1])), np.zeros(x.shape[1]))
     total = removal.total_variance_np(x)
-    variance, _, _ = removal.removal_stats_np(x, target, total)
+    variance, _, _ = removal.removal_stats_np(x, *target, total_variance=total)
     basis = erasure.matched_np(x, variance * total, target.rank, np.random.default_rng(seed))
     centred = setting.base.method == "leace" or mode == "mean"
     return erasure.projection_np(basis, mean if centred else None)

@@ -2,19 +2,15 @@
 erasure removed").
 
 Numpy kernels on rows ``(row, feature)`` beside the erasers of
-:mod:`analysis.interventions.erasure` (which re-exports them): a layer's rank, distinct states
-and total variance (`state_stats_np`); an eraser's removed variance share, mean shift and rank
-(`removal_stats_np`); the variance a subspace captures (`subspace_variance_np`).
+:mod:`analysis.interventions.erasure`: a layer's rank, distinct states and total variance
+(`state_stats_np`); an eraser's removed variance share, mean shift and rank (`removal_stats_np`,
+on the eraser's factors ``left, right, offset``: ``removal_stats_np(x, *eraser)``); the
+variance a subspace captures (`subspace_variance_np`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from analysis.interventions.erasure import Eraser
 
 #: Rank of stored *states* (and of what an erasure removed from them): singular values below
 #: this fraction of the largest count as zero. Looser than the erasers' `RANK_RTOL` because
@@ -65,7 +61,8 @@ def total_variance_np(x: np.ndarray) -> float:
 
 
 def removal_stats_np(
-    x: np.ndarray, eraser: Eraser, total_variance: float | None = None, rtol: float = STATE_RTOL
+    x: np.ndarray, left: np.ndarray, right: np.ndarray, offset: np.ndarray, *,
+    total_variance: float | None = None, rtol: float = STATE_RTOL,
 ) -> tuple[float, float, int]:
     """What an eraser removed from some states: variance, mean shift, rank.
 
@@ -74,7 +71,8 @@ def removal_stats_np(
     Parameters
     ----------
     x : ndarray, (row, feature)
-    eraser : Eraser
+    left, right, offset : ndarray, (feature, rank), (rank, feature), (feature,)
+        The eraser's factors (an `analysis.interventions.erasure.Eraser` unpacks into them).
     total_variance : float, optional
         The states' total variance (`state_stats_np`), if already known.
 
@@ -94,10 +92,10 @@ def removal_stats_np(
     rows = np.asarray(x).reshape(np.asarray(x).shape[0], -1)
     if total_variance is None:
         total_variance = total_variance_np(rows)
-    if eraser.rank == 0 or rows.shape[0] == 0:
+    left, right = np.asarray(left, np.float64), np.asarray(right, np.float64)
+    if left.shape[1] == 0 or rows.shape[0] == 0:
         return 0.0, 0.0, 0
-    left, right = np.asarray(eraser.left, np.float64), np.asarray(eraser.right, np.float64)
-    proj = rows.astype(np.float64) @ left - np.asarray(eraser.offset, np.float64) @ left  # (row, rank)
+    proj = rows.astype(np.float64) @ left - np.asarray(offset, np.float64) @ left  # (row, rank)
     mean = proj.mean(0)
     centred = proj - mean
     cov = centred.T @ centred / rows.shape[0]  # (rank, rank)

@@ -168,11 +168,11 @@ def test_removal_stats_of_a_projection_and_of_leace():
     x = rng.standard_normal((4000, 6)) * np.array([3.0, 1, 1, 1, 1, 1]) + 2.0
     total = float(x.var(0).sum())
     e0 = np.eye(6)[:1]
-    share, shift, rank = removal.removal_stats_np(x, E.projection_np(e0))
+    share, shift, rank = removal.removal_stats_np(x, *E.projection_np(e0))
     assert share == pytest.approx(x[:, 0].var() / total, rel=1e-9)
     assert shift == pytest.approx(abs(x[:, 0].mean()) / np.sqrt(total), rel=1e-9)  # zeroed, not centred
     assert rank == 1
-    share, shift, rank = removal.removal_stats_np(x, E.projection_np(e0, mean=x.mean(0)))
+    share, shift, rank = removal.removal_stats_np(x, *E.projection_np(e0, mean=x.mean(0)))
     assert shift == pytest.approx(0.0, abs=1e-9) and rank == 1
     assert removal.state_stats_np(np.repeat(np.eye(3), 5, axis=0))[:2] == (2, 3)
 
