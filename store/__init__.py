@@ -9,8 +9,9 @@ Public API::
     ds = Store.open("acts.zarr").open_length("lstm-parity-s0", 40)   # lazy, dask-backed
 
 Layout, bottom up: each module imports only from its own layer or those listed above it,
-never one that imports it back (tests/store/test_package.py checks the graph). The five
-subpackages import nothing in their ``__init__``; import their modules by full name::
+never one that imports it back (the import-linter contracts "store", "store-subpackages" and
+"acyclic" in pyproject.toml check the graph: ``make lint``). The five subpackages import
+nothing in their ``__init__``; import their modules by full name::
 
     errors, schema, zarrutil, provenance    the base every layer shares
         errors       the one-line exceptions (imports nothing)
@@ -50,7 +51,6 @@ subpackages import nothing in their ``__init__``; import their modules by full n
         pack         pack a store into one zip, unpack it safely
         transfer     pull/push: copy a subset between locations, checked and resumable;
                      transfer_plan, transfer_chunks, transfer_resume, transfer_side its parts
-    pipeline     the former name of io.blocks
 
 This package imports nothing else of layerstate's.
 """
@@ -59,9 +59,7 @@ from .core import (
     PairedStore,
     Store,
     config_hash,
-    create_store,
     open_analysis,
-    open_store,
     run_identity,
 )
 from .errors import (
@@ -110,13 +108,11 @@ __all__ = [
     "UnsafeArchiveError",
     "WriterLockedError",
     "config_hash",
-    "create_store",
     "format_repair",
     "format_summary",
     "layer_names",
     "length_group",
     "open_analysis",
-    "open_store",
     "pack",
     "repair",
     "run_identity",

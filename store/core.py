@@ -55,8 +55,7 @@ from .provenance import now, provenance, tool_version
 from .schema import RESULTS, RUNS, SCHEMA, schema_refusal
 from .zarrutil import naming_corruption, quiet
 
-__all__ = ["PairedStore", "Store", "config_hash", "create_store", "open_analysis", "open_store",
-           "run_identity"]
+__all__ = ["PairedStore", "Store", "config_hash", "open_analysis", "run_identity"]
 
 
 class Store:
@@ -657,16 +656,6 @@ def _pair(src: Location, res: Location, *, write: bool) -> PairedStore:
     else:
         _pairing.check_record(found, str(res), src_url, identity)
     return PairedStore(source, results)
-
-
-def open_store(url: str | Any, mode: str = "r", **kwargs: Any) -> Store:
-    """Shorthand for :meth:`Store.open`."""
-    return Store.open(url, mode=mode, **kwargs)
-
-
-def create_store(url: str | Any, **kwargs: Any) -> Store:
-    """Shorthand for :meth:`Store.create`."""
-    return Store.create(url, **kwargs)
 
 
 def _looks_like_store(loc: Location) -> bool:

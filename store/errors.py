@@ -111,4 +111,4 @@ class ResultsMismatchError(LayerstateError, ValueError):
 class MissingDependencyError(LayerstateError, ImportError):
     """An optional package is not installed: one a store's location needs (e.g. aiohttp for
     HTTP) or an importer's library; the message names what to install. The project's one
-    missing-dependency error (``capture.importers.MissingExtraError`` is another name for it)."""
+    missing-dependency error."""

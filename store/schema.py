@@ -147,17 +147,6 @@ def probe_name(task: str, target: str | None = None, trained: str | None = None)
     return result_name(PROBES, f"{task}{TARGET_SEP}{target}")
 
 
-def parse_probe_name(full: str) -> tuple[str, str | None] | None:
-    """``"probes/dyck.depth"`` -> ``("dyck", "depth")``; ``"probes/dyck"`` -> ``("dyck",
-    None)`` (the trained target); not a probe result -> ``None``. Names chosen by hand
-    (``--name``) parse too, as a task that may not exist: the result's runs say its task."""
-    parsed = parse_result_name(full)
-    if parsed is None or parsed[0] != PROBES:
-        return None
-    task, sep, target = parsed[1].partition(TARGET_SEP)
-    return task, (target if sep else None)
-
-
 def behaviour_name(task: str) -> str:
     """The name of the behaviour result of one task's runs: ``behaviour/<task>``."""
     return result_name(BEHAVIOUR, task)

@@ -199,11 +199,6 @@ def quiet() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------- damaged chunks
-#: A damaged chunk is a :class:`~store.errors.CorruptStoreError` naming it
-#: (``CorruptStoreError.in_chunk``); this name stays for code that caught it.
-ChunkError = CorruptStoreError
-
-
 def check_chunk(raw: np.ndarray, nbytes: int | None, array_path: str, coord: tuple[int, ...],
                 key: str) -> np.ndarray:
     """The data bytes of one stored raw+crc32c chunk, or :class:`~store.errors.CorruptStoreError` naming it.

@@ -14,7 +14,6 @@ import torch
 from click.testing import CliRunner
 
 from capture.importers import (
-    MissingExtraError,
     export_hf_datasets,
     import_hf_datasets,
     import_nnsight,
@@ -25,7 +24,7 @@ from capture.importers import (
 )
 from layerstate.cli import main
 from store import InvalidArrayError, MissingError, Store, validate
-from store.errors import LayerstateError
+from store.errors import LayerstateError, MissingDependencyError
 
 N, L, VOCAB = 10, 7, 16
 
@@ -279,7 +278,7 @@ def test_cli_bad_import_input(tmp_path, make_store):
 
 def test_a_missing_library_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(MissingExtraError, match=r"needs the Python package 'datasets': pip install 'layerstate\[interop\]'"):
+    with pytest.raises(MissingDependencyError, match=r"needs the Python package 'datasets': pip install 'layerstate\[interop\]'"):
         import_hf_datasets(str(tmp_path / "s.zarr"), "x", tmp_path)
 
 

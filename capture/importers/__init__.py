@@ -31,7 +31,7 @@ from typing import Any
 
 from store import InvalidArrayError, Store
 
-from .common import ImportResult, MissingExtraError, RunInfo, format_import, module_plan
+from .common import ImportResult, RunInfo, format_import, module_plan
 from .files import import_npy, import_safetensors
 from .hf import export_hf_datasets, import_hf_datasets
 from .labels import read_labels
@@ -43,7 +43,6 @@ FORMATS = ("transformer-lens", "nnsight", "saelens", "safetensors", "npy")
 __all__ = [
     "FORMATS",
     "ImportResult",
-    "MissingExtraError",
     "RunInfo",
     "export_hf_datasets",
     "format_import",

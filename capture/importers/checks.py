@@ -32,11 +32,6 @@ from .plans import ImportPlan, some_names
 EXTRA = "interop"
 
 
-#: The importers' former name for :class:`store.errors.MissingDependencyError`, the project's
-#: one "optional package not installed" error (kept so that ``except MissingExtraError`` works).
-MissingExtraError = MissingDependencyError
-
-
 def require(module: str, what: str) -> Any:
     """Import ``module`` for ``what``, or one line saying which extra brings it."""
     try:

@@ -465,7 +465,7 @@ def read_whole(arr: zarr.Array, workers: int = 3) -> np.ndarray | None:
         if raw is None:  # never written: the fill value, as zarr reads it
             out[region] = fill
             return
-        data = check_chunk(raw, nbytes + 4, base, coord, key)  # a ChunkError names the chunk
+        data = check_chunk(raw, nbytes + 4, base, coord, key)  # a CorruptStoreError names the chunk
         values = data.view(stored).reshape(chunk)
         out[region] = values[tuple(slice(0, r.stop - r.start) for r in region)]
 
