@@ -46,16 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerstate import stages
 from layerstate.executor import CaptureProgress, Executor, TrainProgress
-from layerstate.runtime import (
-    TOKEN_PREFIX,
-    WORKER_WAIT_S,
-    StoreNotSharedError,
-    check_store_shared,
-    store_url,
-)
-from layerstate.stages import capture_task, train_task
-from layerstate.staleness import REQUEST_ATTR, result_request, stored_answers
-from layerstate.staleness import staleness as _staleness
+from layerstate.runtime import store_url
 from layerstate.work import work_list
 from store.errors import InvalidArgumentError
 
@@ -66,10 +57,7 @@ if TYPE_CHECKING:
     from layerstate.experiment import Experiment
 
 __all__ = [
-    "REQUEST_ATTR", "TOKEN_PREFIX", "WORKER_WAIT_S", "CaptureProgress", "StoreNotSharedError",
-    "TrainProgress", "_staleness", "capture_experiment", "capture_task", "check_store_shared",
-    "evaluate_experiment_claims", "intervene_experiment", "probe_experiment", "result_request",
-    "run_experiment", "store_url", "stored_answers", "train_experiment", "train_task",
+    "capture_experiment", "intervene_experiment", "probe_experiment", "run_experiment", "train_experiment",
 ]
 
 Say = Callable[[str], None]

@@ -237,7 +237,7 @@ def test_training_restores_the_thread_count(exp_file, tmp_path):
 
 
 def test_a_stored_result_is_reused_only_for_the_runs_and_parameters_it_came_from():
-    from layerstate.pipeline import _staleness
+    from layerstate.staleness import staleness as _staleness
 
     req = {"runs": {"a": {"config_hash": "h", "created": "t0"}, "b": {"config_hash": "h", "created": "t0"}},
            "params": {"lengths": [40, 80], "folds": 5}}

@@ -259,7 +259,7 @@ def test_a_task_run_again_waits_out_the_lease_of_a_dead_writer_on_another_host(
     holding the run's lease, wait for that lease to expire (plus the margin) and take it
     over, instead of refusing; then they train and capture as usual."""
     from layerstate.experiment import load_experiment
-    from layerstate.pipeline import capture_task, train_task
+    from layerstate.stages import capture_task, train_task
     from store import Store
     from store.access.lease import LEASE_DIR
 
@@ -285,7 +285,7 @@ def test_a_task_does_not_wait_out_a_lease_that_is_being_renewed(tiny, tmp_path, 
     """A lease of another host that keeps being renewed has a live writer: the task fails
     with the one line naming it, writes nothing and leaves that lease alone."""
     from layerstate.experiment import load_experiment
-    from layerstate.pipeline import train_task
+    from layerstate.stages import train_task
     from store import Store
     from store.errors import WriterLockedError
 
