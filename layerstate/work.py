@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from capture.tasks import TASKS
+
 if TYPE_CHECKING:
     from capture.experiment import CapturePlan, RunSpec
 
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
 STAGES = ("train", "capture", "analyse", "claims", "report")
 #: Stages whose units open the store themselves and may run in another process.
 WORKER_STAGES = ("train", "capture")
-#: Tasks whose counterfactual pairs have named sites to interchange.
-INTERCHANGE_TASKS = ("assoc_recall", "treecall")
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,6 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
             out.append(unit("ablation", task))
         if cfg.patch:
             out.append(unit("patching", task, cfg.patch_length))
-        if cfg.interchange and task in INTERCHANGE_TASKS:
+        if cfg.interchange and TASKS[task].interchange_sites:  # its pairs have sites to interchange
             out.append(unit("interchange", task, cfg.patch_length))
     return out

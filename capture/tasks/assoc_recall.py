@@ -66,6 +66,7 @@ class AssocRecallConfig(TaskConfig):
     """Associative recall over in-context key-value pairs; label ``answer`` at the query."""
 
     name: ClassVar[str] = "assoc_recall"
+    interchange_sites: ClassVar[tuple[str, ...]] = ("key", "value", "divider", "query")
     n_keys: int = Field(default=64, ge=2, description="Size of the key vocabulary.")
     n_values: int = Field(default=64, ge=2, description="Size of the value vocabulary.")
     n_pairs: int | None = Field(

@@ -141,6 +141,9 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: ClassVar[str] = "task"
+    #: The named positions of the task's counterfactual pairs (``CounterfactualBatch.sites``),
+    #: which interchange interventions patch; empty for a task without them (no interchange).
+    interchange_sites: ClassVar[tuple[str, ...]] = ()
 
     @property
     def label_names(self) -> tuple[str, ...]:

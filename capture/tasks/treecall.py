@@ -83,6 +83,7 @@ class TreecallConfig(TaskConfig):
     """Random-PCFG sentences with a parent-head query; label ``answer`` at the query."""
 
     name: ClassVar[str] = "treecall"
+    interchange_sites: ClassVar[tuple[str, ...]] = ("key", "value", "divider", "query")
     n_nonterminals: int = Field(
         default=20, ge=1, le=1000, description="Nonterminals in the grammar."
     )
