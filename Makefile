@@ -46,9 +46,13 @@ test: $(STAMP)
 bench: $(STAMP)
 	@for b in bench/[a-z]*.py; do m=$$(basename $$b .py); echo "== bench.$$m" >&2; $(PY) -m bench.$$m || exit 1; done
 
+# lint-imports: the layer contract of pyproject.toml's [tool.importlinter] (a few seconds;
+# --no-cache leaves no cache folder in the work tree); vulture: dead code ([tool.vulture]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/vulture
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info demo-out
