@@ -11,8 +11,11 @@ claims are decided and which (task, arch, variant) cells the next stage trains: 
 undecided claims read. A stage is evaluated only when the store holds its seeds for every cell
 that stage needs; the last line says what to train next.
 
-Profile-match claims (an exact permutation test) have no sequential boundary: they are evaluated
-at the maximum seeds by ``layerstate stats``, and listed as such.
+A profile-match claim (an exact permutation test) is a single look per architecture at its
+maximum, inside the design's families (:func:`analysis.stats.sequential.profile_hypotheses`). A
+difference claim with a margin can end ``equivalent`` or ``negligible`` (the margin's sequential
+TOST), as the fixed design says. Each stage shows the one-sided bound a verdict rests on beside the
+repeated two-sided interval.
 """
 
 from __future__ import annotations
@@ -34,14 +37,13 @@ _PROPORTIONS = ("accuracy", "probe_accuracy")
 
 @dataclass(frozen=True)
 class SequentialRun:
-    """The stages a store holds (``stages``, in order), the claims left to the fixed test
-    (``fixed``: id -> why), each cell's seeds held (``held``), each claim's own maximum
+    """The stages a store holds (``stages``, in order), each cell's seeds held (``held``), each
+    claim's own maximum
     (``caps``), its test in words (``tests``) and the runs each stage added with their CPU
     seconds (``added``: per stage, (runs, seconds))."""
 
     design: Design
     stages: list[StageResult]
-    fixed: dict[str, str]
     held: dict[Cell, int]
     caps: dict[str, int] = field(default_factory=dict)
     tests: dict[str, str] = field(default_factory=dict)
@@ -92,20 +94,12 @@ def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
 
 
 def _test_words(h) -> str:
+    if h.test == "exact":
+        return "an exact permutation test of the profiles, one look at its maximum"
     m = f"{h.margin:g}" if h.margin is not None else ""
     return {"greater": f"greater than {h.value:g}", "less": f"less than {h.value:g}",
             "two-sided": f"different from {h.value:g}", "within": f"within {h.value:g} +- {m}",
             "outside": f"outside {h.value:g} +- {m}"}[h.test]
-
-
-def absent_counts(claims: Sequence[Claim]) -> tuple[int, int]:
-    """How many tests ``claims`` (declared, not evaluated here) hold in the family of claims' own
-    tests and in the family of their opposite sides: each counts at p = 1, as in the fixed
-    design's Holm families (:func:`analysis.claims.verdicts.family_share`)."""
-    from analysis.claims.verdicts import family_share
-
-    own, _, contra = family_share(claims)
-    return own, contra
 
 
 def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
@@ -113,50 +107,58 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     """Decide ``claims`` stage by stage on the seeds ``store`` holds (nothing is written).
 
     ``absent``: the declared claims of other parts of the grid (not evaluated here); they count
-    in both Holm families and are never rejected here. A claim's maximum is the lowest
-    ``design.cap`` of the architectures it reads."""
+    in the design's Holm families (:func:`analysis.stats.sequential.family_counts`) and are never
+    rejected here. A claim's maximum is the lowest ``design.cap`` of the architectures it reads.
+    A profile_match claim is one single look per architecture at its maximum (its exact
+    permutation p), inside the design's families."""
     from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
-    from analysis.stats.sequential import from_claim, sequential_decisions
+    from analysis.stats.sequential import (
+        DesignError,
+        family_counts,
+        from_claim,
+        profile_hypotheses,
+        sequential_decisions,
+    )
+    from layerstate.plan import claim_cells
     from store.view import StoreView
 
-    profile = [c for c in claims if c.kind == "profile_match"]
-    fixed = {c.id: "a profile_match claim is an exact permutation test: evaluated at the maximum seeds"
-             for c in profile}
-    tested = [c for c in claims if c.kind != "profile_match"]
-    from analysis.stats.sequential import DesignError
-    from layerstate.plan import claim_cells
-
     hypotheses = []
-    for c in tested:
-        try:
-            h = from_claim(c)
-        except DesignError:  # no arch named: the cells of its task(s) that the store holds
-            h = from_claim(c, cells=claim_cells(store, c))
-        hypotheses.append(h.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in h.cells)}))
-    counts = absent_counts([*profile, *absent])
+    for c in claims:
+        if c.kind == "profile_match":
+            found = profile_hypotheses(c)
+        else:
+            try:
+                found = [from_claim(c)]
+            except DesignError:  # no arch named: the cells of its task(s) that the store holds
+                found = [from_claim(c, cells=claim_cells(store, c))]
+        hypotheses += [h.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in h.cells)}) for h in found]
+    exact = {h.id for h in hypotheses if h.test == "exact"}
+    counts = family_counts(list(absent))
     held = seeds_held(store)
-    observed: list[dict[str, tuple[float, float, float]]] = []
+    observed: list[dict[str, Any]] = []
     stages: list[StageResult] = []
     needed = {cell for h in hypotheses for cell in h.cells}
     for n in design.seeds():
         if not needed or any(held.get(cell, 0) < n for cell in needed):
             break
         view: Any = StoreView([store], seed_below=n)  # read as a Store: the methods claims read
-        res = evaluate_claims(view, tested, probes=stored_probe_profiles(view), absent=[*profile, *absent])
-        obs = {}
+        res = evaluate_claims(view, list(claims), probes=stored_probe_profiles(view), absent=list(absent))
+        obs: dict[str, Any] = {}
         for i in range(res.sizes["claim"]):
             r = res.isel(claim=i)
+            cid = str(r.claim.values)
             if str(r.verdict.values) != "not evaluable":
-                obs[str(r.claim.values)] = (float(r.estimate), float(r.se), float(r.df))
+                obs[cid] = float(r.p) if cid in exact else (float(r.estimate), float(r.se), float(r.df))
         observed.append(obs)
         stages = sequential_decisions(design, hypotheses, observed, absent=counts)
         needed = set(stages[-1].cells_next)
-    return SequentialRun(design, stages, fixed, held, caps={h.id: int(h.max_seeds or design.max_seeds)
-                                                            for h in hypotheses},
+    tested = {c.id: c for c in claims}
+    return SequentialRun(design, stages, held, caps={h.id: int(h.max_seeds or design.max_seeds)
+                                                        for h in hypotheses},
                          tests={h.id: _test_words(h) for h in hypotheses},
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
                          ranges={c.id: ((0.0 if c.kind in ("bound", "readable_by") else -1.0), 1.0)
-                                 for c in tested if c.metric in _PROPORTIONS},
+                                 for c in tested.values() if c.metric in _PROPORTIONS},
                          added=_added(store, [st.seeds for st in stages]))
 
 
@@ -170,17 +172,12 @@ def next_cells(run: SequentialRun) -> dict[Cell, int]:
     return {cell: int(last.seeds_next) for cell in last.cells_next}
 
 
-def first_cells(run: SequentialRun, cells: Sequence[Cell]) -> dict[Cell, int]:
-    """Before any stage: every cell at the first stage's seeds."""
-    return {cell: run.design.first_seeds for cell in cells}
-
-
 def sequential_dataset(run: SequentialRun):
     """The stages as the stored result ``sequential`` (docs/sequential.md): per stage and claim
     the decision, estimate, SE, df, level, critical t, boundaries and repeated interval; per
     claim its final decision, the stage deciding it (0: none), its test and maximum; per stage
     the seeds per cell, the cells the next stage trains, the runs it added and their CPU
-    seconds; the design and the claims left to the fixed test as JSON attributes."""
+    seconds; the design as a JSON attribute."""
     import json
 
     import xarray as xr
@@ -189,17 +186,20 @@ def sequential_dataset(run: SequentialRun):
     K = len(run.stages)
     shape = (K, len(ids))
     num = {v: np.full(shape, np.nan) for v in ("estimate", "se", "df", "level", "critical", "bound_low",
-                                                "bound_high", "rci_low", "rci_high", "conditional_power")}
+                                                "bound_high", "rci_low", "rci_high", "conditional_power",
+                                                "one_sided_low", "one_sided_high", "margin_level")}
     decision = np.full(shape, "", dtype=object)
+    outcome = np.full(shape, "", dtype=object)
     for k, st in enumerate(run.stages):
         for j, cid in enumerate(ids):
             c = st.claims.get(cid)
             if c is None or (c.decided_at is not None and c.decided_at < k):
                 continue
-            decision[k, j] = c.decision
+            decision[k, j], outcome[k, j] = c.decision, c.outcome
             for v, x in (("estimate", c.estimate), ("se", c.se), ("df", c.df), ("level", c.level),
                          ("critical", c.critical), ("rci_low", c.rci[0]), ("rci_high", c.rci[1]),
-                         ("conditional_power", c.conditional_power)):
+                         ("conditional_power", c.conditional_power), ("one_sided_low", c.bound[0]),
+                         ("one_sided_high", c.bound[1]), ("margin_level", c.margin_level)):
                 num[v][k, j] = x
             # bound_low: where the estimate must rise above; bound_high: below. Not sorted: a
             # within test whose two boundaries cross (bound_low > bound_high) cannot pass yet
@@ -216,6 +216,7 @@ def sequential_dataset(run: SequentialRun):
         decided_at.append(int(last.decided_at) + 1 if last is not None and last.decided_at is not None else 0)
     data: dict[str, Any] = {v: (("stage", "claim"), a) for v, a in num.items()}
     data["decision"] = (("stage", "claim"), decision.astype(str))
+    data["outcome"] = (("stage", "claim"), outcome.astype(str))
     data["final"] = (("claim",), np.array(final, dtype=str))
     data["decided_at"] = (("claim",), np.array(decided_at, dtype=int))
     data["test"] = (("claim",), np.array([run.tests[c] for c in ids], dtype=str))
@@ -227,13 +228,21 @@ def sequential_dataset(run: SequentialRun):
     data["cpu_seconds"] = (("stage",), np.array([a[1] for a in run.added], dtype=float))
     design = run.design.model_dump()
     return xr.Dataset(data, coords={"stage": np.arange(1, K + 1), "claim": np.array(ids, dtype=str)},
-                      attrs={"design": json.dumps(design), "fixed": json.dumps(run.fixed)})
+                      attrs={"design": json.dumps(design)})
 
 
 def _fmt(x: float, signed: bool = True) -> str:
     if not np.isfinite(x):
         return "–"
     return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def one_sided(c) -> str:
+    """The one-sided bound(s) a stage's verdict rests on (at the claim's level, with the stage's
+    critical value): 'one-sided bound >= X' for a test of 'greater', '<= X' for 'less'."""
+    lo, hi = c.bound
+    parts = ([f">= {_fmt(lo)}"] if np.isfinite(lo) else []) + ([f"<= {_fmt(hi)}"] if np.isfinite(hi) else [])
+    return f"one-sided bound {' and '.join(parts)}" if parts else ""
 
 
 def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
@@ -253,11 +262,11 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
                    + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
                       f"{c.decided_at + 1})" if c.decided_at is not None
                       and c.decided_at != st.stage else "")
-                   + f" | estimate {_fmt(c.estimate)}, repeated 95% interval "
-                     f"[{_fmt(run.interval(c)[0])}, {_fmt(run.interval(c)[1])}]"
+                   + (f" ({c.outcome})" if c.outcome and c.outcome != c.decision else "")
+                   + f" | estimate {_fmt(c.estimate)}"
+                   + (f", {one_sided(c)} at level {c.level:.2g}" if one_sided(c) else "")
+                   + f", repeated 95% interval [{_fmt(run.interval(c)[0])}, {_fmt(run.interval(c)[1])}]"
                    + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
-    for cid, why in run.fixed.items():
-        yield f"{cid}: {why}"
     if run.stages:
         last = run.stages[-1]
         if last.cells_next and last.seeds_next is not None:
@@ -275,7 +284,8 @@ _FIXED_ONLY = ("p", "p_adjusted", "p_zero", "p_zero_adjusted", "p_equivalence", 
 
 #: How a sequential decision reads as a verdict (futility: stopped without deciding).
 _VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
-            "futility": "inconclusive", "continue": "inconclusive"}
+            "equivalent": "equivalent", "negligible": "negligible", "futility": "inconclusive",
+            "continue": "inconclusive"}
 
 
 def sequential_verdicts(res, run: SequentialRun):
@@ -302,16 +312,25 @@ def sequential_verdicts(res, run: SequentialRun):
         k = (c.decided_at if c.decided_at is not None else c.stage) + 1
         stage[j] = k
         verdict[j] = _VERDICT[c.decision]
-        bound = ", ".join(_fmt(b) for b in c.boundaries) or "–"
         what = {"continue": f"not decided yet: the next stage trains up to {last.seeds_next} seeds"
                 if last is not None and last.seeds_next else "not decided",
                 "futility": "stopped for futility (its conditional power at the maximum was "
                             f"{c.conditional_power:.2f})",
                 "inconclusive": c.note or "not decided at its maximum"}.get(c.decision, c.decision)
+        if run.tests.get(cid, "").startswith("an exact"):  # one look at its maximum: the look's own numbers
+            reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds), {c.note or 'one exact look'}; "
+                         f"the fixed test on every seed held: {fixed[j]}")
+            if "outcome" in out:
+                outcome[j] = c.outcome
+            continue
+        bound = ", ".join(_fmt(b) for b in c.boundaries) or "–"
         lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
-        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}, repeated 95% "
-                     f"interval [{_fmt(lo)}, {_fmt(hi)}], boundary {bound} at level {c.level:.2g}; "
-                     f"the fixed test on every seed held: {fixed[j]}")
+        rests = one_sided(c)
+        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}"
+                     + (f", {rests} at level {c.level:.2g}" if rests else "")
+                     + f", repeated 95% interval [{_fmt(lo)}, {_fmt(hi)}], boundary {bound}"
+                     + (f"; {c.note}" if c.note and c.note != what else "")
+                     + f"; the fixed test on every seed held: {fixed[j]}")
         for var, x in (("estimate", c.estimate), ("lower", lo), ("upper", hi), ("n_seeds", c.seeds),
                        ("level", c.level), ("se", c.se), ("df", c.df)):
             if var in out:
@@ -323,8 +342,11 @@ def sequential_verdicts(res, run: SequentialRun):
                     out[f"fixed_{var}"] = out[var].copy()
                 if out[var].dtype.kind in "fc":
                     out[var].values[j] = np.nan
+        side = c.bound[0] if np.isfinite(c.bound[0]) else c.bound[1]
+        if "bound" in out and np.isfinite(side):  # the design's one-sided bound, not the fixed look's
+            out["bound"].values[j] = side
         if "outcome" in out:
-            outcome[j] = ""
+            outcome[j] = c.outcome
     out["verdict"] = ("claim", np.array(verdict, dtype=str))
     if "outcome" in out:
         out["fixed_outcome"] = ("claim", np.array([str(v) for v in res["outcome"].values], dtype=str))

@@ -43,7 +43,10 @@ def store(tmp_path_factory):
 def test_a_decided_claim_stays_decided_and_its_cells_stop_receiving_seeds(store):
     st, _ = store
     run = evaluate_sequential(st, parse_claims(CLAIMS), Design(**DESIGN))
-    assert [s.seeds for s in run.stages] == [3, 5, 7, 9]
+    # the Dyck claim (no true drop, margin 0.05) is shown equivalent at 7 seeds by the margin's
+    # sequential TOST, so the design stops there instead of going on to 9
+    assert [s.seeds for s in run.stages] == [3, 5, 7]
+    assert run.stages[-1].claims["dyck-conv"].decision == "equivalent"
     s3 = [s.claims["s3-conv"] for s in run.stages]
     first = next(i for i, c in enumerate(s3) if c.decision == "supported")
     assert first < len(run.stages) - 1  # decided before the maximum
@@ -58,12 +61,19 @@ def test_a_decided_claim_stays_decided_and_its_cells_stop_receiving_seeds(store)
     assert run.stages[-1].claims["dyck-conv"].decision != "supported"
     text = "\n".join(sequential_lines(run))
     assert "the design is complete" in text and "nan" not in text.lower()
+    # each line shows the one-sided bound the verdict rests on (a 'less' claim: an upper bound)
+    s3_line = next(line for line in text.splitlines() if "s3-conv: supported" in line)
+    assert "one-sided bound <= -" in s3_line
+    dyck_line = next(line for line in text.splitlines() if "dyck-conv: equivalent" in line)
+    assert "(equivalent)" not in dyck_line and "margin" in dyck_line
 
 
 def test_a_stage_the_store_does_not_hold_yet_says_which_cells_to_train(store, tmp_path):
     st, path = store
     exp = tmp_path / "claims.toml"
-    body = "".join("[[claims]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in c.items())
+    # without its margin the Dyck claim cannot end equivalent: undecided at 9 seeds, it asks for 11
+    body = "".join("[[claims]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in c.items()
+                                           if not (c["id"] == "dyck-conv" and k == "margin"))
                    for c in CLAIMS)
     exp.write_text(body + "[design]\nfirst_seeds = 3\nstage_seeds = 2\nmax_seeds = 11\n")
     res = CliRunner().invoke(main, ["sequential", str(exp), "--store", path])

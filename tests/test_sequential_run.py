@@ -159,14 +159,14 @@ def test_absent_claims_count_in_both_families_as_the_fixed_design_counts_them():
     """An absent equivalence claim naming no architecture still has an opposite side."""
     from analysis.claims import Claim
     from analysis.claims.verdicts import family_share
-    from layerstate.sequential import absent_counts
+    from analysis.stats.sequential import family_counts
 
     eq = Claim(id="e1", statement="s", kind="equivalence", task="t", treatment="a", reference="b", margin=0.05,
                compare="variant")
     bound = Claim(id="b1", statement="s", kind="bound", metric="accuracy", task="t", arch="lstm",
                   direction="greater", threshold=0.9)
     own, _, contra = family_share([eq, bound])
-    assert absent_counts([eq, bound]) == (own, contra) == (2, 2)
+    assert family_counts([eq, bound]) == (own, 0, contra) == (2, 0, 2)
 
 
 READABLE = TINY.split("# Neither can be decided")[0] + """

@@ -384,8 +384,8 @@ def stale_table(store: Store, table: xr.Dataset) -> str | None:
     from analysis.claims.metrics import seeds_words
 
     recorded = table.attrs.get(CELL_RUNS)
-    if not isinstance(recorded, dict):
-        return None
+    if not isinstance(recorded, dict) or not table.sizes.get("claim", 0):
+        return None  # no record (an older table), or no claim to answer
     now: dict[str, list[str]] = {}
     for r in store.run_ids():
         a = store.run_attrs(r)
