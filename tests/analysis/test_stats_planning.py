@@ -25,8 +25,9 @@ def test_seeds_match_statsmodels_ttestpower(d, level, alternative, sm):
 
 def test_seeds_for_a_bound_claim_near_its_ceiling():
     # f1-lstm-parity-perfect-like: 1.000 against 0.99, a seed's SD floored at its 512 sequences'
-    sd = sd_per_seed(0.0, floor_sd=math.sqrt(0.995 * 0.005 / 512))
-    assert sd == pytest.approx(0.003117, rel=1e-3)
+    # sampling SD at the threshold (the score test's: sqrt(0.99 * 0.01 / 512))
+    sd = sd_per_seed(0.0, floor_sd=math.sqrt(0.99 * 0.01 / 512))
+    assert sd == pytest.approx(0.004397, rel=1e-3)
     n = seeds_needed(sd, 0.01, 0.05 / 48)
     nobs = TTestPower().solve_power(effect_size=0.01 / sd, alpha=0.05 / 48, power=0.8, alternative="larger")
     assert n == math.ceil(float(nobs)) and n < 10
