@@ -882,7 +882,7 @@ def plan(experiment: str, store_path: str, power: float, results: str | None, st
     claims = load_claims(experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
-    for line in plan_lines(make_plan(st, claims, power=power)):
+    for line in plan_lines(make_plan(st, claims, power=power), experiment, store_path):
         click.echo(line)
 
 

@@ -162,8 +162,10 @@ def _num(x: float | int | None, fmt: str = "d") -> str:
     return format(x, fmt)
 
 
-def plan_lines(p: Plan) -> Iterator[str]:
-    """The plan as the command prints it: one line per claim, then the cells and the total."""
+def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE") -> Iterator[str]:
+    """The plan as the command prints it: one line per claim, then the cells that need more seeds,
+    the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
+    paths the commands name)."""
     yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
     for c, r in zip(p.claims, p.rows, strict=True):
         note = r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed else "")
@@ -171,10 +173,22 @@ def plan_lines(p: Plan) -> Iterator[str]:
                f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
     for cid, why in p.skipped.items():
         yield f"{cid} | – | – | – | – | – | not planned: {why}"
-    cells = p.total.get("cells", {})
+    cells = {c: (have, reach) for c, (have, reach) in p.total.get("cells", {}).items() if reach > have}
     for cell, (have, reach) in sorted(cells.items()):
         cost = p.costs.get(cell)
         yield (f"cell {'/'.join(cell)}: {have} -> {reach} seeds"
                + (f", {cost:.0f} s per seed" if cost is not None else ", no measured time"))
     total = p.total.get("cpu_s", math.nan)
     yield f"total: {_num(total, '.0f')} CPU s for every planned claim to reach power 0.8"
+    if not cells:
+        yield "next: nothing to train; every planned claim has the seeds it needs (or cannot reach its power)"
+        return
+    most = max(reach for _, reach in cells.values())
+    yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
+           "cell by cell:")
+    for (task, arch, _), (have, reach) in sorted(cells.items()):
+        seeds = " ".join(f"--seed {s}" for s in range(have, reach))
+        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} {seeds}"
+    yield (f"  then `layerstate run {experiment} --store {store} --out DIR` captures, analyses and decides them "
+           "(what is stored is reused); or declare a [design] and let `layerstate run --design` add seeds stage "
+           "by stage")

@@ -76,6 +76,17 @@ def test_the_plan_command_prints_the_table_and_writes_nothing(store, tmp_path):
     assert res.exit_code == 0, res.output
     assert "s3-conv |" in res.output and "total:" in res.output and "cell s3/mamba/no_conv" in res.output
     assert sorted(store.results()) == before
+    # what to run next, for exactly the cells that need seeds: commands naming these paths
+    lines = res.output.splitlines()
+    cell = next(line for line in lines if line.startswith("cell s3/mamba/no_conv"))
+    have, reach = (int(x) for x in cell.split(": ")[1].split(" seeds")[0].split(" -> "))
+    assert reach > have
+    assert any(line.startswith("next: list seeds = ") for line in lines)
+    train = [line.strip() for line in lines if line.strip().startswith("layerstate train")]
+    assert f"layerstate train {exp} --store {path} --task s3 --arch mamba " + " ".join(
+        f"--seed {s}" for s in range(have, reach)) in train
+    assert not any(" -> " in line and line.split(" -> ")[0].split()[-1] == line.split(" -> ")[1].split()[0]
+                   for line in lines if line.startswith("cell "))  # no cell that needs nothing
 
 
 def test_a_bound_claim_whose_estimate_is_on_the_wrong_side_is_not_reachable(store):
