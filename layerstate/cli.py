@@ -815,8 +815,8 @@ def sequential(experiment: str, store_path: str, design_path: str | None, tasks:
     """Decide EXPERIMENT's claims stage by stage under its [design] (a group-sequential design
     over seeds) on the seeds STORE holds, and say which cells the next stage trains. Nothing is
     written (`layerstate run --design` trains the stages and stores them)."""
+    from analysis.claims.sequential import evaluate_sequential
     from layerstate.experiment import load_claims, load_design, load_experiment
-    from layerstate.sequential import evaluate_sequential, sequential_lines
     from store import open_analysis
 
     design = load_design(design_path or experiment)
@@ -831,7 +831,7 @@ def sequential(experiment: str, store_path: str, design_path: str | None, tasks:
         claims = load_claims(experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
-    for line in sequential_lines(evaluate_sequential(st, claims, design, absent=absent),
+    for line in present.sequential_lines(evaluate_sequential(st, claims, design, absent=absent),
                                  next_step=_next_stage(experiment, store_path, design_path, tasks)):
         click.echo(line)
 
@@ -875,14 +875,14 @@ def plan(experiment: str, store_path: str, power: float, results: str | None, st
     """How many seeds each claim of EXPERIMENT needs for its test to reach --power, and their CPU
     time, from the seeds STORE holds (each claim at its margin and its Holm level; a cell's cost
     from its runs' stored training times). Nothing is written."""
+    from analysis.claims.planner import make_plan
     from layerstate.experiment import load_claims
-    from layerstate.plan import make_plan, plan_lines
     from store import open_analysis
 
     claims = load_claims(experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
-    for line in plan_lines(make_plan(st, claims, power=power), experiment, store_path):
+    for line in present.plan_lines(make_plan(st, claims, power=power), experiment, store_path):
         click.echo(line)
 
 

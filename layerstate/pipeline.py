@@ -156,21 +156,21 @@ def check_staged(exp: Experiment) -> None:
 def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: dict | None, say: Say) -> None:
     """Run a group-sequential design stage by stage (docs/sequential.md): train, capture and
     analyse the stage's runs, decide the claims at the stage's boundaries
-    (:func:`layerstate.sequential.evaluate_sequential`) and store the stages as the result
+    (:func:`analysis.claims.sequential.evaluate_sequential`) and store the stages as the result
     ``sequential``; the next stage trains new seeds only for the cells that undecided claims
     read, until every claim is decided or the cells reach their maximum. A stage computes the
     analyses the claims read (and the models' behaviour), not the others: seeds and CPU go
     where they decide claims. Runs already in the store are reused, so a stopped run resumes
     where it was."""
-    from capture.experiment import RunSpec
-    from layerstate.sequential import (
+    from analysis.claims.cells import seeds_held
+    from analysis.claims.sequential import (
         evaluate_sequential,
         next_cells,
-        seeds_held,
         sequential_dataset,
-        sequential_lines,
         sequential_verdicts,
     )
+    from capture.experiment import RunSpec
+    from layerstate.present import sequential_lines
     from store import Store
     from store.schema import CLAIMS, SEQUENTIAL
 

@@ -6,6 +6,7 @@ never read alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,9 @@ import numpy as np
 
 if TYPE_CHECKING:
     import xarray as xr
+
+    from analysis.claims.planner import Plan
+    from analysis.claims.sequential import SequentialRun
 
 
 def training_line(res: Any, i: int, n: int) -> str:
@@ -400,3 +404,75 @@ def design_command(experiment: str, store: str, design: str | None, tasks: Seque
     for t in tasks:
         parts += ["--task", t]
     return "run `" + " ".join(shlex.quote(p) for p in parts) + "`: it trains them, analyses them and decides the stage"
+
+
+# ---------------------------------------------------------------------- the seed plan, the design
+def _num(x: float | int | None, fmt: str = "d") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return format(x, fmt)
+
+
+def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE") -> Iterator[str]:
+    """The plan as the command prints it: one line per claim, then the cells that need more seeds,
+    the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
+    paths the commands name)."""
+    yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
+    for c, r in zip(p.claims, p.rows, strict=True):
+        note = r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed else "")
+        yield (f"{r.id} | {r.seeds} | {_num(r.power_now, '.2f')} | {_num(r.needed)} | {_num(r.more)} | "
+               f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
+    for cid, why in p.skipped.items():
+        yield f"{cid} | – | – | – | – | – | not planned: {why}"
+    cells = {c: (have, reach) for c, (have, reach) in p.total.get("cells", {}).items() if reach > have}
+    for cell, (have, reach) in sorted(cells.items()):
+        cost = p.costs.get(cell)
+        yield (f"cell {'/'.join(cell)}: {have} -> {reach} seeds"
+               + (f", {cost:.0f} s per seed" if cost is not None else ", no measured time"))
+    total = p.total.get("cpu_s", math.nan)
+    yield f"total: {_num(total, '.0f')} CPU s for every planned claim to reach power 0.8"
+    if not cells:
+        yield "next: nothing to train; every planned claim has the seeds it needs (or cannot reach its power)"
+        return
+    most = max(reach for _, reach in cells.values())
+    yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
+           "cell by cell:")
+    for (task, arch, _), (have, reach) in sorted(cells.items()):
+        seeds = " ".join(f"--seed {s}" for s in range(have, reach))
+        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} {seeds}"
+    yield (f"  then `layerstate run {experiment} --store {store} --out DIR` captures, analyses and decides them "
+           "(what is stored is reused); or declare a [design] and let `layerstate run --design` add seeds stage "
+           "by stage")
+
+
+def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
+    """Per stage and claim: seeds, estimate, repeated interval, boundary and decision; then what
+    the next stage trains and ``next_step``: how (a command that trains exactly those cells)."""
+    from analysis.claims.sequential import one_sided, signed
+
+    d = run.design
+    yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
+           f"({d.spending} spending, futility {d.futility}); stages at {', '.join(map(str, d.seeds()))} seeds")
+    if not run.stages:
+        low = min(run.held.values()) if run.held else 0
+        yield (f"no stage yet: the first stage needs {d.first_seeds} seeds in every cell the claims read "
+               f"(the store holds {low} in its thinnest cell); to train them: {next_step}")
+    for st in run.stages:
+        for cid, c in st.claims.items():
+            bounds = ", ".join(signed(b) for b in c.boundaries) or "–"
+            yield (f"stage {st.stage + 1} ({st.seeds} seeds) {cid}: {c.decision}"
+                   + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
+                      f"{c.decided_at + 1})" if c.decided_at is not None
+                      and c.decided_at != st.stage else "")
+                   + (f" ({c.outcome})" if c.outcome and c.outcome != c.decision else "")
+                   + f" | estimate {signed(c.estimate)}"
+                   + (f", {one_sided(c)} at level {c.level:.2g}" if one_sided(c) else "")
+                   + f", repeated 95% interval [{signed(run.interval(c)[0])}, {signed(run.interval(c)[1])}]"
+                   + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
+    if run.stages:
+        last = run.stages[-1]
+        if last.cells_next and last.seeds_next is not None:
+            cells = ", ".join("/".join(c) for c in sorted(last.cells_next))
+            yield f"next stage: seeds up to {last.seeds_next} for {cells} (only these cells); {next_step}"
+        else:
+            yield "the design is complete: every claim is decided or the maximum seeds were reached"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.claims.evaluate import stale_table
+from analysis.claims.stored import stale_table
 from analysis.claims.verdicts import power_words, seeds_note
 from reports import figures as F
 from reports.intervals import RANGES, apply_rules, interval_text, texts

@@ -8,8 +8,8 @@ would cost (the seed planner). Both are parts of the claims section (:func:`part
   repeated 95% interval and the boundary at the stage where it stopped), every stage's look at
   every claim, and one figure per claim across the stages.
 * **Seeds: what deciding each claim would cost** (:func:`seed_plan`), whenever the experiment
-  declares claims: :func:`layerstate.plan.make_plan` on the store (what ``layerstate plan``
-  prints), as tables. A planner that fails leaves a one-line note, never a broken report.
+  declares claims: the stored result ``seed_plan`` (:func:`analysis.claims.planner.plan_dataset`,
+  what ``layerstate plan`` prints), as tables; the report computes nothing of its own.
 
 Repeated intervals go through the rules of :mod:`reports.intervals` as a claim's own interval
 does (the range of its metric, shown from 2 seeds: the interval its decision used).
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.claims.planner import PLAN_POWER, SEED_PLAN
 from reports import figures as F
 from reports.intervals import INF, interval_text
 from reports.model import Figure, Section, Table
@@ -37,8 +38,6 @@ from reports.snapshot import Snapshot
 SEQUENTIAL = "sequential"
 SEQUENTIAL_TITLE = "Sequential design"
 PLAN_TITLE = "Seeds: what deciding each claim would cost"
-#: The power the seed planner plans each claim's test at (``layerstate plan``'s default).
-PLAN_POWER = 0.8
 
 SEQUENTIAL_INTRO = (
     "The claims were decided stage by stage over seeds, on a group-sequential design declared before "
@@ -65,20 +64,20 @@ PLAN_INTRO = (
     "store holds now; 'more per cell' is how many seeds each of its cells still has to train, and 'CPU s' "
     "what they cost, from each cell's mean training plus capture seconds per seed. A bound or "
     "readable_by claim declares no effect: it is planned at the observed distance to its threshold, "
-    "which takes the observed effect at face value. `layerstate plan EXPERIMENT --store STORE` prints "
-    "the same plan; nothing is written."
+    "which takes the observed effect at face value. `layerstate stats` stores this plan beside the "
+    "verdicts; `layerstate plan EXPERIMENT --store STORE` prints it."
 )
 
 
 def parts(snap: Snapshot, experiment: dict | None) -> list[Section]:
     """The parts this module adds to the claims section: the sequential design (when the store
-    holds one) and the seed plan (when the experiment declares claims). A part that fails to
+    holds one) and the seed plan (when it holds one, or the experiment declares claims). A part that fails to
     build says why in its place."""
     out = []
     if SEQUENTIAL in snap.results():
         out.append(_guarded("claims-sequential", SEQUENTIAL_TITLE, lambda: sequential(snap, experiment)))
-    if declared_claims(experiment):
-        out.append(seed_plan(snap, experiment))
+    if SEED_PLAN in snap.results() or declared_claims(experiment):
+        out.append(_guarded("claims-seeds", PLAN_TITLE, lambda: seed_plan(snap, experiment)))
     return out
 
 
@@ -113,62 +112,45 @@ def _int(x: Any) -> str:
 
 
 # ---------------------------------------------------------------------- the seed planner
-def _stored_levels(store) -> dict[str, float]:
-    """Each claim's level as the stored claims table has it (a part's family counts the other
-    parts' tests, which the part's experiment no longer lists)."""
-    try:
-        if "claims" not in store.results():
-            return {}
-        res = store.read_result("claims")
-        if "level" not in res:
-            return {}
-        return {str(c): float(v) for c, v in zip(res.claim.values, res["level"].values, strict=True)}
-    except Exception:  # an unreadable table plans at the claims' own levels
-        return {}
-
-
 def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
-    """The seed planner's plan (:func:`layerstate.plan.make_plan`) of the experiment's claims on
-    the store: one row per claim, one per cell, and the total."""
+    """The stored seed plan (result ``seed_plan``, which ``layerstate stats`` and ``layerstate
+    run`` store beside the claims table): one row per claim, one per cell that needs seeds, and
+    the total. The report computes nothing: a store without one says how to make it."""
     sec = Section("claims-seeds", PLAN_TITLE, intro=PLAN_INTRO)
-    try:
-        from analysis.claims import parse_claims
-        from layerstate.plan import make_plan
-
-        plan = make_plan(snap.store, parse_claims(declared_claims(experiment)), power=PLAN_POWER,
-                         levels=_stored_levels(snap.store))
-    except Exception as exc:  # a planner that fails leaves the report whole
+    if SEED_PLAN not in snap.results():
         sec.intro = ""
-        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        warnings.warn(f"report part {PLAN_TITLE!r}: the seed planner failed: {why}", stacklevel=2)
-        sec.notes.append(f"The seed planner could not plan these claims on this store ({why}); "
-                         "`layerstate plan EXPERIMENT --store STORE` runs the same planner.")
+        sec.notes.append("No seed plan is stored with these claims; `layerstate stats STORE --claims "
+                         "EXPERIMENT.toml` stores one beside the verdicts (`layerstate plan EXPERIMENT --store "
+                         "STORE` prints it).")
         return sec
+    ds = read_result(snap.store, SEED_PLAN)
+    power = float(ds.attrs.get("power", PLAN_POWER))
     rows, shown = [], []
-    for c, r in zip(plan.claims, plan.rows, strict=True):
-        note = r.reason or ("planned at the observed distance to its threshold" if c.id in plan.observed
-                            else f"at its margin, at its Holm level {c.level:.2g}")
-        rows.append({"claim": r.id, "planned": True, "seeds": r.seeds, "power_now": r.power_now,
-                     "needed": r.needed, "more": r.more, "cpu_s": r.cpu_s, "level": c.level,
-                     "effect": c.effect, "sd": c.sd, "note": note})
-        shown.append({"claim": r.id, "seeds now": str(r.seeds), "power now": fmt(r.power_now, 2),
-                      f"seeds for power {PLAN_POWER:g}": _int(r.needed), "more per cell": _int(r.more),
-                      "CPU s": fmt(r.cpu_s, 0), "note": note})
-    for cid, why in plan.skipped.items():
-        rows.append({"claim": cid, "planned": False, "note": f"not planned: {why}"})
-        shown.append({"claim": cid, "seeds now": "–", "power now": "–", f"seeds for power {PLAN_POWER:g}": "–",
-                      "more per cell": "–", "CPU s": "–", "note": f"not planned: {why}"})
+    for i in range(ds.sizes["claim"]):
+        r = ds.isel(claim=i)
+        cid, note, planned = str(r.claim.values), str(r.note.values), bool(r.planned)
+        row: dict[str, Any] = {"claim": cid, "planned": planned, "note": note}
+        if planned:
+            row |= {k: float(r[k]) for k in ("seeds", "power_now", "needed", "more", "cpu_s", "level", "effect", "sd")}
+        rows.append(row)
+        shown.append({"claim": cid, "seeds now": _int(row.get("seeds")), "power now": fmt(row.get("power_now"), 2)
+                      if planned else "–", f"seeds for power {power:g}": _int(row.get("needed")),
+                      "more per cell": _int(row.get("more")), "CPU s": fmt(row.get("cpu_s"), 0) if planned else "–",
+                      "note": note})
     cols = ["claim", "planned", "seeds", "power_now", "needed", "more", "cpu_s", "level", "effect", "sd", "note"]
-    sec.tables.append(Table("seed_plan", f"Per claim: the seeds its test needs for power {PLAN_POWER:g} and what "
+    sec.tables.append(Table("seed_plan", f"Per claim: the seeds its test needs for power {power:g} and what "
                             "the missing ones cost.", pd.DataFrame(rows, columns=cols), pd.DataFrame(shown)))
-    cells = plan.total.get("cells", {})
     crow, cshown = [], []
-    for cell, (have, reach) in sorted(cells.items()):
-        cost = plan.costs.get(cell, math.nan)
-        spend = (reach - have) * cost if reach > have else 0.0
-        crow.append({"task": cell[0], "arch": cell[1], "variant": cell[2], "seeds": have, "planned_seeds": reach,
+    for j in range(ds.sizes.get("cell", 0)):
+        c = ds.isel(cell=j)
+        have, reach = int(c.cell_seeds), int(c.cell_planned_seeds)
+        if reach <= have:
+            continue  # a cell that needs nothing more is not a line of the plan
+        task, arch, variant = str(c.cell.values).split("/")
+        cost, spend = float(c.cell_cpu_s_per_seed), float(c.cell_cpu_s)
+        crow.append({"task": task, "arch": arch, "variant": variant, "seeds": have, "planned_seeds": reach,
                      "cpu_s_per_seed": cost, "cpu_s": spend})
-        cshown.append({"cell": "/".join(cell), "seeds now": str(have), "seeds planned": str(reach),
+        cshown.append({"cell": str(c.cell.values), "seeds now": str(have), "seeds planned": str(reach),
                        "CPU s per seed": fmt(cost, 1) if _finite(cost) else "no measured time",
                        "CPU s": fmt(spend, 0)})
     if crow:
@@ -176,9 +158,9 @@ def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
             "seed_plan_cells", "Per cell: the seeds it trains to (the most any claim reading it needs), once "
             "for all its claims, at its measured CPU seconds per seed.",
             pd.DataFrame(crow), pd.DataFrame(cshown)))
-    total = plan.total.get("cpu_s", math.nan)
+    total = float(ds.attrs.get("cpu_s", math.nan))
     if _finite(total):
-        sec.notes.append(f"Total: {_seconds(float(total))} for every planned claim to reach power {PLAN_POWER:g}.")
+        sec.notes.append(f"Total: {_seconds(total)} for every planned claim to reach power {power:g}.")
     else:
         sec.notes.append("Total: not known: a cell that needs more seeds has no measured training time "
                          "(its runs record no train_seconds).")

@@ -8,8 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.claims import evaluate_claims, parse_claims
+from analysis.claims.cells import cell_costs
+from analysis.claims.planner import make_plan
 from layerstate.cli import main
-from layerstate.plan import cell_costs, make_plan, plan_lines
+from layerstate.present import plan_lines
 from store import Store
 from tests.analysis.test_claims import _write_run
 

@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.claims import parse_claims
+from analysis.claims.sequential import evaluate_sequential
 from analysis.stats.sequential import Design
 from layerstate.cli import main
-from layerstate.sequential import evaluate_sequential, sequential_lines
+from layerstate.present import sequential_lines
 from store import Store
 from tests.analysis.test_claims import _write_run
 

@@ -158,8 +158,8 @@ def test_a_cap_no_stage_reaches_is_refused(tmp_path):
 def test_absent_claims_count_in_both_families_as_the_fixed_design_counts_them():
     """An absent equivalence claim naming no architecture still has an opposite side."""
     from analysis.claims import Claim
+    from analysis.claims.hypotheses import family_counts
     from analysis.claims.verdicts import family_share
-    from analysis.stats.sequential import family_counts
 
     eq = Claim(id="e1", statement="s", kind="equivalence", task="t", treatment="a", reference="b", margin=0.05,
                compare="variant")

@@ -131,13 +131,7 @@ picks one ``ablation/<name>`` or ``patching/<name>`` result when several hold a 
 from __future__ import annotations
 
 from analysis.claims.combine import combine_parts, read_part
-from analysis.claims.evaluate import (
-    NUMERIC,
-    TEXT,
-    evaluate_claims,
-    evaluate_stored_claims,
-    stored_probe_profiles,
-)
+from analysis.claims.evaluate import NUMERIC, TEXT, evaluate_claims, stored_probe_profiles
 from analysis.claims.metrics import seed_profiles
 from analysis.claims.spec import (
     ABLATION,
@@ -153,9 +147,10 @@ from analysis.claims.spec import (
     StaleResultError,
     parse_claims,
 )
+from analysis.claims.stored import evaluate_stored_claims, stale_table
 
 __all__ = [
     "ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED", "MIN_GAP", "MODEL_NAMES", "NUMERIC", "TEXT",
     "Claim", "ClaimError", "NotEvaluable", "StaleResultError", "combine_parts", "evaluate_claims", "evaluate_stored_claims", "parse_claims",
-    "read_part", "seed_profiles", "stored_probe_profiles",
+    "read_part", "seed_profiles", "stale_table", "stored_probe_profiles",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, stale_table, verdict_table
+from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
 from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 
@@ -271,6 +271,8 @@ def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Da
     if "claims" not in st.results():
         raise MissingError(f"{path} holds no evaluated claims (results/claims); run `layerstate stats` "
                            "(or `layerstate run`) on it first")
+    from analysis.claims.stored import stale_table
+
     table = st.read_result("claims")
     stale = stale_table(st, table)
     if stale is not None:

@@ -377,34 +377,6 @@ def cell_runs(store: Store, claims: Sequence[Claim]) -> dict[str, list[str]]:
     return out
 
 
-def stale_table(store: Store, table: xr.Dataset) -> str | None:
-    """Why the stored claims ``table`` no longer answers ``store`` (runs trained in its cells since
-    it was computed, or runs gone), in words; None when it does, or when it records no runs (a
-    table from before the record was kept)."""
-    from analysis.claims.metrics import seeds_words
-
-    recorded = table.attrs.get(CELL_RUNS)
-    if not isinstance(recorded, dict) or not table.sizes.get("claim", 0):
-        return None  # no record (an older table), or no claim to answer
-    now: dict[str, list[str]] = {}
-    for r in store.run_ids():
-        a = store.run_attrs(r)
-        cell = f"{a.get('task')}/{a.get('arch')}/{a.get('variant', 'default')}"
-        if cell in recorded:
-            now.setdefault(cell, []).append(r)
-    added = sorted({r for c, runs in now.items() for r in runs} - {r for runs in recorded.values() for r in runs})
-    gone = sorted({r for runs in recorded.values() for r in runs} - {r for runs in now.values() for r in runs})
-    parts = []
-    if added:
-        parts.append(f"the store holds {len(added)} more run{'s' if len(added) > 1 else ''} in its claims' cells "
-                     f"({seeds_words(store, added)}) than when the verdicts were computed")
-    if gone:
-        parts.append(f"{len(gone)} run{'s' if len(gone) > 1 else ''} it was computed on "
-                     f"{'are' if len(gone) > 1 else 'is'} no longer in the store ({', '.join(gone[:3])}"
-                     f"{' ...' if len(gone) > 3 else ''})")
-    return "; ".join(parts) or None
-
-
 def _source(store: Store, claim: Claim, cache: dict) -> str:
     """The stored results a claim read (``result`` column): the probe result of each of its
     tasks, or the ablation, patching or interchange results its runs came from; '' for an
@@ -511,11 +483,3 @@ def stored_probe_profiles(store: Store) -> xr.Dataset | None:
     from analysis.claims.metrics import stack_probe_results
 
     return stack_probe_results(store)
-
-
-def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
-    """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
-    store the verdicts as ``results/claims``; returns them (see :func:`evaluate_claims`)."""
-    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store), absent=absent)
-    store.write_result("claims", res)
-    return res

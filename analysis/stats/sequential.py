@@ -51,7 +51,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import scipy.optimize
@@ -60,11 +60,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from store import LayerstateError
 
-if TYPE_CHECKING:
-    from analysis.claims.spec import Claim
-
 __all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Observation", "StageResult",
-           "calibration_factor", "family_counts", "from_claim", "profile_hypotheses", "rci_critical",
+           "calibration_factor", "rci_critical",
            "seed_estimate", "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
 
 #: What a claim is at a stage: decided (supported; negligible or equivalent, the margin's outcomes
@@ -242,90 +239,6 @@ class Hypothesis(BaseModel):
             return None
         return Hypothesis(id=self.id, cells=self.cells, test="within", value=self.value, margin=self.beyond_margin,
                           max_seeds=self.max_seeds)
-
-
-def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float | None = None) -> Hypothesis:
-    """The sequential test of a declared claim (:class:`analysis.claims.spec.Claim`), with the
-    cells it reads (given, or from its task, arch, variant and compared levels).
-
-    Raises
-    ------
-    DesignError
-        For a profile_match claim (an exact permutation test with a row per architecture:
-        :func:`profile_hypotheses`) and for a claim whose cells cannot be told from its fields
-        (pass ``cells``)."""
-    if claim.kind == "profile_match":
-        raise DesignError(f"claim {claim.id!r}: a profile_match claim is an exact permutation test with a row per "
-                          "architecture; use profile_hypotheses(claim): single looks at its maximum")
-    if cells is None:
-        cells = _claim_cells(claim)
-    m = claim.margin
-    if claim.kind in ("bound", "readable_by"):
-        greater = claim.kind == "readable_by" or claim.direction == "greater"
-        return Hypothesis(id=claim.id, cells=tuple(cells), test="greater" if greater else "less",
-                          value=float(claim.threshold or 0.0), effect=effect)
-    if claim.kind == "equivalence":
-        return Hypothesis(id=claim.id, cells=tuple(cells), test="within", margin=m, effect=effect)
-    if claim.test_against == "margin" and m is not None:
-        if claim.direction == "two-sided":
-            return Hypothesis(id=claim.id, cells=tuple(cells), test="outside", margin=m, effect=effect)
-        value = m if claim.direction == "greater" else -m
-        return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, value=value, effect=effect)
-    return Hypothesis(id=claim.id, cells=tuple(cells), test=claim.direction, effect=effect,
-                      beyond_margin=m if m else None)
-
-
-def profile_hypotheses(claim: Claim, variant: str | None = None) -> list[Hypothesis]:
-    """A profile_match claim's rows (one per architecture, ids ``"<id>[<arch>]"`` as
-    :func:`analysis.claims.evaluate_claims` names them) as single-look hypotheses (``test =
-    "exact"``): each reads its architecture's cells of the three tasks and is decided at its
-    maximum by its permutation p, in the design's Holm-type family with all its level spent
-    there (docs/sequential.md, "Profile-match claims")."""
-    if claim.kind != "profile_match":
-        raise DesignError(f"claim {claim.id!r} is a {claim.kind} claim; profile_hypotheses takes profile_match "
-                          "claims (use from_claim)")
-    archs = claim.archs or ([claim.arch] if claim.arch else [])
-    if not archs:
-        raise DesignError(f"claim {claim.id!r}: a profile_match claim names no architecture; write archs = [...]")
-    v = str(variant or claim.variant or "default")
-    tasks = (claim.task, claim.matches, claim.differs_from)
-    return [Hypothesis(id=f"{claim.id}[{a}]", cells=tuple((str(t), str(a), v) for t in tasks), test="exact")
-            for a in archs]
-
-
-def family_counts(claims: Sequence[Claim]) -> tuple[int, int, int]:
-    """How many tests ``claims`` put in each of the design's three Holm families: their own tests
-    (one per claim, one per architecture of a profile_match claim), the margin's tests (one per
-    difference claim tested against zero with a margin) and the opposite side's (one per claim
-    that can be contradicted, as :func:`analysis.claims.verdicts.contra_test`). Pass it as
-    ``absent`` for the declared claims a part of a grid does not hold."""
-    from analysis.claims.verdicts import contra_test
-
-    own = sum(max(len(c.archs), 1) if c.kind == "profile_match" else 1 for c in claims)
-    margin = sum(1 for c in claims if c.kind == "difference" and c.margin and c.test_against != "margin")
-    return own, margin, sum(1 for c in claims if contra_test(c))
-
-
-def _claim_cells(claim: Claim) -> tuple[Cell, ...]:
-    task, arch, variant = claim.task, claim.arch, claim.variant
-    cells: list[tuple[str | None, str | None, str | None]]
-    if claim.kind in ("difference", "equivalence") and claim.compare in ("arch", "variant", "task"):
-        pair = (claim.treatment, claim.reference)
-        if claim.compare == "arch":
-            cells = [(task, a, variant) for a in pair]
-        elif claim.compare == "variant":
-            cells = [(task, arch, v) for v in pair]
-        else:
-            cells = [(t, arch, variant) for t in pair]
-    else:
-        cells = [(task, arch, variant)]
-    if any(x is None for c in cells for x in c):
-        raise DesignError(f"claim {claim.id!r}: its (task, arch, variant) cells cannot be told from its fields "
-                          "(no arch); pass cells= explicitly")
-    return tuple((str(a), str(b), str(c)) for a, b, c in cells)
-
-
-# ------------------------------------------------------------------------- boundaries
 
 
 def spent(spending: str, alpha: float, t) -> np.ndarray | float:

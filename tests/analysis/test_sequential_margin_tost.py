@@ -7,12 +7,11 @@ import math
 
 import pytest
 
+from analysis.claims.hypotheses import family_counts, from_claim
 from analysis.claims.spec import Claim
 from analysis.stats.sequential import (
     Design,
     _t_critical,
-    family_counts,
-    from_claim,
     sequential_decisions,
 )
 

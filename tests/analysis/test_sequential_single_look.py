@@ -4,12 +4,12 @@ like any other claim) rather than Holm-tested afterwards against the other claim
 
 import pytest
 
+from analysis.claims.hypotheses import profile_hypotheses
 from analysis.claims.spec import Claim
 from analysis.stats.sequential import (
     Design,
     DesignError,
     Hypothesis,
-    profile_hypotheses,
     sequential_decisions,
 )
 

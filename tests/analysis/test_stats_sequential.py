@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from analysis.claims.hypotheses import from_claim
 from analysis.claims.spec import Claim
 from analysis.stats.sequential import (
     Design,
     DesignError,
     Hypothesis,
-    from_claim,
     rci_critical,
     sequential_decisions,
     spent,
@@ -284,7 +284,7 @@ def test_a_real_but_negligible_effect_is_not_supported_sequentially():
     +0.032 with SE 0.0065 ([+0.017, +0.047]) with the margin's test held to 0.05 / 4 (three
     absent margin tests) crosses neither way: inconclusive. The same estimate at +0.070
     (interval reaching beyond the margin) is supported."""
-    from analysis.stats.sequential import from_claim
+    from analysis.claims.hypotheses import from_claim
 
     claim = Claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
                   treatment="lstm", reference="gru", direction="greater", margin=0.05)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from analysis.claims.cells import cell_costs
 from capture.record import capture_unit, captures_of, record_capture_seconds
 from capture.train import train_run
-from layerstate.plan import cell_costs
 from store import Store, config_hash
 from store.contents.runs import identity_of
 from tests.capture.test_train import tiny_experiment

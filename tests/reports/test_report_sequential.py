@@ -200,9 +200,10 @@ def plan_store(tmp_path_factory):
 
 
 def test_the_seed_plan_is_the_planners_table(plan_store, tmp_path):
-    from analysis.claims import parse_claims
-    from layerstate.plan import make_plan
+    from analysis.claims import evaluate_stored_claims, parse_claims
+    from analysis.claims.planner import make_plan
 
+    evaluate_stored_claims(plan_store, parse_claims(CLAIMS))  # stores the verdicts and their seed plan
     plan = make_plan(plan_store, parse_claims(CLAIMS))
     build_report(plan_store, tmp_path / "r", check_chunks=False, experiment={"claims": CLAIMS})
     folder = tmp_path / "r"
@@ -226,22 +227,20 @@ def test_the_seed_plan_is_the_planners_table(plan_store, tmp_path):
     _no_nan(folder)
 
 
-def test_a_failing_planner_leaves_one_line_and_the_report_whole(plan_store, tmp_path, monkeypatch):
-    import layerstate.plan
+def test_a_store_without_a_stored_plan_says_how_to_make_one_and_computes_nothing(plan_store, tmp_path,
+                                                                                 monkeypatch):
+    import analysis.claims.planner
 
-    def broken(store, claims, **kw):
-        raise RuntimeError("no spread between seeds\nsecond line")
+    def computed(*a, **kw):
+        raise AssertionError("the report planned: it must only read the stored plan")
 
-    monkeypatch.setattr(layerstate.plan, "make_plan", broken)
-    with pytest.warns(UserWarning, match="the seed planner failed: RuntimeError"):
-        build_report(plan_store, tmp_path / "r", check_chunks=False, experiment={"claims": CLAIMS})
+    monkeypatch.setattr(analysis.claims.planner, "make_plan", computed)
+    if "seed_plan" in plan_store.results():
+        plan_store.forget_result("seed_plan")
+    build_report(plan_store, tmp_path / "r", check_chunks=False, experiment={"claims": CLAIMS})
     part = _part(tmp_path / "r", "claims-seeds")
     assert part is not None and part["status"] == "ok" and part["tables"] == []
-    assert len(part["notes"]) == 1 and "RuntimeError: no spread between seeds" in part["notes"][0]
-    assert "second line" not in part["notes"][0]
-    meta = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert "error" not in {s["status"] for s in meta["sections"]}
-
+    assert len(part["notes"]) == 1 and "layerstate stats STORE --claims" in part["notes"][0]
 
 def test_a_claims_figure_keeps_its_legend_inside():
     from reports.figures import legend_overflow, sequential_claim

@@ -1,4 +1,5 @@
-"""``layerstate plan``: how many seeds each declared claim needs, and what they cost.
+"""The seed planner (``layerstate plan``): how many seeds each declared claim needs, and what
+they cost.
 
 The claims are evaluated on the seeds a store holds (:func:`analysis.claims.evaluate_claims`:
 each claim's estimate, its SE with the sequences' sampling floor, and the level of its Holm step).
@@ -16,17 +17,23 @@ their capture time where a run records one (``capture_seconds``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import xarray as xr
 
-from analysis.claims import Claim
-from analysis.stats.planning import ClaimPlan, PlanRow
+from analysis.claims.cells import Cell, cell_costs, claim_cells, seeds_held
+from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
+from analysis.claims.spec import Claim
+from analysis.stats.planning import ClaimPlan, PlanRow, plan, plan_total, sd_per_seed
 
-Cell = tuple[str, str, str]
-
+#: The stored result holding the seed plan of a store's claims (:func:`plan_dataset`), which the
+#: report reads: ``layerstate stats`` and ``layerstate run`` store it beside the claims table.
+SEED_PLAN = "seed_plan"
+#: The power each claim's test is planned at (``layerstate plan``'s default).
+PLAN_POWER = 0.8
 
 @dataclass(frozen=True)
 class Plan:
@@ -42,55 +49,16 @@ class Plan:
     observed: set[str]
 
 
-def run_seconds(attrs: dict) -> float | None:
-    """A run's CPU seconds: training, plus capture where the run records it; None for a run with
-    no recorded training time."""
-    metrics = attrs.get("metrics") or {}
-    seconds = metrics.get("train_seconds") if isinstance(metrics, dict) else None
-    if seconds is None:
-        return None
-    return float(seconds) + float(attrs.get("capture_seconds", 0.0) or 0.0)
-
-
-def cell_costs(store) -> dict[Cell, float]:
-    """Mean CPU seconds per seed of each (task, arch, variant) cell: training, plus capture where
-    a run records it."""
-    spent: dict[Cell, list[float]] = {}
-    for rid in store.run_ids():
-        attrs = store.run_attrs(rid)
-        total = run_seconds(attrs)
-        if total is None:
-            continue
-        cell = (str(attrs.get("task")), str(attrs.get("arch")), str(attrs.get("variant", "default")))
-        spent.setdefault(cell, []).append(total)
-    return {cell: float(np.mean(v)) for cell, v in spent.items()}
-
-
-def claim_cells(store, claim: Claim) -> tuple[Cell, ...]:
-    """The (task, arch, variant) cells ``claim`` reads: from its fields, or, where it names no
-    architecture, every cell of its task(s) and variant that the store holds."""
-    from analysis.stats.sequential import DesignError, _claim_cells
-
-    try:
-        return _claim_cells(claim)
-    except DesignError:  # no arch named: every architecture of its task(s) that the store holds
-        runs = store.runs()
-        tasks = [claim.task, claim.treatment, claim.reference] if claim.compare == "task" else [claim.task]
-        variants = [claim.treatment, claim.reference] if claim.compare == "variant" else [claim.variant]
-        keep = runs["task"].isin(tasks) & runs["variant"].isin(variants)
-        return tuple(sorted({(str(r.task), str(r.arch), str(r.variant)) for r in runs[keep].itertuples()}))
-
-
 def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
-              levels: dict[str, float] | None = None) -> Plan:
-    """Evaluate ``claims`` on ``store`` (nothing is written) and plan each claim's seeds.
+              levels: dict[str, float] | None = None, evaluated: xr.Dataset | None = None) -> Plan:
+    """Plan each claim's seeds on ``store`` (nothing is written), from ``evaluated`` (the claims
+    table :func:`~analysis.claims.evaluate_claims` gave for ``claims`` on it) or, without one,
+    evaluating them here.
 
     ``levels``: each claim's level where known better than from ``claims`` alone (a part of a
     grid, whose declared family is larger: the stored claims table's ``level``)."""
-    from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
-    from analysis.stats.planning import plan, plan_total, sd_per_seed
-
-    res = evaluate_claims(store, list(claims), probes=stored_probe_profiles(store))
+    res = evaluated if evaluated is not None else evaluate_claims(store, list(claims),
+                                                                  probes=stored_probe_profiles(store))
     by_id = {c.id: c for c in claims}
     plans: list[ClaimPlan] = []
     skipped: dict[str, str] = {}
@@ -130,8 +98,6 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
             effect = margin  # from zero at the margin, or (against the margin) at twice it
         plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
-    from layerstate.sequential import seeds_held
-
     costs, held = cell_costs(store), seeds_held(store)
     rows = [_unreachable(c, r) if c.id in wrong else r
             for c, r in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
@@ -156,39 +122,38 @@ def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
     return PlanRow(r.id, r.seeds, None, None, math.nan, power_now, WRONG_SIDE)
 
 
-def _num(x: float | int | None, fmt: str = "d") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    return format(x, fmt)
 
 
-def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE") -> Iterator[str]:
-    """The plan as the command prints it: one line per claim, then the cells that need more seeds,
-    the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
-    paths the commands name)."""
-    yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
-    for c, r in zip(p.claims, p.rows, strict=True):
-        note = r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed else "")
-        yield (f"{r.id} | {r.seeds} | {_num(r.power_now, '.2f')} | {_num(r.needed)} | {_num(r.more)} | "
-               f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
-    for cid, why in p.skipped.items():
-        yield f"{cid} | – | – | – | – | – | not planned: {why}"
-    cells = {c: (have, reach) for c, (have, reach) in p.total.get("cells", {}).items() if reach > have}
-    for cell, (have, reach) in sorted(cells.items()):
-        cost = p.costs.get(cell)
-        yield (f"cell {'/'.join(cell)}: {have} -> {reach} seeds"
-               + (f", {cost:.0f} s per seed" if cost is not None else ", no measured time"))
-    total = p.total.get("cpu_s", math.nan)
-    yield f"total: {_num(total, '.0f')} CPU s for every planned claim to reach power 0.8"
-    if not cells:
-        yield "next: nothing to train; every planned claim has the seeds it needs (or cannot reach its power)"
-        return
-    most = max(reach for _, reach in cells.values())
-    yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
-           "cell by cell:")
-    for (task, arch, _), (have, reach) in sorted(cells.items()):
-        seeds = " ".join(f"--seed {s}" for s in range(have, reach))
-        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} {seeds}"
-    yield (f"  then `layerstate run {experiment} --store {store} --out DIR` captures, analyses and decides them "
-           "(what is stored is reused); or declare a [design] and let `layerstate run --design` add seeds stage "
-           "by stage")
+def plan_note(p: Plan, c: ClaimPlan, r: PlanRow) -> str:
+    """What a claim's plan rests on, in words."""
+    return r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed
+                        else f"at its margin, at its Holm level {c.level:.2g}")
+
+
+def plan_dataset(p: Plan, power: float) -> xr.Dataset:
+    """The plan as the stored result ``seed_plan``: per claim (planned or not) its seeds now, power
+    now, seeds for ``power``, more per cell, CPU seconds, level, effect, SD per seed and note; per
+    cell the seeds it holds and is planned to, its CPU seconds per seed and in all; the total CPU
+    seconds and the power as attributes."""
+    ids = [r.id for r in p.rows] + list(p.skipped)
+    num = {v: np.full(len(ids), np.nan) for v in ("seeds", "power_now", "needed", "more", "cpu_s", "level",
+                                                   "effect", "sd")}
+    for i, (c, r) in enumerate(zip(p.claims, p.rows, strict=True)):
+        for v, x in (("seeds", r.seeds), ("power_now", r.power_now), ("needed", r.needed), ("more", r.more),
+                     ("cpu_s", r.cpu_s), ("level", c.level), ("effect", c.effect), ("sd", c.sd)):
+            num[v][i] = np.nan if x is None else float(x)
+    notes = [plan_note(p, c, r) for c, r in zip(p.claims, p.rows, strict=True)]
+    notes += [f"not planned: {why}" for why in p.skipped.values()]
+    cells = sorted(p.total.get("cells", {}).items())
+    data: dict[str, Any] = {v: ("claim", a) for v, a in num.items()}
+    data["planned"] = ("claim", np.array([True] * len(p.rows) + [False] * len(p.skipped)))
+    data["note"] = ("claim", np.array(notes, dtype=str))
+    data["cell_seeds"] = ("cell", np.array([have for _, (have, _) in cells], dtype=int))
+    data["cell_planned_seeds"] = ("cell", np.array([reach for _, (_, reach) in cells], dtype=int))
+    cost = np.array([p.costs.get(cell, np.nan) for cell, _ in cells], dtype=float)
+    data["cell_cpu_s_per_seed"] = ("cell", cost)
+    data["cell_cpu_s"] = ("cell", np.array([max(reach - have, 0) * c if reach > have else 0.0
+                                            for (_, (have, reach)), c in zip(cells, cost, strict=True)]))
+    return xr.Dataset(data, coords={"claim": np.array(ids, dtype=str),
+                                    "cell": np.array(["/".join(cell) for cell, _ in cells], dtype=str)},
+                      attrs={"power": float(power), "cpu_s": float(p.total.get("cpu_s", np.nan))})

@@ -1,4 +1,5 @@
-"""``layerstate sequential``: a group-sequential design's decisions on the seeds a store holds.
+"""A group-sequential design's decisions on the seeds a store holds (``layerstate sequential``,
+``layerstate run --design``).
 
 A design (``[design]``: :class:`analysis.stats.sequential.Design`) declares before any result
 how many seeds each stage adds and how alpha is spent over the stages. Stage ``k`` is the first
@@ -20,16 +21,17 @@ repeated two-sided interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from analysis.claims import Claim
-from analysis.stats.sequential import Design, StageResult
-
-Cell = tuple[str, str, str]
+from analysis.claims.cells import Cell, claim_cells, run_seconds, seeds_held
+from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
+from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
+from analysis.claims.spec import Claim
+from analysis.stats.sequential import Design, DesignError, StageResult, sequential_decisions
 
 #: Metrics that are proportions (their intervals are clipped to the range they can take).
 _PROPORTIONS = ("accuracy", "probe_accuracy")
@@ -61,26 +63,8 @@ class SequentialRun:
         return max(c.rci[0], lo), min(c.rci[1], hi)
 
 
-def seeds_held(store) -> dict[Cell, int]:
-    """Each cell's seeds 0..n-1 that the store holds (a gap ends the count)."""
-    seeds: dict[Cell, set[int]] = {}
-    for rid in store.run_ids():
-        a = store.run_attrs(rid)
-        cell = (str(a.get("task")), str(a.get("arch")), str(a.get("variant", "default")))
-        seeds.setdefault(cell, set()).add(int(a.get("seed", 0)))
-    out = {}
-    for cell, got in seeds.items():
-        n = 0
-        while n in got:
-            n += 1
-        out[cell] = n
-    return out
-
-
 def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
     """Per stage: the runs whose seed it added (seed in [n_{k-1}, n_k)) and their CPU seconds."""
-    from layerstate.plan import run_seconds
-
     out = [[0, 0.0] for _ in seeds]
     for rid in store.run_ids():
         a = store.run_attrs(rid)
@@ -107,19 +91,10 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     """Decide ``claims`` stage by stage on the seeds ``store`` holds (nothing is written).
 
     ``absent``: the declared claims of other parts of the grid (not evaluated here); they count
-    in the design's Holm families (:func:`analysis.stats.sequential.family_counts`) and are never
+    in the design's Holm families (:func:`analysis.claims.hypotheses.family_counts`) and are never
     rejected here. A claim's maximum is the lowest ``design.cap`` of the architectures it reads.
     A profile_match claim is one single look per architecture at its maximum (its exact
     permutation p), inside the design's families."""
-    from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
-    from analysis.stats.sequential import (
-        DesignError,
-        family_counts,
-        from_claim,
-        profile_hypotheses,
-        sequential_decisions,
-    )
-    from layerstate.plan import claim_cells
     from store.view import StoreView
 
     hypotheses = []
@@ -231,49 +206,19 @@ def sequential_dataset(run: SequentialRun):
                       attrs={"design": json.dumps(design)})
 
 
-def _fmt(x: float, signed: bool = True) -> str:
+def signed(x: float, sign: bool = True) -> str:
+    """A number as the design's lines print it: three decimals, signed, '–' when not finite."""
     if not np.isfinite(x):
         return "–"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
+    return f"{x:+.3f}" if sign else f"{x:.3f}"
 
 
 def one_sided(c) -> str:
     """The one-sided bound(s) a stage's verdict rests on (at the claim's level, with the stage's
     critical value): 'one-sided bound >= X' for a test of 'greater', '<= X' for 'less'."""
     lo, hi = c.bound
-    parts = ([f">= {_fmt(lo)}"] if np.isfinite(lo) else []) + ([f"<= {_fmt(hi)}"] if np.isfinite(hi) else [])
+    parts = ([f">= {signed(lo)}"] if np.isfinite(lo) else []) + ([f"<= {signed(hi)}"] if np.isfinite(hi) else [])
     return f"one-sided bound {' and '.join(parts)}" if parts else ""
-
-
-def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
-    """Per stage and claim: seeds, estimate, repeated interval, boundary and decision; then what
-    the next stage trains and ``next_step``: how (a command that trains exactly those cells)."""
-    d = run.design
-    yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
-           f"({d.spending} spending, futility {d.futility}); stages at {', '.join(map(str, d.seeds()))} seeds")
-    if not run.stages:
-        low = min(run.held.values()) if run.held else 0
-        yield (f"no stage yet: the first stage needs {d.first_seeds} seeds in every cell the claims read "
-               f"(the store holds {low} in its thinnest cell); to train them: {next_step}")
-    for st in run.stages:
-        for cid, c in st.claims.items():
-            bounds = ", ".join(_fmt(b) for b in c.boundaries) or "–"
-            yield (f"stage {st.stage + 1} ({st.seeds} seeds) {cid}: {c.decision}"
-                   + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
-                      f"{c.decided_at + 1})" if c.decided_at is not None
-                      and c.decided_at != st.stage else "")
-                   + (f" ({c.outcome})" if c.outcome and c.outcome != c.decision else "")
-                   + f" | estimate {_fmt(c.estimate)}"
-                   + (f", {one_sided(c)} at level {c.level:.2g}" if one_sided(c) else "")
-                   + f", repeated 95% interval [{_fmt(run.interval(c)[0])}, {_fmt(run.interval(c)[1])}]"
-                   + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
-    if run.stages:
-        last = run.stages[-1]
-        if last.cells_next and last.seeds_next is not None:
-            cells = ", ".join("/".join(c) for c in sorted(last.cells_next))
-            yield f"next stage: seeds up to {last.seeds_next} for {cells} (only these cells); {next_step}"
-        else:
-            yield "the design is complete: every claim is decided or the maximum seeds were reached"
 
 
 #: Columns of the fixed look (every seed held, no boundaries) that say nothing of the design's
@@ -323,12 +268,12 @@ def sequential_verdicts(res, run: SequentialRun):
             if "outcome" in out:
                 outcome[j] = c.outcome
             continue
-        bound = ", ".join(_fmt(b) for b in c.boundaries) or "–"
+        bound = ", ".join(signed(b) for b in c.boundaries) or "–"
         lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
         rests = one_sided(c)
-        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {_fmt(c.estimate)}"
+        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {signed(c.estimate)}"
                      + (f", {rests} at level {c.level:.2g}" if rests else "")
-                     + f", repeated 95% interval [{_fmt(lo)}, {_fmt(hi)}], boundary {bound}"
+                     + f", repeated 95% interval [{signed(lo)}, {signed(hi)}], boundary {bound}"
                      + (f"; {c.note}" if c.note and c.note != what else "")
                      + f"; the fixed test on every seed held: {fixed[j]}")
         for var, x in (("estimate", c.estimate), ("lower", lo), ("upper", hi), ("n_seeds", c.seeds),

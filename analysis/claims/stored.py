@@ -1,0 +1,53 @@
+"""Claims on a store: their verdicts and seed plan evaluated and stored together
+(:func:`evaluate_stored_claims`, what ``layerstate stats`` and ``layerstate run`` do), and whether
+a stored claims table still answers the store (:func:`stale_table`): verdicts computed before
+more seeds were trained in their cells are out of date, never shown or combined as current."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import xarray as xr
+
+from analysis.claims.evaluate import CELL_RUNS, evaluate_claims, stored_probe_profiles
+from analysis.claims.metrics import seeds_words
+from analysis.claims.planner import PLAN_POWER, SEED_PLAN, make_plan, plan_dataset
+from analysis.claims.spec import Claim
+from store import Store
+
+
+def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
+    """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
+    store the verdicts as ``results/claims`` and their seed plan as ``results/seed_plan``
+    (:mod:`analysis.claims.planner`); returns the verdicts (see :func:`evaluate_claims`)."""
+    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store), absent=absent)
+    store.write_result("claims", res)
+    plan = make_plan(store, claims, power=PLAN_POWER, evaluated=res)
+    store.write_result(SEED_PLAN, plan_dataset(plan, PLAN_POWER))  # what more seeds would decide: the report's
+    return res
+
+
+def stale_table(store: Store, table: xr.Dataset) -> str | None:
+    """Why the stored claims ``table`` no longer answers ``store`` (runs trained in its cells since
+    it was computed, or runs gone), in words; None when it does, or when it records no runs (a
+    table from before the record was kept)."""
+    recorded = table.attrs.get(CELL_RUNS)
+    if not isinstance(recorded, dict) or not table.sizes.get("claim", 0):
+        return None  # no record (an older table), or no claim to answer
+    now: dict[str, list[str]] = {}
+    for r in store.run_ids():
+        a = store.run_attrs(r)
+        cell = f"{a.get('task')}/{a.get('arch')}/{a.get('variant', 'default')}"
+        if cell in recorded:
+            now.setdefault(cell, []).append(r)
+    added = sorted({r for c, runs in now.items() for r in runs} - {r for runs in recorded.values() for r in runs})
+    gone = sorted({r for runs in recorded.values() for r in runs} - {r for runs in now.values() for r in runs})
+    parts = []
+    if added:
+        parts.append(f"the store holds {len(added)} more run{'s' if len(added) > 1 else ''} in its claims' cells "
+                     f"({seeds_words(store, added)}) than when the verdicts were computed")
+    if gone:
+        parts.append(f"{len(gone)} run{'s' if len(gone) > 1 else ''} it was computed on "
+                     f"{'are' if len(gone) > 1 else 'is'} no longer in the store ({', '.join(gone[:3])}"
+                     f"{' ...' if len(gone) > 3 else ''})")
+    return "; ".join(parts) or None
