@@ -179,16 +179,17 @@ def test_decisions_on_planted_stages():
 
 
 def test_a_raised_level_is_checked_against_earlier_stages_too():
-    seeds = (3, 5, 8)
-    low, high = share_boundaries(seeds, 0.0125, "pocock", top=0.05), share_boundaries(seeds, 0.05, "pocock", top=0.05)
-    k = next(i for i, (a, b) in enumerate(zip(low.counts, high.counts, strict=True)) if b < a)
-    path = [0] * len(seeds)
-    path[k] = high.counts[k]  # crosses at the raised level at stage k, not at the lower one
-    for i in range(k + 1, len(seeds)):
-        path[i] = path[k]
-    assert not share_crosses(path[:k + 1], seeds[:k + 1], 0.0125, "pocock", top=0.05, n_max=8)[0]
-    assert share_crosses(path, seeds, 0.05, "pocock", top=0.05)[0]
-    assert not share_crosses([path[-1]], (8,), 0.05)[0] or path[-1] >= 7
+    """3 -> 5 -> 8, Pocock: at 0.0125 the boundaries are 4, 6, 8; at 0.05, 4, 5, 8. Seeds beyond
+    3, 5, 7 cross neither at 0.0125, nor the last stage's boundary at 0.05, but the raised level's
+    boundary at 5 seeds: the claim is rejected at 8 seeds once its level is raised."""
+    seeds, path = (3, 5, 8), [3, 5, 7]
+    assert share_boundaries(seeds, 0.0125, "pocock", top=0.05).counts == (4, 6, 8)
+    assert share_boundaries(seeds, 0.05, "pocock", top=0.05).counts == (4, 5, 8)
+    assert share_crosses(path, seeds, 0.0125, "pocock", top=0.05) == (False, 8)
+    assert share_crosses(path, seeds, 0.05, "pocock", top=0.05) == (True, 8)
+    assert share_crosses(path[:2], seeds[:2], 0.05, "pocock", top=0.05, n_max=8) == (True, 5)
+    with pytest.raises(ValueError, match="counts for"):
+        share_crosses([3, 5], seeds, 0.05)
 
 
 def test_type_one_error_at_the_shares_null_by_monte_carlo():
