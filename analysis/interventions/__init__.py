@@ -39,7 +39,6 @@ from analysis.interventions._common import rebuild, site_description
 from analysis.interventions.ablation import (
     MAX_VARIANCE_REMOVED,
     ablation,
-    matched_comparison,
     run_ablation,
 )
 from analysis.interventions.directions import (
@@ -66,6 +65,7 @@ from analysis.interventions.erasure import (
     random_directions,
 )
 from analysis.interventions.interchange import interchange, run_interchange
+from analysis.interventions.matched import matched_comparison
 from analysis.interventions.mechanism import classify_mechanism, nontrivial_restoration
 from analysis.interventions.noise import NOISE_REFUSED, noised_twin
 from analysis.interventions.patch_kernels import (

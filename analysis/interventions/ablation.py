@@ -84,9 +84,7 @@ from analysis.interventions.engine import (
     run_and_store,
     select_runs,
 )
-from analysis.interventions.matched import (  # MATCHABLE, matched_comparison: re-exported
-    MATCHABLE,
-    matched_comparison,
+from analysis.interventions.matched import (
     matched_eraser,
     name_seed,
     run_factors,
@@ -97,12 +95,10 @@ from store import Store, schema
 from store.errors import InvalidArgumentError
 
 __all__ = [
-    "MATCHABLE",
     "MAX_VARIANCE_REMOVED",
     "MODES",
     "VARIABLES",
     "ablation",
-    "matched_comparison",
     "refit_correct",
     "refit_reference",
     "run_ablation",
@@ -285,8 +281,9 @@ def ablation(
     refit : bool
         Also refit a probe on the erased states (residual decodability).
     matched : bool
-        Add the matched control ``matched:S`` after every setting S of `MATCHABLE` (probe,
-        stored, given, leace, inlp) that does not list it already.
+        Add the matched control ``matched:S`` after every setting S of
+        `analysis.interventions.matched.MATCHABLE` (probe, stored, given, leace, inlp) that does
+        not list it already.
     folds : int
         Cross-validation folds (by sequence) of the refitted probe.
     refit_rows : int

@@ -56,7 +56,7 @@ computation (patched logits, metrics, `patch_effects`) is in
 (`nontrivial_restoration`, `classify_mechanism`) in :mod:`analysis.interventions.mechanism`;
 `interchange` itself in :mod:`analysis.interventions.interchange`, the noise corruption in
 :mod:`analysis.interventions.noise`, the twin grids both run in
-:mod:`analysis.interventions.twins` (each re-exported here).
+:mod:`analysis.interventions.twins`.
 """
 
 from __future__ import annotations
@@ -67,22 +67,7 @@ from typing import Any
 import xarray as xr
 
 from analysis.interventions.engine import assemble, run_and_store
-from analysis.interventions.interchange import (  # re-exported: interchange moved there
-    INTERCHANGE_NAMES as INTERCHANGE_NAMES,
-)
-from analysis.interventions.interchange import TASK_SITES as TASK_SITES
-from analysis.interventions.interchange import interchange as interchange
-from analysis.interventions.interchange import run_interchange as run_interchange
-from analysis.interventions.noise import (  # re-exported: the noise corruption moved there
-    CORRUPTIONS as CORRUPTIONS,
-)
-from analysis.interventions.noise import NOISE_REFUSED as NOISE_REFUSED
 from analysis.interventions.noise import noise_options
-from analysis.interventions.noise import noised_twin as noised_twin
-from analysis.interventions.twins import DISAGREE as DISAGREE  # re-exported, as the next three
-from analysis.interventions.twins import MIN_SHARE_BASE as MIN_SHARE_BASE
-from analysis.interventions.twins import SUBSPACE_EXCESS as SUBSPACE_EXCESS
-from analysis.interventions.twins import SUBSPACES as SUBSPACES
 from analysis.interventions.twins import (
     common_attrs,
     stored_positions,
