@@ -489,7 +489,7 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
     ranges = [claim_range(k, m) for k, m in zip(frame["kind"], known, strict=True)]
     low, high = [r[0] for r in ranges], [r[1] for r in ranges]
     # a claim's interval is the one its test used: shown from 2 seeds, as the CLI shows it
-    frame = apply_rules(frame, low, high, t_based=(frame["kind"] != "profile_match").to_numpy(), min_seeds=2)
+    frame = apply_rules(frame, low, high, t_based=((frame["kind"] != "profile_match") & (frame.get("model", "") != "sign_test")).to_numpy(), min_seeds=2)
     for other in ("crosscheck",):  # a second model's interval of the same estimate: the same rules
         if {f"{other}_estimate", f"{other}_lower", f"{other}_upper"} <= set(frame.columns):
             frame = apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",

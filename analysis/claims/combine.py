@@ -83,7 +83,15 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
     if _text(r, "verdict") == "not evaluable":
         row["not_evaluable"] = True
         return row, ""
-    if claim.kind != "profile_match" and not row["se"] > 0:
+    if claim.by_share and not (np.isfinite(row["beyond"]) and np.isfinite(row["p_contra_exact"])):
+        # a part decided by the mean's t before the share of seeds decided bound claims: its table
+        # holds no counts, and its p answers another question
+        row.update(not_evaluable=True, test=(
+            f"not evaluable: part {name} decided this claim by the mean over seeds, before bound and readable_by "
+            "claims were decided by the share of seeds beyond the threshold (docs/ceiling.md); evaluate the part "
+            "again from its store (`layerstate stats`)"))
+        return row, ""
+    if claim.kind != "profile_match" and not claim.by_share and not row["se"] > 0:
         # a part evaluated before identical seeds were floored at their sequences' sampling error
         # (it kept a zero-width interval): the counts that floor needs are in the part's store
         row.update(not_evaluable=True, test=(
@@ -92,7 +100,7 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
             "the sequences' sampling error"))
         return row, ""
     note = _text(r, "interval_note")
-    if note in HIDDEN and claim.kind != "profile_match":  # a permutation test's verdict reads no interval
+    if note in HIDDEN and claim.kind != "profile_match" and not claim.by_share:  # exact tests read no interval
         raise ClaimError(
             f"part {name}: claim {r['claim']!r}'s interval is hidden in this table ({note}), and its "
             "verdict reads it; combine from the part's store instead of its report's CSV")

@@ -26,6 +26,7 @@ from analysis.claims.sampling import (
     _labelled_sequences,
     _sampling_var,
     _sequences_per_seed,
+    share_row,
 )
 from analysis.claims.spec import ALPHA, CROSSCHECK, DEFAULT_MODEL, Claim, ClaimError, NotEvaluable
 from analysis.claims.verdicts import (
@@ -174,6 +175,8 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     x, seeds = da.values[ok], da.seed.values[ok]
     if x.size < 2:
         raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
+    if claim.by_share:
+        return share_row(claim, x, "greater", what=f"probe accuracy at {claim.layer}")
     units = _sequences_per_seed(store, claim, str(claim.task), claim.arch, seeds)
     row = _bound_row(claim, x, "greater", units=units, what=f"probe accuracy at {claim.layer}")
     row["test"] = f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}"
@@ -202,6 +205,8 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     x, seeds = np.asarray(da.values, dtype=float)[ok], da.seed.values[ok]
     if x.size < 2:
         raise too_few(claim, int(x.size), "with a defined value")
+    if claim.by_share:
+        return share_row(claim, x, claim.direction, what=_what(claim))
     units = None
     if claim.metric == "accuracy":
         units = _labelled_sequences(store, claim, cache, seeds)
@@ -218,7 +223,12 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     if units is None and samp is not None:
         samp = samp.squeeze([d for d in samp.dims if d != "seed"], drop=True)
         floor = np.asarray(samp.sel(seed=seeds).values, dtype=float)
-    what = {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
+    return _bound_row(claim, x, claim.direction, units=units, floor=floor, what=_what(claim))
+
+
+def _what(claim: Claim) -> str:
+    """A bound claim's metric in words."""
+    return {"ablation_drop": f"ablation drop ({claim.setting} at {claim.layer})",
             "refit_accuracy": f"refitted probe accuracy after {claim.setting} at {claim.layer}"
                               + (" minus chance" if claim.baseline == "chance" else ""),
             "patch_recovery": f"patching recovery at {claim.layer}"
@@ -226,7 +236,6 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
             "probe_accuracy": f"probe accuracy at {claim.layer}",
             "restoration": f"restoration at {claim.site}",
             "accuracy": "accuracy"}[claim.metric]
-    return _bound_row(claim, x, claim.direction, units=units, floor=floor, what=what)
 
 
 def _ranges(values: list[int]) -> str:
@@ -281,7 +290,8 @@ NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "pow
            "treatment_mean", "reference_mean", "p_zero", "p_equivalence", "p_margin",
            "crosscheck_estimate", "crosscheck_lower", "crosscheck_upper", "crosscheck_p",
            "crosscheck_se", "crosscheck_df",
-           "sd_seed", "sd_model", "sd_sequence", "seed_sd", "sequences", "max_t", "level", "bound", "seeds_needed")
+           "sd_seed", "sd_model", "sd_sequence", "seed_sd", "sequences", "max_t", "level", "bound", "seeds_needed",
+           "beyond", "short", "share", "share_lower", "share_upper", "p_contra_exact")
 TEXT = ("test", "model", "crosscheck_model", "dropped", "variance", "result")
 
 
@@ -468,6 +478,18 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
 
     row["level"] = level
     if row.get("not_evaluable"):
+        return
+    if claim.by_share:  # the order statistic that must lie beyond, and whether n seeds can decide at all
+        from analysis.stats.seedshare import seeds_to_decide, share_test, undecidable_words
+
+        n = int(row.get("n_seeds", 0))
+        if "_values" in row:  # a table decided again (combined parts) keeps the bound it was stored with
+            t = share_test(row["_values"], float(claim.threshold or 0.0),
+                           "greater" if claim.kind == "readable_by" else claim.direction, q=claim.q, level=level)
+            row["bound"] = float(t.bound) if np.isfinite(t.bound) else np.nan
+        row["_undecidable"] = undecidable_words(n, level, claim.q)
+        if row["_undecidable"]:
+            row["seeds_needed"] = seeds_to_decide(level, claim.q)
         return
     row.update(judged_power(claim, row, level))
     row["bound"] = one_sided_bound(claim, row, level)

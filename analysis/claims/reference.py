@@ -66,8 +66,10 @@ arch = "gru"
 layer = "L0"
 threshold = 0.9
 result = "dyck"            # only needed when several probe results hold Dyck's runs""",
-                    "One-sided t over seeds: the mean probe accuracy at L0 (the probe result "
-                    "`probes/dyck`) exceeds 0.9."),
+                    "Exact sign test over seeds: more than half the seeds' probe accuracies at L0 (the probe "
+                    "result `probes/dyck`) exceed 0.9, i.e. the median seed does (docs/ceiling.md: valid at the "
+                    "ceiling and with a failing seed; it needs at least 5 seeds at level 0.05). `statistic = "
+                    "\"mean\"` tests the mean by the one-sided t instead, valid only for roughly normal seeds."),
     "profile_match": ("""\
 [[claims]]
 id = "s3-like-parity"
@@ -87,8 +89,10 @@ task = "parity"
 arch = "lstm"
 threshold = 0.95
 direction = "greater"
-length = 120""", "One-sided t over seeds that the mean accuracy lies above 0.95 (the score test at the "
-                 "threshold when the seeds agree more closely than their sequences allow)."),
+length = 120""", "Exact sign test over seeds that the median seed's accuracy lies above 0.95 (`q = 0.75`: "
+                 "three quarters of the seeds). With `statistic = \"mean\"`: the one-sided t over seeds that the "
+                 "mean lies above 0.95 (the score test at the threshold when the seeds agree more closely than "
+                 "their sequences allow), valid only for roughly normal seeds (docs/ceiling.md)."),
 }
 
 #: A worked example of each outcome: the numbers and why they give it.

@@ -200,6 +200,50 @@ def _bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray
     }
 
 
+#: The range a bound claim's metric can take, where it has one (an interval end that the seeds
+#: cannot bound is the range's end; a metric without a range shows none).
+METRIC_RANGES = {"accuracy": (0.0, 1.0), "probe_accuracy": (0.0, 1.0), "ablation_drop": (-1.0, 1.0)}
+
+
+def metric_range(claim: Claim) -> tuple[float, float]:
+    """The range of the claim's metric: [0, 1] for accuracies (and a refitted probe's accuracy),
+    [-1, 1] for drops and accuracies minus chance, unbounded for ratios (patching recovery)."""
+    if claim.kind == "readable_by":
+        return 0.0, 1.0
+    if claim.metric == "refit_accuracy":
+        return (-1.0, 1.0) if claim.baseline == "chance" else (0.0, 1.0)
+    return METRIC_RANGES.get(claim.metric, (-np.inf, np.inf))
+
+
+def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict:
+    """The exact sign test that more than ``claim.q`` of the seeds lie beyond the threshold
+    (docs/ceiling.md), as a claims row: the ``estimate`` is the seeds' q-quantile (the median
+    for q = 0.5) with its distribution-free order-statistic interval (an end the seeds cannot
+    bound is the metric's range), ``beyond``/``short`` the seeds strictly on either side,
+    ``share`` their share with its exact interval, ``p`` the exact one-sided p and
+    ``p_contra_exact`` the opposite side's at the two-sided level. No SE: the test does not
+    assume the values are normal, so it holds at the ceiling and with a failing seed."""
+    from analysis.stats.seedshare import share_test
+
+    threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
+    t = share_test(x, threshold, direction, q=claim.q, level=ALPHA)
+    lo_range, hi_range = metric_range(claim)
+    lo, hi = t.quantile_interval
+    lo = lo if np.isfinite(lo) else (lo_range if np.isfinite(lo_range) else np.nan)
+    hi = hi if np.isfinite(hi) else (hi_range if np.isfinite(hi_range) else np.nan)
+    side = ">" if direction == "greater" else "<"
+    which = "median seed" if claim.q == 0.5 else f"share of seeds above {claim.q:g}"
+    return {
+        "estimate": float(t.quantile), "lower": float(lo), "upper": float(hi), "se": np.nan, "df": np.nan,
+        "p": float(t.p), "p_contra_exact": float(t.p_contra), "n_seeds": t.n, "margin": np.nan,
+        "power": np.nan, "power_at": np.nan, "mde": np.nan, "beyond": t.beyond, "short": t.short,
+        "share": float(t.estimate), "share_lower": float(t.interval[0]), "share_upper": float(t.interval[1]),
+        "treatment_mean": float(np.mean(x)), "reference_mean": threshold, "model": "sign_test",
+        "seed_sd": float(x.std(ddof=1)) if x.size > 1 else np.nan, "_values": x,
+        "test": f"exact sign test over seeds ({which}): seeds' {what} at L = {claim.length} {side} {threshold:g}",
+    }
+
+
 def _labelled_sequences(store: Store, claim: Claim, cache: dict, seeds: np.ndarray) -> np.ndarray:
     """Each seed's number of sequences with a label at the claim's length (accuracy claims)."""
     labelled = sequence_counts(store, claim, cache).labelled

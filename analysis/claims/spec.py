@@ -146,6 +146,14 @@ class Claim(BaseModel):
                               "probe, ablation and patching metrics when layers are not compared).")
     threshold: float | None = Field(default=None, description="readable_by: accuracy to exceed; bound: "
                                     "the value the metric's mean lies above (direction greater) or below.")
+    statistic: Literal["share", "mean"] | None = Field(
+        default=None,
+        description="bound, readable_by: what the claim is about. 'share' (the default): the share of seeds "
+        "beyond the threshold exceeds q (q = 0.5: the median seed lies beyond it), the exact sign test, valid "
+        "whatever the seeds' values (docs/ceiling.md). 'mean': the mean of the seeds' values, the one-sided t "
+        "over seeds, valid only if they are roughly normal (not near the ceiling, no failing seed).")
+    q: float = Field(default=0.5, description="statistic = 'share': the share of seeds that must lie beyond "
+                     "the threshold (0.5: the median seed; 0.75: three quarters of the seeds).")
     setting: str | None = Field(default=None, description="ablation_drop, refit_accuracy: the ablation "
                                 "setting (probe, leace, pca:4, ...) when settings are not compared.")
     positions: list[int] = Field(default=[], description="patch_recovery: the patched positions averaged "
@@ -191,6 +199,13 @@ class Claim(BaseModel):
                 raise ValueError("a restoration claim names its layer = ... (e.g. layer = \"L0\"): the best "
                                  "layer of each run, chosen on the data it is then tested on, biases the estimate up")
         self._check_seed_metrics()
+        if self.kind not in ("bound", "readable_by") and (self.statistic is not None or "q" in self.model_fields_set):
+            raise ValueError("statistic and q are for bound and readable_by claims (the share of seeds beyond the "
+                             "threshold, or their mean)")
+        if not 0 < self.q < 1:
+            raise ValueError(f"q must lie strictly between 0 and 1 (the share of seeds beyond the threshold), got {self.q}")
+        if self.statistic == "mean" and "q" in self.model_fields_set:
+            raise ValueError("q is the share of seeds for statistic = 'share'; a claim about the mean takes none")
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
         if self.model not in (None, "paired_t") and (
@@ -238,6 +253,12 @@ class Claim(BaseModel):
             raise ValueError("positions = [...] is for metric = 'patch_recovery'")
         if self.baseline == "chance" and m != "refit_accuracy":
             raise ValueError("baseline = 'chance' is for metric = 'refit_accuracy'")
+
+    @property
+    def by_share(self) -> bool:
+        """Whether the claim is decided by the share of seeds beyond its threshold (a bound or
+        readable_by claim that does not declare statistic = 'mean')."""
+        return self.kind in ("bound", "readable_by") and self.statistic != "mean"
 
     def tasks(self) -> list[str]:
         """The tasks the claim reads: its task, the tasks it compares, matches or differs from."""

@@ -149,6 +149,8 @@ def contra_p(claim: Claim, row: dict) -> float:
 
     if row.get("not_evaluable") or not contra_test(claim):
         return np.nan
+    if claim.by_share:  # the exact sign test of the other side, at the two-sided level
+        return float(row.get("p_contra_exact", np.nan))
     est, se, df = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df"))
     if not (np.isfinite(est) and np.isfinite(se) and se > 0 and not np.isnan(df)):
         return np.nan
@@ -263,6 +265,8 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
     greater = claim.kind == "readable_by" or claim.direction == "greater"
     bound_text = (f"its one-sided {1 - level:.4g} bound (the level of its Holm step, {_level_text(level)}) is "
                   f"{bound:.3f}" if np.isfinite(bound) else "")
+    if claim.kind in ("readable_by", "bound") and claim.by_share:
+        return _decide_share(claim, row, adj, greater)
     if claim.kind in ("readable_by", "bound"):
         p, v = adj["other"], claim.threshold or 0.0
         side, opposite = ("above", "below") if greater else ("below", "above")
@@ -355,6 +359,30 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
                                          f"across the claims (TOST Holm p = {fmt_p(adj['equivalence'])})")
     return "inconclusive", outcome, (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); "
                                      f"{power}{short}")
+
+
+def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool) -> tuple[str, str, str]:
+    """A bound or readable_by claim decided by the share of seeds beyond its threshold (the exact
+    sign test, docs/ceiling.md): the count on each side, the median seed with its interval, and
+    the order statistic that had to lie beyond at the claim's Holm level."""
+    p, v, q = adj["other"], float(claim.threshold or 0.0), claim.q
+    side, opposite = ("above", "below") if greater else ("below", "above")
+    n, k, short = int(row["n_seeds"]), int(row["beyond"]), int(row["short"])
+    who = "the median seed" if q == 0.5 else f"more than {q:g} of the seeds"
+    counts = f"{k} of {n} seeds {side} {v:g}" + (f", {short} {opposite}" if short else "")
+    lo, hi = row["lower"], row["upper"]
+    median = (f"{'median' if q == 0.5 else f'{q:g}-quantile from the far side'} {row['estimate']:.4g}"
+              + (f", 95% interval [{lo:.4g}, {hi:.4g}]" if np.isfinite(lo) and np.isfinite(hi) else ""))
+    if p < ALPHA:
+        return "supported", "", (f"{who} lies {side} {v:g}: {counts} ({median}; exact sign test, Holm p = "
+                                 f"{fmt_p(p)})")
+    if _contradicted(adj):
+        return "contradicted", "", (f"{who} does not: {counts} ({median}){_contra_text(adj)}")
+    cannot = str(row.get("_undecidable", ""))
+    if cannot:
+        return "inconclusive", "", f"{cannot}; {counts} ({median})"
+    return "inconclusive", "", (f"not shown that {who} lies {side} {v:g}: {counts} ({median}; exact sign test, "
+                                f"Holm p = {fmt_p(p)}){_short_of(adj, short > n / 2, f'{opposite} it')}")
 
 
 def _outcome(claim: Claim, row: dict, adj: dict[str, float]) -> str:
