@@ -482,12 +482,12 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
     if claim.by_share:  # the order statistic that must lie beyond, and whether n seeds can decide at all
         from analysis.stats.seedshare import seeds_to_decide, share_test, undecidable_words
 
-        n = int(row.get("n_seeds", 0))
+        held = int(row.get("n_seeds", 0))
         if "_values" in row:  # a table decided again (combined parts) keeps the bound it was stored with
             t = share_test(row["_values"], float(claim.threshold or 0.0),
                            "greater" if claim.kind == "readable_by" else claim.direction, q=claim.q, level=level)
             row["bound"] = float(t.bound) if np.isfinite(t.bound) else np.nan
-        row["_undecidable"] = undecidable_words(n, level, claim.q)
+        row["_undecidable"] = undecidable_words(held, level, claim.q)
         if row["_undecidable"]:
             row["seeds_needed"] = seeds_to_decide(level, claim.q)
         return
