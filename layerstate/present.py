@@ -417,9 +417,11 @@ def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE
     """The plan as the command prints it: one line per claim, then the cells that need more seeds,
     the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
     paths the commands name)."""
+    from analysis.claims.planner import plan_note
+
     yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
     for c, r in zip(p.claims, p.rows, strict=True):
-        note = r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed else "")
+        note = plan_note(p, c, r)
         yield (f"{r.id} | {r.seeds} | {_num(r.power_now, '.2f')} | {_num(r.needed)} | {_num(r.more)} | "
                f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
     for cid, why in p.skipped.items():

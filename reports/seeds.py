@@ -63,8 +63,9 @@ PLAN_INTRO = (
     f"{PLAN_POWER:g} at its margin, at the level of its Holm step, from the spread between the seeds the "
     "store holds now; 'more per cell' is how many seeds each of its cells still has to train, and 'CPU s' "
     "what they cost, from each cell's mean training plus capture seconds per seed. A bound or "
-    "readable_by claim declares no effect: it is planned at the observed distance to its threshold, "
-    "which takes the observed effect at face value. `layerstate stats` stores this plan beside the "
+    "readable_by claim declares no effect: it is planned at the observed share of seeds beyond its "
+    "threshold (the exact sign test; with statistic = 'mean', at the observed distance to it), which "
+    "takes the observed effect at face value. `layerstate stats` stores this plan beside the "
     "verdicts; `layerstate plan EXPERIMENT --store STORE` prints it."
 )
 

@@ -64,6 +64,7 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
     skipped: dict[str, str] = {}
     observed: set[str] = set()
     wrong: set[str] = set()
+    shares: dict[str, tuple[Claim, int, int]] = {}  # share claims: (claim, seeds beyond, seeds)
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid = str(r.claim.values)
@@ -75,10 +76,17 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
             skipped[cid] = "an exact permutation test: see its reason for the seeds per task it needs"
             continue
         se, n = float(r.se), int(r.n_seeds)
-        sd = sd_per_seed(se=se, n_seeds=n)
         level = float(r.level) if np.isfinite(float(r.level)) else 0.05
         if levels and np.isfinite(levels.get(cid, np.nan)):
             level = float(levels[cid])
+        if claim.by_share:  # the exact sign test: planned at the observed share of seeds beyond
+            share = float(r.beyond) / n
+            shares[cid] = (claim, int(r.beyond), n)
+            observed.add(cid)
+            plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=np.nan, effect=share - claim.q,
+                                   level=level, seeds=n, alternative="one-sided"))
+            continue
+        sd = sd_per_seed(se=se, n_seeds=n)
         margin = claim.margin
         alternative: Literal["one-sided", "two-sided", "equivalence"]
         if claim.kind == "equivalence":
@@ -99,13 +107,39 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
     costs, held = cell_costs(store), seeds_held(store)
-    rows = [_unreachable(c, r) if c.id in wrong else r
-            for c, r in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
+    rows = [_unreachable(c, r) if c.id in wrong else _share_plan(c, shares[c.id], costs, held, power)
+            if c.id in shares else r for c, r in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
     return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs, held), observed)
 
 
 #: Said of a claim planned at an observed effect on the wrong side of its threshold.
 WRONG_SIDE = "not reachable (estimate on the wrong side)"
+
+
+#: The most seeds the planner looks at for a share claim.
+SHARE_MAX = 60
+
+
+def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell, float],
+                held: dict[Cell, int], power: float) -> PlanRow:
+    """A share claim's plan (the exact sign test, docs/ceiling.md): the fewest seeds whose test at
+    the claim's level supports it with probability ``power`` if the share of seeds beyond stays
+    what it is now (taken at face value); not reachable when that share is not above ``q``."""
+    from analysis.stats.seedshare import share_power
+
+    claim, beyond, n = observed
+    share = beyond / n
+    now = share_power((n,), share, c.level, q=claim.q, n_max=n, top=c.level)
+    if share <= claim.q:
+        return PlanRow(c.id, n, None, None, math.nan, now, WRONG_SIDE)
+    need = next((m for m in range(max(n, 2), SHARE_MAX + 1)
+                 if share_power((m,), share, c.level, q=claim.q, n_max=m, top=c.level) >= power), None)
+    if need is None:
+        return PlanRow(c.id, n, None, None, math.nan, now, f"more than {SHARE_MAX} seeds")
+    more = max((max(need - held.get(cell, 0), 0) for cell in c.cells), default=0)
+    missing = any(cell not in costs for cell in c.cells if need > held.get(cell, 0))
+    cpu = math.nan if missing else float(sum(max(need - held.get(cell, 0), 0) * costs[cell] for cell in c.cells))
+    return PlanRow(c.id, n, need, more, cpu, now, "")
 
 
 def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
@@ -126,8 +160,12 @@ def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
 
 def plan_note(p: Plan, c: ClaimPlan, r: PlanRow) -> str:
     """What a claim's plan rests on, in words."""
-    return r.reason or ("planned at the observed distance to its threshold" if c.id in p.observed
-                        else f"at its margin, at its Holm level {c.level:.2g}")
+    if r.reason:
+        return r.reason
+    if c.id in p.observed:
+        return ("planned at the observed distance to its threshold" if np.isfinite(c.sd) else
+                "planned at the observed share of seeds beyond its threshold (exact sign test)")
+    return f"at its margin, at its Holm level {c.level:.2g}"
 
 
 def plan_dataset(p: Plan, power: float) -> xr.Dataset:

@@ -1,0 +1,49 @@
+"""The seed planner on a claim decided by the share of seeds beyond its threshold (the exact sign
+test): planned at the observed share with the test's exact power, and not reachable when the
+share is on the wrong side."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.claims import parse_claims
+from analysis.claims.planner import make_plan
+from analysis.stats.seedshare import seeds_to_decide, share_power
+from store import Store
+from tests.analysis.test_claims import _write_run
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """3 seeds of one cell whose accuracy is ~0.9 (per-sequence, 200 sequences each)."""
+    st = Store.create(str(tmp_path_factory.mktemp("plan") / "s.zarr"))
+    rng = np.random.default_rng(3)
+    for seed in range(3):
+        _write_run(st, f"s3-d-{seed}", "s3", "default", seed, 0.9, rng)
+        st.update_run_attrs(f"s3-d-{seed}", metrics={"train_seconds": 10.0})
+    return st
+
+
+def _claim(cid, threshold, direction="greater"):
+    return {"id": cid, "statement": "s", "kind": "bound", "metric": "accuracy", "task": "s3", "arch": "mamba",
+            "threshold": threshold, "direction": direction, "length": 12}
+
+
+def test_a_share_claim_is_planned_with_the_exact_tests_power(store):
+    p = make_plan(store, parse_claims([_claim("above", 0.5)]))
+    row = next(r for r in p.rows if r.id == "above")
+    # every seed lies above 0.5: at face value the share is 1, so the fewest seeds the exact test
+    # can decide with at level 0.05 are the seeds it needs, and 3 seeds have no power at all
+    assert row.needed == seeds_to_decide(0.05) == 5
+    assert row.more == 2 and row.cpu_s == pytest.approx(20.0)
+    assert row.power_now == pytest.approx(share_power((3,), 1.0, 0.05, q=0.5, n_max=3, top=0.05)) == 0.0
+    from analysis.claims.planner import plan_note
+
+    assert "observed share of seeds beyond" in plan_note(p, p.claims[0], row)
+
+
+def test_a_share_on_the_wrong_side_is_not_reachable(store):
+    p = make_plan(store, parse_claims([_claim("too-high", 0.99)]))
+    row = next(r for r in p.rows if r.id == "too-high")
+    assert row.needed is None and row.reason == "not reachable (estimate on the wrong side)"
