@@ -32,7 +32,7 @@ import pandas as pd
 import xarray as xr
 
 from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
-from analysis.claims.spec import Claim, ClaimError, StaleResultError
+from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
@@ -85,7 +85,20 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
         return row, ""
     if claim.by_share and not (np.isfinite(row["beyond"]) and np.isfinite(row["p_contra_exact"])):
         # a part decided by the mean's t before the share of seeds decided bound claims: its table
-        # holds no counts, and its p answers another question
+        # holds no counts, and its p answers another question. With fewer seeds than the exact test
+        # needs at alpha no count could decide it: inconclusive (its tests count at p = 1, which
+        # changes no other claim's Holm step, as any p it could have is above alpha); else the
+        # part's store must count its seeds again
+        from analysis.stats.seedshare import seeds_to_decide
+
+        n = row["n_seeds"]
+        if np.isfinite(n) and n < seeds_to_decide(ALPHA, claim.q):
+            row.update({k: np.nan for k in ("estimate", "lower", "upper", "p", "p_contra_exact", "se", "df",
+                                            "beyond", "short", "share", "share_lower", "share_upper", "bound",
+                                            "max_t", "mde", "power", "power_at", "seeds_needed")},
+                       model="sign_test", test=f"exact sign test over seeds (re-decided from part {name}'s table: "
+                       f"{int(n)} seeds, its mean {row['treatment_mean']:.4g} in treatment_mean)")
+            return row, ""
         row.update(not_evaluable=True, test=(
             f"not evaluable: part {name} decided this claim by the mean over seeds, before bound and readable_by "
             "claims were decided by the share of seeds beyond the threshold (docs/ceiling.md); evaluate the part "

@@ -367,6 +367,9 @@ def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool)
     the order statistic that had to lie beyond at the claim's Holm level."""
     p, v, q = adj["other"], float(claim.threshold or 0.0), claim.q
     side, opposite = ("above", "below") if greater else ("below", "above")
+    cannot = str(row.get("_undecidable", ""))
+    if not np.isfinite(row.get("beyond", np.nan)):  # decided again from a table that kept no counts
+        return "inconclusive", "", cannot or "the seeds beyond the threshold were not counted"
     n, k, short = int(row["n_seeds"]), int(row["beyond"]), int(row["short"])
     who = "the median seed" if q == 0.5 else f"more than {q:g} of the seeds"
     counts = f"{k} of {n} seeds {side} {v:g}" + (f", {short} {opposite}" if short else "")
@@ -378,7 +381,6 @@ def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool)
                                  f"{fmt_p(p)})")
     if _contradicted(adj):
         return "contradicted", "", (f"{who} does not: {counts} ({median}){_contra_text(adj)}")
-    cannot = str(row.get("_undecidable", ""))
     if cannot:
         return "inconclusive", "", f"{cannot}; {counts} ({median})"
     return "inconclusive", "", (f"not shown that {who} lies {side} {v:g}: {counts} ({median}; exact sign test, "
