@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from analysis.interventions.ablation import refit_correct, refit_reference
+from analysis.interventions.refit import refit_correct, refit_reference
 from capture.models import ModelConfig, build_model
 
 N_SEQ, LENGTH, VOCAB, CLASSES, FOLDS, MAX_ROWS = 256, 40, 16, 6, 5, 10_000

@@ -133,8 +133,7 @@ def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: An
     return [name for w in work if (name := stages.analyse(w, store, exp, say, scheduler))]
 
 
-#: Evaluate the experiment's claims (if any) and store them under ``results/claims``.
-evaluate_experiment_claims = stages.evaluate_claims
+
 
 
 def check_staged(exp: Experiment) -> None:

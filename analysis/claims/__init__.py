@@ -139,7 +139,6 @@ from analysis.claims.spec import (
     CROSSCHECK,
     DEFAULT_MODEL,
     LAYERED,
-    MIN_GAP,
     MODEL_NAMES,
     Claim,
     ClaimError,
@@ -148,6 +147,7 @@ from analysis.claims.spec import (
     parse_claims,
 )
 from analysis.claims.stored import evaluate_stored_claims, stale_table
+from analysis.interventions.twins import MIN_GAP
 
 __all__ = [
     "ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED", "MIN_GAP", "MODEL_NAMES", "NUMERIC", "TEXT",

@@ -10,12 +10,12 @@ import xarray as xr
 
 from analysis.claims.spec import (
     ABLATION,
-    MIN_GAP,
     Claim,
     ClaimError,
     NotEvaluable,
     StaleResultError,
 )
+from analysis.interventions.twins import MIN_GAP
 from store import MissingError, Store, schema
 
 

@@ -51,9 +51,6 @@ LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery"
 #: Metrics read from ``results/ablation/*`` (one value per setting).
 ABLATION = ("ablation_drop", "refit_accuracy")
 
-#: Below this mean clean-corrupt probability gap a run's restoration is undefined: the
-#: corruption does not change its answer (as in :func:`classify_mechanism`'s ``min_gap``).
-MIN_GAP = 0.05
 
 
 #: The kind of stored result each per-seed metric is read from (the others: ``behaviour``).
