@@ -368,29 +368,16 @@ class Store:
         self.run_group(run_id)
         return LengthWriter(self, run_id, length, **kwargs)
 
-    def write_length(
-        self,
-        run_id: str,
-        length: int | None = None,
-        *,
-        hidden: Any,
-        tokens: Any,
-        labels: Mapping[str, Any],
-        mask: Any = None,
-        logits: Any = None,
-        layers: list[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def write_length(self, run_id: str, length: int | None = None, **arrays: Any) -> None:
         """Write a whole length at once from in-memory arrays (activations captured elsewhere).
 
-        ``hidden`` is ``(sequence, position, layer, feature)``: a numpy/torch array in that
-        order or an ``xarray.DataArray`` with those dims in any order. ``mask`` defaults to
-        "every position labelled"; ``logits`` may be omitted.
+        Keywords as :func:`store.io.lengths.write_length`: ``hidden``, ``tokens``, ``labels``
+        (required), ``mask``, ``logits``, ``layers`` and the writer's. ``hidden`` is
+        ``(sequence, position, layer, feature)``: a numpy/torch array in that order or an
+        ``xarray.DataArray`` with those dims in any order. ``mask`` defaults to "every
+        position labelled"; ``logits`` may be omitted.
         """
-        _lengths.write_length(
-            lambda L, **kw: self.length_writer(run_id, L, **kw), length, hidden=hidden,
-            tokens=tokens, labels=labels, mask=mask, logits=logits, layers=layers, **kwargs,
-        )
+        _lengths.write_length(lambda L, **kw: self.length_writer(run_id, L, **kw), length, **arrays)
 
     def _length_group(self, run_id: str, length: int, kind: str = "len") -> zarr.Group:
         return _lengths.length_group(self.run_group(run_id), run_id, length, kind)

@@ -7,6 +7,9 @@ that fits (``ValueError``, ``KeyError``, ...) so plain ``except ValueError`` sti
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from typing import Any
+
 
 class LayerstateError(Exception):
     """Base of every error layerstate reports to a user as a one-line message."""
@@ -112,3 +115,12 @@ class MissingDependencyError(LayerstateError, ImportError):
     """An optional package is not installed: one a store's location needs (e.g. aiohttp for
     HTTP) or an importer's library; the message names what to install. The project's one
     missing-dependency error."""
+
+
+def check_keywords(function: str, keywords: Mapping[str, Any], known: Collection[str]) -> None:
+    """Refuse a keyword ``function`` does not take, as Python does (a ``TypeError``), for a
+    function whose keywords are a ``TypedDict``'s (``**options: Unpack[...]``), which Python
+    does not check."""
+    unknown = [k for k in keywords if k not in known]
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")

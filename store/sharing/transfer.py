@@ -51,7 +51,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from ..access.location import Location
 from ..errors import (
@@ -59,6 +59,7 @@ from ..errors import (
     InvalidArgumentError,
     NotAStoreError,
     TransferError,
+    check_keywords,
 )
 from ..integrity.digests import snapshot_entries
 from .transfer_chunks import already_copied, part_ok, produce, rounds
@@ -110,19 +111,31 @@ class TransferReport:
 
 
 # ---------------------------------------------------------------------- entry points
-def pull(
-    url: str,
-    target: str | os.PathLike[str],
-    *,
-    runs: Sequence[str] | None = None,
-    lengths: Sequence[int] | None = None,
-    layers: Sequence[str] | None = None,
-    weights: bool = True,
-    storage_options: dict[str, Any] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> TransferReport:
+class CopyOptions(TypedDict, total=False):
+    """The keywords of `pull` and `push`: what to copy (default: every run, length and layer,
+    with the weights) and how to reach the URL (fsspec ``storage_options``); ``progress(done,
+    total)`` is called with the chunks done after each round."""
+
+    runs: Sequence[str] | None
+    lengths: Sequence[int] | None
+    layers: Sequence[str] | None
+    weights: bool
+    storage_options: dict[str, Any] | None
+    progress: Callable[[int, int], None] | None
+
+
+def _copy(function: str, src: Location, dst: Location, options: CopyOptions) -> TransferReport:
+    """`copy_store` of the selection ``options`` names."""
+    check_keywords(function, options, CopyOptions.__optional_keys__)
+    sel = CopySelection(_opt_list(options.get("runs")), _opt_list(options.get("lengths"), int),
+                        _opt_list(options.get("layers")), options.get("weights", True))
+    return copy_store(src, dst, sel, progress=options.get("progress"))
+
+
+def pull(url: str, target: str | os.PathLike[str], **options: Unpack[CopyOptions]) -> TransferReport:
     """Copy the selected runs / lengths / layers of the store at ``url`` into a new local
-    store at ``target`` (resumes an unfinished pull of the same selection there).
+    store at ``target`` (resumes an unfinished pull of the same selection there); keywords:
+    :class:`CopyOptions`.
 
     Raises
     ------
@@ -137,27 +150,15 @@ def pull(
     CorruptStoreError
         A chunk fails its checksum (or is missing) in the source.
     """
-    sel = CopySelection(_opt_list(runs), _opt_list(lengths, int), _opt_list(layers), weights)
-    return copy_store(Location(url, storage_options or {}), Location(os.fspath(target)), sel,
-                      progress=progress)
+    return _copy("pull", Location(url, options.get("storage_options") or {}),
+                 Location(os.fspath(target)), options)
 
 
-def push(
-    source: str | os.PathLike[str],
-    url: str,
-    *,
-    runs: Sequence[str] | None = None,
-    lengths: Sequence[int] | None = None,
-    layers: Sequence[str] | None = None,
-    weights: bool = True,
-    storage_options: dict[str, Any] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> TransferReport:
-    """Copy a local store (or the selected part of it) to ``url``: the same checks as
-    :func:`pull` (every chunk's crc32c before it is sent), resumable the same way."""
-    sel = CopySelection(_opt_list(runs), _opt_list(lengths, int), _opt_list(layers), weights)
-    return copy_store(Location(os.fspath(source)), Location(url, storage_options or {}), sel,
-                      progress=progress)
+def push(source: str | os.PathLike[str], url: str, **options: Unpack[CopyOptions]) -> TransferReport:
+    """Copy a local store (or the selected part of it) to ``url``: the same checks and keywords
+    as :func:`pull` (every chunk's crc32c before it is sent), resumable the same way."""
+    return _copy("push", Location(os.fspath(source)),
+                 Location(url, options.get("storage_options") or {}), options)
 
 
 def copy_store(src: Location, dst: Location, sel: CopySelection, *,
