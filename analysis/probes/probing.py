@@ -62,21 +62,11 @@ def probe(
     store: Any,
     target: str | None = None,
     *,
-    runs: Any = None,
-    layers: Any = None,
-    positions: Any = "all",
-    lengths: Any = None,
-    train_length: int | None = None,
-    folds: int = 5,
-    C: float | Sequence[float] | None = None,
-    method: str = "exact",
-    control: bool | str = True,
     scheduler: Any = None,
-    seed: int = 0,
-    per_sequence: bool = True,
     save: bool = False,
     name: str | None = None,
     attrs: Mapping[str, Any] | None = None,
+    **sweep: Any,
 ) -> xr.Dataset:
     """Fit and score linear probes for every selected (run, length, layer, position) cell.
 
@@ -86,6 +76,10 @@ def probe(
         The activation store (a path is opened read-only, or read-write when ``save``).
     target : str, optional
         The label to decode; default: the label the runs were trained on.
+    **sweep
+        The sweep, the keywords of :func:`plan_probes`: ``runs``, ``layers``, ``positions``,
+        ``lengths``, ``train_length``, ``folds``, ``C``, ``method``, ``control``, ``seed``,
+        ``per_sequence``, each below.
     runs : None, str, list of str, or dict
         Run ids, or attribute filters for :meth:`Store.select` (``{"arch": ["lstm", "gru"]}``).
     layers : None, str, int or list
@@ -170,21 +164,7 @@ def probe(
 
     if isinstance(store, str):  # a store that cannot be written keeps its results beside it
         store = open_analysis(store, write=save)
-    plan = plan_probes(
-        store,
-        target,
-        runs=runs,
-        layers=layers,
-        positions=positions,
-        lengths=lengths,
-        train_length=train_length,
-        folds=folds,
-        C=C,
-        method=method,
-        control=control,
-        seed=seed,
-        per_sequence=per_sequence,
-    )
+    plan = plan_probes(store, target, **sweep)
     ds = plan.compute(scheduler)
     ds.attrs.update(_task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
