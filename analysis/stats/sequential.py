@@ -42,6 +42,17 @@ The method, and why (docs/sequential.md says more):
   error rates): conditional power of the claim's own test at the maximum seeds, at a declared
   true value (``Hypothesis.effect``) or else the current estimate; below
   ``Design.futility_power`` the claim stops and its cells get no more seeds for it.
+* **Share claims** (``Hypothesis.statistic = "share"``: a bound or readable_by claim decided by
+  the share of seeds beyond its threshold, docs/ceiling.md). Observed as the counts
+  :class:`ShareObservation` (seeds beyond, short of the threshold, with a value), tested by the
+  exact boundaries of :mod:`analysis.stats.seedshare` on the seeds observed at each of the
+  claim's looks so far, at its level, nested up to ``alpha`` (``top``) so that a level raised by
+  the procedure never needs more seeds beyond; the opposite side the same on the seeds short of
+  it, at half its family's level. Its estimate is the share beyond; its repeated interval the
+  Clopper-Pearson interval at each look's increment of the spending function (each side
+  ``alpha / 2`` in all: the looks' intervals cover together by Bonferroni); its bound, where
+  the seeds' values are observed, the order statistic that had to lie beyond the threshold; its
+  conditional power exact (binomial increments over the stages left).
 """
 
 from __future__ import annotations
@@ -55,13 +66,14 @@ from typing import Any, Literal
 
 import numpy as np
 import scipy.optimize
+import scipy.special
 import scipy.stats
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from store import LayerstateError
 
-__all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Observation", "StageResult",
-           "calibration_factor", "rci_critical",
+__all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Observation", "ShareObservation",
+           "StageResult", "calibration_factor", "rci_critical",
            "seed_estimate", "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
 
 #: What a claim is at a stage: decided (supported; negligible or equivalent, the margin's outcomes
@@ -197,9 +209,32 @@ class Hypothesis(BaseModel):
         default=None, description="A difference claim tested against zero with a margin: 'supported' also needs "
         "the stage's plain 95% interval to reach beyond +-beyond_margin (else the effect may be negligible, "
         "and the claim is inconclusive), as the fixed design's rule (docs/decisions.md).")
+    statistic: Literal["mean", "share"] = Field(
+        default="mean", description="mean: a t over seeds, observed as (estimate, se, df); share: the share of "
+        "seeds strictly beyond value (above it for test greater, below for less) exceeds q, the exact sign test "
+        "of a bound or readable_by claim (docs/ceiling.md), observed as ShareCount(beyond, short, n) or the "
+        "seeds' values; its effect, if given, is the true share beyond.")
+    q: float = Field(default=0.5, description="statistic = 'share': the share beyond under the null (0.5: the "
+                     "median seed).")
+    boundaries: Callable[..., Any] | None = Field(
+        default=None, exclude=True, description="statistic = 'share': the exact boundaries of its count, "
+        "analysis.stats.seedshare.share_boundaries (from_claim passes it; this module cannot import that one, "
+        "which imports it).")
 
     @model_validator(mode="after")
     def _check(self) -> Hypothesis:
+        if self.statistic == "share":
+            if self.test not in ("greater", "less") or self.margin is not None or self.beyond_margin is not None:
+                raise ValueError(f"hypothesis {self.id!r}: a share test is one-sided against its threshold; write "
+                                 "test = 'greater' or 'less' and no margin")
+            if not 0 < self.q < 1:
+                raise ValueError(f"hypothesis {self.id!r}: q is {self.q}; write a share in (0, 1), e.g. 0.5")
+            if self.boundaries is None:
+                raise ValueError(f"hypothesis {self.id!r}: a share test needs its boundaries; pass "
+                                 "boundaries=analysis.stats.seedshare.share_boundaries")
+            if self.effect is not None and not 0 <= self.effect <= 1:
+                raise ValueError(f"hypothesis {self.id!r}: the effect of a share test is the true share of seeds "
+                                 f"beyond its threshold, in [0, 1], not {self.effect}")
         if self.test in ("within", "outside") and not (self.margin is not None and self.margin > 0):
             raise ValueError(f"hypothesis {self.id!r}: test = {self.test!r} needs margin > 0")
         if not self.cells:
@@ -403,9 +438,23 @@ def seed_estimate(values: Sequence[float], sampling_var: Sequence[float] | None 
     return float(x.mean()), float(se), float(x.size - 1)
 
 
-#: A claim's observation at a stage: ``(estimate, se, df)`` of its t, or the p-value of an exact
-#: test (``Hypothesis.test == "exact"``, read at its maximum only).
-Observation = tuple[float, float, float] | float
+@dataclass(frozen=True)
+class ShareObservation:
+    """A share claim's observation at a stage (``Hypothesis.statistic == "share"``): the seeds
+    strictly beyond its threshold, strictly short of it (on the other side; a seed at the
+    threshold is neither) and with a value, over the stage's seeds; and, where they are known,
+    the seeds' values sorted (the order statistics its one-sided bound is read from; empty: the
+    counts alone). ``n == 0``: not observed at that stage."""
+
+    beyond: int
+    short: int
+    n: int
+    values: tuple[float, ...] = ()
+
+
+#: A claim's observation at a stage: ``(estimate, se, df)`` of its t, the p-value of an exact
+#: test (``Hypothesis.test == "exact"``, read at its maximum only), or a share claim's counts.
+Observation = tuple[float, float, float] | float | ShareObservation
 
 
 @dataclass(frozen=True)
@@ -422,7 +471,15 @@ class ClaimStage:
     so a supported claim's ``rci`` may still hold the value but its ``bound`` never does.
     ``margin_*`` is the same for the margin's test of a difference claim tested against zero
     with a margin (NaN for other claims), ``outcome`` the fixed design's word for such a claim
-    (effect, negligible, equivalent, inconclusive; empty while it continues and for others)."""
+    (effect, negligible, equivalent, inconclusive; empty while it continues and for others).
+
+    A share claim (``Hypothesis.statistic == "share"``) has no t: ``estimate`` is the share of
+    seeds beyond its threshold, ``rci`` that share's repeated interval, ``boundaries`` the share
+    its own test had to reach (``needed / seeds``; ``inf``: none can at this stage), ``se``,
+    ``df`` and ``critical`` NaN, ``seeds`` the seeds with a value, and ``bound`` (where the
+    seeds' values were observed; NaN otherwise) the order statistic that had to lie strictly
+    beyond the threshold, on the values' scale (``bound[0] > value`` for greater, ``bound[1] <
+    value`` for less, exactly when it crossed)."""
 
     id: str
     stage: int
@@ -444,6 +501,14 @@ class ClaimStage:
     margin_bound: tuple[float, float] = (math.nan, math.nan)
     outcome: str = ""
     p: float = math.nan  # an exact test's p-value at its maximum
+    # a share claim (NaN for others): its counts at this stage, the seeds beyond its own test needed
+    # at its level, and the seeds short of the threshold its opposite side needed at that side's
+    # level (more than ``seeds``: this stage cannot decide it)
+    beyond: float = math.nan
+    short: float = math.nan
+    needed: float = math.nan
+    contra_needed: float = math.nan
+    look: int | None = None  # the design stage its numbers are from (its latest look)
 
 
 @dataclass(frozen=True)
@@ -472,6 +537,8 @@ _NO_LOOK = _Look(False, math.nan, (math.nan, math.nan))
 def _observation(h: Hypothesis, raw: Any) -> Observation:
     """A claim's observation as its test reads it (NaN where it is missing); a wrong shape is a
     one-line error. The one place a new kind of observation would be read."""
+    if h.statistic == "share":
+        return _share_observation(h, raw)
     if h.test == "exact":
         if raw is None:
             return math.nan
@@ -480,10 +547,51 @@ def _observation(h: Hypothesis, raw: Any) -> Observation:
         return float(raw)
     if raw is None:
         return math.nan, math.nan, math.nan
-    if np.ndim(raw) != 1 or len(raw) != 3:
+    if isinstance(raw, ShareObservation) or getattr(raw, "_fields", None) == ("beyond", "short", "n") \
+            or np.ndim(raw) != 1 or len(raw) != 3:
         raise DesignError(f"hypothesis {h.id!r}: observe (estimate, se, df), not {raw!r}")
     est, se, df = (float(v) for v in raw)
     return est, se, df
+
+
+_NOT_OBSERVED = ShareObservation(0, 0, 0)
+
+
+def _share_observation(h: Hypothesis, raw: Any) -> ShareObservation:
+    """A share claim's observation: a :class:`ShareObservation`, ``ShareCount(beyond, short, n)``
+    (or any ``(beyond, short, n)`` of whole numbers), or the seeds' values as a numpy array
+    (counted against ``h.value``, non-finite ones left out); None or a count that is not a
+    number: not observed."""
+    if raw is None:
+        return _NOT_OBSERVED
+    if isinstance(raw, ShareObservation):
+        obs = raw
+    elif isinstance(raw, np.ndarray):
+        x = np.sort(raw.astype(float).ravel())
+        x = x[np.isfinite(x)]
+        above, below = int(np.sum(x > h.value)), int(np.sum(x < h.value))
+        beyond, short = (above, below) if h.test == "greater" else (below, above)
+        obs = ShareObservation(beyond, short, int(x.size), tuple(float(v) for v in x))
+    else:
+        if isinstance(raw, str) or np.ndim(raw) != 1 or len(raw) != 3:
+            raise DesignError(f"hypothesis {h.id!r} is a share test: observe ShareCount(beyond, short, n) or the "
+                              f"seeds' values as an array, not {raw!r}")
+        try:
+            nums = [float(v) for v in raw]
+        except (TypeError, ValueError):
+            raise DesignError(f"hypothesis {h.id!r} is a share test: observe ShareCount(beyond, short, n) of whole "
+                              f"numbers, not {raw!r}") from None
+        if not all(np.isfinite(nums)):
+            return _NOT_OBSERVED
+        if any(v != round(v) for v in nums):
+            raise DesignError(f"hypothesis {h.id!r} is a share test: observe ShareCount(beyond, short, n) of whole "
+                              f"numbers, not {raw!r}")
+        obs = ShareObservation(int(round(nums[0])), int(round(nums[1])), int(round(nums[2])))
+    b, s, n = obs.beyond, obs.short, obs.n
+    if min(b, s, n) < 0 or b + s > n or (obs.values and len(obs.values) != n):
+        raise DesignError(f"hypothesis {h.id!r}: {b} seeds beyond and {s} short of the threshold out of {n} "
+                          "cannot be; observe counts with beyond + short <= n (and n values)")
+    return obs
 
 
 def _t_obs(obs: Observation) -> tuple[float, float, float]:
@@ -491,20 +599,27 @@ def _t_obs(obs: Observation) -> tuple[float, float, float]:
 
 
 def _p(obs: Observation) -> float:
-    return math.nan if isinstance(obs, tuple) else float(obs)
+    return math.nan if isinstance(obs, tuple | ShareObservation) else float(obs)
 
 
 def _finite(obs: Observation) -> bool:
+    if isinstance(obs, ShareObservation):
+        return obs.n >= 1
     if not isinstance(obs, tuple):
         return bool(np.isfinite(obs))
     est, se, df = obs
     return bool(np.isfinite(est) and np.isfinite(se) and se > 0 and np.isfinite(df) and df >= 1)
 
 
-def _look(h: Hypothesis, obs: Observation, design: Design, k: int, level: float, contra: bool = False) -> _Look:
+def _look(h: Hypothesis, obs: Observation, design: Design, k: int, level: float, contra: bool = False,
+          before: Sequence[Observation] = ()) -> _Look:
     """Test ``h`` (its own test, or its opposite side's) on its stage ``k``'s observation at
     ``level``: each side's t against the boundary of ``level`` times its share spent by the
-    design's function; an exact test's p against ``level``, at its last stage only."""
+    design's function; an exact test's p against ``level``, at its last stage only; a share
+    test's count against its exact boundary on the seeds of its looks so far (``before``: the
+    claim's earlier looks' observations)."""
+    if h.statistic == "share":
+        return _share_look(h, obs, design, level * h.sides(contra)[2], contra, before)
     if h.test == "exact":
         last = k == len(design.seeds()) - 1
         crossed = bool(not contra and last and _p(obs) <= level)
@@ -520,9 +635,99 @@ def _look(h: Hypothesis, obs: Observation, design: Design, k: int, level: float,
     return _Look(all(hits) if rule == "all" else any(hits), c, bound)
 
 
-def _conditional_power(h: Hypothesis, obs: Observation, design: Design, k: int, level: float) -> float:
+def _share_history(h: Hypothesis, obs: Observation, before: Sequence[Observation]) -> list[ShareObservation]:
+    """The claim's observed looks up to ``obs`` (the seeds its boundaries are computed on)."""
+    seen = [o for o in (*before, obs) if isinstance(o, ShareObservation) and o.n >= 1]
+    if any(b.n < a.n for a, b in zip(seen, seen[1:], strict=False)):
+        raise DesignError(f"hypothesis {h.id!r}: its seeds with a value fall from one stage to the next "
+                          f"({', '.join(str(o.n) for o in seen)}); a stage holds every seed of the one before")
+    return seen
+
+
+def _share_boundaries(h: Hypothesis, seeds: tuple[int, ...], design: Design, level: float, contra: bool):
+    """The exact boundaries of a share claim's own test (``h.boundaries``:
+    :func:`analysis.stats.seedshare.share_boundaries`), or of its opposite side (``contra``: the
+    same on the seeds short of the threshold, whose share under the null is ``1 - q``, as
+    :func:`analysis.stats.seedshare.contra_boundaries`), at one-sided ``level`` on ``seeds``,
+    nested up to the highest level that side can reach (``alpha``; the opposite side ``alpha /
+    2``)."""
+    if h.boundaries is None:
+        raise DesignError(f"hypothesis {h.id!r}: a share test needs its boundaries; pass "
+                          "boundaries=analysis.stats.seedshare.share_boundaries")
+    q, top = (1.0 - h.q, design.alpha / 2) if contra else (h.q, design.alpha)
+    return h.boundaries(seeds, level, design.spending, q=q, n_max=design.max_seeds, top=max(top, level))
+
+
+def _share_look(h: Hypothesis, obs: Observation, design: Design, level: float, contra: bool,
+                before: Sequence[Observation]) -> _Look:
+    """A share claim's look: its count beyond (``contra``: short of) the threshold against the
+    boundary at ``level`` of the last of its looks so far; ``critical`` is that boundary (seeds
+    needed), ``bound`` the order statistic that had to lie beyond (its own test, where the
+    seeds' values are known)."""
+    if not isinstance(obs, ShareObservation) or obs.n < 1 or not 0 < level < 1:
+        return _NO_LOOK
+    seen = _share_history(h, obs, before)
+    need = _share_boundaries(h, tuple(o.n for o in seen), design, level, contra).counts[-1]
+    crossed = (obs.short if contra else obs.beyond) >= need
+    bound = (math.nan, math.nan)
+    if obs.values and not contra:
+        x, n = obs.values, obs.n
+        if h.test == "greater":
+            bound = (x[n - need] if need <= n else -math.inf, math.inf)
+        else:
+            bound = (-math.inf, x[need - 1] if need <= n else math.inf)
+    return _Look(bool(crossed), float(need), bound)
+
+
+def _share_rci(obs: ShareObservation, seen: Sequence[ShareObservation], design: Design) -> tuple[float, float]:
+    """The repeated ``1 - alpha`` interval of the share beyond at a look: the Clopper-Pearson
+    interval with each side at the alpha / 2 the spending function spends between the claim's
+    previous look and this one (fractions ``n / max_seeds``), so that the looks' intervals miss
+    together with probability at most alpha (Bonferroni over the increments)."""
+    if obs.n < 1:
+        return math.nan, math.nan
+    t = np.minimum(np.array([o.n for o in seen], dtype=float) / design.max_seeds, 1.0)
+    cum = np.atleast_1d(np.asarray(spent(design.spending, design.alpha / 2, t), dtype=float))
+    inc = float(cum[-1] - (cum[-2] if cum.size > 1 else 0.0))
+    k, n = obs.beyond, obs.n
+    if not inc > 0:
+        return 0.0, 1.0
+    lo = float(scipy.special.betaincinv(k, n - k + 1, inc)) if k > 0 else 0.0
+    hi = float(scipy.special.betaincinv(k + 1, n - k, 1.0 - inc)) if k < n else 1.0
+    return lo, hi
+
+
+def _share_power(h: Hypothesis, obs: ShareObservation, seen: Sequence[ShareObservation], design: Design, k: int,
+                 level: float) -> float:
+    """Conditional power of a share claim's own test at its stage ``k``: the exact probability
+    that its count crosses at one of the design's stages still to come, from its count now, when
+    each new seed lies beyond with probability ``h.effect`` (else the share beyond so far). NaN
+    at its maximum."""
+    future = tuple(n for n in design.seeds()[k + 1:] if n > obs.n)
+    if obs.n < 1 or not future or not 0 < level < 1:
+        return math.nan
+    p = obs.beyond / obs.n if h.effect is None else float(h.effect)
+    seeds = tuple(o.n for o in seen)
+    counts = _share_boundaries(h, seeds + future, design, level, False).counts
+    if obs.beyond >= counts[len(seeds) - 1]:
+        return 1.0
+    cont, prev, total = np.zeros(obs.beyond + 1), obs.n, 0.0
+    cont[-1] = 1.0
+    for n_j, c in zip(future, counts[len(seeds):], strict=True):
+        f = np.convolve(cont, scipy.stats.binom.pmf(np.arange(n_j - prev + 1), n_j - prev, p))
+        total += float(f[c:].sum())
+        cont, prev = f[:c], n_j
+    return min(total, 1.0)
+
+
+def _conditional_power(h: Hypothesis, obs: Observation, design: Design, k: int, level: float,
+                       before: Sequence[Observation] = ()) -> float:
     """Conditional power of the claim's own test at the last stage (B-value form on the z scale),
-    at ``h.effect`` or the current estimate."""
+    at ``h.effect`` or the current estimate; a share claim's exactly (:func:`_share_power`)."""
+    if h.statistic == "share":
+        if not isinstance(obs, ShareObservation) or obs.n < 1:
+            return math.nan
+        return _share_power(h, obs, _share_history(h, obs, before), design, k, level)
     est, se, df = _t_obs(obs)
     fr = design.fractions()
     tk, n_k = fr[k], design.seeds()[k]
@@ -608,9 +813,12 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
         The claims as sequential tests (:func:`from_claim`, :func:`profile_hypotheses`).
     observed
         Per stage run so far, each claim's :data:`Observation` at that stage's seeds:
-        ``(estimate, se, df)``, or an exact test's p-value (read at its maximum only). Claims
-        decided earlier may be left out; an undecided claim left out (or with no SE) is not
-        tested at that stage and continues.
+        ``(estimate, se, df)``, an exact test's p-value (read at its maximum only), or a share
+        test's counts ``ShareCount(beyond, short, n)`` (or its seeds' values as an array, which
+        also give its bound; :class:`ShareObservation`). Claims decided earlier may be left
+        out; an undecided claim left out (or with no SE, no seeds) is not tested at that stage
+        and continues. A share test's boundaries are those of the seeds it was observed on at
+        each of its looks so far.
     absent
         Declared tests of the families not given here (another part of a grid): ``(own, margin,
         opposite side)`` (:func:`family_counts`), or ``(own, opposite side)`` with the own count
@@ -658,8 +866,9 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
     def crossing(i: str, lv: float, family: str) -> tuple[int, _Look] | None:
         """The latest of the claim's looks that crosses at ``lv`` in ``family`` (own, contra, margin)."""
         h = margin_h[i] if family == "margin" else by_id[i]
-        for k_, kk, o in reversed(looks[i]):
-            lk = _look(h, o, local[i], kk, lv, contra=family == "contra")
+        for j in range(len(looks[i]) - 1, -1, -1):
+            k_, kk, o = looks[i][j]
+            lk = _look(h, o, local[i], kk, lv, contra=family == "contra", before=[x for _, _, x in looks[i][:j]])
             if lk.crossed:
                 return k_, lk
         return None
@@ -712,11 +921,12 @@ def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design
     at_max = kk == len(d.seeds()) - 1
     plain = next((x for _, _, x in reversed(looks) if _finite(x)), o)  # its latest observed look
     est, se, df = _t_obs(o)
-    lk = _look(h, o, d, kk, level)
+    before = [x for _, _, x in looks[:-1]]
+    lk = _look(h, o, d, kk, level, before=before)
     m_lv = margin[0] if margin is not None else margin_level
     m_look = (margin[1][1] if margin is not None and margin[1] is not None
               else _look(mh, o, d, kk, m_lv) if mh is not None and np.isfinite(m_lv) else _NO_LOOK)
-    cp = _conditional_power(h, o, d, kk, level)
+    cp = _conditional_power(h, o, d, kk, level, before=before)
     if mh is not None and np.isfinite(m_lv):  # it also stops only when its margin's test is unlikely to cross
         cp_m = _conditional_power(mh, o, d, kk, m_lv)
         cp = cp_m if own is not None else float(np.nanmax([cp, cp_m])) if np.isfinite([cp, cp_m]).any() else cp
@@ -744,6 +954,9 @@ def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design
         dec = "futility"
     else:
         dec = "continue"
+    if h.statistic == "share":
+        return _share_claim_stage(i, k, h, d, looks, dec=dec, own=own, own_now=own_now, level=level, contra=contra,
+                                  contra_level=contra_level, cp=cp, seeds=seeds)
     if own is not None:  # the verdict rests on the look its own test crossed on
         j, own_look = own[1], own[2]
         lk_bound = own_look.bound
@@ -772,4 +985,87 @@ def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design
         boundaries=tuple(v + sign * lk.critical * se for sign, v in h.sides()[0]),
         rci=(est - q * se, est + q * se), conditional_power=cp, contra_level=contra_level, note=note,
         bound=lk_bound, margin_level=m_lv, margin_bound=m_look.bound, outcome=outcome,
-        p=_p(o))
+        p=_p(o), look=k_last)
+
+
+def _undecidable(n: int, level: float, q: float) -> str:
+    """What a share claim's stage says when no outcome of ``n`` seeds could pass even the fixed
+    exact test at ``level`` (the smallest p is ``q ** n``), as
+    :func:`analysis.stats.seedshare.undecidable_words` says it; ``""`` when some could."""
+    if q ** n < level:
+        return ""
+    need = n + 1
+    while q ** need >= level:
+        need += 1
+    what = "the median seed" if q == 0.5 else f"a share of {q:g} of the seeds"
+    return (f"cannot be decided with {n} seeds without assuming the seeds' values are roughly normal: "
+            f"the exact test that {what} lies beyond the threshold needs at least {need} seeds at level {level:.3g}")
+
+
+def _share_words(h: Hypothesis, o: ShareObservation) -> str:
+    """A share claim's counts at a look: '7 of 8 seeds above 0.99, 1 below'."""
+    side, opposite = ("above", "below") if h.test == "greater" else ("below", "above")
+    ties = o.n - o.beyond - o.short
+    return (f"{o.beyond} of {o.n} seeds {side} {h.value:g}" + (f", {o.short} {opposite}" if o.short else "")
+            + (f", {ties} at it" if ties else ""))
+
+
+def _share_crossing(h: Hypothesis, looks: list[tuple[int, int, Observation]], d: Design, level: float,
+                    contra: bool) -> tuple[int, _Look, ShareObservation] | None:
+    """The latest of a share claim's looks that crosses at ``level`` (its design stage, the look,
+    its counts)."""
+    for j in range(len(looks) - 1, -1, -1):
+        k_, kk, o = looks[j]
+        lk = _look(h, o, d, kk, level, contra=contra, before=[x for _, _, x in looks[:j]])
+        if lk.crossed and isinstance(o, ShareObservation):
+            return k_, lk, o
+    return None
+
+
+def _share_claim_stage(i: str, k: int, h: Hypothesis, d: Design, looks: list[tuple[int, int, Observation]], *,
+                       dec: str, own: tuple[float, int, _Look] | None, own_now: bool, level: float,
+                       contra: float | None, contra_level: float, cp: float, seeds: tuple[int, ...]) -> ClaimStage:
+    """A share claim's record at stage ``k`` (:class:`ClaimStage`: the share beyond, its repeated
+    interval, the seeds needed on either side, the counts in the note)."""
+    k_last, kk, o = looks[-1]
+    obs = o if isinstance(o, ShareObservation) else _NOT_OBSERVED
+    hist = [x for _, _, x in looks]
+    lk = _look(h, obs, d, kk, level, before=hist[:-1])
+    c_lv = contra if contra is not None else contra_level
+    c_look = (_look(h, obs, d, kk, c_lv, contra=True, before=hist[:-1]) if np.isfinite(c_lv) and c_lv > 0
+              else _NO_LOOK)
+    n, q = obs.n, h.q
+    who = "the median seed lies" if q == 0.5 else f"more than {1 - q:g} of the seeds lie"
+    opposite = "below" if h.test == "greater" else "above"
+    if dec == "contradicted" and contra is not None and (hit := _share_crossing(h, looks, d, contra, True)):
+        j, c_hit, oj = hit
+        note = (f"{_share_words(h, oj)}: {who} {opposite} {h.value:g}, {int(c_hit.critical)} {opposite} needed at "
+                f"level {contra / 2:.2g} by the exact sign test"
+                + (f"; it crossed on stage {j + 1}'s {oj.n} seeds" if j != k_last else ""))
+    elif own is not None and dec == "supported":
+        j, own_look = own[1], own[2]
+        oj = next((x for k_, _, x in looks if k_ == j and isinstance(x, ShareObservation)), obs)
+        note = f"{_share_words(h, oj)}: {int(own_look.critical)} needed at level {level:.2g} by the exact sign test"
+        if j != k:
+            note += (f"; its own test crossed on stage {j + 1}'s {oj.n} seeds"
+                     + (f" at the level {level:.2g} it was raised to at stage {k + 1} (Maurer-Bretz)" if own_now
+                        else ""))
+    elif n < 1:
+        note = "not observed at this stage (no count of its seeds beyond the threshold)"
+    elif lk.critical > n:
+        note = f"{_share_words(h, obs)}; " + (_undecidable(n, level, q) or (
+            f"this stage cannot decide it: at level {level:.2g} the design spends too little by {n} seeds for "
+            "any count to cross"))
+    else:
+        note = f"{_share_words(h, obs)}; {int(lk.critical)} needed at level {level:.2g} by the exact sign test"
+    seen = _share_history(h, obs, hist[:-1]) if n >= 1 else []
+    bound = own[2].bound if own is not None else lk.bound
+    return ClaimStage(
+        id=i, stage=k, seeds=n if n >= 1 else d.seeds()[kk], decision=dec,
+        decided_at=None if dec == "continue" else k, estimate=obs.beyond / n if n >= 1 else math.nan,
+        se=math.nan, df=math.nan, level=level, critical=math.nan,
+        boundaries=((lk.critical / n if lk.critical <= n else math.inf),) if n >= 1 else (),
+        rci=_share_rci(obs, seen, d) if n >= 1 else (math.nan, math.nan), conditional_power=cp,
+        contra_level=contra_level, note=note, bound=bound,
+        beyond=float(obs.beyond) if n >= 1 else math.nan, short=float(obs.short) if n >= 1 else math.nan,
+        needed=lk.critical, contra_needed=c_look.critical, look=k_last)
