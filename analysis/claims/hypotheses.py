@@ -10,12 +10,19 @@ from collections.abc import Sequence
 from analysis.claims.cells import Cell, declared_cells
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import contra_test
+from analysis.stats.seedshare import share_boundaries
 from analysis.stats.sequential import DesignError, Hypothesis
 
 
 def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float | None = None) -> Hypothesis:
     """The sequential test of a declared claim (:class:`analysis.claims.spec.Claim`), with the
     cells it reads (given, or from its task, arch, variant and compared levels).
+
+    A bound or readable_by claim decided by the share of seeds beyond its threshold
+    (``claim.by_share``, docs/ceiling.md) is a share test (``statistic = "share"``, its ``q``):
+    observed by its counts, tested by the exact boundaries of :mod:`analysis.stats.seedshare`;
+    its ``effect``, if given, is the true share of seeds beyond the threshold. With
+    ``statistic = "mean"`` it is the t over seeds, as every other claim.
 
     Raises
     ------
@@ -34,6 +41,10 @@ def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float 
     m = claim.margin
     if claim.kind in ("bound", "readable_by"):
         greater = claim.kind == "readable_by" or claim.direction == "greater"
+        if claim.by_share:
+            return Hypothesis(id=claim.id, cells=tuple(cells), test="greater" if greater else "less",
+                              value=float(claim.threshold or 0.0), effect=effect, statistic="share",
+                              q=float(claim.q), boundaries=share_boundaries)
         return Hypothesis(id=claim.id, cells=tuple(cells), test="greater" if greater else "less",
                           value=float(claim.threshold or 0.0), effect=effect)
     if claim.kind == "equivalence":

@@ -16,7 +16,10 @@ A profile-match claim (an exact permutation test) is a single look per architect
 maximum, inside the design's families (:func:`analysis.stats.sequential.profile_hypotheses`). A
 difference claim with a margin can end ``equivalent`` or ``negligible`` (the margin's sequential
 TOST), as the fixed design says. Each stage shows the one-sided bound a verdict rests on beside the
-repeated two-sided interval.
+repeated two-sided interval. A bound or readable_by claim decided by the share of seeds beyond its
+threshold (docs/ceiling.md) is observed at each stage by its row's counts (``beyond``, ``short``,
+``n_seeds``) and decided by the exact boundaries of :mod:`analysis.stats.seedshare`; its stages
+show the share beyond with its repeated interval and the seeds it needed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from analysis.claims.cells import Cell, claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
 from analysis.claims.spec import Claim
+from analysis.stats.seedshare import ShareCount
 from analysis.stats.sequential import Design, DesignError, StageResult, sequential_decisions
 
 #: Metrics that are proportions (their intervals are clipped to the range they can take).
@@ -52,6 +56,10 @@ class SequentialRun:
     added: list[tuple[int, float]] = field(default_factory=list)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # what a claim's metric can take
     cells: tuple[Cell, ...] = ()  # the cells the claims read
+    shares: frozenset[str] = frozenset()  # the claims decided by the share of seeds beyond their threshold
+    # a share claim's row at each stage it was evaluated at, (stage, claim) -> (estimate, lower, upper):
+    # its seeds' q-quantile (the median seed) with the fixed look's distribution-free 95% interval
+    quantiles: dict[tuple[int, str], tuple[float, float, float]] = field(default_factory=dict)
 
     def short(self) -> dict[Cell, int]:
         """Cells the claims read that hold fewer seeds than the first stage (with what they hold)."""
@@ -80,6 +88,10 @@ def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
 def _test_words(h) -> str:
     if h.test == "exact":
         return "an exact permutation test of the profiles, one look at its maximum"
+    if h.statistic == "share":  # the share is what its estimate, interval and boundary are in
+        who = "the median seed" if h.q == 0.5 else f"{h.q:g} of the seeds"
+        return (f"greater than {h.q:g}: the share of seeds {'above' if h.test == 'greater' else 'below'} "
+                f"{h.value:g} ({who} beyond it, exact sign test)")
     m = f"{h.margin:g}" if h.margin is not None else ""
     return {"greater": f"greater than {h.value:g}", "less": f"less than {h.value:g}",
             "two-sided": f"different from {h.value:g}", "within": f"within {h.value:g} +- {m}",
@@ -94,7 +106,10 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     in the design's Holm families (:func:`analysis.claims.hypotheses.family_counts`) and are never
     rejected here. A claim's maximum is the lowest ``design.cap`` of the architectures it reads.
     A profile_match claim is one single look per architecture at its maximum (its exact
-    permutation p), inside the design's families."""
+    permutation p), inside the design's families. A share claim (``Claim.by_share``) is observed
+    at each stage by its row's ``beyond``, ``short`` and ``n_seeds`` (:func:`share_count_of`; a
+    row without them leaves it unobserved at that stage), and its row's ``estimate``, ``lower``,
+    ``upper`` (the median seed and its interval) are kept in ``SequentialRun.quantiles``."""
     from store.view import StoreView
 
     hypotheses = []
@@ -108,6 +123,8 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
                 found = [from_claim(c, cells=claim_cells(store, c))]
         hypotheses += [h.model_copy(update={"max_seeds": min(design.cap(a) for _, a, _ in h.cells)}) for h in found]
     exact = {h.id for h in hypotheses if h.test == "exact"}
+    shares = {h.id for h in hypotheses if h.statistic == "share"}
+    quantiles: dict[tuple[int, str], tuple[float, float, float]] = {}
     counts = family_counts(list(absent))
     held = seeds_held(store)
     observed: list[dict[str, Any]] = []
@@ -122,7 +139,14 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
         for i in range(res.sizes["claim"]):
             r = res.isel(claim=i)
             cid = str(r.claim.values)
-            if str(r.verdict.values) != "not evaluable":
+            if str(r.verdict.values) == "not evaluable":
+                continue
+            if cid in shares:
+                count = share_count_of(r)
+                if count is not None:
+                    obs[cid] = count
+                    quantiles[(len(observed), cid)] = (float(r.estimate), float(r.lower), float(r.upper))
+            else:
                 obs[cid] = float(r.p) if cid in exact else (float(r.estimate), float(r.se), float(r.df))
         observed.append(obs)
         stages = sequential_decisions(design, hypotheses, observed, absent=counts)
@@ -133,8 +157,26 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
                          tests={h.id: _test_words(h) for h in hypotheses},
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
                          ranges={c.id: ((0.0 if c.kind in ("bound", "readable_by") else -1.0), 1.0)
-                                 for c in tested.values() if c.metric in _PROPORTIONS},
-                         added=_added(store, [st.seeds for st in stages]))
+                                 for c in tested.values() if c.metric in _PROPORTIONS or c.id in shares},
+                         added=_added(store, [st.seeds for st in stages]), shares=frozenset(shares),
+                         quantiles=quantiles)
+
+
+#: The columns of a claims row a share claim's stage is observed by.
+SHARE_COLUMNS = ("beyond", "short", "n_seeds")
+
+
+def share_count_of(row) -> ShareCount | None:
+    """A share claim's observation from its claims row at a stage: ``ShareCount(beyond, short,
+    n_seeds)``; None (not observed: the claim continues untested) where a column is missing or
+    not a count."""
+    try:
+        nums = [float(row[c]) for c in SHARE_COLUMNS]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(np.isfinite(nums)) or nums[2] < 1:
+        return None
+    return ShareCount(int(nums[0]), int(nums[1]), int(nums[2]))
 
 
 def next_cells(run: SequentialRun) -> dict[Cell, int]:
@@ -152,7 +194,13 @@ def sequential_dataset(run: SequentialRun):
     the decision, estimate, SE, df, level, critical t, boundaries and repeated interval; per
     claim its final decision, the stage deciding it (0: none), its test and maximum; per stage
     the seeds per cell, the cells the next stage trains, the runs it added and their CPU
-    seconds; the design as a JSON attribute."""
+    seconds; the design as a JSON attribute. A share claim (``by_share``) also has per stage its
+    counts ``beyond`` and ``short``, the seeds beyond its own test ``needed`` and short of the
+    threshold its opposite side needed (``contra_needed``; more than the stage's seeds: none
+    could cross), and ``seed_quantile``, its seeds' q-quantile (the median seed) at that stage; its
+    ``estimate`` is the share beyond, ``rci_*`` that share's repeated interval, ``bound_low``
+    the share it had to reach, ``one_sided_*`` the order statistic that had to lie beyond the
+    threshold (NaN where the seeds' values were not observed)."""
     import json
 
     import xarray as xr
@@ -162,7 +210,8 @@ def sequential_dataset(run: SequentialRun):
     shape = (K, len(ids))
     num = {v: np.full(shape, np.nan) for v in ("estimate", "se", "df", "level", "critical", "bound_low",
                                                 "bound_high", "rci_low", "rci_high", "conditional_power",
-                                                "one_sided_low", "one_sided_high", "margin_level")}
+                                                "one_sided_low", "one_sided_high", "margin_level",
+                                                "beyond", "short", "needed", "contra_needed", "seed_quantile")}
     decision = np.full(shape, "", dtype=object)
     outcome = np.full(shape, "", dtype=object)
     for k, st in enumerate(run.stages):
@@ -174,8 +223,12 @@ def sequential_dataset(run: SequentialRun):
             for v, x in (("estimate", c.estimate), ("se", c.se), ("df", c.df), ("level", c.level),
                          ("critical", c.critical), ("rci_low", c.rci[0]), ("rci_high", c.rci[1]),
                          ("conditional_power", c.conditional_power), ("one_sided_low", c.bound[0]),
-                         ("one_sided_high", c.bound[1]), ("margin_level", c.margin_level)):
+                         ("one_sided_high", c.bound[1]), ("margin_level", c.margin_level),
+                         ("beyond", c.beyond), ("short", c.short), ("needed", c.needed),
+                         ("contra_needed", c.contra_needed)):
                 num[v][k, j] = x
+            if cid in run.shares and c.look is not None and (c.look, cid) in run.quantiles:
+                num["seed_quantile"][k, j] = run.quantiles[(c.look, cid)][0]
             # bound_low: where the estimate must rise above; bound_high: below. Not sorted: a
             # within test whose two boundaries cross (bound_low > bound_high) cannot pass yet
             bounds, test = c.boundaries, run.tests[cid]
@@ -196,6 +249,7 @@ def sequential_dataset(run: SequentialRun):
     data["decided_at"] = (("claim",), np.array(decided_at, dtype=int))
     data["test"] = (("claim",), np.array([run.tests[c] for c in ids], dtype=str))
     data["max_seeds"] = (("claim",), np.array([run.caps[c] for c in ids], dtype=int))
+    data["by_share"] = (("claim",), np.array([c in run.shares for c in ids], dtype=bool))
     data["seeds"] = (("stage",), np.array([st.seeds for st in run.stages], dtype=int))
     data["cells_next"] = (("stage",), np.array([", ".join("/".join(c) for c in st.cells_next) for st in run.stages],
                                                dtype=str))
@@ -225,7 +279,7 @@ def one_sided(c) -> str:
 #: verdict; a sequentially tested claim's row keeps them as ``fixed_<name>`` and blanks them.
 _FIXED_ONLY = ("p", "p_adjusted", "p_zero", "p_zero_adjusted", "p_equivalence", "p_equivalence_adjusted",
                "p_margin", "p_margin_adjusted", "p_contra", "p_contra_adjusted", "power", "power_at", "mde",
-               "seeds_needed", "max_t", "bound", "min_p")
+               "seeds_needed", "max_t", "bound", "min_p", "p_contra_exact")
 
 #: How a sequential decision reads as a verdict (futility: stopped without deciding).
 _VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
@@ -233,12 +287,37 @@ _VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclus
             "continue": "inconclusive"}
 
 
+def _share_verdict(c, run: SequentialRun, head: str, what: str, k: int, fixed: str) -> tuple[str, dict[str, float]]:
+    """A share claim's reason and the columns its row takes from the stage that decided it (or
+    its last): the counts, the share beyond with its repeated interval (``share_lower``,
+    ``share_upper``), and the median seed with the fixed look's interval at that stage's seeds
+    (``estimate``, ``lower``, ``upper``: the numbers the fixed design shows, NaN where the stage
+    did not observe them)."""
+    med = run.quantiles.get((c.look, c.id), (np.nan, np.nan, np.nan)) if c.look is not None else (np.nan,) * 3
+    lo, hi = c.rci
+    which = "median seed" if "the median seed" in run.tests.get(c.id, "") else "quantile of the seeds"
+    if c.decision == "inconclusive":
+        what = "not decided at its maximum"
+    text = (f"{head}: {what} at stage {k} ({c.seeds} seeds): {c.note or 'no count of its seeds'}"
+            + (f"; share beyond {c.estimate:.3f}, repeated 95% interval [{lo:.3f}, {hi:.3f}]"
+               if np.isfinite(c.estimate) and np.isfinite(lo) and np.isfinite(hi) else "")
+            + (f"; {which} {med[0]:.4g}" if np.isfinite(med[0]) else "")
+            + f"; the fixed test on every seed held: {fixed}")
+    cols = {"estimate": med[0], "lower": med[1], "upper": med[2], "share": c.estimate, "share_lower": lo,
+            "share_upper": hi, "beyond": c.beyond, "short": c.short, "n_seeds": c.seeds, "level": c.level,
+            "se": np.nan, "df": np.nan}
+    return text, cols
+
+
 def sequential_verdicts(res, run: SequentialRun):
     """The claims table ``res`` (:func:`analysis.claims.evaluate_claims` on every seed held) with
     each sequentially tested claim's verdict, estimate, interval, bound, level and seeds taken
     from the stage the design decided it at (the repeated confidence interval), and the fixed
     test's verdict on every seed kept as ``fixed_verdict``. A look at all the seeds without
-    the design's boundaries is not a verdict the design licenses; the design's is."""
+    the design's boundaries is not a verdict the design licenses; the design's is. A share
+    claim's row keeps that stage's ``beyond``, ``short`` and ``share`` (with its repeated
+    interval as ``share_lower``, ``share_upper``) and its median seed as ``estimate``
+    (:func:`_share_verdict`)."""
     out = res.copy(deep=True)
     ids = [str(c) for c in out.claim.values]
     fixed = [str(v) for v in out["verdict"].values]  # StringDType arrays do not cast to str arrays
@@ -268,16 +347,20 @@ def sequential_verdicts(res, run: SequentialRun):
             if "outcome" in out:
                 outcome[j] = c.outcome
             continue
-        bound = ", ".join(signed(b) for b in c.boundaries) or "–"
-        lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
-        rests = one_sided(c)
-        reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {signed(c.estimate)}"
-                     + (f", {rests} at level {c.level:.2g}" if rests else "")
-                     + f", repeated 95% interval [{signed(lo)}, {signed(hi)}], boundary {bound}"
-                     + (f"; {c.note}" if c.note and c.note != what else "")
-                     + f"; the fixed test on every seed held: {fixed[j]}")
-        for var, x in (("estimate", c.estimate), ("lower", lo), ("upper", hi), ("n_seeds", c.seeds),
-                       ("level", c.level), ("se", c.se), ("df", c.df)):
+        if cid in run.shares:
+            reason[j], written = _share_verdict(c, run, head, what, k, fixed[j])
+        else:
+            bound = ", ".join(signed(b) for b in c.boundaries) or "–"
+            lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
+            rests = one_sided(c)
+            reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {signed(c.estimate)}"
+                         + (f", {rests} at level {c.level:.2g}" if rests else "")
+                         + f", repeated 95% interval [{signed(lo)}, {signed(hi)}], boundary {bound}"
+                         + (f"; {c.note}" if c.note and c.note != what else "")
+                         + f"; the fixed test on every seed held: {fixed[j]}")
+            written = {"estimate": c.estimate, "lower": lo, "upper": hi, "n_seeds": c.seeds, "level": c.level,
+                       "se": c.se, "df": c.df}
+        for var, x in written.items():
             if var in out:
                 out[var].values[j] = x
         # the fixed look's tests do not describe the design's verdict: kept as fixed_*, blank here
