@@ -3,25 +3,16 @@
 * :mod:`.plans`: the run an import writes (:class:`RunInfo`) and which of a source's names
   make which stored variable (:class:`ImportPlan`, built from TransformerLens hooks, module paths or
   plain names);
-* :mod:`.checks`: the checks on what a source hands over (shapes, labels, the library
-  installed) before anything is written;
-* :mod:`.writer`: the resumable, streaming write into a store (:func:`write`).
+* :mod:`.checks`: what a source hands over (:class:`Arrays`, :class:`Batches`, :class:`Labels`)
+  and the library an importer needs (:func:`require`); the checks themselves run inside
+  :func:`write`, which imports them from there;
+* :mod:`.writer`: the resumable, streaming write into a store (:func:`write`), and the file
+  importers' keywords (:class:`ImportOptions`, :func:`options_plan`, :func:`write_with`).
 """
 
 from __future__ import annotations
 
-from .checks import (
-    EXTRA,
-    Arrays,
-    Batches,
-    Labels,
-    Ranged,
-    activation_dims,
-    check_labels,
-    check_shapes,
-    label_arrays,
-    require,
-)
+from .checks import Arrays, Batches, Labels, require
 from .plans import (
     LOGIT_NAMES,
     TOKEN_NAMES,
@@ -36,29 +27,34 @@ from .plans import (
     some_names,
     transformer_lens_plan,
 )
-from .writer import ImportResult, first_tensor, format_import, shapes_of, write
+from .writer import (
+    ImportOptions,
+    ImportResult,
+    first_tensor,
+    format_import,
+    options_plan,
+    shapes_of,
+    write,
+    write_with,
+)
 
 __all__ = [
-    "EXTRA",
     "LOGIT_NAMES",
     "TOKEN_NAMES",
     "Arrays",
     "Batches",
+    "ImportOptions",
+    "ImportPlan",
     "ImportResult",
     "Labels",
-    "ImportPlan",
-    "Ranged",
     "RunInfo",
-    "activation_dims",
     "as_run",
-    "check_labels",
-    "check_shapes",
     "first_tensor",
     "format_import",
-    "label_arrays",
     "module_plan",
     "named_plan",
     "natural",
+    "options_plan",
     "require",
     "select",
     "shapes_of",
@@ -66,4 +62,5 @@ __all__ = [
     "some_names",
     "transformer_lens_plan",
     "write",
+    "write_with",
 ]

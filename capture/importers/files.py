@@ -20,22 +20,38 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar, Unpack
 
 import numpy as np
 
 from store import InvalidArrayError, MissingError, Store
 from store.errors import MissingFileError
 
-from .common import Arrays, ImportPlan, ImportResult, RunInfo, as_run, named_plan, natural, write
+from .common import Arrays, ImportOptions, ImportResult, RunInfo, natural, options_plan, write_with
+
+E = TypeVar("E")
 
 
-class _Files(abc.ABC):
-    """A ranged source over several files (batches), each holding every name."""
+class _Files(abc.ABC, Generic[E]):
+    """A ranged source over several files (batches), each holding every name; ``places`` are
+    the batches (a file, a directory), each one's header read and checked (:meth:`_header`)
+    before anything is written. ``layout[i]`` maps a name to where batch i holds it (``E``,
+    each format's own)."""
 
-    what: str
-    parts: list[dict[str, tuple[int, ...]]]
-    names: list[str]
+    def __init__(self, places: list[Path], what: str) -> None:
+        self.places = places
+        self.layout: list[dict[str, E]] = []
+        parts = []
+        for place in places:
+            layout, shapes = self._header(place)
+            self.layout.append(layout)
+            parts.append(shapes)
+        self.what, self.parts, self.names = what, parts, sorted(parts[0], key=natural)
+
+    @abc.abstractmethod
+    def _header(self, place: Path) -> tuple[dict[str, E], dict[str, tuple[int, ...]]]:
+        """Where one batch holds each name, and each name's shape (implemented by each file
+        format)."""
 
     def check(self, names: Sequence[str]) -> None:
         """Every file holds ``names`` with agreeing shapes; sets the sequence offsets."""
@@ -61,7 +77,7 @@ class _Files(abc.ABC):
         self.shapes = {n: (self.n_sequences, *ref[n][1:]) for n in names}
 
     def part_name(self, i: int) -> str:
-        return f"{self.what}, file {i}"
+        return str(self.places[i])
 
     @property
     def fingerprint(self) -> str:
@@ -127,31 +143,22 @@ def _pread(path: Path, offset: int, dtype: np.dtype, shape: tuple[int, ...],
     return out
 
 
-class SafetensorsSource(_Files):
+class SafetensorsSource(_Files[tuple[str, int]]):
     """safetensors files: each header read and checked here (the format is an 8-byte length,
-    a JSON header, then the raw tensors), blocks of rows read by offset."""
+    a JSON header, then the raw tensors), blocks of rows read by offset; a layout entry is
+    (dtype code, data offset)."""
 
-    def __init__(self, paths: list[Path], what: str) -> None:
-        self.paths = paths
-        self.layout: list[dict[str, tuple[str, int]]] = []  # name -> (dtype code, data offset)
-        parts = []
-        for p in paths:
-            try:
-                layout, shapes = _safetensors_header(p)
-            except InvalidArrayError:
-                raise
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise InvalidArrayError(f"{p} is not a safetensors file ({type(exc).__name__}: "
-                                        f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-            self.layout.append(layout)
-            parts.append(shapes)
-        self.what, self.parts, self.names = what, parts, sorted(parts[0], key=natural)
-
-    def part_name(self, i: int) -> str:
-        return str(self.paths[i])
+    def _header(self, place: Path) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[int, ...]]]:
+        try:
+            return _safetensors_header(place)
+        except InvalidArrayError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidArrayError(f"{place} is not a safetensors file ({type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
 
     def files(self) -> list[Path]:
-        return list(self.paths)
+        return list(self.places)
 
     def dtype(self, name: str) -> np.dtype:
         code = self.layout[0][name][0]
@@ -164,7 +171,7 @@ class SafetensorsSource(_Files):
         row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
         if code == "BF16":
             out = None
-        out = _pread(self.paths[i], start + lo * row, dtype, (hi - lo, *shape[1:]), out)
+        out = _pread(self.places[i], start + lo * row, dtype, (hi - lo, *shape[1:]), out)
         if code == "BF16":  # the top half of a float32
             return (out.astype(np.uint32) << 16).view(np.float32)
         return out
@@ -201,38 +208,31 @@ def _safetensors_header(p: Path) -> tuple[dict[str, tuple[str, int]], dict[str, 
     return layout, shapes
 
 
-class NpySource(_Files):
+class NpySource(_Files[tuple[Path, np.dtype, int, bool]]):
     """A directory of ``<name>.npy`` files (one batch), or of such directories (batches);
-    headers read with ``allow_pickle=False`` semantics (object arrays refused), rows by offset."""
+    headers read with ``allow_pickle=False`` semantics (object arrays refused), rows by offset;
+    a layout entry is (file, dtype, data offset, Fortran order)."""
 
-    def __init__(self, dirs: list[Path], what: str) -> None:
-        self.dirs = dirs
-        self.layout: list[dict[str, tuple[Path, np.dtype, int, bool]]] = []
-        parts = []
-        for d in dirs:
-            layout, shapes = {}, {}
-            for f in sorted(d.glob("*.npy")):
-                try:
-                    with open(f, "rb") as fh:
-                        version = np.lib.format.read_magic(fh)
-                        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                       else np.lib.format.read_array_header_2_0)
-                        shape, fortran, dtype = read_header(fh)
-                        offset = fh.tell()
-                except ValueError as exc:
-                    raise InvalidArrayError(f"{f} is not a .npy file ({exc})") from None
-                if dtype.hasobject:
-                    raise InvalidArrayError(f"{f} holds Python objects, which need pickle: refused")
-                layout[f.stem] = (f, dtype, offset, fortran)
-                shapes[f.stem] = tuple(shape)
-            if not layout:
-                raise MissingError(f"{d} holds no .npy files")
-            self.layout.append(layout)
-            parts.append(shapes)
-        self.what, self.parts, self.names = what, parts, sorted(parts[0], key=natural)
-
-    def part_name(self, i: int) -> str:
-        return str(self.dirs[i])
+    def _header(self, place: Path) -> tuple[dict[str, tuple[Path, np.dtype, int, bool]],
+                                            dict[str, tuple[int, ...]]]:
+        layout, shapes = {}, {}
+        for f in sorted(place.glob("*.npy")):
+            try:
+                with open(f, "rb") as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read_header(fh)
+                    offset = fh.tell()
+            except ValueError as exc:
+                raise InvalidArrayError(f"{f} is not a .npy file ({exc})") from None
+            if dtype.hasobject:
+                raise InvalidArrayError(f"{f} holds Python objects, which need pickle: refused")
+            layout[f.stem] = (f, dtype, offset, fortran)
+            shapes[f.stem] = tuple(shape)
+        if not layout:
+            raise MissingError(f"{place} holds no .npy files")
+        return layout, shapes
 
     def files(self) -> list[Path]:
         return [f for layout in self.layout for f, _dt, _off, _fortran in layout.values()]
@@ -293,59 +293,23 @@ def npy_dirs(path: str | os.PathLike[str]) -> list[Path]:
     return subs
 
 
-def _import(source: _Files, store: Store | str, run: RunInfo | str, *, layers, sites, plan, labels,
-            tokens, mask, dtype, block_size, fmt, default_arch, run_fields,
-            allow_nonfinite: bool = False) -> ImportResult:
-    plan = plan or named_plan(source.names, layers=layers, sites=sites)
+def _import(source: _Files, store: Store | str, run: RunInfo | str, fmt: str,
+            options: ImportOptions) -> ImportResult:
+    plan = options_plan(source.names, options)
     source.check(plan.names())
-    return write(store, as_run(run, **{"arch": default_arch, **run_fields}), source, plan,
-                 labels=labels, tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt=fmt,
-                 allow_nonfinite=allow_nonfinite)
+    return write_with(store, run, source, plan, options, fmt=fmt, arch="unknown")
 
 
-def import_safetensors(
-    store: Store | str,
-    run: RunInfo | str,
-    path: str | os.PathLike[str],
-    *,
-    layers: Sequence[str] | None = None,
-    sites: Sequence[str] | None = None,
-    plan: ImportPlan | None = None,
-    labels: Any = None,
-    tokens: Any = None,
-    mask: Any = None,
-    dtype: str = "float16",
-    block_size: int | None = None,
-    fmt: str = "safetensors",
-    allow_nonfinite: bool = False,
-    **run_fields: Any,
-) -> ImportResult:
-    """Import a safetensors file, or a directory of them (batches in name order)."""
+def import_safetensors(store: Store | str, run: RunInfo | str, path: str | os.PathLike[str], *,
+                       fmt: str = "safetensors", **options: Unpack[ImportOptions]) -> ImportResult:
+    """Import a safetensors file, or a directory of them (batches in name order); keywords:
+    :class:`~capture.importers.writer.ImportOptions`."""
     files = safetensors_files(path)
-    src = SafetensorsSource(files, str(path))
-    return _import(src, store, run, layers=layers, sites=sites, plan=plan, labels=labels, tokens=tokens,
-                   mask=mask, dtype=dtype, block_size=block_size, fmt=fmt, default_arch="unknown",
-                   run_fields=run_fields, allow_nonfinite=allow_nonfinite)
+    return _import(SafetensorsSource(files, str(path)), store, run, fmt, options)
 
 
-def import_npy(
-    store: Store | str,
-    run: RunInfo | str,
-    path: str | os.PathLike[str],
-    *,
-    layers: Sequence[str] | None = None,
-    sites: Sequence[str] | None = None,
-    plan: ImportPlan | None = None,
-    labels: Any = None,
-    tokens: Any = None,
-    mask: Any = None,
-    dtype: str = "float16",
-    block_size: int | None = None,
-    allow_nonfinite: bool = False,
-    **run_fields: Any,
-) -> ImportResult:
-    """Import a directory of ``<layer>.npy`` files (or a directory of such directories)."""
-    src = NpySource(npy_dirs(path), str(path))
-    return _import(src, store, run, layers=layers, sites=sites, plan=plan, labels=labels, tokens=tokens,
-                   mask=mask, dtype=dtype, block_size=block_size, fmt="npy", default_arch="unknown",
-                   run_fields=run_fields, allow_nonfinite=allow_nonfinite)
+def import_npy(store: Store | str, run: RunInfo | str, path: str | os.PathLike[str],
+               **options: Unpack[ImportOptions]) -> ImportResult:
+    """Import a directory of ``<layer>.npy`` files (or a directory of such directories);
+    keywords: :class:`~capture.importers.writer.ImportOptions`."""
+    return _import(NpySource(npy_dirs(path), str(path)), store, run, "npy", options)

@@ -24,7 +24,7 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -34,14 +34,13 @@ from store.schema import length_group
 
 from .common import (
     Arrays,
-    ImportPlan,
+    ImportOptions,
     ImportResult,
     Labels,
     RunInfo,
-    as_run,
-    named_plan,
+    options_plan,
     require,
-    write,
+    write_with,
 )
 
 _HOOK_TYPES = ("Array2D", "Array3D", "Array4D", "Array5D")
@@ -136,33 +135,19 @@ class DatasetSource:
         return out
 
 
-def import_hf_datasets(
-    store: Store | str,
-    run: RunInfo | str,
-    path: str | os.PathLike[str],
-    *,
-    layers: Sequence[str] | None = None,
-    sites: Sequence[str] | None = None,
-    plan: ImportPlan | None = None,
-    labels: Any = None,
-    tokens: Any = None,
-    mask: Any = None,
-    dtype: str = "float16",
-    block_size: int | None = None,
-    allow_nonfinite: bool = False,
-    **run_fields: Any,
-) -> ImportResult:
-    """Import a ``datasets`` directory (SAELens' cached activations, or an export of ours)."""
+def import_hf_datasets(store: Store | str, run: RunInfo | str, path: str | os.PathLike[str],
+                       **options: Unpack[ImportOptions]) -> ImportResult:
+    """Import a ``datasets`` directory (SAELens' cached activations, or an export of ours);
+    keywords: :class:`~capture.importers.writer.ImportOptions` (``labels`` default: the
+    directory's own label and mask columns)."""
     src = DatasetSource(path)
     if not src.names:
         raise MissingError(f"{path} has no activation columns (Array2D); its columns: "
                            f"{', '.join(src.ds.column_names)}")
-    plan = plan or named_plan(src.names, layers=layers, sites=sites)
-    if labels is None and (src.labels or src.mask):
-        labels = src.labels_and_mask()
-    return write(store, as_run(run, **{"arch": "saelens", **run_fields}), src, plan, labels=labels,
-                 tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt="saelens",
-                 allow_nonfinite=allow_nonfinite)
+    plan = options_plan(src.names, options)
+    if options.get("labels") is None and (src.labels or src.mask):
+        options["labels"] = src.labels_and_mask()
+    return write_with(store, run, src, plan, options, fmt="saelens", arch="saelens")
 
 
 # ---------------------------------------------------------------------- export

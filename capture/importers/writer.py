@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from .checks import (
     label_arrays,
 )
 from .labels import resolve
-from .plans import ImportPlan, RunInfo, site_var
+from .plans import ImportPlan, RunInfo, as_run, named_plan, site_var
 
 
 # ---------------------------------------------------------------------- the write
@@ -99,6 +99,52 @@ def write(
 
     return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what, read,
                   progress, ahead=True, fingerprint=fingerprint, allow_nonfinite=allow_nonfinite)
+
+
+class ImportOptions(TypedDict, total=False):
+    """The keywords of the file importers (``import_safetensors``, ``import_npy``,
+    ``import_hf_datasets``): ``layers`` and ``sites`` pick the names that make them
+    (:func:`~capture.importers.plans.named_plan`), or ``plan`` says it whole; ``labels``,
+    ``tokens``, ``mask``, ``dtype`` (default float16), ``block_size``, ``allow_nonfinite`` are
+    :func:`write`'s; ``task``, ``arch``, ``seed``, ... are the run's fields when ``run`` is a
+    run id (:class:`~capture.importers.plans.RunInfo`)."""
+
+    layers: Sequence[str] | None
+    sites: Sequence[str] | None
+    plan: ImportPlan | None
+    labels: Any
+    tokens: Any
+    mask: Any
+    dtype: str
+    block_size: int | None
+    allow_nonfinite: bool
+    task: str
+    arch: str
+    seed: int
+    variant: str
+    model_config: Mapping[str, Any] | None
+    task_config: Mapping[str, Any] | None
+
+
+#: The keywords of :class:`ImportOptions` that `write` takes.
+WRITE_OPTIONS = ("labels", "tokens", "mask", "dtype", "block_size", "allow_nonfinite")
+
+
+def options_plan(names: Sequence[str], options: ImportOptions) -> ImportPlan:
+    """The plan ``options`` gives, else the one :func:`~capture.importers.plans.named_plan`
+    makes of a file source's ``names`` with its ``layers`` and ``sites``."""
+    return options.get("plan") or named_plan(names, layers=options.get("layers"), sites=options.get("sites"))
+
+
+def write_with(store: Store | str, run: RunInfo | str, source: Ranged, plan: ImportPlan,
+               options: ImportOptions, *, fmt: str, arch: str) -> ImportResult:
+    """`write` of a file importer: the write's keywords from ``options``, the rest (but the
+    plan's) the fields of the run when ``run`` is a run id (whose ``arch`` defaults to
+    ``arch``)."""
+    given: dict[str, Any] = dict(options)
+    fields = {k: v for k, v in given.items() if k not in (*WRITE_OPTIONS, "layers", "sites", "plan")}
+    return write(store, as_run(run, **{"arch": arch, **fields}), source, plan, fmt=fmt,
+                 **{k: v for k, v in given.items() if k in WRITE_OPTIONS})
 
 
 def _write_batches(store, run, source: Batches, plan: ImportPlan, lab: tuple[Any, Any, Any], dtype: str,
