@@ -89,9 +89,9 @@ def _test_words(h) -> str:
     if h.test == "exact":
         return "an exact permutation test of the profiles, one look at its maximum"
     if h.statistic == "share":  # the share is what its estimate, interval and boundary are in
-        who = "the median seed" if h.q == 0.5 else f"{h.q:g} of the seeds"
-        return (f"greater than {h.q:g}: the share of seeds {'above' if h.test == 'greater' else 'below'} "
-                f"{h.value:g} ({who} beyond it, exact sign test)")
+        who = "the median seed beyond it" if h.q == 0.5 else f"more than {h.q:g} of the seeds beyond it"
+        return (f"greater than {h.q:g} (the share of seeds {'above' if h.test == 'greater' else 'below'} "
+                f"{h.value:g}: {who}, exact sign test)")
     m = f"{h.margin:g}" if h.margin is not None else ""
     return {"greater": f"greater than {h.value:g}", "less": f"less than {h.value:g}",
             "two-sided": f"different from {h.value:g}", "within": f"within {h.value:g} +- {m}",
