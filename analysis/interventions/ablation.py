@@ -51,7 +51,8 @@ over sequences and seeds: ``correct / n_labelled`` summed over sequences is the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import dask
@@ -81,9 +82,9 @@ from analysis.interventions.engine import (
     Var,
     assemble,
     open_plan,
-    run_and_store,
     select_runs,
 )
+from analysis.interventions.intervals import store_with_intervals
 from analysis.interventions.matched import (
     matched_eraser,
     name_seed,
@@ -481,39 +482,11 @@ def _summaries(ds: xr.Dataset, refit: bool) -> xr.Dataset:
     return ds
 
 
-def run_ablation(
-    store: Store,
-    name: str = "default",
-    *,
-    scheduler: Any = "threads",
-    num_workers: int | None = None,
-    attrs: Mapping[str, Any] | None = None,
-    **kwargs,
-) -> xr.Dataset:
-    """Compute `ablation` and store it as ``results/ablation/<name>``.
-
-    Parameters
-    ----------
-    store : Store
-        Opened with ``mode="r+"``.
-    name : str
-    scheduler, num_workers
-        Where to compute: see `analysis.compute.compute` (``"threads"``, ``"sync"``,
-        ``"local:N"``, an address, a ``Client`` or a cluster).
-    attrs : mapping, optional
-        Added to the stored result's attributes.
-    **kwargs
-        Everything `ablation` takes.
-
-    Returns
-    -------
-    xarray.Dataset
-        The computed result (the variables of `ablation`), with the seed-level intervals of
-        its accuracy drop, accuracy and refitted-probe accuracies
-        (`analysis.interventions.intervals.add_intervals`).
-    """
-    from analysis.interventions.intervals import add_intervals
-
-    return run_and_store(store, schema.result_name(schema.ABLATION, name), ablation(store, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, attrs=attrs,
-                         finish=lambda done: add_intervals(done, "ablation", store))
+def run_ablation(store: Store, name: str = "default", **kwargs: Any) -> xr.Dataset:
+    """Compute `ablation` and store it as ``results/ablation/<name>`` of ``store`` (opened with
+    ``mode="r+"``), with the seed-level intervals of its accuracy drop, accuracy and
+    refitted-probe accuracies (`store_with_intervals`). ``kwargs``: ``scheduler``,
+    ``num_workers``, ``attrs`` as in `store_with_intervals`; the rest, everything `ablation`
+    takes. Returns the computed result (the variables of `ablation`) with its intervals
+    (`analysis.interventions.intervals.add_intervals`)."""
+    return store_with_intervals(store, schema.ABLATION, name, partial(ablation, store), kwargs)

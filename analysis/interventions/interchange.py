@@ -9,43 +9,29 @@ The sites are the task's named positions stored with the twins (``pos_key``, ``p
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from analysis.interventions._common import site_description
-from analysis.interventions.engine import InterventionPlan, assemble, run_and_store
+from analysis.interventions.engine import InterventionPlan
+from analysis.interventions.intervals import store_with_intervals
 from analysis.interventions.mechanism import classify_mechanism
-from analysis.interventions.noise import noise_options
-from analysis.interventions.twins import (
-    MIN_GAP,
-    common_attrs,
-    stored_positions,
-    subspace_bases,
-    twin_cells,
-    twin_plan,
-    twin_summaries,
-    twin_variables,
-)
+from analysis.interventions.patching import INTERCHANGE_NAMES, twin_grid
+from analysis.interventions.twins import MIN_GAP, stored_positions
 from store import MissingError, Store, schema
 
 TASK_SITES = ("key", "value", "divider", "query")
 
-#: `interchange`'s variables (the probability is its primary metric).
-INTERCHANGE_NAMES = {
-    "primary": "prob",
-    "recovered_prob": "restored", "recovered_logit": "restored_logit",
-    "damaged_prob": "damaged", "damaged_logit": "damaged_logit",
-    "sub_recovered_prob": "restored_subspace", "sub_recovered_logit": "restored_subspace_logit",
-    "sub_damaged_prob": "damaged_subspace", "sub_damaged_logit": "damaged_subspace_logit",
-    "gap_prob": "gap", "gap_logit": "gap_logit", "clean_prob": "p_clean", "corrupt_prob": "p_corrupt",
-    "recovered_prob:share": "restoration", "recovered_logit:share": "restoration_logit",
-    "damaged_prob:share": "damage", "damaged_logit:share": "damage_logit",
-    "sub_recovered_prob:share": "restoration_subspace",
-    "sub_recovered_logit:share": "restoration_subspace_logit",
-    "sub_damaged_prob:share": "damage_subspace", "sub_damaged_logit:share": "damage_subspace_logit",
+#: `interchange`'s own attributes: what its metrics are.
+INTERCHANGE_ATTRS = {
+    "metric": "probability of the clean answer at the label position",
+    "metric_logit": "logit(clean answer) - logit(corrupted answer) (*_logit)",
+    "restoration": "sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
+    "damage": "sum(p_clean - p_noised) / sum(p_clean - p_corrupt) over sequences",
 }
 
 
@@ -79,23 +65,8 @@ def _trivial(plan: InterventionPlan, length: int, sites: list[str]) -> np.ndarra
     return out
 
 
-def interchange(
-    store: Store,
-    runs: Sequence[str] | None,
-    length: int,
-    *,
-    layers: Sequence[str] | None = None,
-    sites: Sequence[str] | None = None,
-    subspace: str | None = None,
-    directions: xr.DataArray | None = None,
-    fit_length: int | None = None,
-    corruption: str = "token",
-    allow_noise: bool = False,
-    noise_scale: float = 3.0,
-    seed: int = 0,
-    batch_size: int = 256,
-    device: str = "cpu",
-) -> xr.Dataset:
+def interchange(store: Store, runs: Sequence[str] | None, length: int, *,
+                 sites: Sequence[str] | None = None, **options: Any) -> xr.Dataset:
     """Build (lazily) interchange interventions: patch named positions, layer by layer, in
     both directions and two metrics.
 
@@ -105,16 +76,11 @@ def interchange(
     runs : list of str or None
     length : int
         Length of the stored counterfactual pairs.
-    layers : list of str, optional
     sites : list of str, optional
         Names of stored ``pos_<site>`` positions; default ``key, value, divider, query`` when
         stored (associative recall, treecall), else ``corrupt, label``.
-    subspace, directions, fit_length, corruption, allow_noise, noise_scale, seed
+    layers, subspace, directions, fit_length, corruption, allow_noise, noise_scale, seed, batch_size, device
         As in `patching`.
-    batch_size : int
-    device : str
-        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``); the stored
-        states are read on the host. Recorded as the result's ``device`` attribute.
 
     Returns
     -------
@@ -129,33 +95,15 @@ def interchange(
         sequence)``. Coordinate ``patched_site (run, layer, site)`` names what was patched,
         e.g. "block output of layer L1 at position 'value'".
     """
-    noise = noise_options(corruption, allow_noise, noise_scale, seed)
-    plan = twin_plan(store, runs, length, layers, corruption)
-    plan.device = device
-    sites = _sites(plan, length, sites)
-    plan.axes = {"site": sites}
-    subspaces = subspace_bases(plan, length, subspace, directions, fit_length)
-    names = INTERCHANGE_NAMES
-    named = [[[site_description(plan.arch[r], y, f"position {c!r}") for c in sites]
-              for y in plan.layers] for r in plan.runs]
-    ds = assemble(
-        plan,
-        twin_variables(names, "site", subspace is not None),
-        twin_cells(plan, length, sites, names, batch_size, subspaces=subspaces, noise=noise),
-        data={**stored_positions(plan, length, sorted({*sites, "corrupt", "label"})),
-              "trivial": (("run", "site"), _trivial(plan, length, sites))},
-        coords={"patched_site": (("run", "layer", "site"), named)},
-        attrs={
-            "analysis": "interchange",
-            "length": int(length),
-            "metric": "probability of the clean answer at the label position",
-            "metric_logit": "logit(clean answer) - logit(corrupted answer) (*_logit)",
-            "restoration": "sum(p_patched - p_corrupt) / sum(p_clean - p_corrupt) over sequences",
-            "damage": "sum(p_clean - p_noised) / sum(p_clean - p_corrupt) over sequences",
-            **common_attrs(corruption, noise, subspace),
-        },
-    )
-    return twin_summaries(ds, names, subspace is not None)
+    def described(plan: InterventionPlan, chosen: list) -> tuple[dict, dict]:
+        named = [[[site_description(plan.arch[r], y, f"position {c!r}") for c in chosen]
+                  for y in plan.layers] for r in plan.runs]
+        return ({**stored_positions(plan, length, sorted({*chosen, "corrupt", "label"})),
+                 "trivial": (("run", "site"), _trivial(plan, length, chosen))},
+                {"patched_site": (("run", "layer", "site"), named)})
+
+    return twin_grid("interchange", INTERCHANGE_NAMES, INTERCHANGE_ATTRS, store, runs, length, "site",
+                     lambda plan: _sites(plan, length, sites), described, **options)
 
 
 def run_interchange(
@@ -166,47 +114,25 @@ def run_interchange(
     runs: Sequence[str] | None = None,
     threshold: float = 0.5,
     min_gap: float = MIN_GAP,
-    scheduler: Any = "threads",
-    num_workers: int | None = None,
-    attrs: Mapping[str, Any] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> xr.Dataset:
     """Compute `interchange`, add ``mechanism (run)`` when the sites allow, and store it as
-    ``results/interchange/<name>``.
-
-    Parameters
-    ----------
-    store : Store
-        Opened with ``mode="r+"``.
-    length : int
-        Length of the stored counterfactual pairs.
-    name : str
-    runs : list of str, optional
-        Default: every run.
-    threshold, min_gap : float
-        Passed to `classify_mechanism`.
-    scheduler, num_workers
-        Where to compute: see `analysis.compute.compute`.
-    attrs : mapping, optional
-        Added to the stored result's attributes.
-    **kwargs
-        ``layers``, ``sites``, ``batch_size`` of `interchange`.
+    ``results/interchange/<name>``, with the seed-level intervals of its restoration and damage
+    (`store_with_intervals`). ``store``, ``length``, ``name``, ``runs`` and ``kwargs`` as in
+    `run_patching` (the rest of ``kwargs`` `interchange`'s: ``layers``, ``sites``,
+    ``batch_size``, ...); ``threshold``, ``min_gap`` are passed to `classify_mechanism`.
 
     Returns
     -------
     xarray.Dataset
         The computed `interchange` result, plus ``mechanism`` (attrs: threshold, min_gap) and
-        the seed-level intervals of its restoration and damage
-        (`analysis.interventions.intervals.add_intervals`).
+        its intervals (`analysis.interventions.intervals.add_intervals`).
     """
-    from analysis.interventions.intervals import add_intervals
-
     def with_mechanism(result: xr.Dataset) -> xr.Dataset:
         if {"key", "value", "query"} <= {str(s) for s in result.site.values}:
             result["mechanism"] = classify_mechanism(result, threshold=threshold, min_gap=min_gap)
             result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
-        return add_intervals(result, "interchange", store)
+        return result
 
-    return run_and_store(store, schema.result_name(schema.INTERCHANGE, name), interchange(store, runs, length, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, finish=with_mechanism,
-                         attrs=attrs)
+    return store_with_intervals(store, schema.INTERCHANGE, name, partial(interchange, store, runs, length),
+                                kwargs, finish=with_mechanism)

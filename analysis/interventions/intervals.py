@@ -18,7 +18,7 @@ runs), where ``numerator`` may be ``"a-b"`` (a difference of two variables) and 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,9 @@ from analysis.intervals import (
     group_intervals,
     with_cells,
 )
+from analysis.interventions.engine import run_and_store
 from analysis.interventions.twins import MIN_GAP
+from store import Store, schema
 
 #: kind -> (metric, numerator, denominator, runs) of every interval the result stores.
 METRICS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
@@ -143,6 +145,23 @@ def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVE
                      interval_method="seed-level t across seeds (2 or more seeds); percentile bootstrap over "
                                      "sequences (one seed: sequence sampling only)")
     return out
+
+
+def store_with_intervals(store: Store, kind: str, name: str, build: Callable[..., xr.Dataset],
+                         kwargs: Mapping[str, Any],
+                         finish: Callable[[xr.Dataset], xr.Dataset] | None = None) -> xr.Dataset:
+    """The ``run_<kind>`` of an intervention: build it lazily (``build(**kwargs)``, less the
+    keywords ``scheduler``, ``num_workers`` and ``attrs``), compute it on ``scheduler`` (default
+    ``"threads"``; ``"sync"``, ``"local:N"``, an address, a ``Client`` or a cluster) with
+    ``num_workers`` (`analysis.compute.compute`), ``finish`` it, add its
+    seed-level intervals (:func:`add_intervals`) and store it as ``results/<kind>/<name>`` of
+    ``store`` (opened with ``mode="r+"``), ``attrs`` added to its attributes."""
+    given = dict(kwargs)
+    scheduler, num_workers = given.pop("scheduler", "threads"), given.pop("num_workers", None)
+    attrs = given.pop("attrs", None)
+    return run_and_store(store, schema.result_name(kind, name), build(**given), scheduler=scheduler,
+                         num_workers=num_workers, attrs=attrs,
+                         finish=lambda done: add_intervals(done if finish is None else finish(done), kind, store))
 
 
 _CELL = ("cell_task", "cell_arch", "cell_variant")

@@ -54,19 +54,22 @@ named positions) and primary metric (logit difference or probability). The cell'
 computation (patched logits, metrics, `patch_effects`) is in
 :mod:`analysis.interventions.patch_kernels`; reading a mechanism from the results
 (`nontrivial_restoration`, `classify_mechanism`) in :mod:`analysis.interventions.mechanism`;
-`interchange` itself in :mod:`analysis.interventions.interchange`, the noise corruption in
+`twin_grid` builds either grid here, `interchange` itself is in
+:mod:`analysis.interventions.interchange`, the noise corruption in
 :mod:`analysis.interventions.noise`, the twin grids both run in
 :mod:`analysis.interventions.twins`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import xarray as xr
 
-from analysis.interventions.engine import assemble, run_and_store
+from analysis.interventions.engine import InterventionPlan, assemble
+from analysis.interventions.intervals import store_with_intervals
 from analysis.interventions.noise import noise_options
 from analysis.interventions.twins import (
     common_attrs,
@@ -80,29 +83,58 @@ from analysis.interventions.twins import (
 from store import Store, schema
 from store.errors import InvalidArgumentError
 
-#: `patching`'s variables: OUTPUTS key -> name (and the summaries' names).
-PATCHING_NAMES = {
-    "primary": "logit",
-    "recovered_logit": "recovered", "recovered_prob": "recovered_prob",
-    "damaged_logit": "damaged", "damaged_prob": "damaged_prob",
-    "sub_recovered_logit": "recovered_subspace", "sub_recovered_prob": "recovered_subspace_prob",
-    "sub_damaged_logit": "damaged_subspace", "sub_damaged_prob": "damaged_subspace_prob",
-    "gap_logit": "gap", "gap_prob": "gap_prob", "defined": "corrupt_defined",
-    "recovered_logit:share": "recovery", "recovered_prob:share": "recovery_prob",
-    "damaged_logit:share": "damage", "damaged_prob:share": "damage_prob",
-    "sub_recovered_logit:share": "recovery_subspace",
-    "sub_recovered_prob:share": "recovery_subspace_prob",
-    "sub_damaged_logit:share": "damage_subspace", "sub_damaged_prob:share": "damage_subspace_prob",
+#: The twin grids' variables: OUTPUTS key (and ``<key>:share``, its summary) -> (`patching`'s
+#: name, `interchange`'s name), None where the grid has none; ``primary`` is its first metric.
+TWIN_NAMES = {
+    "primary": ("logit", "prob"),
+    "recovered_logit": ("recovered", "restored_logit"),
+    "recovered_prob": ("recovered_prob", "restored"),
+    "damaged_logit": ("damaged", "damaged_logit"),
+    "damaged_prob": ("damaged_prob", "damaged"),
+    "sub_recovered_logit": ("recovered_subspace", "restored_subspace_logit"),
+    "sub_recovered_prob": ("recovered_subspace_prob", "restored_subspace"),
+    "sub_damaged_logit": ("damaged_subspace", "damaged_subspace_logit"),
+    "sub_damaged_prob": ("damaged_subspace_prob", "damaged_subspace"),
+    "gap_logit": ("gap", "gap_logit"),
+    "gap_prob": ("gap_prob", "gap"),
+    "defined": ("corrupt_defined", None),
+    "clean_prob": (None, "p_clean"),
+    "corrupt_prob": (None, "p_corrupt"),
+    "recovered_logit:share": ("recovery", "restoration_logit"),
+    "recovered_prob:share": ("recovery_prob", "restoration"),
+    "damaged_logit:share": ("damage", "damage_logit"),
+    "damaged_prob:share": ("damage_prob", "damage"),
+    "sub_recovered_logit:share": ("recovery_subspace", "restoration_subspace_logit"),
+    "sub_recovered_prob:share": ("recovery_subspace_prob", "restoration_subspace"),
+    "sub_damaged_logit:share": ("damage_subspace", "damage_subspace_logit"),
+    "sub_damaged_prob:share": ("damage_subspace_prob", "damage_subspace"),
+}
+#: `patching`'s variables (the logit difference is its primary metric).
+PATCHING_NAMES = {key: p for key, (p, _i) in TWIN_NAMES.items() if p is not None}
+#: `interchange`'s variables (the probability is its primary metric).
+INTERCHANGE_NAMES = {key: i for key, (_p, i) in TWIN_NAMES.items() if i is not None}
+#: `patching`'s own attributes: what its metrics are.
+PATCHING_ATTRS = {
+    "metric": "logit(clean answer) - logit(corrupted answer) at the label position; "
+    "log p(clean answer) where the corrupted answer is undefined (-1)",
+    "metric_prob": "probability of the clean answer at the label position (*_prob)",
+    "recovery": "sum(recovered) / sum(gap) over sequences",
+    "damage": "sum(damaged) / sum(gap) over sequences",
 }
 
 
-def patching(
+def twin_grid(
+    analysis: str,
+    names: dict[str, str],
+    own: dict[str, str],
     store: Store,
-    runs: Sequence[str] | None,
+    runs,
     length: int,
+    axis: str,
+    choose: Callable[[InterventionPlan], list],
+    described: Callable[[InterventionPlan, list], tuple[dict, dict]],
     *,
-    layers: Sequence[str] | None = None,
-    positions: Sequence[int] | None = None,
+    layers=None,
     subspace: str | None = None,
     directions: xr.DataArray | None = None,
     fit_length: int | None = None,
@@ -113,6 +145,32 @@ def patching(
     batch_size: int = 256,
     device: str = "cpu",
 ) -> xr.Dataset:
+    """The lazy grid ``analysis`` (`patching` or `interchange`) builds, with its summaries (on
+    the twin machinery of :mod:`analysis.interventions.twins`): ``names`` its variables
+    (`twin_variables`), ``own`` its own attributes; the sites along ``axis`` are
+    ``choose(plan)`` (positions, or names of stored positions), ``described(plan, sites)``
+    its further data and coordinates. The keywords are those `patching` documents."""
+    noise = noise_options(corruption, allow_noise, noise_scale, seed)
+    plan = twin_plan(store, runs, length, layers, corruption)
+    plan.device = device
+    sites = choose(plan)
+    plan.axes = {axis: sites}
+    subspaces = subspace_bases(plan, length, subspace, directions, fit_length)
+    data, coords = described(plan, sites)
+    ds = assemble(
+        plan,
+        twin_variables(names, axis, subspace is not None),
+        twin_cells(plan, length, sites, names, batch_size, subspaces=subspaces, noise=noise),
+        data=data,
+        coords=coords,
+        attrs={"analysis": analysis, "length": int(length), **own,
+               **common_attrs(corruption, noise, subspace)},
+    )
+    return twin_summaries(ds, names, subspace is not None)
+
+
+def patching(store: Store, runs: Sequence[str] | None, length: int, *,
+             positions: Sequence[int] | None = None, **options: Any) -> xr.Dataset:
     """Build (lazily) the layer x position patching grid of clean / corrupted twins, in both
     directions and two metrics.
 
@@ -143,10 +201,8 @@ def patching(
         Noise standard deviation, in units of the embedding's.
     seed : int
         Seeds the noise.
-    batch_size : int
-    device : str
-        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``); the stored
-        states are read on the host. Recorded as the result's ``device`` attribute.
+    batch_size, device
+        As in `ablation` (sequences per resumed forward pass; where each run's model runs).
 
     Returns
     -------
@@ -164,37 +220,22 @@ def patching(
         Coordinate ``patched_site (run, layer)``; attrs ``corruption`` (what the twins are),
         ``metric``, ``directions``. NaN where a run has fewer sequences or lacks a layer.
     """
-    noise = noise_options(corruption, allow_noise, noise_scale, seed)
-    plan = twin_plan(store, runs, length, layers, corruption)
-    plan.device = device
-    positions = list(range(length) if positions is None else positions)
-    bad_pos = [p for p in positions if not 0 <= p < length]
-    if bad_pos:
-        raise InvalidArgumentError(
-            f"positions {bad_pos} are outside 0..{length - 1} (the twins' length {length}); "
-            f"pass positions from 0 to {length - 1}"
-        )
-    plan.axes = {"position": positions}
-    subspaces = subspace_bases(plan, length, subspace, directions, fit_length)
-    names = PATCHING_NAMES
-    ds = assemble(
-        plan,
-        twin_variables(names, "position", subspace is not None),
-        twin_cells(plan, length, positions, names, batch_size, subspaces=subspaces, noise=noise),
-        data=stored_positions(plan, length, ("corrupt", "label")),
-        coords={"patched_site": (("run", "layer"), plan.site_names("one position at a time"))},
-        attrs={
-            "analysis": "patching",
-            "length": int(length),
-            "metric": "logit(clean answer) - logit(corrupted answer) at the label position; "
-            "log p(clean answer) where the corrupted answer is undefined (-1)",
-            "metric_prob": "probability of the clean answer at the label position (*_prob)",
-            "recovery": "sum(recovered) / sum(gap) over sequences",
-            "damage": "sum(damaged) / sum(gap) over sequences",
-            **common_attrs(corruption, noise, subspace),
-        },
-    )
-    return twin_summaries(ds, names, subspace is not None)
+    def choose(plan: InterventionPlan) -> list[int]:
+        chosen = list(range(length) if positions is None else positions)
+        bad_pos = [p for p in chosen if not 0 <= p < length]
+        if bad_pos:
+            raise InvalidArgumentError(
+                f"positions {bad_pos} are outside 0..{length - 1} (the twins' length {length}); "
+                f"pass positions from 0 to {length - 1}"
+            )
+        return chosen
+
+    def described(plan: InterventionPlan, chosen: list) -> tuple[dict, dict]:
+        return (stored_positions(plan, length, ("corrupt", "label")),
+                {"patched_site": (("run", "layer"), plan.site_names("one position at a time"))})
+
+    return twin_grid("patching", PATCHING_NAMES, PATCHING_ATTRS, store, runs, length, "position",
+                     choose, described, **options)
 
 
 def run_patching(
@@ -203,12 +244,10 @@ def run_patching(
     name: str = "default",
     *,
     runs: Sequence[str] | None = None,
-    scheduler: Any = "threads",
-    num_workers: int | None = None,
-    attrs: Mapping[str, Any] | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> xr.Dataset:
-    """Compute `patching` and store it as ``results/patching/<name>``.
+    """Compute `patching` and store it as ``results/patching/<name>``, with the seed-level
+    intervals of its recovery and damage (`store_with_intervals`).
 
     Parameters
     ----------
@@ -219,21 +258,14 @@ def run_patching(
     name : str
     runs : list of str, optional
         Default: every run.
-    scheduler, num_workers
-        Where to compute: see `analysis.compute.compute`.
-    attrs : mapping, optional
-        Added to the stored result's attributes.
     **kwargs
-        ``layers``, ``positions``, ``batch_size`` of `patching`.
+        ``scheduler``, ``num_workers``, ``attrs`` as in `store_with_intervals`; the rest
+        `patching`'s (``layers``, ``positions``, ``batch_size``, ...).
 
     Returns
     -------
     xarray.Dataset
-        The computed `patching` result, with the seed-level intervals of its recovery and
-        damage (`analysis.interventions.intervals.add_intervals`).
+        The computed `patching` result, with its intervals
+        (`analysis.interventions.intervals.add_intervals`).
     """
-    from analysis.interventions.intervals import add_intervals
-
-    return run_and_store(store, schema.result_name(schema.PATCHING, name), patching(store, runs, length, **kwargs),
-                         scheduler=scheduler, num_workers=num_workers, attrs=attrs,
-                         finish=lambda done: add_intervals(done, "patching", store))
+    return store_with_intervals(store, schema.PATCHING, name, partial(patching, store, runs, length), kwargs)
