@@ -18,7 +18,7 @@ from analysis.claims.stored import stale_table
 from analysis.claims.verdicts import power_words, seeds_note
 from reports import figures as F
 from reports.intervals import RANGES, apply_rules, interval_text, texts
-from reports.model import ALL_STAGES, COMMANDS, Figure, Section, Table, missing_section
+from reports.model import COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import fmt, fmt_p, read_result
 from reports.snapshot import Snapshot
 from store import schema, validate
@@ -541,8 +541,3 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
         out.append(text)
     return out
 
-
-def commands_note() -> str:
-    return f"Every stage at once: `{ALL_STAGES}`. One stage: " + "; ".join(
-        f"{k}: `{v}`" for k, v in COMMANDS.items()
-    )
