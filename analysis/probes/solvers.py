@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -214,18 +215,10 @@ def path_reference(
     return out
 
 
-def fit_reference(
-    X: np.ndarray,
-    targets: np.ndarray,
-    train: np.ndarray,
-    n_classes: int,
-    C: float,
-    *,
-    tol: float = TOL,
-    max_iter: int | None = None,
-) -> Params:
-    """:func:`path_reference` at one C."""
-    return path_reference(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
+def fit_reference(X: np.ndarray, targets: np.ndarray, train: np.ndarray, n_classes: int, C: float,
+                  **options: Any) -> Params:
+    """:func:`path_reference` at one C (``options``: its ``tol``, ``max_iter``)."""
+    return path_reference(X, targets, train, n_classes, [C], **options)[0]
 
 
 def _ascending(Cs: Sequence[float]) -> list[float]:
@@ -458,22 +451,15 @@ class _Batch:
         return cut[1:] > cut[:-1]
 
 
-def path_exact(
-    X: np.ndarray,
-    targets: np.ndarray,
-    train: np.ndarray,
-    n_classes: int,
-    Cs: Sequence[float],
-    *,
-    tol: float = TOL,
-    max_iter: int | None = None,
-) -> list[Params]:
+def path_exact(X: np.ndarray, targets: np.ndarray, train: np.ndarray, n_classes: int,
+               Cs: Sequence[float], **options: Any) -> list[Params]:
     """The same probes as :func:`path_reference`, all problems in lockstep preconditioned L-BFGS
     (float32), along the path ``Cs`` (ascending) with warm starts; the first C starts from zero,
-    like scikit-learn. Parameters are those of :func:`path_reference`; ``max_iter`` caps the
-    iterations per problem and C.
+    like scikit-learn. Parameters are those of :func:`path_reference` (``options``: ``tol``,
+    ``max_iter``, as :func:`path_exact_many` takes them); ``max_iter`` caps the iterations per
+    problem and C.
     """
-    return path_exact_many([(X, targets, train)], n_classes, Cs, tol=tol, max_iter=max_iter)[0]
+    return path_exact_many([(X, targets, train)], n_classes, Cs, **options)[0]
 
 
 def path_exact_many(
@@ -521,18 +507,11 @@ def path_exact_many(
     return out
 
 
-def fit_exact(
-    X: np.ndarray,
-    targets: np.ndarray,
-    train: np.ndarray,
-    n_classes: int,
-    C: float,
-    *,
-    tol: float = TOL,
-    max_iter: int | None = None,
-) -> Params:
-    """:func:`path_exact` at one C (starting from zero, like scikit-learn)."""
-    return path_exact(X, targets, train, n_classes, [C], tol=tol, max_iter=max_iter)[0]
+def fit_exact(X: np.ndarray, targets: np.ndarray, train: np.ndarray, n_classes: int, C: float,
+              **options: Any) -> Params:
+    """:func:`path_exact` at one C (starting from zero, like scikit-learn; ``options``: its
+    ``tol``, ``max_iter``)."""
+    return path_exact(X, targets, train, n_classes, [C], **options)[0]
 
 
 def fit_labelled(
