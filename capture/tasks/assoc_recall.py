@@ -117,14 +117,6 @@ class AssocRecallConfig(TaskConfig):
             return self.n_pairs
         return min((length - 5) // 2, self.n_keys - 1, self.n_values - 1)
 
-    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
-        """See :func:`generate`."""
-        return generate(rng, n, length, **self.model_dump())
-
-    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
-        """See :func:`counterfactual`."""
-        return counterfactual(rng, n, length, **self.model_dump())
-
 
 def _unused(rng: np.random.Generator, used: np.ndarray, size: int) -> np.ndarray:
     """``(n,)``: per row, an id of ``range(size)`` not in ``used[row]``, uniformly.

@@ -14,6 +14,7 @@ or seeds a global random state.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -128,8 +129,9 @@ class CounterfactualBatch:
 class TaskConfig(BaseModel):
     """Shared behaviour of the typed task configs (one subclass per task module).
 
-    Subclasses set ``name`` and define ``vocab_size``, ``n_classes``, ``target``,
-    ``token_names``, ``generate`` and ``counterfactual``.
+    Subclasses set ``name`` and define ``vocab_size``, ``n_classes``, ``target`` and
+    ``token_names``; ``generate`` and ``counterfactual`` are those of the module that defines
+    the subclass.
 
     Each task module's functions ``generate(rng, n, length, **params) -> TaskBatch`` and
     ``counterfactual(rng, n, length, **params) -> CounterfactualBatch`` (which the methods of
@@ -158,7 +160,15 @@ class TaskConfig(BaseModel):
         TaskBatch
             ``(n, length)`` tokens and labels.
         """
-        return self.generate(np.random.default_rng(seed), n, length)  # type: ignore[attr-defined]
+        return self.generate(np.random.default_rng(seed), n, length)
+
+    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
+        """The task module's ``generate`` with this config's fields as ``params``."""
+        return sys.modules[type(self).__module__].generate(rng, n, length, **self.model_dump())
+
+    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
+        """The task module's ``counterfactual`` with this config's fields as ``params``."""
+        return sys.modules[type(self).__module__].counterfactual(rng, n, length, **self.model_dump())
 
 
 def check_request(task: str, rng: object, n: int, length: int, min_length: int) -> None:

@@ -176,14 +176,6 @@ class CodeDepthConfig(TaskConfig):
         """The token kinds, in id order."""
         return list(KINDS)
 
-    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
-        """See :func:`generate`."""
-        return generate(rng, n, length, **self.model_dump())
-
-    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
-        """See :func:`counterfactual`."""
-        return counterfactual(rng, n, length, **self.model_dump())
-
 
 @dataclass(frozen=True)
 class Window:

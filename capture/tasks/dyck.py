@@ -88,14 +88,6 @@ class DyckConfig(TaskConfig):
             return [p[0] for p in pairs] + [p[1] for p in pairs]
         return [f"({j}" for j in range(self.k)] + [f"){j}" for j in range(self.k)]
 
-    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
-        """See :func:`generate`."""
-        return generate(rng, n, length, **self.model_dump())
-
-    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
-        """See :func:`counterfactual`."""
-        return counterfactual(rng, n, length, **self.model_dump())
-
 
 class _Walk(NamedTuple):
     """A simulated batch and the bracket structure behind it; all ``(n, length)`` int64."""

@@ -59,14 +59,6 @@ class ParityConfig(TaskConfig):
         """Printable name of each token id."""
         return ["0", "1"]
 
-    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
-        """See :func:`generate`."""
-        return generate(rng, n, length, **self.model_dump())
-
-    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
-        """See :func:`counterfactual`."""
-        return counterfactual(rng, n, length, **self.model_dump())
-
 
 def running_parity(bits: np.ndarray) -> np.ndarray:
     """XOR of ``bits[:, 0..t]`` for every t.

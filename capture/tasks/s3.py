@@ -92,14 +92,6 @@ class S3Config(TaskConfig):
         """Each element in one-line notation, e.g. ``"120"`` for ``[1 2 0]``."""
         return ["".join(map(str, p)) for p in PERMUTATIONS.tolist()]
 
-    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
-        """See :func:`generate`."""
-        return generate(rng, n, length, **self.model_dump())
-
-    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
-        """See :func:`counterfactual`."""
-        return counterfactual(rng, n, length, **self.model_dump())
-
 
 def running_product(elements: np.ndarray) -> np.ndarray:
     """``g_0 · … · g_t`` for every t.

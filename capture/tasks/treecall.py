@@ -126,14 +126,6 @@ class TreecallConfig(TaskConfig):
         return build_grammar(self.grammar_seed, self.n_nonterminals, self.n_terminals,
                              self.max_rhs_len, self.max_rules_per_nt, self.max_depth)
 
-    def generate(self, rng: np.random.Generator, n: int, length: int) -> TaskBatch:
-        """See :func:`generate`."""
-        return generate(rng, n, length, **self.model_dump())
-
-    def counterfactual(self, rng: np.random.Generator, n: int, length: int) -> CounterfactualBatch:
-        """See :func:`counterfactual`."""
-        return counterfactual(rng, n, length, **self.model_dump())
-
 
 @dataclass(frozen=True, eq=False)
 class Grammar:
