@@ -45,7 +45,8 @@ d_model = 16
 n_layers = 2
 
 # Neither can be decided at 2 seeds (a t with 1 degree of freedom against an O'Brien-Fleming
-# first boundary): the LSTM's goes on to its third seed; the GRU's cells stop at 2.
+# first boundary): the LSTM's goes on to its third seed; the GRU's cells stop at 2. Both are
+# about the mean (statistic = "mean"): the assertions below read the t's SE and repeated interval.
 [[claims]]
 id = "lstm-above-chance"
 statement = "the LSTM is above chance at 20"
@@ -56,6 +57,7 @@ arch = "lstm"
 direction = "greater"
 threshold = 0.5
 length = 20
+statistic = "mean"
 
 [[claims]]
 id = "gru-above-chance"
@@ -67,6 +69,7 @@ arch = "gru"
 direction = "greater"
 threshold = 0.5
 length = 20
+statistic = "mean"
 """
 
 DESIGN = """
@@ -174,7 +177,9 @@ READABLE = TINY.split("# Neither can be decided")[0] + """
 probe_positions = "pooled"
 probe_folds = 2
 
-# written as docs/claims.md shows a readable_by claim: no metric (it reads the probes all the same)
+# written as docs/claims.md shows a readable_by claim: no metric (it reads the probes all the same);
+# about the mean (statistic = "mean"), whose estimate is a number the stage and `stats` must share
+# exactly (a share claim's stage shows the share beyond, its claims row the median seed)
 [[claims]]
 id = "lstm-readable-L1"
 statement = "the LSTM's state is readable at L1"
@@ -184,6 +189,7 @@ arch = "lstm"
 layer = "L1"
 threshold = 0.5
 length = 20
+statistic = "mean"
 """
 
 

@@ -203,11 +203,14 @@ def test_a_part_is_read_from_its_store_and_a_store_without_claims_is_named(tmp_p
 
 def test_probe_claims_combine_as_the_whole_store_decides_them(tmp_path):
     """A profile_match claim (one row per architecture), readable_by claims supported and
-    contradicted, and a part's own not-evaluable claim."""
+    contradicted, and a part's own not-evaluable claim. 8 seeds: the exact sign test that decides
+    readable_by claims (docs/ceiling.md) cannot decide 5 in a family of four. By hand: Dyck's 8 of 8
+    above 0.9 give p = 1/256, at most 4/256 after Holm; Parity's 8 of 8 below give its opposite
+    side p = 2/256 at the two-sided level, at most 3 x 2/256 after Holm: both below 0.05."""
     from tests.analysis.test_claims import PROFILE_CLAIMS, _fake_probes
 
     st = Store.create(str(tmp_path / "p.zarr"))
-    probes = _fake_probes(st, np.random.default_rng(0))
+    probes = _fake_probes(st, np.random.default_rng(0), n_seeds=8)
     st.add_run("parity-gru-0", task="parity", arch="gru", seed=0)  # one seed: not evaluable
     one = probes.isel(run=[0]).assign_coords(run=["parity-gru-0"])
     probes = xr.concat([probes, one], dim="run")

@@ -65,8 +65,10 @@ def test_contradicted_is_controlled_across_the_family_as_supported_is():
     from analysis.stats.equivalence import bound_t_np
 
     rng = np.random.default_rng(11)
+    # rows of the t over seeds (bound_t_np): claims about the mean (the sign test's opposite side is
+    # the exact binomial test, tests/analysis/test_claims_share.py)
     claims = [_claim(i, kind="bound", metric="ablation_drop", setting="probe", threshold=0.5,
-                     direction="greater", length=40) for i in range(10)]
+                     direction="greater", length=40, statistic="mean") for i in range(10)]
     reps = 1500
 
     def verdicts(values):
@@ -122,7 +124,8 @@ def test_the_opposite_sides_test_uncorrected_is_the_intervals_rule(df):
         n = int(df) + 1
         x = rng.uniform(0.8, 1.0, (80, n))
         for direction in ("greater", "less"):
-            bound = _claim(0, kind="bound", metric="accuracy", threshold=0.9, direction=direction, length=40)
+            bound = _claim(0, kind="bound", metric="accuracy", threshold=0.9, direction=direction, length=40,
+                           statistic="mean")  # the t over seeds, whose interval this rule is about
             for units in (None, np.full(n, 64.0)):
                 for i in range(x.shape[0]):
                     row = _bound_row(bound, x[i], direction, units=units, what="accuracy")

@@ -86,10 +86,15 @@ def _verdicts(res):
 
 
 BOUND = {"statement": "s", "kind": "bound", "task": "parity", "direction": "greater", "length": 40}
+#: The bound claims below are decided by the one-sided t over seeds of the mean (with the
+#: sequences' sampling floor): the store holds 4 seeds, too few for the exact sign test that
+#: decides bound claims by default (docs/ceiling.md: 5 seeds at level 0.05, more under Holm), and
+#: these tests are about the metrics a bound claim reads and the t's verdicts, intervals and words.
+MEAN = {"statistic": "mean"}
 
 
 def test_bound_claims_on_ablation_drops(store):
-    drop = {**BOUND, "metric": "ablation_drop", "setting": "probe", "layer": "L3", "threshold": 0.05}
+    drop = {**BOUND, **MEAN, "metric": "ablation_drop", "setting": "probe", "layer": "L3", "threshold": 0.05}
     res = evaluate_claims(store, parse_claims([
         {**drop, "id": "mamba", "arch": "mamba"},
         {**drop, "id": "mamba-80", "arch": "mamba", "length": 80},
@@ -109,7 +114,7 @@ def test_bound_claims_on_ablation_drops(store):
 
 
 def test_refit_against_chance_and_leace_against_the_probe_direction(store):
-    refit = {**BOUND, "metric": "refit_accuracy", "layer": "L3", "arch": "mamba", "baseline": "chance",
+    refit = {**BOUND, **MEAN, "metric": "refit_accuracy", "layer": "L3", "arch": "mamba", "baseline": "chance",
              "threshold": 0.1}
     res = evaluate_claims(store, parse_claims([
         {**refit, "id": "probe-decodes", "setting": "probe"},
@@ -129,7 +134,7 @@ def test_refit_against_chance_and_leace_against_the_probe_direction(store):
 
 
 def test_patching_recovery_at_chosen_positions(store):
-    rec = {**BOUND, "metric": "patch_recovery", "layer": "L3", "threshold": 0.5}
+    rec = {**BOUND, **MEAN, "metric": "patch_recovery", "layer": "L3", "threshold": 0.5}
     res = evaluate_claims(store, parse_claims([
         {**rec, "id": "mid", "arch": "mamba", "positions": [3, 4, 5, 6]},
         {**rec, "id": "edges", "arch": "mamba", "positions": [0, 1, 8, 9]},
@@ -157,7 +162,7 @@ def test_layer_comparisons_tell_a_jump_from_a_gradual_rise(store, probes):
         {**jump, "id": "transformer-rises", "arch": "transformer", "treatment": "L2", "reference": "L1",
          "margin": 0.05, "test_against": "zero"},
         {**jump, "id": "lstm-rises", "arch": "lstm", "margin": 0.05, "test_against": "zero"},
-        {**BOUND, "id": "mamba-l3", "metric": "probe_accuracy", "arch": "mamba", "layer": "L3",
+        {**BOUND, **MEAN, "id": "mamba-l3", "metric": "probe_accuracy", "arch": "mamba", "layer": "L3",
          "threshold": 0.9},
     ]), probes=probes)
     # a rise of 0.1 shown below the 0.2 margin refutes "jumps by more than 0.2": contradicted
@@ -193,7 +198,7 @@ def test_bound_on_accuracy_and_too_few_seeds(tmp_path):
             st.write_length(rid, 12, hidden=rng.standard_normal((50, 12, 2, 4)).astype("float32"),
                             tokens=labels, labels={"parity": labels},
                             logits=(np.eye(2, dtype="float32")[pred] * 5))
-    perfect = {**BOUND, "metric": "accuracy", "threshold": 0.8, "length": 12}
+    perfect = {**BOUND, **MEAN, "metric": "accuracy", "threshold": 0.8, "length": 12}  # the score test
     res = evaluate_claims(st, parse_claims([{**perfect, "id": "lstm", "arch": "lstm"},
                                             {**perfect, "id": "gru", "arch": "gru"},
                                             {**perfect, "id": "lstm99", "arch": "lstm", "threshold": 0.99}]))

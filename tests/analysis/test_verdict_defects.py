@@ -191,7 +191,7 @@ def test_drops_of_exactly_zero_refute_a_claimed_drop(tmp_path):
     st_ = _ablation_store(tmp_path, [0.0, 0.0, 0.0])
     claim = {"id": "drop", "statement": "s", "kind": "bound", "metric": "ablation_drop", "task": "parity",
              "arch": "lstm", "layer": "L3", "setting": "probe", "threshold": 0.05, "direction": "greater",
-             "length": 40}
+             "length": 40, "statistic": "mean"}  # the t over seeds with its sampling floor
     res = evaluate_claims(st_, parse_claims([claim]))
     assert str(res.verdict.values[0]) == "contradicted", res.reason.values[0]
     assert float(res.upper.values[0]) < 0.05 < 1
@@ -210,7 +210,7 @@ def test_power_and_mde_are_those_of_the_corrected_test_and_say_when_no_data_coul
     probes = xr.Dataset({"profile": (("run", "length", "layer"), np.ones((3, 1, 1)))},
                         coords={"run": runs, "length": [4], "layer": ["L3"]})
     claim = {"id": "perfect", "statement": "s", "kind": "readable_by", "task": "parity", "arch": "lstm",
-             "layer": "L3", "threshold": 0.99, "length": 4}
+             "layer": "L3", "threshold": 0.99, "length": 4, "statistic": "mean"}  # the t's power and MDE
     alone = evaluate_claims(st_, parse_claims([claim]), probes=probes)
     assert str(alone.verdict.values[0]) == "supported"
     others = parse_claims([{**claim, "id": f"other-{i}"} for i in range(29)])
@@ -246,7 +246,7 @@ def test_a_bound_claims_shown_bound_decides_as_its_test_does(x, m, threshold, ex
     from analysis.claims.evaluate import _bound_row
 
     claim = Claim(id="c", statement="s", kind="bound", task="t", arch="a", threshold=threshold,
-                  direction="greater", length=40)
+                  direction="greater", length=40, statistic="mean")  # a row of the t (_bound_row)
     values = np.array(x)
     row = _bound_row(claim, values, "greater", units=np.full(values.size, float(m)), what="accuracy")
     res = verdict_table([claim], ["c"], [row], pad=(extra, 0, extra), correction="x").isel(claim=0)
