@@ -58,7 +58,7 @@ import scipy.stats  # noqa: E402
 from analysis.stats.decision import proportion_sampling_var, score_se  # noqa: E402
 from analysis.stats.power import t_critical  # noqa: E402
 from analysis.stats.seedshare import share_boundaries, share_power  # noqa: E402
-from analysis.stats.sequential import _t_critical  # noqa: E402
+from analysis.stats.sequential import stage_critical  # noqa: E402
 
 FIXED = tuple(range(3, 11))
 DESIGNS = {"3-5-8": (3, 5, 8), "3..8": tuple(range(3, 9)), "3..10": tuple(range(3, 11))}
@@ -185,7 +185,7 @@ def _old_sequential(x: np.ndarray, seeds: tuple[int, ...], spending: str, v: flo
         if units is not None:
             var = np.maximum(var, proportion_sampling_var(y, units).mean(1))
         se = np.sqrt(var / n)
-        c = _t_critical(seeds, level, spending, k, float(n - 1))
+        c = stage_critical(seeds, level, spending, k, float(n - 1))
         with np.errstate(divide="ignore", invalid="ignore"):
             hit |= (se > 0) & ((mean - v) / se >= c)
     return hit

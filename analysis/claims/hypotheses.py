@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from analysis.claims.cells import Cell, declared_cells
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import contra_test
-from analysis.stats.seedshare import share_boundaries
 from analysis.stats.sequential import DesignError, Hypothesis
 
 
@@ -44,7 +43,7 @@ def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float 
         if claim.by_share:
             return Hypothesis(id=claim.id, cells=tuple(cells), test="greater" if greater else "less",
                               value=float(claim.threshold or 0.0), effect=effect, statistic="share",
-                              q=float(claim.q), boundaries=share_boundaries)
+                              q=float(claim.q))
         return Hypothesis(id=claim.id, cells=tuple(cells), test="greater" if greater else "less",
                           value=float(claim.threshold or 0.0), effect=effect)
     if claim.kind == "equivalence":

@@ -26,7 +26,7 @@ seeds, for values at a ceiling, a failing seed, skew or ties alike (docs/ceiling
   (the worst case of the composite null: crossing only grows with it) of crossing by each stage
   is computed exactly by recursion, and each stage's boundary is the smallest count whose
   cumulative crossing probability stays below the Lan-DeMets alpha spent by then
-  (:func:`analysis.stats.sequential.spent`, information fraction ``n_k / n_max``). A discrete
+  (:func:`analysis.stats.spending.spent`, information fraction ``n_k / n_max``). A discrete
   test spends at most its allotment; what it leaves unspent at one stage is free for the next.
   Built so, the boundaries are not nested in the level (a higher level may need more seeds at a
   later stage); a claim whose level can grow (Holm, Maurer-Bretz) takes at each stage the
@@ -57,7 +57,7 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
-from analysis.stats.sequential import spent
+from analysis.stats.spending import spent
 
 __all__ = ["DIRECTIONS", "ShareBoundaries", "ShareCount", "ShareStage", "ShareTest", "contra_boundaries",
            "quantile_interval", "seeds_to_decide", "share_boundaries", "share_count", "share_crosses",
@@ -304,7 +304,7 @@ def _crossing(seeds: tuple[int, ...], p0: float, counts: tuple[int, ...]) -> tup
 
 
 def _spent(spending: str, levels: np.ndarray, t: float) -> np.ndarray:
-    """:func:`analysis.stats.sequential.spent` at several levels and one information fraction."""
+    """:func:`analysis.stats.spending.spent` at several levels and one information fraction."""
     fn: Any = spent
     return np.asarray(fn(spending, np.asarray(levels, dtype=float), t), dtype=float).reshape(-1)
 
@@ -402,7 +402,7 @@ def share_boundaries(seeds: Sequence[int], level: float = LEVEL, spending: str =
                      q: float = 0.5, n_max: int | None = None, top: float | None = None) -> ShareBoundaries:
     """The claim's side: at each stage the fewest seeds beyond the threshold that decide
     ``share > q``, spending ``level`` by ``spending`` (Lan-DeMets,
-    :func:`analysis.stats.sequential.spent`) at information fractions ``n_k / n_max``.
+    :func:`analysis.stats.spending.spent`) at information fractions ``n_k / n_max``.
 
     Stage by stage, the boundary is the smallest count whose exact cumulative crossing
     probability under ``share = q`` stays below the alpha spent by then. A discrete test so built

@@ -70,11 +70,13 @@ import scipy.special
 import scipy.stats
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from analysis.stats.seedshare import share_boundaries
+from analysis.stats.spending import spent
 from store import LayerstateError
 
 __all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Observation", "ShareObservation",
            "StageResult", "calibration_factor", "rci_critical",
-           "seed_estimate", "sequential_decisions", "spent", "t_boundaries", "z_boundaries"]
+           "seed_estimate", "sequential_decisions", "t_boundaries", "z_boundaries"]
 
 #: What a claim is at a stage: decided (supported; negligible or equivalent, the margin's outcomes
 #: of a difference claim tested against zero with a margin, as in the fixed design; contradicted),
@@ -83,7 +85,6 @@ __all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Ob
 DECISIONS = ("supported", "negligible", "equivalent", "contradicted", "continue", "futility", "inconclusive")
 #: The decisions a rejection makes: final, whatever later stages show.
 _FINAL = frozenset({"supported", "negligible", "equivalent", "contradicted"})
-SPENDING = ("obrien-fleming", "pocock")
 #: A (task, arch, variant) cell: the unit that receives seeds.
 Cell = tuple[str, str, str]
 
@@ -216,10 +217,6 @@ class Hypothesis(BaseModel):
         "seeds' values; its effect, if given, is the true share beyond.")
     q: float = Field(default=0.5, description="statistic = 'share': the share beyond under the null (0.5: the "
                      "median seed).")
-    boundaries: Callable[..., Any] | None = Field(
-        default=None, exclude=True, description="statistic = 'share': the exact boundaries of its count, "
-        "analysis.stats.seedshare.share_boundaries (from_claim passes it; this module cannot import that one, "
-        "which imports it).")
 
     @model_validator(mode="after")
     def _check(self) -> Hypothesis:
@@ -229,9 +226,6 @@ class Hypothesis(BaseModel):
                                  "test = 'greater' or 'less' and no margin")
             if not 0 < self.q < 1:
                 raise ValueError(f"hypothesis {self.id!r}: q is {self.q}; write a share in (0, 1), e.g. 0.5")
-            if self.boundaries is None:
-                raise ValueError(f"hypothesis {self.id!r}: a share test needs its boundaries; pass "
-                                 "boundaries=analysis.stats.seedshare.share_boundaries")
             if self.effect is not None and not 0 <= self.effect <= 1:
                 raise ValueError(f"hypothesis {self.id!r}: the effect of a share test is the true share of seeds "
                                  f"beyond its threshold, in [0, 1], not {self.effect}")
@@ -274,19 +268,6 @@ class Hypothesis(BaseModel):
             return None
         return Hypothesis(id=self.id, cells=self.cells, test="within", value=self.value, margin=self.beyond_margin,
                           max_seeds=self.max_seeds)
-
-
-def spent(spending: str, alpha: float, t) -> np.ndarray | float:
-    """Cumulative one-sided alpha spent by information fraction ``t`` (Lan & DeMets 1983)."""
-    t = np.clip(np.asarray(t, dtype=float), 0.0, 1.0)
-    with np.errstate(divide="ignore"):
-        if spending == "obrien-fleming":
-            out = 2.0 * scipy.stats.norm.sf(scipy.stats.norm.isf(alpha / 2) / np.sqrt(t))
-        elif spending == "pocock":
-            out = alpha * np.log1p((math.e - 1.0) * t)
-        else:
-            raise DesignError(f"spending {spending!r} is not one of {', '.join(SPENDING)}")
-    return out if out.ndim else float(out)
 
 
 _LOWER = -8.5  # the z density below is < 1e-16: the integration grid starts here
@@ -393,8 +374,11 @@ def calibration_factor(seeds: tuple[int, ...], level: float, spending: str) -> f
 
 
 @functools.lru_cache(maxsize=65536)
-def _t_critical(seeds: tuple[int, ...], level: float, spending: str, k: int, df: float,
-                calibrated: bool = True) -> float:
+def stage_critical(seeds: tuple[int, ...], level: float, spending: str, k: int, df: float,
+                   calibrated: bool = True) -> float:
+    """The t a claim's estimate must reach at stage ``k`` of a design with stage sizes ``seeds``
+    (one side at one-sided ``level``, ``df`` degrees of freedom): the z boundary of the spending
+    function as a t tail, calibrated (:func:`calibration_factor`) unless ``calibrated`` is off."""
     fr = tuple(n / seeds[-1] for n in seeds)
     b = z_boundaries(fr, level, spending)[k]
     if not math.isfinite(b):
@@ -410,14 +394,14 @@ def t_boundaries(design: Design, level: float, df: Sequence[float], *, calibrate
     seeds = design.seeds()
     if len(df) > len(seeds):
         raise DesignError(f"{len(df)} stages of degrees of freedom for a design of {len(seeds)} stages")
-    return np.array([_t_critical(seeds, float(level), design.spending, k, float(d), calibrated)
+    return np.array([stage_critical(seeds, float(level), design.spending, k, float(d), calibrated)
                      for k, d in enumerate(df)])
 
 
 def rci_critical(design: Design, k: int, df: float) -> float:
     """The multiplier of the standard error in the repeated ``1 - alpha`` confidence interval
     at stage ``k`` (each side at ``alpha / 2`` spent by the design's function)."""
-    return _t_critical(design.seeds(), design.alpha / 2, design.spending, k, float(df))
+    return stage_critical(design.seeds(), design.alpha / 2, design.spending, k, float(df))
 
 
 # ------------------------------------------------------------------------- decisions
@@ -628,7 +612,7 @@ def _look(h: Hypothesis, obs: Observation, design: Design, k: int, level: float,
     if not sides or not _finite(obs):
         return _NO_LOOK
     est, se, df = _t_obs(obs)
-    c = _t_critical(design.seeds(), level * share, design.spending, k, df)
+    c = stage_critical(design.seeds(), level * share, design.spending, k, df)
     hits = [sign * (est - v) / se >= c for sign, v in sides]
     signs = {sign for sign, _ in sides}
     bound = (est - c * se if +1 in signs else -math.inf, est + c * se if -1 in signs else math.inf)
@@ -645,17 +629,14 @@ def _share_history(h: Hypothesis, obs: Observation, before: Sequence[Observation
 
 
 def _share_boundaries(h: Hypothesis, seeds: tuple[int, ...], design: Design, level: float, contra: bool):
-    """The exact boundaries of a share claim's own test (``h.boundaries``:
-    :func:`analysis.stats.seedshare.share_boundaries`), or of its opposite side (``contra``: the
+    """The exact boundaries of a share claim's own test
+    (:func:`analysis.stats.seedshare.share_boundaries`), or of its opposite side (``contra``: the
     same on the seeds short of the threshold, whose share under the null is ``1 - q``, as
     :func:`analysis.stats.seedshare.contra_boundaries`), at one-sided ``level`` on ``seeds``,
     nested up to the highest level that side can reach (``alpha``; the opposite side ``alpha /
     2``)."""
-    if h.boundaries is None:
-        raise DesignError(f"hypothesis {h.id!r}: a share test needs its boundaries; pass "
-                          "boundaries=analysis.stats.seedshare.share_boundaries")
     q, top = (1.0 - h.q, design.alpha / 2) if contra else (h.q, design.alpha)
-    return h.boundaries(seeds, level, design.spending, q=q, n_max=design.max_seeds, top=max(top, level))
+    return share_boundaries(seeds, level, design.spending, q=q, n_max=design.max_seeds, top=max(top, level))
 
 
 def _share_look(h: Hypothesis, obs: Observation, design: Design, level: float, contra: bool,

@@ -11,8 +11,8 @@ from analysis.claims.hypotheses import family_counts, from_claim
 from analysis.claims.spec import Claim
 from analysis.stats.sequential import (
     Design,
-    _t_critical,
     sequential_decisions,
+    stage_critical,
 )
 
 #: f3-lstm-dyck-rises-late as experiments/jiang2026_cpu.toml declares it.
@@ -37,7 +37,7 @@ def test_a_flat_difference_inside_its_margin_ends_equivalent_not_inconclusive():
     assert first.decision == "continue" and first.outcome == ""
     assert last.decision == "equivalent" and last.outcome == "equivalent" and last.decided_at == 1
     assert last.margin_level == pytest.approx(0.05 / 45)  # the absent tests count in the margin family too
-    c = _t_critical(DYCK.seeds(), 0.05 / 45 / 2, DYCK.spending, 1, 7.0)
+    c = stage_critical(DYCK.seeds(), 0.05 / 45 / 2, DYCK.spending, 1, 7.0)
     est, se = STAGES[1][h.id][:2]
     assert last.margin_bound == pytest.approx((est - c * se, est + c * se))
     assert -0.05 < last.margin_bound[0] and last.margin_bound[1] < 0.05

@@ -32,7 +32,7 @@ D3578 = Design(first_seeds=3, stage_seeds=2, max_seeds=8)
 
 
 def share(id_: str = "a", cells=(A,), test: str = "greater", value: float = 0.99, **kw) -> Hypothesis:
-    return Hypothesis(id=id_, cells=cells, test=test, value=value, statistic="share", boundaries=share_boundaries,
+    return Hypothesis(id=id_, cells=cells, test=test, value=value, statistic="share",
                       **kw)
 
 
@@ -265,20 +265,18 @@ def test_share_observations_and_hypotheses_of_the_wrong_kind_are_one_line_errors
     for bad in [{"test": "within", "margin": 0.1}, {"q": 1.0}, {"effect": 2.0}]:
         with pytest.raises(ValidationError):
             share(**bad)
-    with pytest.raises(ValidationError, match="needs its boundaries"):
-        Hypothesis(id="a", cells=(A,), test="greater", statistic="share")
 
 
 def test_from_claim_makes_bound_and_readable_claims_share_tests_unless_they_keep_the_mean():
     bound = Claim(id="f1", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
                   direction="less")
     h = from_claim(bound)
-    assert (h.statistic, h.q, h.test, h.value, h.boundaries) == ("share", 0.5, "less", 0.99, share_boundaries)
+    assert (h.statistic, h.q, h.test, h.value) == ("share", 0.5, "less", 0.99)
     q = from_claim(bound.model_copy(update={"q": 0.75}))
     assert q.q == 0.75
     mean = Claim(id="f2", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
                  direction="greater", statistic="mean")
-    assert from_claim(mean).statistic == "mean" and from_claim(mean).boundaries is None
+    assert from_claim(mean).statistic == "mean"
     readable = Claim(id="r", statement="s", kind="readable_by", task="parity", arch="lstm", layer="L1",
                      threshold=0.9)
     assert (from_claim(readable).statistic, from_claim(readable).test) == ("share", "greater")

@@ -23,7 +23,7 @@ from analysis.stats.seedshare import (
     share_test,
     undecidable_words,
 )
-from analysis.stats.sequential import spent
+from analysis.stats.spending import spent
 
 
 @pytest.mark.parametrize("values, threshold, direction, q", [

@@ -16,11 +16,11 @@ from analysis.stats.sequential import (
     Hypothesis,
     rci_critical,
     sequential_decisions,
-    spent,
     t_boundaries,
     z_boundaries,
 )
 from analysis.stats.sequential_calibrate import conv1d_scenario, simulate
+from analysis.stats.spending import spent
 
 A, B, C = ("parity", "lstm", "default"), ("parity", "gru", "default"), ("dyck", "lstm", "default")
 
