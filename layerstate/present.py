@@ -278,7 +278,8 @@ def _interval(r: xr.Dataset) -> str:
     if not (np.isfinite(lo) and np.isfinite(hi)):
         why = "permutation test: no interval" if str(r.kind.values) == "profile_match" else "no interval"
         return f"{est:{fmt}} [{why}]"
-    return f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{seeds_note(float(_get(r, 'n_seeds', np.nan)))}"
+    note = "" if str(_get(r, "model")) == "sign_test" else seeds_note(float(_get(r, "n_seeds", np.nan)))
+    return f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{note}"
 
 
 def claim_lines(res: xr.Dataset) -> Iterator[str]:
@@ -294,7 +295,8 @@ def claim_lines(res: xr.Dataset) -> Iterator[str]:
         reason = _get(r, "reason")
         line = f"{cid}: {verdict}" + (f" — {reason}" if reason else "")
         power = power_words(str(r.kind.values), float(r.power), float(_get(r, "power_at", np.nan)),
-                            float(_get(r, "margin", np.nan)), sequential=float(_get(r, "sequential_stage", 0) or 0) > 0)
+                            float(_get(r, "margin", np.nan)), sequential=float(_get(r, "sequential_stage", 0) or 0) > 0,
+                            share=str(_get(r, "model")) == "sign_test")
         line += (f" | estimate {_interval(r)}  p={fmt_p(float(r.p))} (Holm {fmt_p(float(r.p_adjusted))})  "
                  f"{power}  — {r.test.values}")
         cross = _get(r, "crosscheck_model")

@@ -382,8 +382,9 @@ def _floats(frame: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(frame[col], errors="coerce").astype(float)
 
 
-def _power_text(kind: str, power: float, at: float, margin: float, stage: float = 0.0) -> str:
-    words = power_words(kind, power, at, margin, sequential=bool(np.isfinite(stage) and stage > 0))
+def _power_text(kind: str, power: float, at: float, margin: float, stage: float = 0.0, model: str = "") -> str:
+    words = power_words(kind, power, at, margin, sequential=bool(np.isfinite(stage) and stage > 0),
+                        share=model == "sign_test")
     return words.removeprefix("power: ").removeprefix("power ")
 
 
@@ -401,9 +402,9 @@ def claims_display(frame: pd.DataFrame) -> pd.DataFrame:
         "test": frame["test"],
         "p": [fmt_p(p) for p in frame["p"]],
         "p (Holm)": [fmt_p(p) for p in frame["p_adjusted"]],
-        "power at effect": [_power_text(k, p, a, m, st) for k, p, a, m, st in zip(
+        "power at effect": [_power_text(k, p, a, m, st, md) for k, p, a, m, st, md in zip(
             frame["kind"], frame["power"], _floats(frame, "power_at"), _floats(frame, "margin"),
-            _floats(frame, "sequential_stage").fillna(0.0), strict=True)],
+            _floats(frame, "sequential_stage").fillna(0.0), _text(frame, "model"), strict=True)],
         "MDE": [fmt(m, 3) for m in frame["mde"]],
         "seeds": [str(int(n)) if np.isfinite(n) else "–" for n in frame["n_seeds"]],
     }, index=frame.index)
@@ -536,8 +537,8 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
             why = "permutation test: no interval" if r.kind == "profile_match" else "no interval"
         text = interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
                                why_none=why)
-        if not prefix and np.isfinite(lo) and np.isfinite(hi):
-            text += seeds_note(float(r.get("n_seeds", np.nan)))
+        if not prefix and np.isfinite(lo) and np.isfinite(hi) and str(r.get("model", "")) != "sign_test":
+            text += seeds_note(float(r.get("n_seeds", np.nan)))  # a t interval from 2 seeds: how wide
         out.append(text)
     return out
 

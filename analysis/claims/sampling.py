@@ -219,7 +219,8 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
     """The exact sign test that more than ``claim.q`` of the seeds lie beyond the threshold
     (docs/ceiling.md), as a claims row: the ``estimate`` is the seeds' q-quantile (the median
     for q = 0.5) with its distribution-free order-statistic interval (an end the seeds cannot
-    bound is the metric's range), ``beyond``/``short`` the seeds strictly on either side,
+    bound is the metric's range; none when they bound neither: fewer than 6 seeds for the
+    median), ``beyond``/``short`` the seeds strictly on either side,
     ``share`` their share with its exact interval, ``p`` the exact one-sided p and
     ``p_contra_exact`` the opposite side's at the two-sided level. No SE: the test does not
     assume the values are normal, so it holds at the ceiling and with a failing seed."""
@@ -229,8 +230,10 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
     t = share_test(x, threshold, direction, q=claim.q, level=ALPHA)
     lo_range, hi_range = metric_range(claim)
     lo, hi = t.quantile_interval
-    lo = lo if np.isfinite(lo) else (lo_range if np.isfinite(lo_range) else np.nan)
-    hi = hi if np.isfinite(hi) else (hi_range if np.isfinite(hi_range) else np.nan)
+    if not (np.isfinite(lo) or np.isfinite(hi)):  # too few seeds for a distribution-free interval
+        lo = hi = np.nan
+    lo = lo if np.isfinite(lo) else (lo_range if np.isfinite(lo_range) and np.isfinite(hi) else np.nan)
+    hi = hi if np.isfinite(hi) else (hi_range if np.isfinite(hi_range) and np.isfinite(lo) else np.nan)
     side = ">" if direction == "greater" else "<"
     which = "median seed" if claim.q == 0.5 else f"share of seeds above {claim.q:g}"
     return {

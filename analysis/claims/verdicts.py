@@ -373,9 +373,7 @@ def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool)
     n, k, short = int(row["n_seeds"]), int(row["beyond"]), int(row["short"])
     who = "the median seed" if q == 0.5 else f"more than {q:g} of the seeds"
     counts = f"{k} of {n} seeds {side} {v:g}" + (f", {short} {opposite}" if short else "")
-    lo, hi = row["lower"], row["upper"]
-    median = (f"{'median' if q == 0.5 else f'{q:g}-quantile from the far side'} {row['estimate']:.4g}"
-              + (f", 95% interval [{lo:.4g}, {hi:.4g}]" if np.isfinite(lo) and np.isfinite(hi) else ""))
+    median = f"{'median' if q == 0.5 else f'{q:g}-quantile from the far side'} {row['estimate']:.4g}"
     if p < ALPHA:
         return "supported", "", (f"{who} lies {side} {v:g}: {counts} ({median}; exact sign test, Holm p = "
                                  f"{fmt_p(p)})")
@@ -383,8 +381,11 @@ def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool)
         return "contradicted", "", (f"{who} does not: {counts} ({median}){_contra_text(adj)}")
     if cannot:
         return "inconclusive", "", f"{cannot}; {counts} ({median})"
+    most = (f"; most seeds lie {opposite} it, but not beyond what the whole family of claims allows by chance (the "
+            f"test of that side at the two-sided level, Holm p = {fmt_p(adj['contra'])}): not contradicted"
+            if short > n / 2 and np.isfinite(adj.get("contra", np.nan)) else "")
     return "inconclusive", "", (f"not shown that {who} lies {side} {v:g}: {counts} ({median}; exact sign test, "
-                                f"Holm p = {fmt_p(p)}){_short_of(adj, short > n / 2, f'{opposite} it')}")
+                                f"Holm p = {fmt_p(p)}){most}")
 
 
 def _outcome(claim: Claim, row: dict, adj: dict[str, float]) -> str:
@@ -459,7 +460,7 @@ def seeds_note(n_seeds: float) -> str:
 
 
 def power_words(kind: str, power: float, power_at: float, margin: float = np.nan, *,
-                sequential: bool = False) -> str:
+                sequential: bool = False, share: bool = False) -> str:
     """A claim's power as a user reads it: a number at its effect, or why there is none
     (``sequential``: the claim was decided by a group-sequential design, whose stages and
     boundaries say what its seeds could decide)."""
@@ -467,6 +468,9 @@ def power_words(kind: str, power: float, power_at: float, margin: float = np.nan
         return "power: decided by the sequential design (its stages and boundaries)"
     if np.isfinite(power):
         return f"power {power:.2f}" + (f" at {power_at:+.3g}" if np.isfinite(power_at) else "")
+    if kind in ("bound", "readable_by") and share:
+        return ("power not computable: an exact sign test's power depends on the true share of seeds beyond the "
+                "threshold (the seed plan gives it at the observed share)")
     if kind in ("bound", "readable_by"):
         return "power not computable: a bound declares no effect size to power against (see its MDE)"
     if kind == "profile_match":

@@ -291,7 +291,7 @@ def test_the_cli_and_the_report_print_one_interval_for_a_claim_and_no_nan(tmp_pa
     claim = {"id": "drop", "statement": "s", "kind": "bound", "metric": "ablation_drop", "task": "parity",
              "arch": "lstm", "layer": "L3", "setting": "probe", "threshold": 0.05, "direction": "greater",
              "length": 40}
-    res = evaluate_claims(st_, parse_claims([claim]))
+    res = evaluate_claims(st_, parse_claims([claim | {"statistic": "mean"}]))  # the t over 2 seeds
     cli = " ".join(claim_lines(res))
     frame = claims_frame(res)
     page = claim_texts(frame)[0]
@@ -299,3 +299,11 @@ def test_the_cli_and_the_report_print_one_interval_for_a_claim_and_no_nan(tmp_pa
     assert "power not computable: a bound declares no effect size" in cli
     shown = claims_display(frame)
     assert "nan" not in cli.lower() and "nan" not in " ".join(map(str, shown.iloc[0].values)).lower()
+    # decided by the share of seeds (the default): 2 seeds bound no distribution-free interval, and
+    # neither the CLI nor the report calls it a t interval
+    res = evaluate_claims(st_, parse_claims([claim]))
+    cli = " ".join(claim_lines(res))
+    frame = claims_frame(res)
+    page = claim_texts(frame)[0]
+    assert page in cli and "[no interval]" in page and "from 2 seeds" not in cli
+    assert "exact sign test's power depends on the true share" in cli and "nan" not in cli.lower()
