@@ -20,7 +20,7 @@ CLAIMS = [
      "arch": "mamba", "treatment": "no_conv", "reference": "default", "direction": "less", "margin": 0.05,
      "length": 12},
     {"id": "s3-high", "statement": "S3 accuracy above 0.8", "kind": "bound", "task": "s3", "arch": "mamba",
-     "threshold": 0.8, "direction": "greater", "length": 12},
+     "threshold": 0.8, "direction": "greater", "length": 12, "statistic": "mean"},
     {"id": "s3-any", "statement": "Removing Conv1D changes S3 accuracy", "kind": "difference", "task": "s3",
      "arch": "mamba", "treatment": "no_conv", "reference": "default", "length": 12},
 ]

@@ -37,6 +37,7 @@ arch = "lstm"
 layer = "L1"
 threshold = 0.6
 length = 16
+statistic = "mean"  # two seeds: the t with the sequences' sampling floor (the share test needs 5)
 
 [[claims]]
 id = "readout-right"
@@ -48,6 +49,7 @@ arch = "lstm"
 direction = "greater"
 threshold = 0.9
 length = 16
+statistic = "mean"
 """
 
 

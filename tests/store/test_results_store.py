@@ -137,10 +137,10 @@ def test_every_analysis_runs_on_a_zip_with_results_beside_it(shared, tmp_path):
     assert "probes/parity" in md or "Probe" in md
     assert _sha(zipped) == before  # the source is never written
     res = cli("inspect", zipped)
-    assert "results  ablation/default, claims, patching/default, probes/parity  (results store" in res.output
+    assert "results  ablation/default, claims, patching/default, probes/parity, seed_plan  (results store" in res.output
     paired = open_analysis(str(zipped), write=False)
     assert isinstance(paired, PairedStore) and paired.results_store.results() == [
-        "ablation/default", "claims", "patching/default", "probes/parity"]
+        "ablation/default", "claims", "patching/default", "probes/parity", "seed_plan"]
     # a results store copied elsewhere still reads (and reports) against its source
     moved = tmp_path / "elsewhere" / "mine.zarr"
     shutil.copytree(sidecar, moved)
@@ -189,7 +189,7 @@ def test_a_store_served_over_http_is_analysed_into_a_local_results_store(shared,
     assert res.exit_code == 0 and "lstm-readable-L0:" in res.output, res.output
     res = cli("report", served, "--results", results, "--out", tmp_path / "report", "--no-chunk-check")
     assert res.exit_code == 0, res.output
-    assert Store.open(str(results)).results() == ["claims", "probes/parity"]
+    assert Store.open(str(results)).results() == ["claims", "probes/parity", "seed_plan"]
     assert cli("validate", served).exit_code == 0
 
 
