@@ -3,7 +3,7 @@
 Not a timing benchmark: error rates over simulated per-seed values with a known truth, for the
 two ways a bound claim ("accuracy >= v") can be decided over seeds:
 
-* **old**: the one-sided t over seeds of the mean (fixed: as ``analysis.claims.sampling._bound_row``,
+* **old**: the one-sided t over seeds of the mean (fixed: as ``analysis.claims.sampling.bound_row``,
   with the score test's sampling floor of a proportion over ``--sequences`` sequences for the
   proportion-valued scenarios; sequential: the calibrated t boundaries of
   :mod:`analysis.stats.sequential` on :func:`analysis.stats.sequential.seed_estimate`'s

@@ -20,12 +20,12 @@ from analysis.claims.metrics import (
     too_few,
 )
 from analysis.claims.sampling import (
-    _ablation_counts,
-    _accuracy_floor,
-    _bound_row,
-    _labelled_sequences,
-    _sampling_var,
-    _sequences_per_seed,
+    ablation_counts,
+    accuracy_floor,
+    bound_row,
+    labelled_sequences,
+    metric_sampling_var,
+    sequences_per_seed,
     share_row,
 )
 from analysis.claims.spec import ALPHA, CROSSCHECK, DEFAULT_MODEL, Claim, ClaimError, NotEvaluable
@@ -48,7 +48,7 @@ def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
     """A difference/equivalence claim on a per-seed metric (restoration, probe accuracy,
     ablation drop, refitted probe accuracy, patching recovery): the paired t on per-seed
     differences, its variance floored at the sequences' sampling variance where the metric is
-    counted over sequences (:func:`_sampling_var`)."""
+    counted over sequences (:func:`metric_sampling_var`)."""
     from analysis.stats.decision import floored_se
 
     t, r = paired_levels(seed_metric(store, claim, cache), claim)
@@ -56,7 +56,7 @@ def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
     if ok.sum() < 2:
         raise too_few(claim, int(ok.sum()))
     diff = (t - r).values[ok]
-    samp = _sampling_var(store, claim, cache)
+    samp = metric_sampling_var(store, claim, cache)
     floor = None
     if samp is not None:
         st, sr = paired_levels(samp, claim)
@@ -87,7 +87,7 @@ def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
 
 
 def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
-    from analysis.claims.sampling import _floored_fit
+    from analysis.claims.sampling import floored_fit
     from analysis.stats.contrasts import contrast_np, glmm_contrast
 
     corr = sequence_counts(store, claim, cache)
@@ -109,8 +109,8 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
         raise too_few(claim, int(present.all(0).sum()))
     # every model's SE is never below the sequences' paired sampling error (one rule, not a
     # switch at SE = 0: docs/decisions.md, "Identical seeds")
-    floor_se, n_both = _accuracy_floor(C, L, present)
-    fit, floored = _floored_fit(fit, floor_se, n_both)
+    floor_se, n_both = accuracy_floor(C, L, present)
+    fit, floored = floored_fit(fit, floor_se, n_both)
     row = claim_tests(claim, fit["estimate"], fit["se"], fit["df"])
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.nansum(C, -1) / np.nansum(L, -1)
@@ -132,7 +132,7 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
                            f"sequence SD {g['sd_sequence']:.3f}; log odds ratio {g['log_odds_ratio']:+.3f}")
         row["test"] += "; glmm requested: its intervals are too narrow to decide, so the verdict is the default's"
     else:
-        x, _ = _floored_fit(fits[second], floor_se, n_both)  # the same floor as the primary fit
+        x, _ = floored_fit(fits[second], floor_se, n_both)  # the same floor as the primary fit
         row["_x"] = {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan}
         if np.isfinite(x["estimate"]):
             try:  # a cross-check that cannot be tested never makes the claim not evaluable
@@ -177,8 +177,8 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
         raise NotEvaluable(f"claim {claim.id!r} needs probe results from at least 2 seeds (found {x.size})")
     if claim.by_share:
         return share_row(claim, x, "greater", what=f"probe accuracy at {claim.layer}")
-    units = _sequences_per_seed(store, claim, str(claim.task), claim.arch, seeds)
-    row = _bound_row(claim, x, "greater", units=units, what=f"probe accuracy at {claim.layer}")
+    units = sequences_per_seed(store, claim, str(claim.task), claim.arch, seeds)
+    row = bound_row(claim, x, "greater", units=units, what=f"probe accuracy at {claim.layer}")
     row["test"] = f"one-sided t: mean probe accuracy at {claim.layer} > {claim.threshold:g}"
     return row
 
@@ -188,7 +188,7 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     if claim.threshold is None:  # the Claim validator requires one
         raise ClaimError(f"claim {claim.id!r}: a bound claim needs a threshold")
     da = seed_metric(store, claim, cache)
-    samp = _sampling_var(store, claim, cache) if claim.metric in ("ablation_drop", "refit_accuracy") else None
+    samp = metric_sampling_var(store, claim, cache) if claim.metric in ("ablation_drop", "refit_accuracy") else None
     sel: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": claim.variant,
                                   "site": claim.site, "layer": claim.layer, "setting": claim.setting}
     for dim, level in sel.items():
@@ -209,11 +209,11 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
         return share_row(claim, x, claim.direction, what=_what(claim))
     units = None
     if claim.metric == "accuracy":
-        units = _labelled_sequences(store, claim, cache, seeds)
+        units = labelled_sequences(store, claim, cache, seeds)
     elif claim.metric == "probe_accuracy" and claim.task is not None:
-        units = _sequences_per_seed(store, claim, claim.task, claim.arch, seeds)
+        units = sequences_per_seed(store, claim, claim.task, claim.arch, seeds)
     elif claim.metric == "refit_accuracy" and claim.baseline != "chance" and samp is not None:
-        counts = _ablation_counts(store, claim, cache)["units"]
+        counts = ablation_counts(store, claim, cache)["units"]
         for dim, level in sel.items():
             if dim in counts.dims and level is not None:
                 counts = counts.sel({dim: level})
@@ -223,7 +223,7 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
     if units is None and samp is not None:
         samp = samp.squeeze([d for d in samp.dims if d != "seed"], drop=True)
         floor = np.asarray(samp.sel(seed=seeds).values, dtype=float)
-    return _bound_row(claim, x, claim.direction, units=units, floor=floor, what=_what(claim))
+    return bound_row(claim, x, claim.direction, units=units, floor=floor, what=_what(claim))
 
 
 def _what(claim: Claim) -> str:

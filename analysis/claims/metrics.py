@@ -354,14 +354,14 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             rest = rest.where((part.p_clean - part.p_corrupt).mean(("layer", "sequence")) >= MIN_GAP)
         return rest
 
-    out = _per_run(store, claim, "interchange", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
+    out = per_run_metric(store, claim, "interchange", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
                    extract, f"run `layerstate patch STORE --interchange --tasks {claim.task} "
                    f"--length {claim.length}`")
     cache[key] = out
     return out
 
 
-def _per_run(store: Store, claim: Claim, prefix: str, length_ok, extract, missing: str) -> xr.DataArray:
+def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, missing: str) -> xr.DataArray:
     """``extract(dataset, name) -> DataArray (run, ...)`` over the stored ``<prefix>/*`` results that
     hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
     then by factors; a run in two results must be told apart by ``result``."""
@@ -424,7 +424,7 @@ def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             out = out - ds["chance"].sel(length=L, drop=True)
         return out.astype(float)
 
-    out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
+    out = per_run_metric(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
                    extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
     cache[key] = out
     return out
@@ -454,7 +454,7 @@ def _seed_patching(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             out = out.where(ds["gap"].sum("sequence") > 0)
         return out.astype(float)
 
-    out = _per_run(store, claim, "patching", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
+    out = per_run_metric(store, claim, "patching", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
                    extract, f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`")
     cache[key] = out
     return out

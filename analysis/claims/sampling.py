@@ -15,7 +15,7 @@ import numpy as np
 import scipy.stats
 import xarray as xr
 
-from analysis.claims.metrics import _per_run, seed_metric, sequence_counts
+from analysis.claims.metrics import per_run_metric, seed_metric, sequence_counts
 from analysis.claims.spec import ALPHA, Claim, NotEvaluable
 from store import Store
 
@@ -34,7 +34,7 @@ def _run_units(store: Store, length: int, cache: dict) -> xr.DataArray:
     return cast(xr.DataArray, cache[key])
 
 
-def _ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
+def ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
     """The ablation result's clean and ablated accuracies, refitted probe accuracy and sequence
     count per run at the claim's length, by factors (dims of :func:`seed_metric`)."""
     key = ("ablation-counts", claim.task, claim.length, claim.result)
@@ -57,13 +57,13 @@ def _ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
         parts = list(xr.broadcast(*parts))
         return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"), coords="minimal", join="outer")
 
-    out = _per_run(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
+    out = per_run_metric(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
                    extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
     cache[key] = out.to_dataset("part")
     return cast(xr.Dataset, cache[key])
 
 
-def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | None:
+def metric_sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | None:
     """Each trained model's sampling variance of the claim's metric from the sequences it was
     measured on (dims of :func:`seed_metric`), or None where the metric is not counted over
     sequences (restoration, patching recovery). A proportion over m sequences: at most
@@ -78,7 +78,7 @@ def _sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | Non
         units = units.reindex_like(value.isel(layer=0, drop=True)) if "layer" in value.dims else units
         return _proportion_var(value, units)
     if claim.metric in ("ablation_drop", "refit_accuracy"):
-        ds = _ablation_counts(store, claim, cache)
+        ds = ablation_counts(store, claim, cache)
         if claim.metric == "ablation_drop":
             ablated = _proportion_var(ds["accuracy"], ds["units"])
             if claim.kind == "difference" or claim.kind == "equivalence":
@@ -96,7 +96,7 @@ def _proportion_var(p: xr.DataArray, m: xr.DataArray) -> xr.DataArray:
     return xr.apply_ufunc(proportion_sampling_var, p, m)
 
 
-def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, int]:
+def accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[float, int]:
     """(se, n) of the sequences' sampling floor of an accuracy contrast: each seed's paired
     sampling variance of its difference (:func:`analysis.stats.decision.paired_sampling_var`,
     McNemar's over its sequences), averaged over the ``n`` seeds present in both conditions,
@@ -111,7 +111,7 @@ def _accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[
     return float(np.sqrt(floor.mean() / n)), n
 
 
-def _floored_fit(fit: dict, floor_se: float, n: int) -> tuple[dict, bool]:
+def floored_fit(fit: dict, floor_se: float, n: int) -> tuple[dict, bool]:
     """A contrast model's fit with its SE never below the sequences' sampling floor
     ``floor_se`` (one continuous rule: the larger of the two, :mod:`analysis.stats.decision`);
     a fit the floor replaced gets ``n - 1`` degrees of freedom where it had none. Returns the
@@ -126,7 +126,7 @@ def _floored_fit(fit: dict, floor_se: float, n: int) -> tuple[dict, bool]:
     return out, True
 
 
-def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
+def sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
                         seeds: np.ndarray) -> np.ndarray:
     """Each seed's number of captured sequences at the claim's length (the sampling unit);
     0 for a seed with no run captured at that length."""
@@ -143,7 +143,7 @@ def _sequences_per_seed(store: Store, claim: Claim, task: str, arch: str | None,
     return out
 
 
-def _bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray | None = None,
+def bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray | None = None,
                floor: np.ndarray | None = None, what: str) -> dict:
     """The one-sided t of per-seed values ``x`` against the claim's threshold, as a claims row.
 
@@ -247,7 +247,7 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
     }
 
 
-def _labelled_sequences(store: Store, claim: Claim, cache: dict, seeds: np.ndarray) -> np.ndarray:
+def labelled_sequences(store: Store, claim: Claim, cache: dict, seeds: np.ndarray) -> np.ndarray:
     """Each seed's number of sequences with a label at the claim's length (accuracy claims)."""
     labelled = sequence_counts(store, claim, cache).labelled
     for dim, level in {"task": claim.task, "arch": claim.arch, "variant": claim.variant}.items():

@@ -96,7 +96,7 @@ def class_presence(targets: np.ndarray, train: np.ndarray, n_classes: int) -> np
     return present
 
 
-def _standardise_design(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def standardise_design(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Centre and scale ``X`` once over all rows (float32 data, float64 sums), so that the
     per-problem scalers are small corrections and float32 arithmetic loses nothing to large
     feature offsets. Returns ``Xc`` and the mean and scale used (float64, (d,))."""
@@ -108,7 +108,7 @@ def _standardise_design(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return Xc, m0, s0
 
 
-class _Atoms:
+class Atoms:
     """Rows with the same training membership across problems -- the folds -- as disjoint
     *atoms*. Statistics are computed once per atom and summed per problem, so a cell's
     ``2k + 1`` problems cost about one pass over ``X`` instead of ``2k + 1``.
@@ -154,7 +154,7 @@ class _Atoms:
         return mu, sd
 
 
-def _canonical(
+def canonical(
     coef: np.ndarray, intercept: np.ndarray, active: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Centre coefficients and intercepts over each problem's active classes; inactive ones get

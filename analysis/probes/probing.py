@@ -8,7 +8,8 @@ from typing import Any
 
 import xarray as xr
 
-from . import plan as _plan
+from analysis.probes import plan as sweep_plan
+
 from .results import runs_by_task, save_probes, storage_name
 from .sweep import ProbePlan, build
 
@@ -37,9 +38,9 @@ def plan_probes(
     from store import Store
 
     st = Store.open(store) if isinstance(store, str) else store
-    mode, pos_list, control_kind = _plan.check_options(positions, method, control, folds, C)
-    run_ids = _plan.select_runs(st, runs)
-    target = _plan.choose_target(st, run_ids, target)
+    mode, pos_list, control_kind = sweep_plan.check_options(positions, method, control, folds, C)
+    run_ids = sweep_plan.select_runs(st, runs)
+    target = sweep_plan.choose_target(st, run_ids, target)
     return build(
         st,
         target,
@@ -50,7 +51,7 @@ def plan_probes(
         lengths=lengths,
         train_length=train_length,
         folds=int(folds),
-        C=_plan.check_C(C),
+        C=sweep_plan.check_C(C),
         method=method,
         control=control_kind,
         seed=int(seed),
@@ -187,7 +188,7 @@ def _task_attrs(store: Any, runs: list[str]) -> dict[str, str]:
         return {}
     out = {"task": next(iter(tasks))}
     try:
-        out["trained_target"] = _plan.choose_target(store, [str(r) for r in runs], None)
+        out["trained_target"] = sweep_plan.choose_target(store, [str(r) for r in runs], None)
     except LookupError:
         pass
     return out

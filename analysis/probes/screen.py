@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from analysis.probes.params import Params, _Atoms, _canonical, _standardise_design, class_presence
+from analysis.probes.params import Atoms, Params, canonical, class_presence, standardise_design
 
 
 def fit_screen(
@@ -34,9 +34,9 @@ def fit_screen(
     and unused.
     """
     P, K = targets.shape[0], n_classes
-    Xc, m0, s0 = _standardise_design(X)
+    Xc, m0, s0 = standardise_design(X)
     active = class_presence(targets, train, K)
-    atoms = _Atoms(train)
+    atoms = Atoms(train)
     mu, sd = atoms.scalers(Xc)
     n_p = atoms.member @ atoms.count
     grams = np.stack([Xc[r].T @ Xc[r] for r in map(atoms.rows, range(atoms.n_atoms))])
@@ -58,7 +58,7 @@ def fit_screen(
     coef = np.linalg.solve(shrunk, std_means.transpose(0, 2, 1))  # one batched solve: (P, d, K)
     prior = np.log(np.maximum(counts, 1e-300) / n_p[:, None])
     intercept = -0.5 * np.einsum("pkd,pdk->pk", std_means, coef) + prior
-    coef, intercept = _canonical(coef, intercept, active)
+    coef, intercept = canonical(coef, intercept, active)
     mean = m0[None, :] + s0[None, :] * mu
     scale = s0[None, :] * sd
     zeros = np.zeros(P, dtype=np.int32)
@@ -66,7 +66,7 @@ def fit_screen(
 
 
 def _class_sums(
-    Xc: np.ndarray, targets: np.ndarray, atoms: _Atoms, K: int
+    Xc: np.ndarray, targets: np.ndarray, atoms: Atoms, K: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per problem, the sum of its training rows of each class (P, K, d) and their counts (P, K).
 

@@ -68,13 +68,13 @@ import numpy as np
 
 from analysis.probes.lbfgs import lbfgs
 from analysis.probes.params import (
+    Atoms,
     Params,
-    _Atoms,
-    _canonical,
-    _standardise_design,
+    canonical,
     class_presence,
     logits,
     logits_by_class,
+    standardise_design,
 )
 from analysis.probes.screen import fit_screen, path_screen
 
@@ -210,7 +210,7 @@ def path_reference(
                 intercept[j, p, lr.classes_] = lr.intercept_
     out = []
     for j in range(nC):
-        c, b = _canonical(coef[j], intercept[j], active)
+        c, b = canonical(coef[j], intercept[j], active)
         out.append(Params(mean.copy(), scale.copy(), c, b, n_iter[j], converged[j]))
     return out
 
@@ -243,7 +243,7 @@ class _Objective:
 
     def __init__(self, Xc: np.ndarray, targets: np.ndarray, train: np.ndarray, active: np.ndarray):
         m, d = Xc.shape
-        atoms = _Atoms(train)
+        atoms = Atoms(train)
         self.member = atoms.member > 0  # (P, A)
         n_p = atoms.member @ atoms.count
         self.inv_n = (1.0 / n_p).astype(np.float32)
@@ -477,7 +477,7 @@ def path_exact_many(
     max_iter = MAX_ITER if max_iter is None else int(max_iter)
     parts, scalers, actives = [], [], []
     for X, targets, train in cells:
-        Xc, m0, s0 = _standardise_design(X)
+        Xc, m0, s0 = standardise_design(X)
         active = class_presence(targets, train, n_classes)
         obj = _Objective(Xc, targets, train, active)
         parts.append((obj, _Preconditioner(Xc, targets, train, obj)))
@@ -500,7 +500,7 @@ def path_exact_many(
         ok &= converged
         for i, (active, (mean, scale)) in enumerate(zip(actives, scalers, strict=True)):
             span = slice(batch.bounds[i], batch.bounds[i + 1])
-            coef, intercept = _canonical(
+            coef, intercept = canonical(
                 x[span, :-1].astype(np.float64), x[span, -1].astype(np.float64), active
             )
             out[i].append(Params(mean, scale, coef, intercept, n_iter[span], ok[span].copy()))

@@ -21,7 +21,7 @@ _GOLDEN = (np.sqrt(5) - 1) / 2
 # --------------------------------------------------------------------------- helpers
 
 
-def _counts(correct, labelled):
+def present_counts(correct, labelled):
     """(C, L) with zeros where a sequence is absent (NaN or no labelled position)."""
     correct = np.asarray(correct, dtype=float)
     labelled = np.asarray(labelled, dtype=float)
@@ -74,7 +74,7 @@ def paired_t_np(correct, labelled) -> dict[str, np.ndarray]:
         ``estimate``, ``se``, ``df``, ``n_seeds`` (seeds with both runs), ``sd`` (of the
         per-seed differences), ``dropped_seeds`` (seeds with one run only).
     """
-    C, L = _counts(correct, labelled)
+    C, L = present_counts(correct, labelled)
     Cs, Ls = C.sum(-1), L.sum(-1)  # (..., 2, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.where(Ls > 0, Cs / np.where(Ls > 0, Ls, 1.0), np.nan)
@@ -124,7 +124,7 @@ def gee_np(correct, labelled, correction: str = "CR2") -> dict[str, np.ndarray]:
         used). NaN unless each condition has at least 2 seeds.
     """
     validate.check_choice(correction, ("CR2", "CR1", "MD"), "correction")
-    C, L = _counts(correct, labelled)
+    C, L = present_counts(correct, labelled)
     Cg, Lg = C.sum(-1), L.sum(-1)  # (..., 2, seed)
     Nc = Lg.sum(-1)  # (..., 2)
     present = Lg > 0
@@ -287,7 +287,7 @@ def mixedlm_np(correct, labelled, test: str = "cr2") -> dict[str, np.ndarray]:
         model); ``dropped_seeds`` (trained in one condition only) and ``dropped_sequences``
         (evaluated in one condition only).
     """
-    C, L = _counts(correct, labelled)
+    C, L = present_counts(correct, labelled)
     with np.errstate(invalid="ignore", divide="ignore"):
         y = np.where(L > 0, C / np.where(L > 0, L, 1.0), np.nan)
     pair = np.isfinite(y[..., 0, :, :]) & np.isfinite(y[..., 1, :, :])

@@ -109,12 +109,11 @@ import scipy.stats
 import xarray as xr
 
 from analysis.stats import validate
-from analysis.stats.contrast_kernels import _counts
-from analysis.stats.contrast_kernels import _profile as _profile
 from analysis.stats.contrast_kernels import gee_np as gee_np
 from analysis.stats.contrast_kernels import mixedlm_np as mixedlm_np
 from analysis.stats.contrast_kernels import one_way_reml_np as one_way_reml_np
 from analysis.stats.contrast_kernels import paired_t_np as paired_t_np
+from analysis.stats.contrast_kernels import present_counts
 from analysis.stats.decision import DIRECTIONS as DIRECTIONS
 from analysis.stats.decision import OUTCOMES as OUTCOMES
 from analysis.stats.decision import inference_np as inference_np
@@ -171,7 +170,7 @@ def gee_reference(correct, labelled) -> dict[str, float]:
     (``cov_type="bias_reduced"``, unweighted: equal weights change nothing)."""
     import statsmodels.api as sm
 
-    C, L = _counts(correct, labelled)
+    C, L = present_counts(correct, labelled)
     cond, seed, _ = np.nonzero(L > 0)
     y = C[L > 0] / L[L > 0]
     X = np.column_stack([np.ones_like(y), cond.astype(float)])
@@ -198,7 +197,7 @@ def mixedlm_reference(correct, labelled) -> dict[str, float]:
     SE and the variance components ``between``/``within`` of the differences."""
     import statsmodels.api as sm
 
-    C, L = _counts(correct, labelled)
+    C, L = present_counts(correct, labelled)
     y = np.where(L > 0, C / np.where(L > 0, L, 1.0), np.nan)
     d = y[1] - y[0]
     seed, _ = np.nonzero(np.isfinite(d))
@@ -273,7 +272,7 @@ def glmm_contrast(correct, labelled, *, rng: np.random.Generator | int = 0,
     from analysis.stats.simulate import population_accuracy
 
     gen = validate.check_rng(rng)
-    C, L = _counts(correct, labelled)
+    C, L = present_counts(correct, labelled)
     cond, seed, seq = np.nonzero(L > 0)
     trials, hits = L[L > 0], np.rint(C[L > 0])
     if bernoulli:

@@ -119,7 +119,7 @@ def test_the_opposite_sides_test_uncorrected_is_the_intervals_rule(df):
         assert (contra_p(eq, row) < 0.05) == outside, (e, s_)
         seen.append(outside)
     if np.isfinite(df):  # bound claims: n - 1 degrees of freedom, with and without the sampling floor
-        from analysis.claims.evaluate import _bound_row
+        from analysis.claims.evaluate import bound_row
 
         n = int(df) + 1
         x = rng.uniform(0.8, 1.0, (80, n))
@@ -128,7 +128,7 @@ def test_the_opposite_sides_test_uncorrected_is_the_intervals_rule(df):
                            statistic="mean")  # the t over seeds, whose interval this rule is about
             for units in (None, np.full(n, 64.0)):
                 for i in range(x.shape[0]):
-                    row = _bound_row(bound, x[i], direction, units=units, what="accuracy")
+                    row = bound_row(bound, x[i], direction, units=units, what="accuracy")
                     wrong = row["upper"] < 0.9 if direction == "greater" else row["lower"] > 0.9
                     assert (contra_p(bound, row) < 0.05) == wrong, (direction, units, row)
                     seen.append(wrong)

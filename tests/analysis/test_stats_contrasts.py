@@ -9,14 +9,15 @@ import pytest
 import scipy.stats
 import xarray as xr
 
-from analysis.stats import contrasts as K
 from analysis.stats import (
+    contrast_kernels,
     difference_power,
     paired_difference,
     seed_estimates,
     simulate_paired_accuracy,
     tost_power,
 )
+from analysis.stats import contrasts as K
 
 
 def _one(seed, **kw):
@@ -149,7 +150,7 @@ def test_one_way_reml_equals_statsmodels_and_reaches_a_higher_likelihood_when_it
         n_g = ok.sum(-1).astype(float)
         mean_g = np.where(ok, d, 0).sum(-1) / n_g
         ssw = (np.where(ok, d - mean_g[:, None], 0) ** 2).sum()
-        prof = [K._profile(np.array([g]), n_g, mean_g, np.array(ssw), np.array(n_g.sum()))[0]
+        prof = [contrast_kernels._profile(np.array([g]), n_g, mean_g, np.array(ssw), np.array(n_g.sum()))[0]
                 for g in (float(ours["between"] / ours["within"]), ref["between"] / ref["within"])]
         assert prof[0] >= prof[1] - 1e-9  # ours is the REML maximum (statsmodels may stop short)
         if abs(prof[0] - prof[1]) < 1e-6:

@@ -243,12 +243,12 @@ def test_power_of_a_difference_claim_is_at_its_holm_step():
 def test_a_bound_claims_shown_bound_decides_as_its_test_does(x, m, threshold, extra):
     """The reason cites the one-sided bound at the claim's Holm level: supported exactly when
     it clears the threshold; the 95% interval stays in [0, 1] and holds the estimate."""
-    from analysis.claims.evaluate import _bound_row
+    from analysis.claims.evaluate import bound_row
 
     claim = Claim(id="c", statement="s", kind="bound", task="t", arch="a", threshold=threshold,
-                  direction="greater", length=40, statistic="mean")  # a row of the t (_bound_row)
+                  direction="greater", length=40, statistic="mean")  # a row of the t (bound_row)
     values = np.array(x)
-    row = _bound_row(claim, values, "greater", units=np.full(values.size, float(m)), what="accuracy")
+    row = bound_row(claim, values, "greater", units=np.full(values.size, float(m)), what="accuracy")
     res = verdict_table([claim], ["c"], [row], pad=(extra, 0, extra), correction="x").isel(claim=0)
     supported = str(res.verdict.values) == "supported"
     assert supported == (float(res.bound) > threshold - 1e-12) or abs(float(res.bound) - threshold) < 1e-6
