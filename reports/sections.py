@@ -325,7 +325,10 @@ CLAIMS_INTRO = (
     "Accuracy claims are fitted by one claim model: the paired t on per-seed differences (the default, "
     "best calibrated), a binomial GEE with seeds as clusters, or a mixed model (MixedLM, Satterthwaite "
     "degrees of freedom), which also runs beside the default as a cross-check; a GLMM gives estimates "
-    "and variance components only, never a verdict."
+    "and variance components only, never a verdict. A bound or readable_by claim is decided by the exact "
+    "sign test on the share of seeds beyond its threshold (its estimate is the median seed), which holds "
+    "at the accuracy ceiling and with a failing seed; it needs at least 5 seeds, more at a Holm step below "
+    "alpha, and says so when it has fewer (docs/ceiling.md)."
 )
 #: Said under the claims table when it shows variance components.
 SD_NOTE = (
