@@ -30,7 +30,7 @@ from capture.experiment import RunSpec, TrainConfig
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import RunConflictError, Store
 from store.contents.checkpoints import Checkpoint
-from store.zarrutil import jsonable as _jsonable
+from store.zarrutil import jsonable
 
 # Independent random streams per purpose, so e.g. changing n_eval never changes training data.
 STREAM_TRAIN, STREAM_VALID, STREAM_TEST, STREAM_CAPTURE, STREAM_CF = 1, 2, 3, 4, 5
@@ -198,7 +198,7 @@ class Checkpointer:
         self.resumed_at: list[int] = []
 
     def key(self) -> dict:
-        return {k: v for k, v in _jsonable(self.cfg.model_dump()).items() if k not in _TRAIN_FIELDS_IGNORED}
+        return {k: v for k, v in jsonable(self.cfg.model_dump()).items() if k not in _TRAIN_FIELDS_IGNORED}
 
     def load(self) -> Checkpoint | None:
         saved = self.store.read_checkpoint(self.run_id)
@@ -418,7 +418,7 @@ def check_trained_with(store: Store, run_id: str, cfg: TrainConfig) -> None:
     stored = store.run_attrs(run_id).get("train_config")
     if stored is None:  # trained by hand through the API: nothing recorded to compare
         return
-    now = _jsonable(cfg.model_dump())
+    now = jsonable(cfg.model_dump())
     diff = {k: (stored.get(k), v) for k, v in now.items()
             if k not in _TRAIN_FIELDS_IGNORED and stored.get(k) != v}
     if diff:
