@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from analysis.claims.cells import cell_of
 from analysis.claims.metrics import (
     paired_levels,
     probe_seed_profile,
@@ -383,7 +384,7 @@ def cell_runs(store: Store, claims: Sequence[Claim]) -> dict[str, list[str]]:
     for r in store.run_ids():
         a = store.run_attrs(r)
         if any(c.selects(a) for c in claims):
-            out.setdefault(f"{a.get('task')}/{a.get('arch')}/{a.get('variant', 'default')}", []).append(r)
+            out.setdefault("/".join(cell_of(a)), []).append(r)
     return out
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import xarray as xr
 
+from analysis.claims.cells import cell_of
 from analysis.claims.evaluate import CELL_RUNS, evaluate_claims, stored_probe_profiles
 from analysis.claims.metrics import seeds_words
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN, make_plan, plan_dataset
@@ -37,7 +38,7 @@ def stale_table(store: Store, table: xr.Dataset) -> str | None:
     now: dict[str, list[str]] = {}
     for r in store.run_ids():
         a = store.run_attrs(r)
-        cell = f"{a.get('task')}/{a.get('arch')}/{a.get('variant', 'default')}"
+        cell = "/".join(cell_of(a))
         if cell in recorded:
             now.setdefault(cell, []).append(r)
     added = sorted({r for c, runs in now.items() for r in runs} - {r for runs in recorded.values() for r in runs})
