@@ -34,6 +34,7 @@ import xarray as xr
 from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
 from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
+from analysis.stats.decision import Verdict
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
 #: verdict reads the interval, so such a row can only be combined from the part's store.
@@ -80,7 +81,7 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
     """A stored claim row back as the test results :func:`verdict_table` decides from; and
     where its cross-check verdict comes from."""
     row: dict = {k: _float(r, k) for k in NUMERIC} | {k: _text(r, k) for k in TEXT}
-    if _text(r, "verdict") == "not evaluable":
+    if _text(r, "verdict") == Verdict.NOT_EVALUABLE:
         row["not_evaluable"] = True
         return row, ""
     if claim.by_share and not (np.isfinite(row["beyond"]) and np.isfinite(row["p_contra_exact"])):
@@ -253,7 +254,7 @@ def _changed(claim: Claim, r: pd.Series) -> str:
                                    (_text(r, "metric"), claim.metric or "", "metric")):
         if differs(stored, declared, what):
             return differs(stored, declared, what)
-    if _text(r, "verdict") == "not evaluable":
+    if _text(r, "verdict") == Verdict.NOT_EVALUABLE:
         return ""
     margin = _float(r, "margin")
     if not np.isclose(margin, claim.margin if claim.margin else np.nan, equal_nan=True):

@@ -27,6 +27,7 @@ import xarray as xr
 from analysis.claims.cells import Cell, cell_costs, claim_cells, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.spec import Claim
+from analysis.stats.decision import Verdict
 from analysis.stats.planning import ClaimPlan, PlanRow, plan, plan_total, sd_per_seed
 
 #: The stored result holding the seed plan of a store's claims (:func:`plan_dataset`), which the
@@ -69,7 +70,7 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         r = res.isel(claim=i)
         cid = str(r.claim.values)
         claim = by_id[cid.split("[", 1)[0]]
-        if str(r.verdict.values) == "not evaluable":
+        if str(r.verdict.values) == Verdict.NOT_EVALUABLE:
             skipped[cid] = str(r.test.values).removeprefix("not evaluable: ")
             continue
         if claim.kind == "profile_match":

@@ -28,6 +28,7 @@ from analysis.claims.spec import (
     Claim,
     parse_claims,
 )
+from analysis.stats.decision import Verdict
 
 #: One worked example per kind: the TOML a user writes, and what it asks.
 EXAMPLES: dict[str, tuple[str, str]] = {
@@ -96,18 +97,18 @@ length = 120""", "Exact sign test over seeds that the median seed's accuracy lie
 }
 
 #: A worked example of each outcome: the numbers and why they give it.
-OUTCOME_EXAMPLES = {
-    "supported": "difference, direction less, margin 0.05: estimate -0.12 [-0.15, -0.09], p = 0.001: "
+OUTCOME_EXAMPLES: dict[str, str] = {
+    Verdict.SUPPORTED: "difference, direction less, margin 0.05: estimate -0.12 [-0.15, -0.09], p = 0.001: "
                  "different from 0 and the whole interval beyond the margin",
-    "negligible": "difference, margin 0.05: estimate -0.004 [-0.008, -0.001], p = 0.01: real, but "
+    Verdict.NEGLIGIBLE: "difference, margin 0.05: estimate -0.004 [-0.008, -0.001], p = 0.01: real, but "
                   "inside the margin",
-    "equivalent": "difference, margin 0.05: estimate +0.003 [-0.02, +0.03], p = 0.6: not different from 0 "
+    Verdict.EQUIVALENT: "difference, margin 0.05: estimate +0.003 [-0.02, +0.03], p = 0.6: not different from 0 "
                   "and inside the margin (an equivalence claim would be supported)",
-    "inconclusive": "difference, margin 0.05: estimate -0.04 [-0.11, +0.03]: neither different from 0 nor "
+    Verdict.INCONCLUSIVE: "difference, margin 0.05: estimate -0.04 [-0.11, +0.03]: neither different from 0 nor "
                     "inside the margin; the row gives the power and the seeds a verdict would need",
-    "contradicted": "difference, direction greater: estimate -0.09 [-0.12, -0.06]: wholly on the other "
+    Verdict.CONTRADICTED: "difference, direction greater: estimate -0.09 [-0.12, -0.06]: wholly on the other "
                     "side, and that side's test survives Holm's correction",
-    "not evaluable": "fewer than 2 seeds with a value (e.g. one seed trained, or restoration undefined "
+    Verdict.NOT_EVALUABLE: "fewer than 2 seeds with a value (e.g. one seed trained, or restoration undefined "
                      "because the corruption does not move the answer): the reason is given; the "
                      "other claims are still evaluated",
 }

@@ -34,6 +34,8 @@ from analysis.claims.cells import Cell, claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
 from analysis.claims.spec import Claim
+from analysis.claims.verdicts import staged_verdict
+from analysis.stats.decision import Verdict
 from analysis.stats.seedshare import ShareCount
 from analysis.stats.sequential import Design, DesignError, StageResult, sequential_decisions
 
@@ -139,7 +141,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
         for i in range(res.sizes["claim"]):
             r = res.isel(claim=i)
             cid = str(r.claim.values)
-            if str(r.verdict.values) == "not evaluable":
+            if str(r.verdict.values) == Verdict.NOT_EVALUABLE:
                 continue
             if cid in shares:
                 count = share_count_of(r)
@@ -281,12 +283,6 @@ _FIXED_ONLY = ("p", "p_adjusted", "p_zero", "p_zero_adjusted", "p_equivalence", 
                "p_margin", "p_margin_adjusted", "p_contra", "p_contra_adjusted", "power", "power_at", "mde",
                "seeds_needed", "max_t", "bound", "min_p", "p_contra_exact")
 
-#: How a sequential decision reads as a verdict (futility: stopped without deciding).
-_VERDICT = {"supported": "supported", "contradicted": "contradicted", "inconclusive": "inconclusive",
-            "equivalent": "equivalent", "negligible": "negligible", "futility": "inconclusive",
-            "continue": "inconclusive"}
-
-
 def _share_verdict(c, run: SequentialRun, head: str, what: str, k: int, fixed: str) -> tuple[str, dict[str, float]]:
     """A share claim's reason and the columns its row takes from the stage that decided it (or
     its last): the counts, the share beyond with its repeated interval (``share_lower``,
@@ -296,8 +292,8 @@ def _share_verdict(c, run: SequentialRun, head: str, what: str, k: int, fixed: s
     med = run.quantiles.get((c.look, c.id), (np.nan, np.nan, np.nan)) if c.look is not None else (np.nan,) * 3
     lo, hi = c.rci
     which = "median seed" if "the median seed" in run.tests.get(c.id, "") else "quantile of the seeds"
-    if c.decision == "inconclusive":
-        what = "not decided at its maximum"
+    if c.decision == Verdict.INCONCLUSIVE:
+        what = staged_verdict(c, None, plain=True)[1]
     text = (f"{head}: {what} at stage {k} ({c.seeds} seeds): {c.note or 'no count of its seeds'}"
             + (f"; share beyond {c.estimate:.3f}, repeated 95% interval [{lo:.3f}, {hi:.3f}]"
                if np.isfinite(c.estimate) and np.isfinite(lo) and np.isfinite(hi) else "")
@@ -335,12 +331,7 @@ def sequential_verdicts(res, run: SequentialRun):
             continue
         k = (c.decided_at if c.decided_at is not None else c.stage) + 1
         stage[j] = k
-        verdict[j] = _VERDICT[c.decision]
-        what = {"continue": f"not decided yet: the next stage trains up to {last.seeds_next} seeds"
-                if last is not None and last.seeds_next else "not decided",
-                "futility": "stopped for futility (its conditional power at the maximum was "
-                            f"{c.conditional_power:.2f})",
-                "inconclusive": c.note or "not decided at its maximum"}.get(c.decision, c.decision)
+        verdict[j], what = staged_verdict(c, last.seeds_next if last is not None else None)
         if run.tests.get(cid, "").startswith("an exact"):  # one look at its maximum: the look's own numbers
             reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds), {c.note or 'one exact look'}; "
                          f"the fixed test on every seed held: {fixed[j]}")

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from analysis.stats.decision import Verdict
 from store import LayerstateError, schema
 
 ALPHA = 0.05
@@ -69,17 +70,17 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 
 #: The verdicts a claim can get, and when (docs/claims.md is written from these).
 OUTCOMES: dict[str, str] = {
-    "supported": "the claim's own test passes after Holm's correction: a difference from 0 in the "
+    Verdict.SUPPORTED: "the claim's own test passes after Holm's correction: a difference from 0 in the "
                  "claimed direction (and, with a margin, not within it); an equivalence claim's "
                  "interval inside the margin; a bound's one-sided bound beyond the threshold",
-    "negligible": "a difference claim with a margin: different from 0, but within the margin (real, too "
+    Verdict.NEGLIGIBLE: "a difference claim with a margin: different from 0, but within the margin (real, too "
                   "small to matter)",
-    "equivalent": "a difference claim with a margin: not different from 0, and within the margin",
-    "inconclusive": "neither test decides: the interval is too wide for the seeds there are (the power "
+    Verdict.EQUIVALENT: "a difference claim with a margin: not different from 0, and within the margin",
+    Verdict.INCONCLUSIVE: "neither test decides: the interval is too wide for the seeds there are (the power "
                     "and the minimum detectable effect say how many more would help)",
-    "contradicted": "the interval lies wholly on the side opposite to the claim (or outside an "
+    Verdict.CONTRADICTED: "the interval lies wholly on the side opposite to the claim (or outside an "
                     "equivalence margin), and the test of that side survives Holm's correction",
-    "not evaluable": "the stored results cannot answer the claim (e.g. fewer than 2 seeds with a value); "
+    Verdict.NOT_EVALUABLE: "the stored results cannot answer the claim (e.g. fewer than 2 seeds with a value); "
                      "the reason is given and the other claims are still evaluated",
 }
 

@@ -1,5 +1,13 @@
 """From an estimate to a verdict: intervals and tests against zero and the margin, power and
-MDE, Holm across the claims of a file, and the four-outcome decision with its reason."""
+MDE, Holm across the claims of a file, and the four-outcome decision with its reason.
+
+This is the one module that gives a claim its verdict: :func:`decide` for a fixed look (every
+seed held), :func:`staged_verdict` for a group-sequential design's stage record. The kernels
+below it (:mod:`analysis.stats.decision`, :mod:`analysis.stats.seedshare`,
+:mod:`analysis.stats.sequential`) return test outcomes and stage decisions in the vocabulary
+:mod:`analysis.stats.decision` defines; the tables (:mod:`analysis.claims.evaluate`,
+:mod:`analysis.claims.sequential`) and the words (``layerstate``, ``reports``) only carry
+them."""
 
 from __future__ import annotations
 
@@ -9,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from analysis.claims.spec import ALPHA, MODEL_NAMES, Claim, NotEvaluable
+from analysis.stats.decision import EFFECT, Pending, Verdict
 from analysis.stats.decision import fmt_p as fmt_p
+from analysis.stats.sequential import ClaimStage
 
 
 def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any]:
@@ -256,7 +266,7 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
     from analysis.stats.decision import outcome_np
 
     if row.get("not_evaluable"):
-        return "not evaluable", "", str(row["test"])
+        return Verdict.NOT_EVALUABLE, "", str(row["test"])
     lo, hi = row["lower"], row["upper"]
     iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
     level = float(adj.get("level", np.nan))
@@ -273,12 +283,12 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
         what = (f"mean probe accuracy at {claim.layer}" if claim.kind == "readable_by" else
                 "mean" + (" minus chance" if claim.baseline == "chance" else ""))
         if p < ALPHA:
-            return "supported", "", (f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}): {bound_text}, "
+            return Verdict.SUPPORTED, "", (f"{what} {side} {v:g} (one-sided t, Holm p = {fmt_p(p)}): {bound_text}, "
                                      f"{side} {v:g}")
         if _contradicted(adj):
-            return "contradicted", "", f"the {iv} lies {opposite} {v:g}{_contra_text(adj)}"
+            return Verdict.CONTRADICTED, "", f"the {iv} lies {opposite} {v:g}{_contra_text(adj)}"
         beyond = (greater and hi < v) or (not greater and lo > v)
-        return "inconclusive", "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {bound_text or iv})"
+        return Verdict.INCONCLUSIVE, "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {bound_text or iv})"
                                     f"{_cannot(row, level, n_seeds) or _mde_text(row, side, n_seeds)}"
                                     f"{_short_of(adj, beyond, f'{opposite} it')}")
     if claim.kind == "profile_match":
@@ -286,15 +296,15 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
 
         p = adj["other"]
         if p < ALPHA:
-            return "supported", "", (f"profile differs from {claim.differs_from}'s (Holm p = {fmt_p(p)}) and lies "
+            return Verdict.SUPPORTED, "", (f"profile differs from {claim.differs_from}'s (Holm p = {fmt_p(p)}) and lies "
                                      f"closer to {claim.matches}'s")
         floor = row.get("min_p", np.nan)
         if np.isfinite(floor) and np.isfinite(level) and floor > level:
-            return "inconclusive", "", (
+            return Verdict.INCONCLUSIVE, "", (
                 f"cannot be supported with {n_seeds} seeds per task: the exact permutation test's smallest "
                 f"attainable p is {floor:.3f}, above the level of its Holm step ({_level_text(level)}): "
                 f"{seeds_for_profile_test(level)} seeds per task would be needed")
-        return "inconclusive", "", (f"not shown to differ from {claim.differs_from}'s profile while lying "
+        return Verdict.INCONCLUSIVE, "", (f"not shown to differ from {claim.differs_from}'s profile while lying "
                                     f"closer to {claim.matches}'s (Holm p = {fmt_p(p)})")
 
     m = claim.margin
@@ -309,12 +319,12 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
         outcome = str(outcome_np(zero_sig, within, float(row.get("p_equivalence", np.nan)) < ALPHA))
         if within:
             extra = (f"; different from zero (Holm p = {fmt_p(p_zero)}): real but negligible" if zero_sig else "")
-            return "supported", outcome, (f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = "
+            return Verdict.SUPPORTED, outcome, (f"within ±{m:g}: the {iv} lies inside the margin (TOST Holm p = "
                                           f"{fmt_p(adj['equivalence'])}){extra}")
         if _contradicted(adj):
-            return "contradicted", outcome, f"the {iv} lies wholly outside ±{m:g}{_contra_text(adj)}"
+            return Verdict.CONTRADICTED, outcome, f"the {iv} lies wholly outside ±{m:g}{_contra_text(adj)}"
         outside = m is not None and (lo > m or hi < -m)
-        return "inconclusive", outcome, (f"not shown within ±{m:g} (TOST Holm p = {fmt_p(adj['equivalence'])}; "
+        return Verdict.INCONCLUSIVE, outcome, (f"not shown within ±{m:g} (TOST Holm p = {fmt_p(adj['equivalence'])}; "
                                          f"{iv}); {power} (to show equivalence at a true difference of 0)"
                                          f"{_short_of(adj, outside, 'wholly outside the margin')}")
     side = {"less": "below", "greater": "above", "two-sided": "different from"}[claim.direction]
@@ -326,38 +336,38 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
         if claim.test_against == "margin" and m is not None:
             where = ("inside ±" if claim.direction == "two-sided" else f"{opposite} {contra_value(claim):+g}, "
                      "short of the margin ±")
-            return "contradicted", _outcome(claim, row, adj), (
+            return Verdict.CONTRADICTED, _outcome(claim, row, adj), (
                 f"the {iv} lies {where}{m:g}: the claimed effect beyond the margin is refuted{_contra_text(adj)}")
-        return "contradicted", _outcome(claim, row, adj), (
+        return Verdict.CONTRADICTED, _outcome(claim, row, adj), (
             f"the {iv} lies {opposite} zero: the opposite of the claimed direction{_contra_text(adj)}")
     short = _short_of(adj, wrong, f"{opposite} {'the margin' if claim.test_against == 'margin' else 'zero'}")
     if m is None:
         if zero_sig:
-            return "supported", "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {shown}{iv}); no margin declared, "
+            return Verdict.SUPPORTED, "", (f"{side} zero (Holm p = {fmt_p(p_zero)}; {shown}{iv}); no margin declared, "
                                      "so a negligible effect is not told apart")
-        return "inconclusive", "", (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}; {shown}{iv}); no margin "
+        return Verdict.INCONCLUSIVE, "", (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}; {shown}{iv}); no margin "
                                     f"declared, so no power ({power}){short}")
     outcome = _outcome(claim, row, adj)
-    if outcome == "effect":
+    if outcome == EFFECT:
         if claim.test_against == "margin":
-            return "supported", outcome, (f"beyond the margin: |effect| > {m:g} (minimum-effect test, Holm p = "
+            return Verdict.SUPPORTED, outcome, (f"beyond the margin: |effect| > {m:g} (minimum-effect test, Holm p = "
                                           f"{fmt_p(adj['margin'])}; {shown}{iv})")
-        return "supported", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}; {shown.rstrip('; ')}) and not "
+        return Verdict.SUPPORTED, outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}; {shown.rstrip('; ')}) and not "
                                       f"within ±{m:g}: the {iv} reaches beyond the margin")
-    if outcome == "negligible":
-        return "negligible", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but within ±{m:g}: the {iv} lies "
+    if outcome == Verdict.NEGLIGIBLE:
+        return Verdict.NEGLIGIBLE, outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but within ±{m:g}: the {iv} lies "
                                        "inside the margin, a real but negligible effect")
-    if outcome == "equivalent":
-        return "equivalent", outcome, (f"not {side} zero (Holm p = {fmt_p(p_zero)}) and within ±{m:g}: the {iv} "
+    if outcome == Verdict.EQUIVALENT:
+        return Verdict.EQUIVALENT, outcome, (f"not {side} zero (Holm p = {fmt_p(p_zero)}) and within ±{m:g}: the {iv} "
                                        f"lies inside the margin{short}")
     if claim.test_against == "margin" and zero_sig:
-        return "inconclusive", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but not shown beyond ±{m:g} "
+        return Verdict.INCONCLUSIVE, outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) but not shown beyond ±{m:g} "
                                          f"(minimum-effect Holm p = {fmt_p(adj['margin'])}; {iv}); {power}{short}")
     if zero_sig:  # different, inside the margin, but "within" did not survive the correction
-        return "inconclusive", outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) and the {iv} lies inside "
+        return Verdict.INCONCLUSIVE, outcome, (f"{side} zero (Holm p = {fmt_p(p_zero)}) and the {iv} lies inside "
                                          f"±{m:g}, but within the margin is not shown after the correction "
                                          f"across the claims (TOST Holm p = {fmt_p(adj['equivalence'])})")
-    return "inconclusive", outcome, (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); "
+    return Verdict.INCONCLUSIVE, outcome, (f"not shown {side} zero (Holm p = {fmt_p(p_zero)}) nor within ±{m:g} ({iv}); "
                                      f"{power}{short}")
 
 
@@ -369,22 +379,22 @@ def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool)
     side, opposite = ("above", "below") if greater else ("below", "above")
     cannot = str(row.get("_undecidable", ""))
     if not np.isfinite(row.get("beyond", np.nan)):  # decided again from a table that kept no counts
-        return "inconclusive", "", cannot or "the seeds beyond the threshold were not counted"
+        return Verdict.INCONCLUSIVE, "", cannot or "the seeds beyond the threshold were not counted"
     n, k, short = int(row["n_seeds"]), int(row["beyond"]), int(row["short"])
     who = "the median seed" if q == 0.5 else f"more than {q:g} of the seeds"
     counts = f"{k} of {n} seeds {side} {v:g}" + (f", {short} {opposite}" if short else "")
     median = f"{'median' if q == 0.5 else f'{q:g}-quantile from the far side'} {row['estimate']:.4g}"
     if p < ALPHA:
-        return "supported", "", (f"{who} lies {side} {v:g}: {counts} ({median}; exact sign test, Holm p = "
+        return Verdict.SUPPORTED, "", (f"{who} lies {side} {v:g}: {counts} ({median}; exact sign test, Holm p = "
                                  f"{fmt_p(p)})")
     if _contradicted(adj):
-        return "contradicted", "", (f"{who} does not: {counts} ({median}){_contra_text(adj)}")
+        return Verdict.CONTRADICTED, "", (f"{who} does not: {counts} ({median}){_contra_text(adj)}")
     if cannot:
-        return "inconclusive", "", f"{cannot}; {counts} ({median})"
+        return Verdict.INCONCLUSIVE, "", f"{cannot}; {counts} ({median})"
     most = (f"; most seeds lie {opposite} it, but not beyond what the whole family of claims allows by chance (the "
             f"test of that side at the two-sided level, Holm p = {fmt_p(adj['contra'])}): not contradicted"
             if short > n / 2 and np.isfinite(adj.get("contra", np.nan)) else "")
-    return "inconclusive", "", (f"not shown that {who} lies {side} {v:g}: {counts} ({median}; exact sign test, "
+    return Verdict.INCONCLUSIVE, "", (f"not shown that {who} lies {side} {v:g}: {counts} ({median}; exact sign test, "
                                 f"Holm p = {fmt_p(p)}){most}")
 
 
@@ -401,9 +411,26 @@ def _outcome(claim: Claim, row: dict, adj: dict[str, float]) -> str:
     raw_within = bool(float(row.get("p_equivalence", np.nan)) < ALPHA)
     if claim.test_against == "margin":
         if adj.get("margin", np.nan) < ALPHA:
-            return "effect"
-        return "negligible" if within and zero_sig else ("equivalent" if within else "inconclusive")
+            return EFFECT
+        return Verdict.NEGLIGIBLE if within and zero_sig else (Verdict.EQUIVALENT if within else Verdict.INCONCLUSIVE)
     return str(outcome_np(zero_sig, within, raw_within))
+
+
+def staged_verdict(c: ClaimStage, seeds_next: int | None, *, plain: bool = False) -> tuple[Verdict, str]:
+    """A claim's verdict under a group-sequential design, from its stage record ``c``
+    (:func:`analysis.stats.sequential.sequential_decisions`), and what the stage did in words: a
+    decision that crossed a boundary is the verdict; a design still going on (the next stage
+    trains ``seeds_next`` seeds), stopped for futility, or undecided at its maximum is
+    ``inconclusive`` (``plain``: the last without its stage's note)."""
+    if c.decision == Pending.CONTINUE:
+        what = f"not decided yet: the next stage trains up to {seeds_next} seeds" if seeds_next else "not decided"
+        return Verdict.INCONCLUSIVE, what
+    if c.decision == Pending.FUTILITY:
+        return Verdict.INCONCLUSIVE, ("stopped for futility (its conditional power at the maximum was "
+                                      f"{c.conditional_power:.2f})")
+    if c.decision == Verdict.INCONCLUSIVE:
+        return Verdict.INCONCLUSIVE, ("" if plain else c.note) or "not decided at its maximum"
+    return Verdict(c.decision), str(c.decision)
 
 
 def _contradicted(adj: dict[str, float]) -> bool:

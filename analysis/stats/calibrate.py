@@ -59,6 +59,7 @@ from analysis.stats.contrasts import (
     paired_t_np,
     power_se,
 )
+from analysis.stats.decision import EFFECT, Verdict
 from analysis.stats.simulate import simulate_paired_accuracy
 
 MARGIN = 0.05
@@ -182,7 +183,7 @@ def calibrate(scenario: str, n_sims: int, *, models=TESTED, seed: int = 0, margi
             fits = fit_all(models, C, L, margin, alpha)
             for m, f in fits.items():
                 ok = np.isfinite(f["estimate"])
-                supported = outcome_np(f["p_zero"] < alpha, f["p_equivalence"] < alpha) == "effect"
+                supported = outcome_np(f["p_zero"] < alpha, f["p_equivalence"] < alpha) == EFFECT
                 if what == "zero":
                     add(m, "type_one", (f["p_two_sided"] < alpha)[ok])
                     add(m, "supported_null", supported[ok])
@@ -199,7 +200,7 @@ def calibrate(scenario: str, n_sims: int, *, models=TESTED, seed: int = 0, margi
                     add(m, "supported_at_0.1m", supported[ok])
                     add(m, "negligible_or_equivalent_at_0.1m",
                         np.isin(outcome_np(f["p_zero"] < alpha, f["p_equivalence"] < alpha),
-                                ["negligible", "equivalent"])[ok])
+                                [Verdict.NEGLIGIBLE, Verdict.EQUIVALENT])[ok])
     out: dict[str, dict[str, Any]] = {}
     for m in models:
         res: dict[str, Any] = {name: _rate(np.concatenate(xs)) for name, xs in events[m].items()}

@@ -2,8 +2,10 @@
 
 What lives here, and nowhere else:
 
-* the vocabulary: the four **outcomes** against a margin (:data:`OUTCOMES`) and the six
-  **verdicts** of a claim (:data:`VERDICTS`);
+* the vocabulary, the one place its words are spelled: the six **verdicts** of a claim
+  (:class:`Verdict`), the four **outcomes** against a margin (:data:`OUTCOMES`, :data:`EFFECT`
+  and three verdict words) and the two states of a sequential look that has not decided
+  (:class:`Pending`); every other module takes the words from here;
 * :func:`inference_np`: the interval and every test of an estimate with its ``se`` and ``df``
   (against zero, the equivalence test, the minimum-effect test);
 * :func:`outcome_np`: the four outcomes, with the rule that a multiplicity correction can only
@@ -41,6 +43,8 @@ would make a claim's verdict depend on whether other claims happened to be evalu
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 import scipy.optimize
 import scipy.stats
@@ -49,10 +53,37 @@ from analysis.stats import validate
 
 #: The level of every test and interval unless a caller says otherwise.
 ALPHA = 0.05
+
+
+class Verdict(StrEnum):
+    """The verdicts a claim can get (a ``str``: stored tables hold the plain words)."""
+
+    SUPPORTED = "supported"
+    NEGLIGIBLE = "negligible"
+    EQUIVALENT = "equivalent"
+    INCONCLUSIVE = "inconclusive"
+    CONTRADICTED = "contradicted"
+    NOT_EVALUABLE = "not evaluable"
+
+
+class Pending(StrEnum):
+    """A sequential look that decided nothing: the design goes on, or stops for futility."""
+
+    CONTINUE = "continue"
+    FUTILITY = "futility"
+
+
+#: The verdicts, in the order tables count them.
+VERDICTS = tuple(Verdict)
+#: The outcome of a difference beyond zero and not within its margin (the claim's "supported").
+EFFECT = "effect"
 #: The four outcomes of a difference against a margin (Lakens 2017, 2018).
-OUTCOMES = ("effect", "negligible", "equivalent", "inconclusive")
-#: The verdicts a claim can get.
-VERDICTS = ("supported", "negligible", "equivalent", "inconclusive", "contradicted", "not evaluable")
+OUTCOMES = (EFFECT, Verdict.NEGLIGIBLE, Verdict.EQUIVALENT, Verdict.INCONCLUSIVE)
+#: What a look of a group-sequential design can decide: a verdict, or not yet.
+DECISIONS = (Verdict.SUPPORTED, Verdict.NEGLIGIBLE, Verdict.EQUIVALENT, Verdict.CONTRADICTED,
+             Pending.CONTINUE, Pending.FUTILITY, Verdict.INCONCLUSIVE)
+#: The decisions that end a claim's design.
+FINAL = frozenset({Verdict.SUPPORTED, Verdict.NEGLIGIBLE, Verdict.EQUIVALENT, Verdict.CONTRADICTED})
 DIRECTIONS = ("two-sided", "less", "greater")
 #: One line for reports and stored attrs: how a family is corrected.
 FAMILY_RULE = ("Holm over each family of the declared claims; a test not run, not evaluable or without a "
@@ -120,10 +151,10 @@ def outcome_np(different, within, within_uncorrected=None) -> np.ndarray:
         within_uncorrected = within
     different, within, raw = np.broadcast_arrays(*(np.asarray(v, bool) for v in (different, within,
                                                                                    within_uncorrected)))
-    out = np.full(different.shape, "inconclusive", dtype="<U12")
-    out[different & ~raw] = "effect"
-    out[different & within] = "negligible"
-    out[~different & within] = "equivalent"
+    out = np.full(different.shape, Verdict.INCONCLUSIVE.value, dtype="<U12")
+    out[different & ~raw] = EFFECT
+    out[different & within] = Verdict.NEGLIGIBLE.value
+    out[~different & within] = Verdict.EQUIVALENT.value
     return out
 
 

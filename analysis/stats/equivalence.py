@@ -46,13 +46,14 @@ import scipy.stats
 import xarray as xr
 
 from analysis.stats import validate
-from analysis.stats.decision import outcome_np
+from analysis.stats.decision import EFFECT, Verdict, outcome_np
 from analysis.stats.decision import proportion_sampling_var as proportion_sampling_var
 from analysis.stats.power import difference_power as difference_power
 from analysis.stats.power import minimum_detectable_effect as minimum_detectable_effect
 from analysis.stats.power import tost_power as tost_power
 
-VERDICTS = ("effect", "equivalent", "inconclusive")
+#: This module's three verdicts (the decision layer's words; ``negligible`` reads ``equivalent`` here).
+VERDICTS = (EFFECT, Verdict.EQUIVALENT, Verdict.INCONCLUSIVE)
 
 DECISION_RULE = (
     "equivalent if TOST p < tost_alpha (default alpha/2: the 1-alpha t interval of the mean "
@@ -176,7 +177,7 @@ def verdict_np(p_difference, p_tost, alpha: float, tost_alpha: float) -> np.ndar
     ``equivalent`` here, as the module docstring says. Returns str array."""
     p_difference, p_tost = np.broadcast_arrays(np.asarray(p_difference, float), np.asarray(p_tost, float))
     out = outcome_np(p_difference < alpha, p_tost < tost_alpha)
-    return np.where(out == "negligible", "equivalent", out).astype("<U12")
+    return np.where(out == Verdict.NEGLIGIBLE, Verdict.EQUIVALENT.value, out).astype("<U12")
 
 
 def equivalence_np(diff, margin, alpha=0.05, tost_alpha=0.025, power=0.8, axis=-1):

@@ -57,6 +57,7 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
+from analysis.stats.decision import Pending, Verdict
 from analysis.stats.spending import spent
 
 __all__ = ["DIRECTIONS", "ShareBoundaries", "ShareCount", "ShareStage", "ShareTest", "contra_boundaries",
@@ -524,12 +525,12 @@ def share_decisions(counts: Sequence[ShareCount | tuple[int, int, int]], *, leve
     for k, c in enumerate(obs):
         if decided is None:
             if c.beyond >= own.counts[k]:
-                decided = ("supported", k)
+                decided = (Verdict.SUPPORTED, k)
             elif c.short >= opp.counts[k]:
-                decided = ("contradicted", k)
+                decided = (Verdict.CONTRADICTED, k)
             elif c.n >= m:
-                decided = ("inconclusive", k)
-        dec, at = decided if decided is not None else ("continue", None)
+                decided = (Verdict.INCONCLUSIVE, k)
+        dec, at = decided if decided is not None else (Pending.CONTINUE, None)
         out.append(ShareStage(stage=k, seeds=c.n, beyond=c.beyond, short=c.short, boundary=own.counts[k],
                               contra_boundary=opp.counts[k], decision=dec, decided_at=at))
     return out

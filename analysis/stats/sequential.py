@@ -70,6 +70,7 @@ import scipy.special
 import scipy.stats
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from analysis.stats.decision import DECISIONS, EFFECT, FINAL, Pending, Verdict
 from analysis.stats.seedshare import share_boundaries
 from analysis.stats.spending import spent
 from store import LayerstateError
@@ -82,9 +83,7 @@ __all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Ob
 #: of a difference claim tested against zero with a margin, as in the fixed design; contradicted),
 #: still collecting seeds (continue), stopped by the futility rule, or undecided at its maximum
 #: (inconclusive).
-DECISIONS = ("supported", "negligible", "equivalent", "contradicted", "continue", "futility", "inconclusive")
-#: The decisions a rejection makes: final, whatever later stages show.
-_FINAL = frozenset({"supported", "negligible", "equivalent", "contradicted"})
+#: (The words: :mod:`analysis.stats.decision`.)
 #: A (task, arch, variant) cell: the unit that receives seeds.
 Cell = tuple[str, str, str]
 
@@ -856,9 +855,9 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
 
     for k, obs_k in enumerate(observed):
         for i in ids:
-            if status.get(i, "continue") == "continue":
+            if status.get(i, Pending.CONTINUE) == Pending.CONTINUE:
                 looks[i].append((k, local[i].seeds().index(seeds[k]), _observation(by_id[i], obs_k.get(i))))
-        alive = [i for i in ids if status.get(i, "continue") not in _FINAL]
+        alive = [i for i in ids if status.get(i, Pending.CONTINUE) not in FINAL]
         own_new = _holm_step(ids, rej_own, level, [i for i in alive if i not in rej_own],
                              lambda i, lv: crossing(i, lv, "own") is not None, a_own)
         for i, lv in own_new.items():
@@ -872,8 +871,8 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
                                 lambda i, lv: crossing(i, lv, "margin") is not None, a_margin)
         stage: dict[str, ClaimStage] = {}
         for i in alive:
-            prev = status.get(i, "continue")
-            if prev != "continue" and not (i in own_new or i in contra_new or i in margin_new):
+            prev = status.get(i, Pending.CONTINUE)
+            if prev != Pending.CONTINUE and not (i in own_new or i in contra_new or i in margin_new):
                 continue  # stopped earlier and nothing new: its record stands
             stage[i] = _claim_stage(i, k, by_id[i], margin_h.get(i), local[i], looks[i], prev, design,
                                     own=own_at.get(i), own_now=i in own_new,
@@ -884,7 +883,7 @@ def sequential_decisions(design: Design, hypotheses: Sequence[Hypothesis],
                                     margin_level=margin_level.get(i, math.nan), seeds=seeds)
             status[i] = stage[i].decision
         latest.update(stage)
-        going = [i for i in ids if status.get(i) == "continue"]
+        going = [i for i in ids if status.get(i) == Pending.CONTINUE]
         cells = tuple(dict.fromkeys(c for i in going for c in by_id[i].cells))
         out.append(StageResult(stage=k, seeds=seeds[k], claims={i: latest[i] for i in ids if i in latest},
                                cells_next=cells if k < last else (),
@@ -911,37 +910,38 @@ def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design
     if mh is not None and np.isfinite(m_lv):  # it also stops only when its margin's test is unlikely to cross
         cp_m = _conditional_power(mh, o, d, kk, m_lv)
         cp = cp_m if own is not None else float(np.nanmax([cp, cp_m])) if np.isfinite([cp, cp_m]).any() else cp
-    futile = (design.futility != "none" and prev == "continue" and np.isfinite(cp) and cp < design.futility_power)
+    futile = (design.futility != "none" and prev == Pending.CONTINUE and np.isfinite(cp) and cp < design.futility_power)
     m = h.beyond_margin
     note = ""
+    dec: str
     if contra is not None:
-        dec = "contradicted"
+        dec = Verdict.CONTRADICTED
     elif margin is not None:
-        dec = "negligible" if own is not None else "equivalent"
+        dec = Verdict.NEGLIGIBLE if own is not None else Verdict.EQUIVALENT
         note = (f"{'different from' if own is not None else 'not shown different from'} {h.value:g}, and within "
                 f"+-{m:g}: both one-sided tests against the margin crossed at level {m_lv:.2g}")
     elif own is not None and (m is None or not _within_margin(h, plain)):
-        dec = "supported"
+        dec = Verdict.SUPPORTED
     elif own is not None:
-        dec = "inconclusive" if at_max or prev != "continue" else "futility" if futile else "continue"
+        dec = Verdict.INCONCLUSIVE if at_max or prev != Pending.CONTINUE else Pending.FUTILITY if futile else Pending.CONTINUE
         note = (f"different from {h.value:g}, but its 95% interval lies within +-{m:g}: "
-                + ("it goes on for the margin's test (negligible if that crosses)" if dec == "continue" else
+                + ("it goes on for the margin's test (negligible if that crosses)" if dec == Pending.CONTINUE else
                    "not shown to be more than negligible"))
-    elif prev != "continue":
+    elif prev != Pending.CONTINUE:
         dec = prev
     elif at_max:
-        dec = "inconclusive"
+        dec = Verdict.INCONCLUSIVE
     elif futile:
-        dec = "futility"
+        dec = Pending.FUTILITY
     else:
-        dec = "continue"
+        dec = Pending.CONTINUE
     if h.statistic == "share":
         return _share_claim_stage(i, k, h, d, looks, dec=dec, own=own, own_now=own_now, level=level, contra=contra,
                                   contra_level=contra_level, cp=cp, seeds=seeds)
     if own is not None:  # the verdict rests on the look its own test crossed on
         j, own_look = own[1], own[2]
         lk_bound = own_look.bound
-        if j != k and dec in ("supported", "negligible"):
+        if j != k and dec in (Verdict.SUPPORTED, Verdict.NEGLIGIBLE):
             side = own_look.bound[0] if h.test == "greater" else own_look.bound[1]
             note = (note + "; " if note else "") + (
                 f"its own test crossed on stage {j + 1}'s {seeds[j]} seeds"
@@ -950,18 +950,19 @@ def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design
                    else f" at the level {level:.2g}"))
     else:
         lk_bound = lk.bound
-    if h.test == "exact" and dec == "continue":
+    if h.test == "exact" and dec == Pending.CONTINUE:
         note = f"an exact test, looked at once at its maximum ({d.max_seeds} seeds)"
-    elif h.test == "exact" and np.isfinite(_p(o)) and dec in ("supported", "inconclusive"):
+    elif h.test == "exact" and np.isfinite(_p(o)) and dec in (Verdict.SUPPORTED, Verdict.INCONCLUSIVE):
         note = (note + "; " if note else "") + f"exact p = {_p(o):.3g} against level {level:.2g}"
-    elif h.test == "exact" and dec == "inconclusive":
+    elif h.test == "exact" and dec == Verdict.INCONCLUSIVE:
         note = "no p-value at its maximum"
     outcome = ""
-    if mh is not None and dec != "continue":
-        outcome = {"supported": "effect", "negligible": "negligible", "equivalent": "equivalent"}.get(dec, "inconclusive")
+    if mh is not None and dec != Pending.CONTINUE:
+        outcome = (EFFECT if dec == Verdict.SUPPORTED else dec if dec in (Verdict.NEGLIGIBLE, Verdict.EQUIVALENT)
+                   else Verdict.INCONCLUSIVE)
     q = rci_critical(d, kk, df) if np.isfinite(df) and df >= 1 else math.nan
     return ClaimStage(
-        id=i, stage=k, seeds=d.seeds()[kk], decision=dec, decided_at=None if dec == "continue" else k,
+        id=i, stage=k, seeds=d.seeds()[kk], decision=dec, decided_at=None if dec == Pending.CONTINUE else k,
         estimate=est, se=se, df=df, level=level, critical=lk.critical,
         boundaries=tuple(v + sign * lk.critical * se for sign, v in h.sides()[0]),
         rci=(est - q * se, est + q * se), conditional_power=cp, contra_level=contra_level, note=note,
@@ -1018,12 +1019,12 @@ def _share_claim_stage(i: str, k: int, h: Hypothesis, d: Design, looks: list[tup
     n, q = obs.n, h.q
     who = "the median seed lies" if q == 0.5 else f"more than {1 - q:g} of the seeds lie"
     opposite = "below" if h.test == "greater" else "above"
-    if dec == "contradicted" and contra is not None and (hit := _share_crossing(h, looks, d, contra, True)):
+    if dec == Verdict.CONTRADICTED and contra is not None and (hit := _share_crossing(h, looks, d, contra, True)):
         j, c_hit, oj = hit
         note = (f"{_share_words(h, oj)}: {who} {opposite} {h.value:g}, {int(c_hit.critical)} {opposite} needed at "
                 f"level {contra / 2:.2g} by the exact sign test"
                 + (f"; it crossed on stage {j + 1}'s {oj.n} seeds" if j != k_last else ""))
-    elif own is not None and dec == "supported":
+    elif own is not None and dec == Verdict.SUPPORTED:
         j, own_look = own[1], own[2]
         oj = next((x for k_, _, x in looks if k_ == j and isinstance(x, ShareObservation)), obs)
         note = f"{_share_words(h, oj)}: {int(own_look.critical)} needed at level {level:.2g} by the exact sign test"
@@ -1043,7 +1044,7 @@ def _share_claim_stage(i: str, k: int, h: Hypothesis, d: Design, looks: list[tup
     bound = own[2].bound if own is not None else lk.bound
     return ClaimStage(
         id=i, stage=k, seeds=n if n >= 1 else d.seeds()[kk], decision=dec,
-        decided_at=None if dec == "continue" else k, estimate=obs.beyond / n if n >= 1 else math.nan,
+        decided_at=None if dec == Pending.CONTINUE else k, estimate=obs.beyond / n if n >= 1 else math.nan,
         se=math.nan, df=math.nan, level=level, critical=math.nan,
         boundaries=((lk.critical / n if lk.critical <= n else math.inf),) if n >= 1 else (),
         rci=_share_rci(obs, seen, d) if n >= 1 else (math.nan, math.nan), conditional_power=cp,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.stats
 
+from analysis.stats.decision import Pending, Verdict
 from analysis.stats.sequential import Cell, Design, Hypothesis, sequential_decisions
 
 
@@ -248,10 +249,10 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
             continue
         dec = np.stack([r["decision"] for r in rs])
         cov = np.stack([r["covered"] for r in rs])
-        sup, con = (dec == "supported"), (dec == "contradicted")
+        sup, con = (dec == Verdict.SUPPORTED), (dec == Verdict.CONTRADICTED)
         fw_s, fw_c = sup[:, null].any(1), con[:, null].any(1)
         nan = math.nan
-        inside = (dec == "equivalent") | (dec == "negligible")
+        inside = (dec == Verdict.EQUIVALENT) | (dec == Verdict.NEGLIGIBLE)
         fw_m = inside[:, m_null].any(1)
         seeds = np.stack([r["seeds"] for r in rs]).mean(1)
         cpu = np.array([float(r["cpu"]) for r in rs])
@@ -266,7 +267,7 @@ def simulate(scenario: Scenario, truth: str, n_sims: int, seed: int, *, factor: 
             f"{prefix}coverage": float(cov.mean()), f"{prefix}coverage_min": float(cov.mean(0).min()),
             f"{prefix}coverage_min_se": _se(cov[:, int(np.argmin(cov.mean(0)))]),
             f"{prefix}seeds": float(seeds.mean()), f"{prefix}cpu_s": float(cpu.mean()),
-            f"{prefix}futility": float((dec == "futility").mean()),
+            f"{prefix}futility": float((dec == Pending.FUTILITY).mean()),
             f"{prefix}fwer_margin": float(fw_m.mean()) if m_null.any() else nan,
             f"{prefix}fwer_margin_se": _se(fw_m) if m_null.any() else nan,
             f"{prefix}margin_power": float(inside[:, m_true].mean()) if m_true.any() else nan,
