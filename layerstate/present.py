@@ -89,6 +89,63 @@ def trivial_control(ds: xr.Dataset) -> str | None:
             "--control permute")
 
 
+_WHERE = {"all": "every position", "last": "the last labelled position", "pooled": "all positions pooled",
+          "list": "the positions listed"}
+
+
+def probe_work_line(size: Any, task: str = "") -> str:
+    """What a probe sweep is about to do (an :class:`analysis.probes.progress.SweepSize`), before
+    its first fit: ``probe dyck: 6 runs × 2 lengths (40, 80) × 5 layers × every position =
+    3,600 probe cells, each cross-validated over 5 folds (C chosen from 5 values); roughly 3 min
+    on 2 worker processes``, and for a long sweep over every position how to make it short."""
+    lengths = ", ".join(map(str, size.lengths))
+    line = (f"probe{' ' + task if task else ''}: {size.runs} run{'s' * (size.runs != 1)} × "
+            f"{len(size.lengths)} length{'s' * (len(size.lengths) != 1)} ({lengths}) × up to {size.layers} "
+            f"layers × {_WHERE.get(size.positions, size.positions)} = {size.cells:,} probe cells"
+            + (f" (and {size.scored:,} scored at other lengths)" if size.scored else "")
+            + f", each cross-validated over {size.folds} folds"
+            + (f" (C chosen from {size.C_values} values)" if size.C_values > 1 else ""))
+    if size.estimate_s is None:
+        return line + "; the cluster's dashboard shows its progress"
+    on = (f"{size.workers} worker processes" if size.scheduler == "processes" and size.workers > 1
+          else "one thread at a time" if size.scheduler == "sync" else "threads of this process")
+    line += f"; roughly {_about(size.estimate_s)} on {on}"
+    if size.positions in ("all", "list") and size.estimate_s >= 60:
+        line += " (--positions last or pooled: one cell per run, length and layer, far fewer)"
+    return line
+
+
+def probe_progress_line(tick: Any, task: str = "") -> str:
+    """A probe sweep's progress (an :class:`analysis.probes.progress.Tick`): ``probe: 1,200 of
+    4,800 cells (25%), 2 min 10 s so far, about 6 min 30 s left``; at the end ``probe: 4,800
+    cells done in 9 min 37 s``."""
+    head = f"probe{' ' + task if task else ''}:"
+    if tick.final:
+        return f"{head} {tick.total:,} cells done in {duration(tick.elapsed_s)}"
+    share = 100 * tick.done / tick.total if tick.total else 100.0
+    left = f", about {duration(tick.left_s)} left" if tick.left_s is not None else ""
+    return f"{head} {tick.done:,} of {tick.total:,} cells ({share:.0f}%), {duration(tick.elapsed_s)} so far{left}"
+
+
+def duration(seconds: float) -> str:
+    """``8 s``, ``9 min 37 s``, ``2 h 05 min``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def _about(seconds: float) -> str:
+    """An estimate, rounded as coarsely as it is known: ``5 s``, ``40 s``, ``3 min``, ``1.5 h``."""
+    if seconds < 60:
+        return f"{max(1, round(seconds / 5) * 5 if seconds >= 10 else round(seconds))} s"
+    if seconds < 5400:
+        return f"{max(1, round(seconds / 60))} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def behaviour_lines(ds: xr.Dataset) -> Iterator[str]:
     """``parity lstm/default L=40: accuracy 0.934 [0.901, 0.960] (3 seeds)``, per cell and
     length of a behaviour result."""
@@ -261,10 +318,12 @@ def claim_summaries(res: xr.Dataset) -> Iterator[str]:
 def _claim_rows(res: xr.Dataset, prefix: str = "") -> Iterator[tuple[xr.Dataset, str, str, str | None]]:
     """Each claim row: (row, id, verdict, None), or for a claim not evaluable the line saying why
     in place of None."""
+    from analysis.stats.decision import Verdict
+
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid, verdict = str(r.claim.values), str(r.verdict.values)
-        yield r, cid, verdict, (f"{prefix}{cid}: {r.test.values}" if verdict == "not evaluable" else None)
+        yield r, cid, verdict, (f"{prefix}{cid}: {r.test.values}" if verdict == Verdict.NOT_EVALUABLE else None)
 
 
 def _interval(r: xr.Dataset) -> str:
@@ -350,19 +409,27 @@ def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
 
 
 def validation_notes(rep: Any) -> Iterator[str]:
-    """Warnings and problems of a :class:`store.Report` (for stderr)."""
+    """Warnings and problems of a :class:`store.Report` (for stderr), then, where chunks are
+    damaged, what is lost and what can still be analysed (:func:`store.integrity.assess.damage_lines`)."""
+    from store.integrity.assess import damage_lines
+
     for w in rep.warnings:
         yield f"warning: {w}"
     if not rep.ok:
         for p in rep.problems:
             yield f"problem: {p}"
+        yield from damage_lines(rep, rep.location)
 
 
 def validation_verdict(rep: Any, where: str) -> str:
-    """``ok: ...`` or the one-line failure (the command exits 2 on that)."""
+    """``ok: ...`` or the one-line failure with its fix (the command exits 2 on that)."""
+    from store.integrity.assess import fix
+
     if rep.ok:
         return f"ok: {where} ({rep.n_arrays} arrays, {rep.n_chunks} chunks verified)"
-    return f"{where} failed validation ({len(rep.problems)} problem(s), first: {rep.problems[0]})"
+    step = fix(rep, where)
+    return (f"{where} failed validation ({len(rep.problems)} problem(s), first: {rep.problems[0]})"
+            + (f"; {step}" if step else ""))
 
 
 def graded_verdict(rep: Any, where: str) -> str:

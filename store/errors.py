@@ -74,7 +74,8 @@ class CorruptStoreError(LayerstateError, ValueError):
         """The error for one damaged chunk; the message starts with ``reason``
         (``Stored and computed checksum do not match``, zarr's wording, or ``buffer size ...
         (truncated?)``)."""
-        err = cls(f"{reason} in chunk {coord} of {array_path} ({key})")
+        err = cls(f"{reason} in chunk {coord} of {array_path} ({key}); `layerstate validate` on the store says "
+                  "what is lost and what can still be analysed (other layers, lengths and runs read as usual)")
         err.array_path, err.coord, err.key, err.reason = array_path, coord, key, reason
         return err
 

@@ -22,6 +22,7 @@ from .. import schema
 from ..access.location import Location, RunLock
 from ..core import Store
 from ..errors import LayerstateError, ReadOnlyStoreError, WriterLockedError
+from .assess import damage_lines
 from .metadata import ZARR_JSON, MetadataCheck, file_of, put, render
 from .validation import Report, validate
 
@@ -40,6 +41,11 @@ class RepairReport:
     actions: list[str] = field(default_factory=list)
     #: damaged chunks: not repairable from metadata, each with its fix
     unrepairable: list[str] = field(default_factory=list)
+    #: damaged chunks whose blocks ``forget_damaged`` marked unwritten (what was asked: done),
+    #: each with what rewrites it
+    forgotten: list[str] = field(default_factory=list)
+    #: what the damaged chunks lose and what can still be analysed (:func:`~store.integrity.assess.damage_lines`)
+    damage: list[str] = field(default_factory=list)
     #: problems still there after repairing (empty when the store's metadata is healthy)
     remaining: list[str] = field(default_factory=list)
     #: warnings of the final check (a write in progress, …)
@@ -66,12 +72,13 @@ def repair(url: str | Any, *, dry_run: bool = False, forget_damaged: bool = Fals
         A writer is running on a run of the store (wait for it; nothing is changed).
     """
     loc = Location(url, storage_options or {})
-    if loc.is_zip:
+    if loc.is_zip and not dry_run:
         raise ReadOnlyStoreError(
             f"{loc} is a packed (zip) store and cannot be written: `layerstate unpack` it, "
-            "repair the directory, and pack it again"
+            "repair the directory, and pack it again (`layerstate repair --dry-run` lists what it would do)"
         )
-    _no_live_writers(loc)
+    if not loc.is_zip:
+        _no_live_writers(loc)
     before = validate(str(loc.url), storage_options=loc.storage_options, check_chunks=check_chunks)
     meta = before.metadata
     assert meta is not None
@@ -83,7 +90,10 @@ def repair(url: str | Any, *, dry_run: bool = False, forget_damaged: bool = Fals
     plan = _plan(meta, loc)
     out.actions = [line for line, _ in plan]
     blocks = _damaged_blocks(before)
-    out.unrepairable = _chunk_lines(before, blocks, forget_damaged)
+    lines = _chunk_lines(before, blocks, forget_damaged)
+    out.unrepairable = [line for line, forgot in lines if not forgot]
+    out.forgotten = [line for line, forgot in lines if forgot]
+    out.damage = damage_lines(before, str(loc))
     if forget_damaged and blocks:
         out.actions += [f"mark block(s) {', '.join(map(str, sorted(b)))} of {g} unwritten (damaged chunks), "
                         "so that `layerstate capture` rewrites them" for g, b in sorted(blocks.items())]
@@ -105,15 +115,23 @@ def format_repair(rep: RepairReport) -> list[str]:
     """The report as lines of text, the verdict last (the command prints them)."""
     verb = "would " if rep.dry_run else ""
     lines = [f"{verb}{a}" for a in rep.actions]
+    lines += [f"{'would forget' if rep.dry_run else 'forgot'}: {u}" for u in rep.forgotten]
     lines += [f"not repairable: {u}" for u in rep.unrepairable]
-    chunk_arrays = {u.split(" chunk ")[0] for u in rep.unrepairable}
+    chunk_arrays = {u.split(" chunk ")[0] for u in rep.unrepairable + rep.forgotten}
     left = [p for p in rep.remaining if p.split(":")[0] not in chunk_arrays]
     lines += [f"still wrong: {p}" for p in left]
+    if rep.unrepairable or rep.dry_run:
+        lines += rep.damage
     n = len(rep.actions)
+    forgot = (f"; {len(rep.forgotten)} damaged chunk(s) forgotten: their blocks are marked unwritten, and "
+              "`layerstate capture EXPERIMENT.toml --store STORE` (the experiment file the store was made "
+              "from) rewrites them" if rep.forgotten else "")
     if rep.dry_run:
-        lines.append(f"dry run: {n} repair(s) planned for {rep.location}; nothing changed")
+        packed = ("; a packed store: `layerstate unpack` it and repair the directory"
+                  if rep.location.endswith(".zip") and n else "")
+        lines.append(f"dry run: {n} repair(s) planned for {rep.location}; nothing changed{packed}")
     elif rep.ok:
-        lines.append(f"repaired {rep.location}: {n} repair(s); its metadata validates" if n else
+        lines.append(f"repaired {rep.location}: {n} repair(s); its metadata validates{forgot}" if n else
                      f"{rep.location}: metadata intact, nothing to repair")
     else:
         lines.append(f"{rep.location}: {n} repair(s) done; {len(rep.unrepairable)} damaged chunk(s) not "
@@ -180,11 +198,14 @@ def _damaged_blocks(rep: Report) -> dict[str, set[int]]:
     return out
 
 
-def _chunk_lines(rep: Report, blocks: dict[str, set[int]], forgetting: bool) -> list[str]:
+def _chunk_lines(rep: Report, blocks: dict[str, set[int]], forgetting: bool) -> list[tuple[str, bool]]:
+    """Each damaged chunk's line with its fix, and whether ``forgetting`` forgets its block."""
     lines = []
     for array_path, idx, group_path, held in rep.damaged_chunks:
         what = f"{array_path} chunk {idx}: chunk data has no second copy"
+        forgot = False
         if group_path is not None and held and set(held) <= blocks.get(group_path, set()):
+            forgot = forgetting
             fix = ("its block is marked unwritten: run `layerstate capture` again, it rewrites it"
                    if forgetting else "re-capture it: `layerstate repair --forget-damaged` marks its "
                    "block unwritten, then `layerstate capture` rewrites it (capture resumes)")
@@ -192,7 +213,7 @@ def _chunk_lines(rep: Report, blocks: dict[str, set[int]], forgetting: bool) -> 
             fix = "run the analysis that wrote this result again (it replaces the result)"
         else:
             fix = "restore the store from a backup, or train and capture that run into a new store"
-        lines.append(f"{what}; {fix}")
+        lines.append((f"{what}; {fix}", forgot))
     return lines
 
 

@@ -62,6 +62,13 @@ class Report:
     absent: list[str] = field(default_factory=list)
     #: warnings were turned into problems (``validate --strict``)
     strict: bool = False
+    #: every length group checked -> its layers (what :mod:`store.integrity.assess` counts as intact)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    #: length group -> what its damaged chunks lose: layer names (a ``hidden`` chunk), ``logits``,
+    #: a label's or site's name, or ``*`` (a chunk every analysis of the group reads)
+    lost: dict[str, set[str]] = field(default_factory=dict)
+    #: runs whose weights hold a damaged chunk
+    weights_damaged: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -120,6 +127,9 @@ def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict |
         rep.n_chunks += other.n_chunks
         rep.n_metadata += other.n_metadata
         rep.damaged_chunks += other.damaged_chunks
+        rep.groups.update(other.groups)
+        rep.lost.update(other.lost)
+        rep.weights_damaged += other.weights_damaged
         rep.unchecksummed += other.unchecksummed
         rep.absent += other.absent
         return rep
@@ -212,8 +222,11 @@ def _check_run(store: Store, rid: str, rep: Report, check_chunks: bool) -> None:
             if not grp.attrs.get("complete"):
                 rep.warnings.append(f"{path}: weights incomplete (training interrupted?)")
             if check_chunks:
+                before = len(rep.damaged_chunks)
                 for apath, arr in iter_arrays(grp, f"{path}/"):
                     _check_chunks(arr, apath, rep, _Expect(group=path, finite=True))
+                if len(rep.damaged_chunks) > before:
+                    rep.weights_damaged.append(rid)
             continue
         if parse_length_group(name):
             _check_length(grp, path, rep, check_chunks, a)
@@ -253,18 +266,48 @@ def _check_length(grp: zarr.Group, path: str, rep: Report, check_chunks: bool, r
     if not check_chunks:
         return
     done = set(cast("list[int]", ga.get(ATTR_COMPLETED) or [])) if state.recorded else None
-    absent_before = len(rep.absent)
+    absent_before, damaged_before = len(rep.absent), len(rep.damaged_chunks)
+    layers = _layers(ga, arrays)
+    rep.groups[path] = layers
     for name, arr in arrays.items():
         names = lengths.dim_names(arr)
         seq_axis = 0 if names and names[0] == "sequence" and name != "sequence" else None
         _check_chunks(arr, f"{path}/{name}", rep, _Expect(group=path, seq_axis=seq_axis, blocks=done,
                                                           finite=not allowed))
+    for apath, idx, _group, _held in rep.damaged_chunks[damaged_before:]:
+        name = apath.rsplit("/", 1)[-1]
+        rep.lost.setdefault(path, set()).update(_loses(name, idx, arrays[name], layers, labels))
     absent = rep.absent[absent_before:]
     if absent:
         rep.warnings.append(
             f"{path}: {len(absent)} chunk(s) not stored (first: {absent[0]}), read as their fill "
             "value (S6): write every chunk (zarr's write_empty_chunks=True)"
         )
+
+
+def _layers(ga: dict, arrays: dict[str, zarr.Array]) -> list[str]:
+    """A length group's layer names: its spec's, else its ``layer`` coordinate, else by index."""
+    spec = ga.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("layers"), list):
+        return [str(x) for x in spec["layers"]]
+    try:
+        return [str(x) for x in np.asarray(arrays["layer"][:])]
+    except Exception:  # absent or damaged itself: by position along the layer axis
+        hidden = arrays.get("hidden")
+        n = hidden.shape[2] if hidden is not None and hidden.ndim == 4 else 0
+        return [f"layer {i}" for i in range(n)]
+
+
+def _loses(name: str, idx: tuple[int, ...], arr: zarr.Array, layers: list[str], labels: list[str]) -> set[str]:
+    """What analyses of a length group cannot read when chunk ``idx`` of its array ``name`` is
+    damaged: the layers a ``hidden`` chunk spans, ``logits``, a label or a site by name, or
+    ``*`` for the arrays every analysis reads (tokens, mask, the coordinates)."""
+    if name == "hidden" and len(idx) == 4 and len(layers) == arr.shape[2]:
+        step = _stored_shape(arr)[2]
+        return set(layers[idx[2] * step:(idx[2] + 1) * step])
+    if name == "logits" or name.startswith("site_") or name in labels:
+        return {name}
+    return {"*"}
 
 
 def _has_crc32c(arr: zarr.Array) -> bool:
@@ -367,6 +410,11 @@ def _check_chunks(arr: zarr.Array, path: str, rep: Report, expect: _Expect) -> N
         try:
             decoded = np.asarray(arr.get_block_selection(idx))  # by store keys: shards if sharded
         except Exception as exc:  # crc32c mismatch, truncated chunk, undecodable bytes
+            if rows is False:  # only blocks not recorded as written: no reader reads it, a resumed write replaces it
+                rep.warnings.append(f"{path}: {what} {idx} ({key}) is corrupt but holds only blocks not "
+                                    "recorded as written (a forgotten or unfinished block): the capture that "
+                                    "resumes rewrites it")
+                continue
             rep.problems.append(f"{path}: {what} {idx} ({key}) is corrupt: {type(exc).__name__}: {exc}")
             rep.damaged_chunks.append((path, idx, expect.group, expect.blocks_of(arr, idx, stored)))
             continue
