@@ -11,6 +11,7 @@ import xarray as xr
 
 from analysis.claims.cells import cell_of
 from analysis.claims.metrics import (
+    ClaimInputs,
     paired_levels,
     probe_seed_profile,
     require_levels,
@@ -45,19 +46,19 @@ from analysis.claims.verdicts import (
 from store import Store
 
 
-def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
+def _evaluate_seedwise(inputs: ClaimInputs, claim: Claim) -> dict:
     """A difference/equivalence claim on a per-seed metric (restoration, probe accuracy,
     ablation drop, refitted probe accuracy, patching recovery): the paired t on per-seed
     differences, its variance floored at the sequences' sampling variance where the metric is
     counted over sequences (:func:`metric_sampling_var`)."""
     from analysis.stats.decision import floored_se
 
-    t, r = paired_levels(seed_metric(store, claim, cache), claim)
+    t, r = paired_levels(seed_metric(inputs, claim), claim)
     ok = np.isfinite(t.values) & np.isfinite(r.values)
     if ok.sum() < 2:
         raise too_few(claim, int(ok.sum()))
     diff = (t - r).values[ok]
-    samp = metric_sampling_var(store, claim, cache)
+    samp = metric_sampling_var(inputs, claim)
     floor = None
     if samp is not None:
         st, sr = paired_levels(samp, claim)
@@ -87,11 +88,11 @@ def _evaluate_seedwise(store: Store, claim: Claim, cache: dict) -> dict:
     return row
 
 
-def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
+def _evaluate_accuracy(inputs: ClaimInputs, claim: Claim) -> dict:
     from analysis.claims.sampling import floored_fit
     from analysis.stats.contrasts import contrast_np, glmm_contrast
 
-    corr = sequence_counts(store, claim, cache)
+    corr = sequence_counts(inputs, claim)
     (ct, cr), (lt, lr) = paired_levels(corr.correct, claim), paired_levels(corr.labelled, claim)
     core = ("seed", "sequence")
     C = np.stack([cr.transpose(*core).values, ct.transpose(*core).values]).astype(float)
@@ -154,10 +155,10 @@ def _evaluate_accuracy(store: Store, claim: Claim, cache: dict) -> dict:
     return row
 
 
-def _evaluate_comparison(store: Store, claim: Claim, cache: dict) -> dict:
+def _evaluate_comparison(inputs: ClaimInputs, claim: Claim) -> dict:
     if claim.metric != "accuracy":
-        return _evaluate_seedwise(store, claim, cache)
-    return _evaluate_accuracy(store, claim, cache)
+        return _evaluate_seedwise(inputs, claim)
+    return _evaluate_accuracy(inputs, claim)
 
 
 def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
@@ -184,12 +185,12 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     return row
 
 
-def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
+def _evaluate_bound(inputs: ClaimInputs, claim: Claim) -> dict:
     """One-sided t on the per-seed values of the claim's metric against ``threshold``."""
     if claim.threshold is None:  # the Claim validator requires one
         raise ClaimError(f"claim {claim.id!r}: a bound claim needs a threshold")
-    da = seed_metric(store, claim, cache)
-    samp = metric_sampling_var(store, claim, cache) if claim.metric in ("ablation_drop", "refit_accuracy") else None
+    da = seed_metric(inputs, claim)
+    samp = metric_sampling_var(inputs, claim) if claim.metric in ("ablation_drop", "refit_accuracy") else None
     sel: dict[str, str | None] = {"task": claim.task, "arch": claim.arch, "variant": claim.variant,
                                   "site": claim.site, "layer": claim.layer, "setting": claim.setting}
     for dim, level in sel.items():
@@ -210,11 +211,11 @@ def _evaluate_bound(store: Store, claim: Claim, cache: dict) -> dict:
         return share_row(claim, x, claim.direction, what=_what(claim))
     units = None
     if claim.metric == "accuracy":
-        units = labelled_sequences(store, claim, cache, seeds)
+        units = labelled_sequences(inputs, claim, seeds)
     elif claim.metric == "probe_accuracy" and claim.task is not None:
-        units = sequences_per_seed(store, claim, claim.task, claim.arch, seeds)
+        units = sequences_per_seed(inputs.store, claim, claim.task, claim.arch, seeds)
     elif claim.metric == "refit_accuracy" and claim.baseline != "chance" and samp is not None:
-        counts = ablation_counts(store, claim, cache)["units"]
+        counts = ablation_counts(inputs, claim)["units"]
         for dim, level in sel.items():
             if dim in counts.dims and level is not None:
                 counts = counts.sel({dim: level})
@@ -329,7 +330,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
     """
     if not claims:
         raise ClaimError("no claims to evaluate; add [[claims]] tables to the experiment file")
-    cache: dict = {}
+    inputs = ClaimInputs(store, probes)
     rows: list[dict] = []
     ids: list[str] = []
     kept: list[Claim] = []
@@ -339,16 +340,15 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             row = fn(*args)
         except NotEvaluable as exc:
             return {"test": f"not evaluable: {exc}", "not_evaluable": True}
-        return row | {"result": _source(store, args[1], cache)}
+        return row | {"result": _source(inputs, args[1])}
 
-    cache["probes"] = probes
     claims = [resolve_length(store, c, probes) for c in claims]  # no length: its runs' one
     for claim in claims:
         if claim.kind in ("difference", "equivalence", "bound"):
             if claim.metric == "probe_accuracy" and probes is None:
                 raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
             fn = _evaluate_bound if claim.kind == "bound" else _evaluate_comparison
-            rows.append(attempt(fn, store, claim, cache))
+            rows.append(attempt(fn, inputs, claim))
             ids.append(claim.id)
             kept.append(claim)
             continue
@@ -388,13 +388,13 @@ def cell_runs(store: Store, claims: Sequence[Claim]) -> dict[str, list[str]]:
     return out
 
 
-def _source(store: Store, claim: Claim, cache: dict) -> str:
+def _source(inputs: ClaimInputs, claim: Claim) -> str:
     """The stored results a claim read (``result`` column): the probe result of each of its
     tasks, or the ablation, patching or interchange results its runs came from; '' for an
     accuracy claim (it reads the captures)."""
     from analysis.claims.metrics import probe_choice
 
-    probes = cache.get("probes")
+    store, probes = inputs.store, inputs.probes
     try:
         if claim.metric == "probe_accuracy" or claim.kind in ("readable_by", "profile_match"):
             if probes is None or "result" not in probes.dims:
@@ -402,7 +402,7 @@ def _source(store: Store, claim: Claim, cache: dict) -> str:
             return ", ".join(sorted(set(probe_choice(store, probes, claim, claim.tasks()).values())))
         if claim.metric == "accuracy":
             return ""
-        return str(seed_metric(store, claim, cache).attrs.get("results", ""))
+        return str(seed_metric(inputs, claim).attrs.get("results", ""))
     except (ClaimError, KeyError, ValueError):
         return ""
 

@@ -3,7 +3,9 @@ sequence, probe profiles, restoration, ablation drops and refits, patching recov
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import numpy as np
 import xarray as xr
@@ -17,6 +19,31 @@ from analysis.claims.spec import (
 )
 from analysis.interventions.twins import MIN_GAP
 from store import MissingError, Store, schema
+
+T = TypeVar("T")
+
+
+@dataclass
+class ClaimInputs:
+    """What one evaluation of claims reads: the ``store``, its probe profiles (``probes``,
+    :func:`~analysis.claims.evaluate.stored_probe_profiles`, or None), and every per-seed table
+    computed from them on the way, each computed once (:meth:`once`) however many claims read it."""
+
+    store: Store
+    probes: xr.Dataset | None = None
+    _memo: dict[tuple[Hashable, ...], object] = field(default_factory=dict, repr=False)
+
+    def once(self, key: tuple[Hashable, ...], compute: Callable[[], T]) -> T:
+        """``compute()``'s value, computed the first time ``key`` is asked for."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(T, self._memo[key])
+
+    def need_probes(self, claim: Claim) -> xr.Dataset:
+        """The probe profiles, or the one-line error saying how to make them."""
+        if self.probes is None:
+            raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
+        return self.probes
 
 
 # ---------------------------------------------------------------------- the claim's length
@@ -241,15 +268,16 @@ def choose_probes(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[st
 
 
 # ---------------------------------------------------------------------- per-kind evaluation
-def sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
+def sequence_counts(inputs: ClaimInputs, claim: Claim) -> xr.Dataset:
     """Per-sequence ``correct`` and ``labelled`` counts with dims (task, arch, variant, seed,
     sequence) at the claim's length: read from the stored behaviour results
     (``results/behaviour/<task>``) when they hold every run captured at that length, for
     the claim's target, else counted from the logits (a store without them)."""
     from analysis.behaviour import by_factors, sequence_correctness
 
-    key = ("sequences", claim.length, claim.target)
-    if key not in cache:
+    store = inputs.store
+
+    def count() -> xr.Dataset:
         runs = [r for r in store.run_ids() if claim.length in store.lengths(r)]
         if not runs:
             raise MissingError(
@@ -259,8 +287,9 @@ def sequence_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
         counts = stored_counts(store, runs, at_length(claim), claim.target)
         if counts is None:
             counts = sequence_correctness(store, runs, [at_length(claim)], target=claim.target)
-        cache[key] = by_factors(counts.sel(length=claim.length))
-    return cast(xr.Dataset, cache[key])
+        return by_factors(counts.sel(length=claim.length))
+
+    return inputs.once(("sequences", claim.length, claim.target), count)
 
 
 def stored_counts(store: Store, runs: list[str], length: int, target: str | None) -> xr.Dataset | None:
@@ -300,44 +329,38 @@ def stored_counts(store: Store, runs: list[str], length: int, target: str | None
     return out
 
 
-def seed_metric(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+def seed_metric(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """The claim's metric, one value per trained model: dims (task, arch, variant, seed) at
     the claim's length, plus ``site`` (restoration), ``layer`` (probe_accuracy,
     patch_recovery) or ``layer, setting`` (ablation_drop, refit_accuracy)."""
     from analysis.stats import seed_estimates
 
+    store = inputs.store
     if claim.metric == "restoration":
-        return _seed_restoration(store, claim, cache)
+        return _seed_restoration(inputs, claim)
     if claim.metric == "probe_accuracy":
-        probes = cache.get("probes")
-        if probes is None:
-            raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
+        probes = inputs.need_probes(claim)
         tasks = claim.tasks()
-        key: tuple = ("probe", claim.length, tuple(tasks), claim.result)
-        if key not in cache:
-            cache[key] = seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim))
-        return cast(xr.DataArray, cache[key])
+        return inputs.once(("probe", claim.length, tuple(tasks), claim.result),
+                           lambda: seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim)))
     if claim.metric in ABLATION:
-        return _seed_ablation(store, claim, cache)
+        return _seed_ablation(inputs, claim)
     if claim.metric == "patch_recovery":
-        return _seed_patching(store, claim, cache)
-    key = ("accuracy", claim.length)
-    if key not in cache:
-        corr = sequence_counts(store, claim, cache)
-        cache[key] = seed_estimates(corr.correct, corr.labelled)
-    return cast(xr.DataArray, cache[key])
+        return _seed_patching(inputs, claim)
+
+    def accuracy() -> xr.DataArray:
+        corr = sequence_counts(inputs, claim)
+        return seed_estimates(corr.correct, corr.labelled)
+
+    return inputs.once(("accuracy", claim.length, claim.target), accuracy)
 
 
-def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+def _seed_restoration(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """Per-seed interchange restoration, dims (task, arch, variant, seed, site), at the
     claim's layer or, without one, at the best layer that is not trivially restored (the
     embedding at the corrupted token itself, the last layer at the readout position), as
     :func:`~analysis.interventions.classify_mechanism` reads it."""
     from analysis.interventions.mechanism import nontrivial_restoration
-
-    key = ("restoration", claim.task, claim.length, claim.layer, claim.result)
-    if key in cache:
-        return cast(xr.DataArray, cache[key])
 
     def extract(part: xr.Dataset, name: str) -> xr.DataArray:
         if claim.layer is not None:
@@ -354,11 +377,12 @@ def _seed_restoration(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             rest = rest.where((part.p_clean - part.p_corrupt).mean(("layer", "sequence")) >= MIN_GAP)
         return rest
 
-    out = per_run_metric(store, claim, "interchange", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
-                   extract, f"run `layerstate patch STORE --interchange --tasks {claim.task} "
-                   f"--length {claim.length}`")
-    cache[key] = out
-    return out
+    return inputs.once(
+        ("restoration", claim.task, claim.length, claim.layer, claim.result),
+        lambda: per_run_metric(inputs.store, claim, "interchange",
+                               lambda ds: int(ds.attrs.get("length", -1)) == claim.length, extract,
+                               f"run `layerstate patch STORE --interchange --tasks {claim.task} "
+                               f"--length {claim.length}`"))
 
 
 def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, missing: str) -> xr.DataArray:
@@ -405,13 +429,10 @@ def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, 
     return res
 
 
-def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+def _seed_ablation(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """Per-seed ``accuracy_drop`` or refitted-probe ``probe_accuracy`` (minus ``chance`` with
     ``baseline = "chance"``) of ``results/ablation/*`` at the claim's length: dims (task,
     arch, variant, seed, layer, setting)."""
-    key = ("ablation", claim.metric, claim.baseline, claim.task, claim.length, claim.result)
-    if key in cache:
-        return cast(xr.DataArray, cache[key])
     L = claim.length
     var = "accuracy_drop" if claim.metric == "ablation_drop" else "probe_accuracy"
 
@@ -424,22 +445,19 @@ def _seed_ablation(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             out = out - ds["chance"].sel(length=L, drop=True)
         return out.astype(float)
 
-    out = per_run_metric(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
-                   extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
-    cache[key] = out
-    return out
+    return inputs.once(
+        ("ablation", claim.metric, claim.baseline, claim.task, claim.length, claim.result),
+        lambda: per_run_metric(inputs.store, claim, "ablation",
+                               lambda ds: "length" in ds.coords and L in ds.length.values, extract,
+                               f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}"))
 
 
-def _seed_patching(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
+def _seed_patching(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """Per-seed patching ``recovery`` of ``results/patching/*`` (length attribute = the claim's
     length), averaged over the claim's ``positions`` (default all): dims (task, arch, variant,
     seed, layer). The mean of per-position recoveries is the share of the gap one patched
     position recovers on average, as every position's recovery has the same denominator
     (the run's summed gap); a run whose summed gap is not positive has none (NaN)."""
-    key = ("patching", claim.task, claim.length, tuple(claim.positions), claim.result)
-    if key in cache:
-        return cast(xr.DataArray, cache[key])
-
     def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
         rec = ds["recovery"]
         if claim.positions:
@@ -454,10 +472,11 @@ def _seed_patching(store: Store, claim: Claim, cache: dict) -> xr.DataArray:
             out = out.where(ds["gap"].sum("sequence") > 0)
         return out.astype(float)
 
-    out = per_run_metric(store, claim, "patching", lambda ds: int(ds.attrs.get("length", -1)) == claim.length,
-                   extract, f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`")
-    cache[key] = out
-    return out
+    return inputs.once(
+        ("patching", claim.task, claim.length, tuple(claim.positions), claim.result),
+        lambda: per_run_metric(inputs.store, claim, "patching",
+                               lambda ds: int(ds.attrs.get("length", -1)) == claim.length, extract,
+                               f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`"))
 
 
 def require_levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:

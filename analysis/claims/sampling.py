@@ -9,37 +9,34 @@ score test at its threshold and, as interval, the values that test does not reje
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 import scipy.stats
 import xarray as xr
 
-from analysis.claims.metrics import per_run_metric, seed_metric, sequence_counts
+from analysis.claims.metrics import ClaimInputs, per_run_metric, seed_metric, sequence_counts
 from analysis.claims.spec import ALPHA, Claim, NotEvaluable
 from store import Store
 
 
-def _run_units(store: Store, length: int, cache: dict) -> xr.DataArray:
+def _run_units(inputs: ClaimInputs, length: int) -> xr.DataArray | None:
     """Each run's number of captured sequences at ``length``, dims (task, arch, variant, seed)
     (NaN for a run not captured there): the sampling unit of its probe accuracies."""
     from analysis.behaviour import by_factors
 
-    key = ("units", length)
-    if key not in cache:
+    store = inputs.store
+
+    def count() -> xr.DataArray | None:
         runs = [r for r in store.run_ids() if length in store.lengths(r)]
         counts = [float(store.open_length(r, length).sizes["sequence"]) for r in runs]
         da = xr.DataArray(np.array(counts, dtype=float), dims="run", coords={"run": np.array(runs, dtype=str)})
-        cache[key] = by_factors(da, store) if runs else None
-    return cast(xr.DataArray, cache[key])
+        return by_factors(da, store) if runs else None
+
+    return inputs.once(("units", length), count)
 
 
-def ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
+def ablation_counts(inputs: ClaimInputs, claim: Claim) -> xr.Dataset:
     """The ablation result's clean and ablated accuracies, refitted probe accuracy and sequence
     count per run at the claim's length, by factors (dims of :func:`seed_metric`)."""
-    key = ("ablation-counts", claim.task, claim.length, claim.result)
-    if key in cache:
-        return cast(xr.Dataset, cache[key])
     L = claim.length
     names = ("accuracy_clean", "accuracy", "probe_accuracy", "units")
 
@@ -57,13 +54,15 @@ def ablation_counts(store: Store, claim: Claim, cache: dict) -> xr.Dataset:
         parts = list(xr.broadcast(*parts))
         return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"), coords="minimal", join="outer")
 
-    out = per_run_metric(store, claim, "ablation", lambda ds: "length" in ds.coords and L in ds.length.values,
-                   extract, f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
-    cache[key] = out.to_dataset("part")
-    return cast(xr.Dataset, cache[key])
+    return inputs.once(
+        ("ablation-counts", claim.task, claim.length, claim.result),
+        lambda: per_run_metric(inputs.store, claim, "ablation",
+                               lambda ds: "length" in ds.coords and L in ds.length.values, extract,
+                               f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")
+        .to_dataset("part"))
 
 
-def metric_sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray | None:
+def metric_sampling_var(inputs: ClaimInputs, claim: Claim) -> xr.DataArray | None:
     """Each trained model's sampling variance of the claim's metric from the sequences it was
     measured on (dims of :func:`seed_metric`), or None where the metric is not counted over
     sequences (restoration, patching recovery). A proportion over m sequences: at most
@@ -71,14 +70,14 @@ def metric_sampling_var(store: Store, claim: Claim, cache: dict) -> xr.DataArray
     a difference of two (the ablation drop): the sum of theirs, as if independent (the same
     sequences make them positively correlated, so this is the larger)."""
     if claim.metric == "probe_accuracy":
-        units = _run_units(store, int(claim.length or 0), cache)
+        units = _run_units(inputs, int(claim.length or 0))
         if units is None:
             return None
-        value = seed_metric(store, claim, cache)
+        value = seed_metric(inputs, claim)
         units = units.reindex_like(value.isel(layer=0, drop=True)) if "layer" in value.dims else units
         return _proportion_var(value, units)
     if claim.metric in ("ablation_drop", "refit_accuracy"):
-        ds = ablation_counts(store, claim, cache)
+        ds = ablation_counts(inputs, claim)
         if claim.metric == "ablation_drop":
             ablated = _proportion_var(ds["accuracy"], ds["units"])
             if claim.kind == "difference" or claim.kind == "equivalence":
@@ -247,9 +246,9 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
     }
 
 
-def labelled_sequences(store: Store, claim: Claim, cache: dict, seeds: np.ndarray) -> np.ndarray:
+def labelled_sequences(inputs: ClaimInputs, claim: Claim, seeds: np.ndarray) -> np.ndarray:
     """Each seed's number of sequences with a label at the claim's length (accuracy claims)."""
-    labelled = sequence_counts(store, claim, cache).labelled
+    labelled = sequence_counts(inputs, claim).labelled
     for dim, level in {"task": claim.task, "arch": claim.arch, "variant": claim.variant}.items():
         if dim in labelled.dims and level is not None:
             labelled = labelled.sel({dim: level})
