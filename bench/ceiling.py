@@ -55,10 +55,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import scipy.stats  # noqa: E402
 
+from analysis.stats.boundaries import stage_critical  # noqa: E402
 from analysis.stats.decision import proportion_sampling_var, score_se  # noqa: E402
 from analysis.stats.power import t_critical  # noqa: E402
 from analysis.stats.seedshare import share_boundaries, share_power  # noqa: E402
-from analysis.stats.sequential import stage_critical  # noqa: E402
 
 FIXED = tuple(range(3, 11))
 DESIGNS = {"3-5-8": (3, 5, 8), "3..8": tuple(range(3, 9)), "3..10": tuple(range(3, 11))}

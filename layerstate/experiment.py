@@ -64,7 +64,7 @@ from pydantic import (
 )
 
 from analysis.claims import Claim, ClaimError, parse_claims
-from analysis.stats.sequential import Design
+from analysis.stats.design import Design
 from capture.experiment import (
     CaptureConfig,
     CapturePlan,

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from analysis.claims import parse_claims
 from analysis.claims.sequential import evaluate_sequential
-from analysis.stats.sequential import Design
+from analysis.stats.design import Design
 from layerstate.cli import main
 from layerstate.present import sequential_lines
 from store import Store

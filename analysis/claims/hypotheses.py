@@ -1,5 +1,5 @@
 """Declared claims as the tests of a group-sequential design
-(:mod:`analysis.stats.sequential`): each claim's :class:`~analysis.stats.sequential.Hypothesis`
+(:mod:`analysis.stats.sequential`): each claim's :class:`~analysis.stats.design.Hypothesis`
 (its cells, the test and its value), a profile_match claim's single looks, and how many tests a
 set of claims puts in each of the design's Holm families."""
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from analysis.claims.cells import Cell, declared_cells
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import contra_test
-from analysis.stats.sequential import DesignError, Hypothesis
+from analysis.stats.design import DesignError, Hypothesis
 
 
 def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float | None = None) -> Hypothesis:

@@ -1,7 +1,7 @@
 """A group-sequential design's decisions on the seeds a store holds (``layerstate sequential``,
 ``layerstate run --design``).
 
-A design (``[design]``: :class:`analysis.stats.sequential.Design`) declares before any result
+A design (``[design]``: :class:`analysis.stats.design.Design`) declares before any result
 how many seeds each stage adds and how alpha is spent over the stages. Stage ``k`` is the first
 ``n_k`` seeds of each cell; its claims are evaluated on exactly those (a read-only view of the
 store, :class:`store.view.StoreView` with ``seed_below``), so every stage's estimate is
@@ -36,8 +36,9 @@ from analysis.claims.hypotheses import family_counts, from_claim, profile_hypoth
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
+from analysis.stats.design import Design, DesignError
 from analysis.stats.seedshare import ShareCount
-from analysis.stats.sequential import Design, DesignError, StageResult, sequential_decisions
+from analysis.stats.sequential import StageResult, sequential_decisions
 
 #: Metrics that are proportions (their intervals are clipped to the range they can take).
 _PROPORTIONS = ("accuracy", "probe_accuracy")

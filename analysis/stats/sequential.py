@@ -1,6 +1,6 @@
 """Group-sequential designs over seeds: decide each claim at the fewest seeds the design allows.
 
-A :class:`Design` is declared before any result: the seeds of the first stage, the seeds each
+A :class:`~analysis.stats.design.Design` is declared before any result: the seeds of the first stage, the seeds each
 later stage adds, the maximum, the alpha-spending function and an optional non-binding futility
 rule. After each stage every undecided claim is tested against its **efficacy boundary**; a
 claim that crosses is decided and stays decided, and the next stage trains seeds only for the
@@ -10,10 +10,10 @@ The method, and why (docs/sequential.md says more):
 
 * **Spending.** Lan & DeMets (1983) spending functions of the information fraction
   ``t = n_k / n_max`` (seeds): O'Brien-Fleming-like ``2 - 2 Phi(z_{1-a/2} / sqrt t)`` and
-  Pocock-like ``a log(1 + (e - 1) t)`` (:func:`spent`). The z-scale boundaries that spend them
+  Pocock-like ``a log(1 + (e - 1) t)`` (:func:`~analysis.stats.spending.spent`). The z-scale boundaries that spend them
   are found by recursive numerical integration of the canonical joint distribution of the
   stage-wise z statistics (Armitage, McPherson & Rowe 1969; Jennison & Turnbull 2000, ch. 19):
-  :func:`z_boundaries`.
+  :func:`~analysis.stats.boundaries.z_boundaries`.
 * **t with few seeds.** A claim's statistic at stage k is a t on its own ``df`` (``n_k - 1``
   for a mean over seeds). The z boundary is carried over by its tail probability, stage by
   stage: ``c_k = F_t^{-1}(Phi(b_k); df_k)`` (the "significance level approach", Jennison &
@@ -57,351 +57,23 @@ The method, and why (docs/sequential.md says more):
 
 from __future__ import annotations
 
-import difflib
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.optimize
 import scipy.special
 import scipy.stats
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analysis.stats.decision import DECISIONS, EFFECT, FINAL, Pending, Verdict
+from analysis.stats.boundaries import rci_critical, stage_critical, z_boundaries
+from analysis.stats.decision import EFFECT, FINAL, Pending, Verdict
+from analysis.stats.design import Cell, Design, DesignError, Hypothesis
 from analysis.stats.seedshare import share_boundaries
 from analysis.stats.spending import spent
-from store import LayerstateError
 
-__all__ = ["DECISIONS", "ClaimStage", "Design", "DesignError", "Hypothesis", "Observation", "ShareObservation",
-           "StageResult", "calibration_factor", "rci_critical",
-           "seed_estimate", "sequential_decisions", "t_boundaries", "z_boundaries"]
-
-#: What a claim is at a stage: decided (supported; negligible or equivalent, the margin's outcomes
-#: of a difference claim tested against zero with a margin, as in the fixed design; contradicted),
-#: still collecting seeds (continue), stopped by the futility rule, or undecided at its maximum
-#: (inconclusive).
-#: (The words: :mod:`analysis.stats.decision`.)
-#: A (task, arch, variant) cell: the unit that receives seeds.
-Cell = tuple[str, str, str]
-
-
-class DesignError(LayerstateError, ValueError):
-    """A design or hypothesis that is malformed (one line, naming the fix)."""
-
-
-class Design(BaseModel):
-    """A group-sequential design over seeds, declared before the first result."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    first_seeds: int = Field(description="Seeds of the first stage (>= 2: a t test needs one degree of freedom).")
-    stage_seeds: int = Field(description="Seeds each later stage adds to every cell that still needs them.")
-    max_seeds: int = Field(description="The most seeds a cell gets; the last stage may add fewer than stage_seeds.")
-    spending: Literal["obrien-fleming", "pocock"] = Field(
-        default="obrien-fleming", description="Lan-DeMets alpha-spending function.")
-    futility: Literal["none", "conditional-power"] = Field(
-        default="none", description="Non-binding futility: stop a claim whose conditional power at max_seeds "
-        "is below futility_power.")
-    futility_power: float = Field(default=0.1, description="The conditional power below which a claim stops.")
-    alpha: float = Field(default=0.05, description="Family-wise level of each family of tests.")
-    max_seeds_by_arch: dict[str, int] = Field(
-        default_factory=dict, description="A lower maximum for the cells of an architecture (e.g. {mamba = 3}: "
-        "expensive cells stop at the first stage); each a number of seeds some stage reaches.")
-
-    @model_validator(mode="after")
-    def _check(self) -> Design:
-        if self.first_seeds < 2:
-            raise ValueError(f"first_seeds is {self.first_seeds}: a t test over seeds needs at least 2; "
-                             "write first_seeds = 3 or more")
-        if self.stage_seeds < 1:
-            raise ValueError(f"stage_seeds is {self.stage_seeds}: each stage adds at least one seed; "
-                             "write stage_seeds = 1 or more")
-        if self.max_seeds < self.first_seeds:
-            raise ValueError(f"max_seeds ({self.max_seeds}) is below first_seeds ({self.first_seeds}); "
-                             f"write max_seeds >= {self.first_seeds}")
-        if self.max_seeds > 1000:
-            raise ValueError(f"max_seeds is {self.max_seeds}; a design over seeds stops at 1000: lower max_seeds")
-        if not 0 < self.futility_power < 1:
-            raise ValueError(f"futility_power is {self.futility_power}; write a conditional power in (0, 1), "
-                             "e.g. 0.1")
-        if not 0 < self.alpha < 0.5:
-            raise ValueError(f"alpha is {self.alpha}; write a level in (0, 0.5), e.g. 0.05")
-        stages = self.seeds()
-        for arch, n in self.max_seeds_by_arch.items():
-            if n not in stages:
-                raise ValueError(f"max_seeds_by_arch.{arch} is {n}, which no stage reaches; write one of "
-                                 f"{', '.join(map(str, stages))} (the seeds per cell after each stage)")
-        return self
-
-    def cap(self, arch: str) -> int:
-        """The most seeds a cell of ``arch`` gets."""
-        return int(self.max_seeds_by_arch.get(arch, self.max_seeds))
-
-    def capped(self, max_seeds: int | None) -> Design:
-        """The same design stopping at ``max_seeds`` (a stage's seeds): the design a claim whose
-        cells stop there is tested under (its information fractions are ``n_k / max_seeds``)."""
-        if max_seeds is None or max_seeds == self.max_seeds:
-            return self
-        return self.model_copy(update={"max_seeds": int(max_seeds), "max_seeds_by_arch": {}})
-
-    @classmethod
-    def parse(cls, table: Mapping[str, Any], source: str | None = None) -> Design:
-        """A design from a ``[design]`` table; a malformed one raises :class:`DesignError` in one
-        line (``"<source>: design: <field>: <problem and fix>"``)."""
-        prefix = f"{source}: " if source else ""
-        try:
-            return cls(**dict(table))
-        except ValidationError as exc:
-            raise DesignError(f"{prefix}design: {_one_line(exc, cls)}") from None
-
-    def seeds(self) -> tuple[int, ...]:
-        """Seeds per cell after each stage: first_seeds, + stage_seeds, ..., max_seeds."""
-        out = list(range(self.first_seeds, self.max_seeds, self.stage_seeds))
-        return (*out, self.max_seeds)
-
-    def fractions(self) -> tuple[float, ...]:
-        """Information fractions ``n_k / n_max`` of the stages."""
-        return tuple(n / self.max_seeds for n in self.seeds())
-
-
-def _one_line(exc: ValidationError, model: type[BaseModel]) -> str:
-    errors = exc.errors()  # a misspelt field first: it explains the missing one
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    where = ".".join(str(p) for p in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "missing":
-        msg = f"missing; the design must declare it ({model.model_fields[where].description})"
-    if err["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(where, list(model.model_fields), n=1)
-        msg = (f"unknown field; did you mean {near[0]!r}?" if near else
-               f"unknown field; the fields are {', '.join(model.model_fields)}")
-    return f"{where}: {msg}" if where else msg
-
-
-class Hypothesis(BaseModel):
-    """One claim as a sequential test: what it reads and what it tests.
-
-    ``test``: ``greater`` / ``less`` (the estimate lies above / below ``value``), ``two-sided``
-    (different from ``value``, each side at half the level), ``within`` (inside ``value +-
-    margin``: both one-sided tests at half the level, as the TOST of
-    :mod:`analysis.stats.decision`), ``outside`` (beyond ``value +- margin``) or ``exact`` (an
-    exact test evaluated once, at the claim's maximum, with all its level spent there: its
-    observation is the test's p-value, e.g. a profile_match claim's permutation p,
-    :func:`profile_hypotheses`). The opposite side ("contradicted") is tested at the two-sided
-    level: ``greater`` -> below ``value``, ``less`` -> above, ``within`` -> outside, ``outside``
-    -> within; a ``two-sided`` or ``exact`` test has none. A claim with ``beyond_margin`` also
-    has the margin's test (:meth:`margin_test`).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    id: str
-    cells: tuple[tuple[str, str, str], ...] = Field(description="The (task, arch, variant) cells the claim reads.")
-    test: Literal["greater", "less", "two-sided", "within", "outside", "exact"]
-    value: float = 0.0
-    margin: float | None = None
-    effect: float | None = Field(default=None, description="A true value of the estimate to compute conditional "
-                                 "power at (futility); None: the current estimate.")
-    max_seeds: int | None = Field(default=None, description="The claim's own maximum (the lowest of its cells'; "
-                                  "a stage's seeds); None: the design's.")
-    beyond_margin: float | None = Field(
-        default=None, description="A difference claim tested against zero with a margin: 'supported' also needs "
-        "the stage's plain 95% interval to reach beyond +-beyond_margin (else the effect may be negligible, "
-        "and the claim is inconclusive), as the fixed design's rule (docs/decisions.md).")
-    statistic: Literal["mean", "share"] = Field(
-        default="mean", description="mean: a t over seeds, observed as (estimate, se, df); share: the share of "
-        "seeds strictly beyond value (above it for test greater, below for less) exceeds q, the exact sign test "
-        "of a bound or readable_by claim (docs/ceiling.md), observed as ShareCount(beyond, short, n) or the "
-        "seeds' values; its effect, if given, is the true share beyond.")
-    q: float = Field(default=0.5, description="statistic = 'share': the share beyond under the null (0.5: the "
-                     "median seed).")
-
-    @model_validator(mode="after")
-    def _check(self) -> Hypothesis:
-        if self.statistic == "share":
-            if self.test not in ("greater", "less") or self.margin is not None or self.beyond_margin is not None:
-                raise ValueError(f"hypothesis {self.id!r}: a share test is one-sided against its threshold; write "
-                                 "test = 'greater' or 'less' and no margin")
-            if not 0 < self.q < 1:
-                raise ValueError(f"hypothesis {self.id!r}: q is {self.q}; write a share in (0, 1), e.g. 0.5")
-            if self.effect is not None and not 0 <= self.effect <= 1:
-                raise ValueError(f"hypothesis {self.id!r}: the effect of a share test is the true share of seeds "
-                                 f"beyond its threshold, in [0, 1], not {self.effect}")
-        if self.test in ("within", "outside") and not (self.margin is not None and self.margin > 0):
-            raise ValueError(f"hypothesis {self.id!r}: test = {self.test!r} needs margin > 0")
-        if not self.cells:
-            raise ValueError(f"hypothesis {self.id!r} reads no cells; name its (task, arch, variant) cells")
-        if self.beyond_margin is not None and not (self.test in ("greater", "less", "two-sided")
-                                                   and self.beyond_margin > 0):
-            raise ValueError(f"hypothesis {self.id!r}: beyond_margin needs a greater, less or two-sided test and "
-                             "a margin > 0")
-        if self.test == "exact" and self.margin is not None:
-            raise ValueError(f"hypothesis {self.id!r}: an exact test reads its p-value; drop the margin")
-        return self
-
-    def sides(self, contra: bool = False) -> tuple[tuple[tuple[int, float], ...], str, float]:
-        """The one-sided tests of the claim's own test (or its opposite side's): ``((sign,
-        value), ...)``, whether ``any`` or ``all`` of them must cross, and the share of the
-        claim's level each side is tested at."""
-        if self.test == "exact":
-            return (), "any", 1.0
-        v, m = self.value, self.margin or 0.0
-        within = (((+1, v - m), (-1, v + m)), "all", 0.5)
-        outside = (((+1, v + m), (-1, v - m)), "any", 0.5)
-        if contra:
-            return {"greater": (((-1, v),), "any", 0.5), "less": (((+1, v),), "any", 0.5),
-                    "two-sided": ((), "any", 0.5), "within": outside, "outside": within}[self.test]
-        return {"greater": (((+1, v),), "any", 1.0), "less": (((-1, v),), "any", 1.0),
-                "two-sided": (((+1, v), (-1, v)), "any", 0.5), "within": within, "outside": outside}[self.test]
-
-    def contradictable(self) -> bool:
-        return self.test not in ("two-sided", "exact")
-
-    def margin_test(self) -> Hypothesis | None:
-        """The margin's test of a claim tested against its value with a margin (``beyond_margin``):
-        within ``value +- beyond_margin`` (the TOST, each side at half its level), which makes it
-        ``equivalent`` (or ``negligible`` when the claim's own test is also rejected). None for
-        other claims."""
-        if self.beyond_margin is None:
-            return None
-        return Hypothesis(id=self.id, cells=self.cells, test="within", value=self.value, margin=self.beyond_margin,
-                          max_seeds=self.max_seeds)
-
-
-_LOWER = -8.5  # the z density below is < 1e-16: the integration grid starts here
-_NODES = 1201
-
-
-def _simpson(a: float, b: float, n: int = _NODES) -> tuple[np.ndarray, np.ndarray]:
-    z = np.linspace(a, b, n)
-    w = np.ones(n)
-    w[1:-1:2], w[2:-1:2] = 4.0, 2.0
-    return z, w * (b - a) / (n - 1) / 3.0
-
-
-def _cross(c: float, wf: np.ndarray, z: np.ndarray, s0: float, s1: float, d: float) -> float:
-    """P(continue to the previous stage at ``z``, then cross ``c``): the continuation density
-    times its Simpson weights ``wf`` integrated against the normal tail of the increment."""
-    return float(np.sum(wf * scipy.stats.norm.sf((c * s1 - z * s0) / d)))
-
-
-@functools.lru_cache(maxsize=8192)
-def z_boundaries(fractions: tuple[float, ...], level: float, spending: str) -> tuple[float, ...]:
-    """One-sided upper z boundaries ``b_1 .. b_K`` at information ``fractions`` that spend
-    ``level`` by ``spending``: ``P0(Z_1 < b_1, ..., Z_{k-1} < b_{k-1}, Z_k >= b_k)`` equals the
-    alpha spent between stages k-1 and k. The canonical joint distribution (``Z_k = S_k /
-    sqrt(t_k)``, ``S`` with independent N(0, dt) increments) is integrated recursively on a
-    Simpson grid of the continuation region (Armitage, McPherson & Rowe 1969). ``inf`` where a
-    stage spends nothing."""
-    t = np.asarray(fractions, dtype=float)
-    if t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1 + 1e-12:
-        raise DesignError(f"information fractions must increase within (0, 1], got {fractions}")
-    if not 0 < level < 1:
-        raise DesignError(f"a boundary's level must lie in (0, 1), got {level}")
-    cum = np.asarray(spent(spending, level, t), dtype=float)
-    inc = np.diff(np.concatenate([[0.0], cum]))
-    out = []
-    b = float(scipy.stats.norm.isf(inc[0])) if inc[0] > 0 else math.inf
-    out.append(b)
-    z, w = _simpson(_LOWER, min(b, -_LOWER))
-    f = scipy.stats.norm.pdf(z)
-    for k in range(1, t.size):
-        s0, s1, d = math.sqrt(t[k - 1]), math.sqrt(t[k]), math.sqrt(t[k] - t[k - 1])
-        wf = w * f
-        if inc[k] <= 0:
-            b = math.inf
-        else:
-            lo, hi = _LOWER, 40.0
-            while _cross(lo, wf, z, s0, s1, d) < inc[k]:
-                lo -= 4.0
-            b = float(scipy.optimize.brentq(lambda c, a=float(inc[k]), wf=wf, z=z, s0=s0, s1=s1, d=d:
-                                            _cross(c, wf, z, s0, s1, d) - a, lo, hi, xtol=1e-10))
-        out.append(b)
-        zn, wn = _simpson(_LOWER, min(b, -_LOWER))
-        f = (s1 / d) * (wf[None, :] * scipy.stats.norm.pdf((zn[:, None] * s1 - z[None, :] * s0) / d)).sum(1)
-        z, w = zn, wn
-    return tuple(out)
-
-
-#: Null paths the t boundaries are calibrated on (fixed seed: the boundaries are reproducible).
-CALIBRATION_PATHS = 1_000_000
-CALIBRATION_SEED = 20261204
-
-
-@functools.lru_cache(maxsize=4)
-def _null_paths(seeds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """One-sided p-values under the null of the stage-wise t statistics (mean over seeds, ``n_k -
-    1`` df) and of the z statistics (known SD) of the same normal draws, ``(paths, stages)``."""
-    rng = np.random.default_rng([CALIBRATION_SEED, *seeds])
-    n = np.asarray(seeds)
-    pt, pz = [], []
-    for start in range(0, CALIBRATION_PATHS, 100_000):
-        rows = min(100_000, CALIBRATION_PATHS - start)
-        x = rng.standard_normal((rows, int(n[-1])))
-        s1, s2 = np.cumsum(x, 1)[:, n - 1], np.cumsum(x * x, 1)[:, n - 1]
-        mean = s1 / n
-        sd = np.sqrt(np.maximum(s2 - n * mean ** 2, 0.0) / (n - 1))
-        pt.append(scipy.stats.t.sf(mean / (sd / np.sqrt(n)), n - 1))
-        pz.append(scipy.stats.norm.sf(mean * np.sqrt(n)))
-    return np.concatenate(pt), np.concatenate(pz)
-
-
-@functools.lru_cache(maxsize=65536)
-def calibration_factor(seeds: tuple[int, ...], level: float, spending: str) -> float:
-    """The factor ``gamma`` on the z boundaries' stage-wise tail probabilities that makes the t
-    boundaries ``F_t^{-1}(1 - gamma Phi(-b_k); n_k - 1)`` spend exactly ``level`` under the null,
-    calibrated on :data:`CALIBRATION_PATHS` simulated null paths of normal per-seed values.
-
-    Carried over by its tail probability alone (``gamma = 1``) a t boundary with 2-9 df lets
-    10-25% more than ``level`` through: a t statistic's stages share its variance estimate, which
-    the z scale's joint distribution does not know. The z statistics of the same draws are a
-    control variate: ``gamma`` is chosen so the t boundaries cross on as many paths as the z
-    boundaries do on those paths (whose exact rate is ``level``), which removes most of the
-    Monte Carlo error. 1 for a single stage (the t test is then exact)."""
-    if len(seeds) == 1:
-        return 1.0
-    fr = tuple(n / seeds[-1] for n in seeds)
-    nominal = scipy.stats.norm.sf(np.asarray(z_boundaries(fr, level, spending)))
-    pt, pz = _null_paths(seeds)
-    use = nominal > 0
-    with np.errstate(divide="ignore"):
-        r_t = np.min(pt[:, use] / nominal[use], axis=1)
-        hits_z = float(np.mean(np.min(pz[:, use] / nominal[use], axis=1) <= 1.0))
-    target = min(max(hits_z, 1.0 / CALIBRATION_PATHS), 1.0)
-    return float(np.quantile(r_t, target))
-
-
-@functools.lru_cache(maxsize=65536)
-def stage_critical(seeds: tuple[int, ...], level: float, spending: str, k: int, df: float,
-                   calibrated: bool = True) -> float:
-    """The t a claim's estimate must reach at stage ``k`` of a design with stage sizes ``seeds``
-    (one side at one-sided ``level``, ``df`` degrees of freedom): the z boundary of the spending
-    function as a t tail, calibrated (:func:`calibration_factor`) unless ``calibrated`` is off."""
-    fr = tuple(n / seeds[-1] for n in seeds)
-    b = z_boundaries(fr, level, spending)[k]
-    if not math.isfinite(b):
-        return math.inf
-    gamma = calibration_factor(seeds, level, spending) if calibrated else 1.0
-    return float(scipy.stats.t.isf(min(gamma * scipy.stats.norm.sf(b), 0.5), df))
-
-
-def t_boundaries(design: Design, level: float, df: Sequence[float], *, calibrated: bool = True) -> np.ndarray:
-    """One-sided t boundaries of the design's stages at ``level`` with each stage's ``df``: the
-    z boundary's tail probability, times :func:`calibration_factor` (``calibrated``), carried to
-    t on ``df_k`` degrees of freedom."""
-    seeds = design.seeds()
-    if len(df) > len(seeds):
-        raise DesignError(f"{len(df)} stages of degrees of freedom for a design of {len(seeds)} stages")
-    return np.array([stage_critical(seeds, float(level), design.spending, k, float(d), calibrated)
-                     for k, d in enumerate(df)])
-
-
-def rci_critical(design: Design, k: int, df: float) -> float:
-    """The multiplier of the standard error in the repeated ``1 - alpha`` confidence interval
-    at stage ``k`` (each side at ``alpha / 2`` spent by the design's function)."""
-    return stage_critical(design.seeds(), design.alpha / 2, design.spending, k, float(df))
-
+__all__ = ["ClaimStage", "Observation", "ShareObservation", "StageResult", "seed_estimate", "sequential_decisions"]
 
 # ------------------------------------------------------------------------- decisions
 

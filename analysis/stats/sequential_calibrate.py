@@ -28,7 +28,8 @@ import numpy as np
 import scipy.stats
 
 from analysis.stats.decision import Pending, Verdict
-from analysis.stats.sequential import Cell, Design, Hypothesis, sequential_decisions
+from analysis.stats.design import Cell, Design, Hypothesis
+from analysis.stats.sequential import sequential_decisions
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ stages are tested again at the raised level, in :func:`analysis.stats.sequential
 
 import pytest
 
-from analysis.stats.sequential import Design, Hypothesis, sequential_decisions, t_boundaries
+from analysis.stats.boundaries import t_boundaries
+from analysis.stats.design import Design, Hypothesis
+from analysis.stats.sequential import sequential_decisions
 
 D = Design(first_seeds=4, stage_seeds=2, max_seeds=8)  # stages 4, 6, 8
 A, B = ("parity", "lstm", "default"), ("parity", "gru", "default")

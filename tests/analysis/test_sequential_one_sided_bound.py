@@ -4,7 +4,8 @@ clears its value, though its two-sided repeated 95% interval (alpha / 2 a side) 
 
 import pytest
 
-from analysis.stats.sequential import Design, Hypothesis, sequential_decisions
+from analysis.stats.design import Design, Hypothesis
+from analysis.stats.sequential import sequential_decisions
 
 D = Design(first_seeds=4, stage_seeds=2, max_seeds=8)
 A = ("parity", "lstm", "default")

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from analysis.claims.hypotheses import from_claim
 from analysis.claims.spec import Claim
+from analysis.stats.design import Design, DesignError, Hypothesis
 from analysis.stats.seedshare import (
     ShareCount,
     contra_boundaries,
@@ -24,7 +25,7 @@ from analysis.stats.seedshare import (
     share_crosses,
     share_test,
 )
-from analysis.stats.sequential import Design, DesignError, Hypothesis, sequential_decisions
+from analysis.stats.sequential import sequential_decisions
 
 A, B = ("parity", "lstm", "default"), ("parity", "gru", "default")
 #: 3 -> 5 -> 7 -> 8 seeds (stage_seeds 2), O'Brien-Fleming, alpha 0.05

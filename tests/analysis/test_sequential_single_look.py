@@ -6,12 +6,8 @@ import pytest
 
 from analysis.claims.hypotheses import profile_hypotheses
 from analysis.claims.spec import Claim
-from analysis.stats.sequential import (
-    Design,
-    DesignError,
-    Hypothesis,
-    sequential_decisions,
-)
+from analysis.stats.design import Design, DesignError, Hypothesis
+from analysis.stats.sequential import sequential_decisions
 
 PROFILE = Claim(id="f4", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck",
                 archs=["lstm", "gru"])

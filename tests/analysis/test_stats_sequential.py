@@ -10,15 +10,9 @@ import scipy.stats
 
 from analysis.claims.hypotheses import from_claim
 from analysis.claims.spec import Claim
-from analysis.stats.sequential import (
-    Design,
-    DesignError,
-    Hypothesis,
-    rci_critical,
-    sequential_decisions,
-    t_boundaries,
-    z_boundaries,
-)
+from analysis.stats.boundaries import rci_critical, t_boundaries, z_boundaries
+from analysis.stats.design import Design, DesignError, Hypothesis
+from analysis.stats.sequential import sequential_decisions
 from analysis.stats.sequential_calibrate import conv1d_scenario, simulate
 from analysis.stats.spending import spent
 
