@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from capture.device import Device, as_device
 from capture.experiment import TrainConfig
 from capture.tasks import get_task
 from capture.train import RunnableTask, accuracy_by_length, fit
@@ -29,7 +30,7 @@ def add_pretrained_run(
     seed: int = 0,
     arch: str | None = None,
     fine_tune: TrainConfig | None = None,
-    device: str = "cpu",
+    device: Device | str = "cpu",
 ) -> str:
     """Store a local checkpoint (with a fresh task head, fine-tuned if asked) as a run.
 
@@ -45,6 +46,9 @@ def add_pretrained_run(
     fine_tune
         Training settings; ``None`` stores the checkpoint with an untrained head (probes and
         patching of the frozen model still make sense).
+    device
+        Where it is fine-tuned and evaluated (a :class:`~capture.device.Device`, or its name,
+        checked before the checkpoint is loaded).
 
     Raises
     ------
@@ -55,6 +59,7 @@ def add_pretrained_run(
     """
     from capture.models import count_parameters, load_pretrained
 
+    where = as_device(device)
     cfg = get_task(task, **(task_params or {}))
     # Every registered TaskConfig subclass defines vocab_size, n_classes and target.
     spec = cast(RunnableTask, cfg)
@@ -72,20 +77,20 @@ def add_pretrained_run(
     model_config = {"pretrained": str(Path(checkpoint).resolve()), "hf_config": model.hf_config_dict}
     rid = store.add_run(run_id, task=task, arch=model.arch, variant="pretrained", seed=seed,
                         model_config=model_config, task_config=cfg.model_dump())
-    model.to(device)  # evaluated on the device even when it is not fine-tuned
+    model.to(where.torch_device)  # evaluated on the device even when it is not fine-tuned
     with store.deferred_consolidation(), store.lock(rid):
         metrics: dict[str, Any] = {}
         if fine_tune is not None:
             t0 = time.perf_counter()
-            curve, steps = fit(model, cfg, fine_tune, seed, device=device)
+            curve, steps = fit(model, cfg, fine_tune, seed)
             metrics = {"steps": steps, "train_seconds": time.perf_counter() - t0, "curve": curve}
-        acc = accuracy_by_length(model, cfg, fine_tune or TrainConfig(), seed, device)
+        acc = accuracy_by_length(model, cfg, fine_tune or TrainConfig(), seed)
         metrics["accuracy"] = {str(k): v for k, v in acc.items()}
         store.write_weights(rid, model.state_dict(), overwrite=True)
         store.update_run_attrs(
             rid, status="trained", n_classes=n_classes, vocab_size=spec.vocab_size,
             target=spec.target, n_parameters=count_parameters(model),
-            implementation=model.implementation, device=device, metrics=metrics,
+            implementation=model.implementation, device=where.name, metrics=metrics,
             train_config=None if fine_tune is None else fine_tune.model_dump(),
         )
         store.consolidate()

@@ -24,12 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from capture.device import Device, as_device
+from capture.rebuild import rebuild_model
 from capture.tasks import TaskBatch, get_task
 from capture.train import (
     STREAM_CAPTURE,
     STREAM_CF,
     check_trained_with,
-    rebuild_model,
     rng_for,
     split_config,
 )
@@ -74,8 +75,10 @@ def check_length(model: torch.nn.Module, run_id: str, length: int) -> None:
 
 
 @torch.no_grad()
-def _forward(model, batch: TaskBatch, sites: Sequence[str], device: str, batch_size: int):
-    """Logits, hidden (sequence, position, layer, feature) and site arrays, as numpy."""
+def _forward(model, batch: TaskBatch, sites: Sequence[str], batch_size: int):
+    """Logits, hidden (sequence, position, layer, feature) and site arrays, as numpy (the
+    forwards run where the model is)."""
+    device = Device.of(model).torch_device
     logits: list[np.ndarray] = []
     hidden: list[np.ndarray] = []
     extra: dict[str, list[np.ndarray]] = {s: [] for s in sites}
@@ -92,12 +95,12 @@ def _forward(model, batch: TaskBatch, sites: Sequence[str], device: str, batch_s
     return cat(logits), cat(hidden), {site_var(s): cat(v) for s, v in extra.items()}
 
 
-def blocks_per_forward(device: str, block_size: int, sequence_bytes: int) -> int:
+def blocks_per_forward(device: Device | str, block_size: int, sequence_bytes: int) -> int:
     """Store blocks per forward: one on the CPU (the forward costs what it costs per
     sequence, and a block's batch keeps the stored bytes what they always were); on an
     accelerator as many as make :data:`FORWARD_SEQUENCES`, within :data:`FORWARD_BYTES`
     of float32 hidden states (``sequence_bytes`` per sequence)."""
-    if torch.device(device).type == "cpu":
+    if as_device(device).on_host:
         return 1
     by_count = max(1, FORWARD_SEQUENCES // max(block_size, 1))
     by_bytes = max(1, FORWARD_BYTES // max(block_size * sequence_bytes, 1))
@@ -128,12 +131,13 @@ class _DeviceForward:
     whose float chunks have then been encoded (``write_block`` returns after their checks).
     """
 
-    def __init__(self, model, device: str, sites: Sequence[str], dtypes: dict[str, str],
+    def __init__(self, model, sites: Sequence[str], dtypes: dict[str, str],
                  batch_size: int | None) -> None:
-        self.model, self.device, self.sites = model, torch.device(device), list(sites)
+        where = Device.of(model)
+        self.model, self.device, self.sites = model, where.torch_device, list(sites)
         self.dtypes = {k: getattr(torch, v) for k, v in dtypes.items()}
         self.batch_size = batch_size
-        self.pin = self.device.type == "cuda"
+        self.pin = where.pinned
         self._sets: list[dict[str, torch.Tensor]] = [{}, {}]
         self._turn = 0
 
@@ -175,10 +179,10 @@ class _DeviceForward:
         return {k: v.numpy() for k, v in out.items()}, event
 
 
-def _site_shapes(model, sites: Sequence[str], length: int, device: str) -> dict[str, tuple]:
+def _site_shapes(model, sites: Sequence[str], length: int) -> dict[str, tuple]:
     if not sites:
         return {}
-    tok = torch.zeros((1, length), dtype=torch.long, device=device)
+    tok = torch.zeros((1, length), dtype=torch.long, device=Device.of(model).torch_device)
     with torch.no_grad():
         _, found = model.forward_with_sites(tok, list(sites))
     missing = [s for s in sites if s not in found]
@@ -199,29 +203,31 @@ def capture_length(
     sites: Sequence[str] = (),
     batch_size: int | None = None,
     block_size: int | None = None,
-    device: str = "cpu",
+    device: Device | str = "cpu",
     model: torch.nn.Module | None = None,
     progress: Callable[[int], None] | None = None,
     blocks_per_pass: int | None = None,
 ) -> CaptureResult:
     """Capture one run at one length into ``runs/<run>/len_<L>`` (resumable).
 
-    On the CPU each store block is one forward (``batch_size`` sequences at a time), its
-    float32 outputs cast to ``dtype`` by the store's chunk threads. On any other device
-    (``cuda[:N]``), or when ``blocks_per_pass`` is given, a forward covers
-    ``blocks_per_pass`` consecutive blocks (default :func:`blocks_per_forward`), its outputs are cast on the device and copied to pinned
-    host memory without blocking, and the chunk threads store one forward's blocks while
-    the device computes the next. The blocks of a forward are fixed by their index, so a
+    ``model``: the run's model, which runs where it is; without one, the model is rebuilt
+    from the store on ``device``. On the CPU each store block is one forward (``batch_size``
+    sequences at a time), its float32 outputs cast to ``dtype`` by the store's chunk threads.
+    On any other device (``cuda[:N]``), or when ``blocks_per_pass`` is given, a forward covers
+    ``blocks_per_pass`` consecutive blocks (default :func:`blocks_per_forward`), its outputs
+    are cast on the device and copied to pinned host memory without blocking, and the chunk
+    threads store one forward's blocks while the device computes the next. The blocks of a forward are fixed by their index, so a
     resumed capture runs the same batches (finished blocks of a partly done pass are
     computed again, not written).
     """
     model = model if model is not None else rebuild_model(store, run_id, device)
+    where = Device.of(model)
     check_length(model, run_id, length)
     a = store.run_attrs(run_id)
     task = split_config(task_of(store, run_id), "eval")
     # nn.Module.__getattr__ is typed Tensor | Module; match_sites is a SequenceModel method.
     sites = model.match_sites(list(sites)) if sites else []  # type: ignore[operator]  # globs -> names
-    shapes = _site_shapes(model, sites, length, device)
+    shapes = _site_shapes(model, sites, length)
     extra = {v: (("position", f"{v}_feature"), (length, *shp[-1:]), dtype) for v, shp in shapes.items()}
     with store.length_writer(
         run_id, length, n_sequences=n_sequences, layers=model.layer_names,
@@ -229,11 +235,11 @@ def capture_length(
         target=task.target, dtype=dtype, extra=extra or None, block_size=block_size,
         attrs={"sites": list(sites), "split": "eval", "stream": "capture"},
         # a device's forwards outrun one block's fsyncs: keep one more block in flight
-        in_flight=0 if torch.device(device).type == "cpu" else 1,
-    ) as w, full_float32(device):
+        in_flight=0 if where.on_host else 1,
+    ) as w, full_float32(where):
         todo = w.missing_blocks()
         if todo:
-            note_device(w.group, device)
+            note_device(w.group, where)
 
         def generate(b: int) -> TaskBatch:
             start, stop = w.block_range(b)
@@ -245,14 +251,14 @@ def capture_length(
             if progress:
                 progress(batch.n)
 
-        if torch.device(device).type == "cpu" and blocks_per_pass is None:
+        if where.on_host and blocks_per_pass is None:
             for b in todo:
                 batch = generate(b)
-                write(b, batch, *_forward(model, batch, sites, device, batch_size or batch.n))
+                write(b, batch, *_forward(model, batch, sites, batch_size or batch.n))
         else:
             per_seq = length * len(w.spec["layers"]) * int(w.spec["n_features"]) * 4
-            k = blocks_per_pass or blocks_per_forward(device, w.block_size, per_seq)
-            fwd = _DeviceForward(model, device, sites, float_dtypes(w.spec), batch_size)
+            k = blocks_per_pass or blocks_per_forward(where, w.block_size, per_seq)
+            fwd = _DeviceForward(model, sites, float_dtypes(w.spec), batch_size)
 
             def store_pass(staged: _Staged) -> None:
                 if staged.event is not None:
@@ -267,7 +273,7 @@ def capture_length(
                     except InvalidArrayError:
                         # cast on the device: the float32 values say whether they overflowed
                         # the stored dtype or were NaN/Inf already (the error says which)
-                        write(b, batch, *_forward(model, batch, sites, device, batch.n))
+                        write(b, batch, *_forward(model, batch, sites, batch.n))
 
             pending: _Staged | None = None
             missing = set(todo)
@@ -289,12 +295,12 @@ def capture_length(
 
 
 @contextmanager
-def full_float32(device: str) -> Iterator[None]:
+def full_float32(device: Device | str) -> Iterator[None]:
     """No TF32 on CUDA while capturing: cuDNN's convolutions (and matmuls, where enabled)
     would otherwise round float32 inputs to 10 bits of mantissa, about float16's precision,
     and the stored states would no longer equal the CPU's within float16 rounding. The
     process-wide flags are restored afterwards."""
-    if torch.device(device).type != "cuda":
+    if as_device(device).type != "cuda":
         yield
         return
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -305,12 +311,12 @@ def full_float32(device: str) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
-def note_device(group, device: str) -> None:
+def note_device(group, device: Device) -> None:
     """Record in a group's attributes the devices its blocks were computed on (a resumed
-    capture may have run on another)."""
+    capture may have run on another), by :attr:`Device.name`."""
     seen = list(group.attrs.get("devices", []))
-    if str(device) not in seen:
-        group.attrs["devices"] = [*seen, str(device)]
+    if device.name not in seen:
+        group.attrs["devices"] = [*seen, device.name]
 
 
 def capture_counterfactuals(
@@ -320,10 +326,12 @@ def capture_counterfactuals(
     *,
     n_pairs: int,
     dtype: str = "float32",
-    device: str = "cpu",
+    device: Device | str = "cpu",
     model: torch.nn.Module | None = None,
 ) -> CaptureResult:
     """Capture clean/corrupted twins into ``cfclean_<L>`` and ``cfcorrupt_<L>`` (resumable).
+
+    ``model``, ``device``: as in :func:`capture_length` (a given model runs where it is).
 
     Patching needs both runs' hidden states at every layer; the positions that were edited
     (``pos_corrupt``), where the label changes (``pos_label``) and the task's named sites
@@ -331,6 +339,7 @@ def capture_counterfactuals(
     differences can be small.
     """
     model = model if model is not None else rebuild_model(store, run_id, device)
+    where = Device.of(model)
     check_length(model, run_id, length)
     a = store.run_attrs(run_id)
     task = split_config(task_of(store, run_id), "eval")
@@ -344,18 +353,18 @@ def capture_counterfactuals(
     )
     with store.length_writer(run_id, length, kind="cfclean", attrs={"twin": "cfcorrupt"}, **common) as wc, \
          store.length_writer(run_id, length, kind="cfcorrupt", attrs={"twin": "cfclean"}, **common) as wx, \
-         full_float32(device):
+         full_float32(where):
         todo = sorted(set(wc.missing_blocks()) | set(wx.missing_blocks()))
         if todo:
-            note_device(wc.group, device)
-            note_device(wx.group, device)
+            note_device(wc.group, where)
+            note_device(wx.group, where)
         for b in todo:
             start, stop = wc.block_range(b)
             pair = task.counterfactual(rng_for(a["seed"], STREAM_CF, length, b), stop - start, length)
             pos = {"pos_corrupt": pair.corrupt_position, "pos_label": pair.label_position,
                    **{f"pos_{k}": v for k, v in pair.sites.items()}}
             for w, batch in ((wc, pair.clean), (wx, pair.corrupted)):
-                logits, hidden, _ = _forward(model, batch, (), device, stop - start)
+                logits, hidden, _ = _forward(model, batch, (), stop - start)
                 w.write_block(b, hidden=hidden, tokens=batch.tokens, labels=batch.labels,
                               mask=batch.mask, logits=logits, extra=pos)
         return CaptureResult(run_id, length, "cf", len(todo), wc.n_blocks)
@@ -411,7 +420,7 @@ def capture_unit(
     kind: str,
     length: int,
     *,
-    device: str = "cpu",
+    device: Device | str = "cpu",
     models: dict | None = None,
     progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> CaptureResult:
@@ -419,23 +428,25 @@ def capture_unit(
     refuses a run not trained from this experiment (:func:`check_capturable`), rebuilds the
     model from its stored weights, then :func:`capture_length` (``kind="len"``) or
     :func:`capture_counterfactuals` (``"cf"``). ``models``: a dict shared by the calls of
-    one process keeps the last run's model, so a run's lengths rebuild it once."""
+    one process keeps the last run's model, so a run's lengths rebuild it once. ``device``:
+    where the model is rebuilt (a :class:`~capture.device.Device`, or its name, checked
+    first); the captures run where the model is."""
     cap, rid = spec.exp.capture, spec.run_id
+    where = as_device(device)
     check_capturable(store, spec)
     t0 = time.perf_counter()
     model = (models or {}).get(rid)
     if model is None:
-        model = rebuild_model(store, rid, device)
+        model = rebuild_model(store, rid, where)
         if models is not None:
             models.clear()  # one model held at a time
             models[rid] = model
     if kind == "cf":
-        res = capture_counterfactuals(store, rid, length, n_pairs=cap.counterfactual_pairs,
-                                      device=device, model=model)
+        res = capture_counterfactuals(store, rid, length, n_pairs=cap.counterfactual_pairs, model=model)
     else:
         prog = progress_factory(f"{rid} L={length}", cap.n_sequences) if progress_factory else None
         res = capture_length(store, rid, length, n_sequences=cap.n_sequences, dtype=cap.dtype,
-                             sites=cap.sites, batch_size=cap.batch_size, device=device, model=model,
+                             sites=cap.sites, batch_size=cap.batch_size, model=model,
                              progress=prog)
     if res.blocks_written:
         record_capture_seconds(store, rid, f"{kind}_{length}", time.perf_counter() - t0)

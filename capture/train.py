@@ -26,7 +26,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from capture.device import Device, as_device, model_device
 from capture.experiment import RunSpec, TrainConfig
+from capture.rebuild import rebuild_model as rebuild_model  # re-exported
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import RunConflictError, Store
 from store.contents.checkpoints import Checkpoint
@@ -93,9 +95,11 @@ def masked_loss_and_accuracy(logits: torch.Tensor, batch: TaskBatch) -> tuple[to
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batch: TaskBatch, device: str = "cpu", batch_size: int = 256) -> float:
-    """Accuracy of the model's readout on every labelled position of a batch."""
+def evaluate(model: torch.nn.Module, batch: TaskBatch, batch_size: int = 256) -> float:
+    """Accuracy of the model's readout on every labelled position of a batch (run where the
+    model is)."""
     model.eval()
+    device = model_device(model)
     correct = total = 0
     for lo in range(0, batch.n, batch_size):
         tok = torch.as_tensor(batch.tokens[lo : lo + batch_size], device=device)
@@ -125,17 +129,17 @@ def fit(
     cfg: TrainConfig,
     seed: int,
     *,
-    device: str = "cpu",
     progress: Callable[[int, dict], None] | None = None,
     checkpoint: Checkpointer | None = None,
 ) -> tuple[list[dict], int]:
-    """Train ``model`` in place; returns the curve and the number of steps taken.
+    """Train ``model`` in place, on the device it is on; returns the curve and the number of
+    steps taken.
 
     The model ends with the weights of its best held-out evaluation. With ``checkpoint``,
     training starts from its stored state if it has one, and saves its state at evaluation
     steps once ``checkpoint`` says one is due.
     """
-    model.to(device)
+    device = model_device(model)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
     train_task, valid_task = split_config(task, "train"), split_config(task, "eval")
@@ -161,7 +165,7 @@ def fit(
         opt.step()
         sched.step()
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            val = evaluate(model, valid, device)
+            val = evaluate(model, valid)
             point = {"step": step, "loss": float(loss.detach()), "train_accuracy": acc, "valid_accuracy": val}
             curve.append(point)
             if progress:
@@ -297,14 +301,10 @@ def _decode_ints(obj):
     return int(obj) if isinstance(obj, str) else obj
 
 
-def _model_device(model: torch.nn.Module) -> torch.device:
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
-
-
 def _rng_states(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """torch's CPU generator state, and the CUDA one of the model's device when it is on a GPU."""
     out = {"torch": torch.get_rng_state()}
-    device = _model_device(model)
+    device = model_device(model)
     if device.type == "cuda":
         out["cuda"] = torch.cuda.get_rng_state(device)
     return out
@@ -312,7 +312,7 @@ def _rng_states(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _set_rng_states(states: dict[str, np.ndarray], model: torch.nn.Module) -> None:
     torch.set_rng_state(torch.from_numpy(np.ascontiguousarray(states["torch"])))
-    device = _model_device(model)
+    device = model_device(model)
     if "cuda" in states and device.type == "cuda":  # a CPU resume of a GPU run: no CUDA stream
         torch.cuda.set_rng_state(torch.from_numpy(np.ascontiguousarray(states["cuda"])), device)
 
@@ -335,19 +335,22 @@ def train_run(
     store: Store,
     spec: RunSpec,
     *,
-    device: str = "cpu",
+    device: Device | str = "cpu",
     progress: Callable[[int, dict], None] | None = None,
 ) -> TrainResult:
-    """Train one run of an experiment into the store (skipped if already trained)."""
+    """Train one run of an experiment into the store (skipped if already trained), on
+    ``device`` (a :class:`~capture.device.Device`, or its name: checked before the store is
+    touched)."""
+    where = as_device(device)
     with store.deferred_consolidation():  # one metadata snapshot per run, not three
-        return _train_run(store, spec, device=device, progress=progress)
+        return _train_run(store, spec, device=where, progress=progress)
 
 
 def _train_run(
     store: Store,
     spec: RunSpec,
     *,
-    device: str,
+    device: Device,
     progress: Callable[[int, dict], None] | None,
 ) -> TrainResult:
     from capture.models import build_model, count_parameters
@@ -370,12 +373,12 @@ def _train_run(
         try:
             n_classes = task.n_classes[task.target]
             model = build_model(mcfg, vocab_size=task.vocab_size, n_classes=n_classes, seed=spec.seed)
+            model.to(device.torch_device)
             ckpt = Checkpointer(store, rid, cfg)
             t0 = time.perf_counter()
-            curve, steps = fit(model, task, cfg, spec.seed, device=device, progress=progress,
-                               checkpoint=ckpt)
+            curve, steps = fit(model, task, cfg, spec.seed, progress=progress, checkpoint=ckpt)
             seconds = ckpt.seconds_before + time.perf_counter() - t0
-            acc = accuracy_by_length(model, task, cfg, spec.seed, device)
+            acc = accuracy_by_length(model, task, cfg, spec.seed)
             store.write_weights(rid, model.state_dict(), overwrite=True)
             store.update_run_attrs(
                 rid,
@@ -386,7 +389,7 @@ def _train_run(
                 target=task.target,
                 n_parameters=count_parameters(model),
                 implementation=getattr(model, "implementation", "torch"),
-                device=device,
+                device=device.name,
                 metrics={
                     "accuracy": {str(k): v for k, v in acc.items()},
                     "steps": steps,
@@ -429,31 +432,12 @@ def check_trained_with(store: Store, run_id: str, cfg: TrainConfig) -> None:
         )
 
 
-def accuracy_by_length(model, task: TaskConfig, cfg: TrainConfig, seed: int, device: str) -> dict[int, float]:
-    """Held-out accuracy at every evaluation length (fresh sequences per length)."""
+def accuracy_by_length(model, task: TaskConfig, cfg: TrainConfig, seed: int) -> dict[int, float]:
+    """Held-out accuracy at every evaluation length (fresh sequences per length), where the
+    model is."""
     test_task = split_config(task, "eval")
     out = {}
     for L in cfg.eval_lengths:
         batch = test_task.generate(rng_for(seed, STREAM_TEST, L), cfg.n_test, L)
-        out[L] = evaluate(model, batch, device)
+        out[L] = evaluate(model, batch)
     return out
-
-
-def rebuild_model(store: Store, run_id: str, device: str = "cpu") -> torch.nn.Module:
-    """The trained model of a run, rebuilt from its stored config and weights."""
-    from capture.models import model_for_run
-
-    if not store.has_weights(run_id):
-        raise store_missing(store, run_id)
-    model = model_for_run(store.run_attrs(run_id))
-    weights = {k: torch.from_numpy(v) for k, v in store.read_weights(run_id).items()}
-    model.load_state_dict(weights)
-    return model.to(device).eval()
-
-
-def store_missing(store: Store, run_id: str) -> Exception:
-    from store import MissingError
-
-    return MissingError(
-        f"run {run_id!r} has no trained weights in {store.location}; run `layerstate train` first"
-    )

@@ -1,10 +1,11 @@
-"""Models and stored states: rebuilding a run's model, reading one layer, resuming from it.
+"""Models and stored states: a rebuilt run's model, reading one layer, resuming from it.
 
-The one place an intervention touches a model: :func:`rebuild` makes it from the run's stored
-config and weights (`capture.models` only: `analysis` may import `store` and `capture.models`,
-not the training code) and :func:`resume_logits` runs the layers above a stored layer
-(`SequenceModel.forward_from`). Graphs are computed by :func:`analysis.compute.compute`, which
-pins BLAS and torch to one thread per task (docs/measured.md, "Threads").
+The one place an intervention touches a model: the run's model is rebuilt by capture's one
+rebuild (:mod:`capture.rebuild`: :func:`rebuild`, and :func:`portable_model` for an analysis
+graph), and :func:`resume_logits` runs the layers above a stored layer
+(`SequenceModel.forward_from`) on the model's own device. Graphs are computed by
+:func:`analysis.compute.compute`, which pins BLAS and torch to one thread per task
+(docs/measured.md, "Threads").
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import numpy as np
 import torch
 import xarray as xr
 
-from capture.models import SequenceModel, model_for_run
+from capture.device import Device, as_device, model_device
+from capture.models import SequenceModel
+from capture.rebuild import model_from, rebuild_model, stored_model
 from store import MissingError, Store
 
 #: Architectures whose blocks carry a state along positions (the patching caveat,
@@ -23,48 +26,15 @@ from store import MissingError, Store
 #: delta-rule models (based, baseconv, h3, hyena, deltanet).
 RECURRENT_ARCHS = ("lstm", "gru", "mamba", "mamba2", "based", "baseconv", "h3", "hyena", "deltanet")
 
+#: A run's trained model (:func:`capture.rebuild.rebuild_model`), the name the interventions use.
+rebuild = rebuild_model
+
 
 # ----------------------------------------------------------------------------- models
-def check_weights(store: Store, run_id: str) -> None:
-    """Raise `MissingError` naming `layerstate train` if a run has no complete weights."""
-    if not store.has_weights(run_id):
-        raise MissingError(
-            f"run {run_id!r} has no trained weights in {store.location}; the model cannot be "
-            "re-run from a stored layer. Train it with `layerstate train`, or, for a store another "
-            "tool wrote, add the run's weights as arrays under runs/<id>/weights (docs/store-format.md, "
-            "S12-S15); probe, stats and report need no weights"
-        )
-
-
-def rebuild(store: Store, run_id: str, device: str = "cpu") -> SequenceModel:
-    """The trained `SequenceModel` of a run, from its stored config and weights (eval mode).
-
-    Parameters
-    ----------
-    store : Store
-    run_id : str
-    device : str
-
-    Returns
-    -------
-    SequenceModel
-        With ``layer_names`` matching the stored ``layer`` coordinate.
-    """
-    return portable_model(store, run_id, device).module
-
-
-def portable_model(store: Store, run_id: str, device: str = "cpu") -> PortableModel:
-    """`rebuild`, as a `PortableModel`: what an analysis graph's model task returns."""
-    check_weights(store, run_id)
-    attrs = store.run_attrs(run_id)
-    missing = [k for k in ("model_config", "vocab_size", "n_classes") if k not in attrs]
-    if missing:
-        raise MissingError(
-            f"run {run_id!r} lacks {', '.join(missing)} in its attributes, so its model cannot "
-            "be rebuilt; train it with `layerstate train`, which records them"
-        )
-    weights = {k: np.asarray(v) for k, v in store.read_weights(run_id).items()}
-    return PortableModel(attrs, weights, device)
+def portable_model(store: Store, run_id: str, device: Device | str = "cpu") -> PortableModel:
+    """:func:`rebuild`, as a `PortableModel`: what an analysis graph's model task returns."""
+    where = as_device(device)
+    return PortableModel(*stored_model(store, run_id), where)
 
 
 class PortableModel:
@@ -72,16 +42,14 @@ class PortableModel:
 
     dask.distributed moves a task's result to another worker by pickling it; torch's RNN
     modules hold weakrefs that pickle refuses (and a pickled module is bound to its torch
-    version). This one travels as the run's attributes and its weights as numpy arrays, and is
-    rebuilt on arrival: once per worker, since a worker keeps what it received. In one process
-    (local threads) every cell shares the same ``module``.
+    version). This one travels as the run's attributes, its weights as numpy arrays and the
+    device, and is rebuilt on arrival: once per worker, since a worker keeps what it received.
+    In one process (local threads) every cell shares the same ``module``.
     """
 
-    def __init__(self, attrs: dict, weights: dict[str, np.ndarray], device: str = "cpu") -> None:
+    def __init__(self, attrs: dict, weights: dict[str, np.ndarray], device: Device) -> None:
         self.attrs, self.device = attrs, device
-        module = model_for_run(attrs)
-        module.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})
-        self.module: SequenceModel = module.to(device).eval()
+        self.module: SequenceModel = model_from(attrs, weights, device)
 
     def __reduce__(self) -> tuple:
         weights = {k: v.detach().cpu().numpy() for k, v in self.module.state_dict().items()}
@@ -114,11 +82,6 @@ def resume_logits(
         part = states[lo : lo + batch_size].to(device)
         out.append(model.forward_from(layer, part).float().cpu().numpy())
     return np.concatenate(out)
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """Where ``model``'s parameters are: inputs go there, results come back to the host."""
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def site_description(arch: str, layer: str, where: str) -> str:

@@ -92,6 +92,7 @@ from analysis.interventions.matched import (
     with_matched,
 )
 from analysis.interventions.refit import refit_correct, refit_reference
+from capture.device import Device, as_device
 from store import Store, schema
 from store.errors import InvalidArgumentError
 
@@ -251,7 +252,7 @@ def ablation(
     refit_rows: int = 10_000,
     seed: int = 0,
     batch_size: int = 256,
-    device: str = "cpu",
+    device: Device | str = "cpu",
 ) -> xr.Dataset:
     """Build (lazily) the ablation grid over runs x lengths x layers x settings.
 
@@ -294,9 +295,11 @@ def ablation(
         Seeds the random-subspace control (with the layer index and k) and the refit subsets.
     batch_size : int
         Sequences per resumed forward pass.
-    device : str
-        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``); the stored
-        states are read on the host. Recorded as the result's ``device`` attribute.
+    device : Device or str
+        Where each run's model is rebuilt and resumed (``"cpu"``, ``"cuda[:N]"``, or a
+        :class:`~capture.device.Device` the command line resolved), checked before anything is
+        read; the stored states are read on the host. Recorded as the result's ``device``
+        attribute.
 
     Returns
     -------
@@ -313,9 +316,10 @@ def ablation(
         ``k`` (setting), ``arch``, ``target`` (run), ``site`` (run, layer).
     """
     _check_options(mode, fit_fraction, folds, refit_rows)
+    where = as_device(device)
     parsed = with_matched(parse_settings(settings)) if matched else parse_settings(settings)
     plan = _plan(store, runs, lengths, layers, parsed, fit_length, fit_fraction, folds)
-    plan.device = device
+    plan.device = where
     _check_sizes(plan, parsed)
     probe = {"folds": folds, "max_rows": refit_rows} if refit else None
     cells = _cells(plan, parsed, directions, mode, probe, seed, batch_size)

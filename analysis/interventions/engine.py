@@ -33,13 +33,14 @@ import xarray as xr
 from analysis.compute import compute
 from analysis.interventions._common import (
     check_lengths,
-    check_weights,
     layer_list,
     open_group,
     portable_model,
     site_description,
     target_of,
 )
+from capture.device import CPU, Device
+from capture.rebuild import check_weights
 from store import MissingError, Store
 
 
@@ -83,9 +84,10 @@ class InterventionPlan:
     axes: dict[str, list] = field(default_factory=dict)
     fit_length: int | None = None
     fit_sequences: dict[str, np.ndarray] = field(default_factory=dict)
-    #: where the runs' models are rebuilt (``cpu``, ``cuda[:N]``); the stored states are read
-    #: on the host and each cell's tensors follow its model
-    device: str = "cpu"
+    #: where the runs' models are rebuilt (resolved once by the builder,
+    #: :func:`capture.device.as_device`); the stored states are read on the host and each
+    #: cell's tensors follow its model
+    device: Device = CPU
     _models: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def group(self, run_id: str, length: int, kind: str = "len") -> xr.Dataset:
@@ -265,7 +267,7 @@ def assemble(
         "arch": ("run", [plan.arch[r] for r in plan.runs]),
     }
     return xr.Dataset(arrays, coords={**grid_coords, **(coords or {})},
-                      attrs={"device": plan.device, **(attrs or {})})
+                      attrs={"device": plan.device.name, **(attrs or {})})
 
 
 # ----------------------------------------------------------------------------- computing

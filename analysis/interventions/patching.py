@@ -80,6 +80,7 @@ from analysis.interventions.twins import (
     twin_summaries,
     twin_variables,
 )
+from capture.device import Device, as_device
 from store import Store, schema
 from store.errors import InvalidArgumentError
 
@@ -143,16 +144,17 @@ def twin_grid(
     noise_scale: float = 3.0,
     seed: int = 0,
     batch_size: int = 256,
-    device: str = "cpu",
+    device: Device | str = "cpu",
 ) -> xr.Dataset:
     """The lazy grid ``analysis`` (`patching` or `interchange`) builds, with its summaries (on
     the twin machinery of :mod:`analysis.interventions.twins`): ``names`` its variables
     (`twin_variables`), ``own`` its own attributes; the sites along ``axis`` are
     ``choose(plan)`` (positions, or names of stored positions), ``described(plan, sites)``
     its further data and coordinates. The keywords are those `patching` documents."""
+    where = as_device(device)  # before anything is read
     noise = noise_options(corruption, allow_noise, noise_scale, seed)
     plan = twin_plan(store, runs, length, layers, corruption)
-    plan.device = device
+    plan.device = where
     sites = choose(plan)
     plan.axes = {axis: sites}
     subspaces = subspace_bases(plan, length, subspace, directions, fit_length)

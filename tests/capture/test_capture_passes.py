@@ -13,7 +13,9 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
+from capture.device import Device
 from capture.record import blocks_per_forward, capture_counterfactuals, capture_length
 from capture.train import train_run
 from store import Store, validate
@@ -90,10 +92,13 @@ def test_capture_records_the_devices_it_ran_on(trained, tmp_path):
 
 
 def test_blocks_per_forward_is_one_on_the_cpu_and_bounded_elsewhere():
+    def gpu(name: str) -> Device:  # not parse_device: no GPU need be here
+        return Device(torch.device(name))
+
     assert blocks_per_forward("cpu", 42, 10**6) == 1
-    assert blocks_per_forward("cuda", 42, 1000) == 512 // 42
-    assert blocks_per_forward("cuda:1", 42, 2**26) == 1  # 2.8 GB a block: one at a time
-    assert blocks_per_forward("cuda", 1000, 10) == 1
+    assert blocks_per_forward(gpu("cuda"), 42, 1000) == 512 // 42
+    assert blocks_per_forward(gpu("cuda:1"), 42, 2**26) == 1  # 2.8 GB a block: one at a time
+    assert blocks_per_forward(gpu("cuda"), 1000, 10) == 1
 
 
 @pytest.mark.parametrize("arch", ["lstm", "mamba", "deltanet"])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from capture.device import parse_device
 from capture.experiment import TrainConfig
 from capture.models import ARCHS, ModelConfig, build_model
 from capture.tasks import get_task
@@ -46,7 +47,7 @@ def test_training_runs_on_another_device_for_every_architecture(arch):
     model = _tiny_model(arch, task)
     cfg = TrainConfig(steps=2, batch_size=4, length=6, n_eval=4, eval_every=1, warmup=1)
     with HostReads():
-        curve, steps = fit(model, task, cfg, 0, device="meta")
+        curve, steps = fit(model.to("meta"), task, cfg, 0)  # trains where the model is
     assert steps == 2 and len(curve) == 2
     assert all(p.device.type == "meta" for p in model.parameters())
 
@@ -63,7 +64,7 @@ def test_a_checkpoint_saved_and_resumed_on_another_device(tmp_path):
                       patience=10, checkpoint_seconds=1e-9)
     clock = iter(range(10**6))
     with HostReads():
-        model = _tiny_model("lstm", task)
+        model = _tiny_model("lstm", task).to("meta")
         ck = Checkpointer(st, spec.run_id, cfg, clock=lambda: float(next(clock)))
 
         def stop(step, point):
@@ -71,12 +72,12 @@ def test_a_checkpoint_saved_and_resumed_on_another_device(tmp_path):
                 raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
-            fit(model, task, cfg, 0, device="meta", checkpoint=ck, progress=stop)
+            fit(model, task, cfg, 0, checkpoint=ck, progress=stop)
         saved = st.read_checkpoint(spec.run_id)
         assert saved is not None and saved.step == 2
-        model = _tiny_model("lstm", task)
+        model = _tiny_model("lstm", task).to("meta")
         ck = Checkpointer(st, spec.run_id, cfg, clock=lambda: float(next(clock)))
-        curve, steps = fit(model, task, cfg, 0, device="meta", checkpoint=ck)
+        curve, steps = fit(model, task, cfg, 0, checkpoint=ck)
     assert steps == 4 and ck.resumed_at == [2] and [p["step"] for p in curve] == [1, 2, 3, 4]
 
 
@@ -113,7 +114,7 @@ def test_interventions_follow_the_models_device(tmp_path, arch):
             out = fn(model, clean, bad, "L0", patch)
             assert out.shape[:2] == (6, 12)
     plan = open_plan(st, [spec.run_id], [("cfclean", 12)], None, layers_at=("cfclean", 12))
-    plan.device = "meta"
+    plan.device = parse_device("meta")
     with HostReads():
         assert plan.model(spec.run_id).compute().module.embedding.weight.device.type == "meta"
 
