@@ -18,11 +18,14 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from layerstate import present
+
+if TYPE_CHECKING:
+    from capture.device import Device
 
 EXIT_BAD_INPUT = 2
 
@@ -127,15 +130,18 @@ def _flag(param: Any) -> str:
     return "/".join(param.opts) if param is not None else "value"
 
 
-def _check_device(ctx: Any, param: Any, device: str) -> str:
-    if device.startswith("cuda"):
-        import torch
+def _check_device(ctx: Any, param: Any, device: str) -> Device:
+    """--device resolved once, as the command line is read (:func:`capture.device.parse_device`):
+    the :class:`~capture.device.Device` every stage and analysis of the command then uses."""
+    from capture.device import CHOICES, DeviceError, parse_device
 
-        if not torch.cuda.is_available():
-            raise BadInput("--device cuda was given but no CUDA GPU is available; use --device cpu")
-    elif device != "cpu":
-        raise BadInput(f"unknown device {device!r}; use cpu or cuda[:N]")
-    return device
+    try:
+        where = parse_device(device)
+    except DeviceError as exc:
+        raise BadInput(str(exc)) from None
+    if where.type == "meta":  # the tests' stand-in for a GPU, not a place to compute
+        raise BadInput(f"unknown device {device!r}; use {CHOICES}")
+    return where
 
 
 def _storage_options(ctx: Any, param: Any, pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -487,7 +493,7 @@ def unpack(archive: str, target: str) -> None:
                   "into the store.")
 @storage_option
 def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[str, ...],
-          archs: tuple[str, ...], seeds: tuple[int, ...], jobs: int, device: str, scheduler: str,
+          archs: tuple[str, ...], seeds: tuple[int, ...], jobs: int, device: Device, scheduler: str,
           storage_options: dict) -> None:
     """Train every run of EXPERIMENT, or the part of its grid that --runs/--task/--arch/--seed
     name (skips runs already trained)."""
@@ -517,7 +523,7 @@ def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[
 @scheduler_option(SCHEDULER_HELP + " On a cluster each (run, length) is one task; workers write "
                   "into the store, one writer per run at a time.")
 @storage_option
-def capture(experiment: str, store_path: str, device: str, scheduler: str, storage_options: dict) -> None:
+def capture(experiment: str, store_path: str, device: Device, scheduler: str, storage_options: dict) -> None:
     """Record every layer of every trained run of EXPERIMENT at every length (resumable)."""
     from layerstate.experiment import load_experiment
     from layerstate.pipeline import capture_experiment
@@ -549,7 +555,7 @@ def capture(experiment: str, store_path: str, device: str, scheduler: str, stora
                   "capture is a task, then the analyses run there; claims and the report here.")
 @storage_option
 def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tuple[str, ...], design: str | None,
-        device: str, scheduler: str, storage_options: dict) -> None:
+        device: Device, scheduler: str, storage_options: dict) -> None:
     """The main job: train -> capture -> analyse -> claims -> report (re-run resumes). With a
     [design], stage by stage until every claim is decided or its cells reach their maximum."""
     from layerstate.pipeline import run_experiment

@@ -32,8 +32,10 @@ Faults: a unit's error stops the job (the other tasks of its section are cancell
 cluster that goes away becomes one line naming its address and what is kept (everything
 that finished), so the same command resumes.
 
-The compute device (``--device cuda``): units with ``device`` set (train, capture) use it.
-Training with ``jobs`` > 1 runs that many spawned processes side by side on the one GPU (the
+The compute device (``--device cuda``), resolved once where the command starts (a
+:class:`capture.device.Device`): units with ``device`` set (train, capture, and the analyses
+that rerun models: ablation, patching, interchange) use it, the others run on the CPU
+(:meth:`Executor.device_for`). Training with ``jobs`` > 1 runs that many spawned processes side by side on the one GPU (the
 experiments' models are small: one run at a time leaves it mostly idle); captures take it one
 at a time, in this process; on a cluster each worker uses its own.
 """
@@ -49,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capture.device import CPU, Device
 from layerstate import present, stages
 from layerstate.runtime import check_store_shared
 from layerstate.work import Work
@@ -82,11 +85,13 @@ class Executor:
     a ``distributed.Client``). ``url``, ``storage_options``: the store, as every process
     opens it. ``jobs``: training processes on this machine. ``exp``, ``out``: the
     experiment (for analyses and claims) and the output folder (the report). ``say``: the
-    lines of ``layerstate run`` (stage headers and results); None says nothing.
+    lines of ``layerstate run`` (stage headers and results); None says nothing. ``device``:
+    the command's compute device, already resolved (:func:`capture.device.as_device`), for the
+    units that use one (:meth:`device_for`).
     """
 
     def __init__(self, scheduler: Any, url: str, *, storage_options: dict | None = None,
-                 device: str = "cpu", jobs: int = 1, exp: Any = None, out: Path | None = None,
+                 device: Device = CPU, jobs: int = 1, exp: Any = None, out: Path | None = None,
                  say: Say | None = None, train_progress: TrainProgress | None = None,
                  capture_progress: CaptureProgress | None = None) -> None:
         from analysis.compute import is_local
@@ -98,6 +103,11 @@ class Executor:
         self.say: Say = say or (lambda line: None)
         self.train_progress, self.capture_progress = train_progress, capture_progress
         self.n_workers = 0
+
+    def device_for(self, item: Work) -> Device:
+        """Where ``item`` computes: the command's device if the unit uses one
+        (:attr:`Work.device`), else the CPU."""
+        return self.device if item.device else CPU
 
     # ------------------------------------------------------------------------- the job
     def run(self, work: Sequence[Work]) -> Iterator[tuple[Work, Any]]:
@@ -177,11 +187,11 @@ class Executor:
             if item.stage == "train":
                 step = (self.train_progress(f"[{i}/{n}] {spec.run_id}", spec.train.steps)
                         if self.train_progress else None)
-                yield item, stages.train(spec, st, self.device, step)
+                yield item, stages.train(spec, st, self.device_for(item), step)
                 continue
             assert item.length is not None
             with one_thread():
-                res = stages.capture(spec, st, item.kind, item.length, self.device, models=models,
+                res = stages.capture(spec, st, item.kind, item.length, self.device_for(item), models=models,
                                      progress_factory=self.capture_progress)
             yield item, res
 
@@ -190,7 +200,7 @@ class Executor:
         order (two 1-thread jobs beat one 2-thread job for these small models)."""
         with ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn")) as pool:
             futures: list[Future] = [pool.submit(stages.task, item, self.url, self.storage_options,
-                                                 self.device, wait_for_lease=False)
+                                                 self.device_for(item), wait_for_lease=False)
                                      for item in section.items]
             for item, fut in zip(section.items, futures, strict=True):
                 yield item, fut.result()
@@ -205,7 +215,7 @@ class Executor:
         for item in section.items:
             after = [futures[k] for k in item.after if k in futures]
             futures[item.key] = client.submit(
-                stages.task, item, self.url, self.storage_options, self.device,
+                stages.task, item, self.url, self.storage_options, self.device_for(item),
                 after=after or None, pure=False,
                 key=f"{_task_key(item)}-{tag}")
         units = {fut.key: item for item, fut in zip(section.items, futures.values(), strict=True)}
@@ -270,7 +280,7 @@ class Executor:
                 heading = part
                 self.say(f"== probes ({cfg.probe_positions} positions, {cfg.probe_folds}-fold by sequence)"
                          if part == "probes" else f"== {part}")
-            yield item, stages.analyse(item, st, exp, self.say, self.scheduler)
+            yield item, stages.analyse(item, st, exp, self.say, self.scheduler, self.device_for(item))
 
 
 def _task_key(item: Work) -> str:

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capture.device import Device, as_device
 from layerstate import stages
 from layerstate.executor import CaptureProgress, Executor, TrainProgress
 from layerstate.runtime import store_url
@@ -68,7 +69,7 @@ def train_experiment(
     store_path: str,
     *,
     jobs: int = 1,
-    device: str = "cpu",
+    device: Device | str = "cpu",
     progress: TrainProgress | None = None,
     scheduler: Any = "threads",
     storage_options: dict | None = None,
@@ -83,13 +84,15 @@ def train_experiment(
     one task per run on the cluster, after :func:`check_store_shared`; results come as the
     runs finish. ``storage_options`` go with the URL to every process that opens the store.
     ``runs``: only these runs of the grid (:meth:`CapturePlan.select`), to train it in parts.
+    ``device``: a :class:`~capture.device.Device` or its name, resolved before anything runs.
     """
     from analysis.compute import connect
 
+    where = as_device(device)
     work = work_list(exp, stages=("train",), runs=runs)
     with connect(scheduler) as sched:
         executor = Executor(sched, store_url(store_path), storage_options=storage_options,
-                            device=device, jobs=jobs, train_progress=progress)
+                            device=where, jobs=jobs, train_progress=progress)
         for _, res in executor.run(work):
             yield res
 
@@ -98,7 +101,7 @@ def capture_experiment(
     exp: CapturePlan,
     store_path: str,
     *,
-    device: str = "cpu",
+    device: Device | str = "cpu",
     scheduler: Any = "threads",
     storage_options: dict | None = None,
     progress_factory: CaptureProgress | None = None,
@@ -108,13 +111,15 @@ def capture_experiment(
     Local schedulers: in this process, one torch thread, one consolidation at the end
     (``progress_factory`` gives a progress callback per group). Any other: one task per
     (run, length) on the cluster, after :func:`check_store_shared`; the store is
-    consolidated here once they are done. Results in grid order either way.
+    consolidated here once they are done. Results in grid order either way. ``device``: as in
+    :func:`train_experiment`.
     """
     from analysis.compute import connect
 
+    where = as_device(device)
     work = work_list(exp, stages=("capture",))
     with connect(scheduler) as sched:
-        done = Executor(sched, store_url(store_path), storage_options=storage_options, device=device,
+        done = Executor(sched, store_url(store_path), storage_options=storage_options, device=where,
                         capture_progress=progress_factory).results(work)
     return [done[w.key] for w in work]
 
@@ -126,11 +131,14 @@ def probe_experiment(store, exp: Experiment, say: Say = print, scheduler: Any = 
     return [name for w in work if (name := stages.analyse(w, store, exp, say, scheduler))]
 
 
-def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: Any = "threads") -> list[str]:
+def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: Any = "threads",
+                         device: Device | str = "cpu") -> list[str]:
     """Ablations, patching and interchange per task, as configured; skips stored results.
-    ``scheduler``: where they are computed (:func:`analysis.compute.compute`)."""
+    ``scheduler``: where they are computed (:func:`analysis.compute.compute`); ``device``:
+    where their models run."""
+    where = as_device(device)
     work = [w for w in work_list(exp, stages=("analyse",)) if w.kind != "probes"]
-    return [name for w in work if (name := stages.analyse(w, store, exp, say, scheduler))]
+    return [name for w in work if (name := stages.analyse(w, store, exp, say, scheduler, where))]
 
 
 
@@ -223,7 +231,7 @@ def run_experiment(
     storage_options: dict | None = None,
     scheduler: Any = "auto",
     jobs: int = 2,
-    device: str = "cpu",
+    device: Device | str = "cpu",
     tasks: Sequence[str] | None = None,
     design: str | Path | None = None,
     say: Say = print,
@@ -239,13 +247,16 @@ def run_experiment(
     the same store later, and each part's report covers what the store holds.
     ``design``: a TOML file whose ``[design]`` replaces the experiment's (a group-sequential
     design over seeds, docs/sequential.md); with one, the grid is run stage by stage
-    (:func:`run_stages`).
+    (:func:`run_stages`). ``device``: a :class:`~capture.device.Device` (the command line's,
+    resolved there) or its name, resolved here before anything else; training, capture and
+    the analyses that rerun models (ablation, patching, interchange) run there.
     """
     from analysis.compute import check, connect
     from layerstate import present
     from layerstate.experiment import load_experiment
     from store import Store
 
+    where = as_device(device)
     exp = load_experiment(exp_path)
     if tasks:
         whole = len(exp.claims)
@@ -271,7 +282,7 @@ def run_experiment(
         url = store_url(store if store is not None else out / "store.zarr")
         Store.create(url, title=exp.experiment.title or exp.experiment.name, exist_ok=True,
                      storage_options=storage_options)
-        executor = Executor(sched, url, storage_options=storage_options, device=device, jobs=jobs,
+        executor = Executor(sched, url, storage_options=storage_options, device=where, jobs=jobs,
                             exp=exp, out=out, say=say)
         if exp.design is not None:
             run_stages(executor, exp, url, storage_options, say)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from capture.device import CPU, Device
 from layerstate import present
 from layerstate.runtime import task_writer, torch_threads
 from layerstate.staleness import REQUEST_ATTR, result_request, stored_answers
@@ -34,7 +35,7 @@ Say = Callable[[str], None]
 
 
 # ----------------------------------------------------------------------------- train, capture
-def train(spec: RunSpec, store: Any, device: str,
+def train(spec: RunSpec, store: Any, device: Device,
           progress: Callable[[int, dict], None] | None = None) -> TrainResult:
     """Train one run (skipped if trained); torch's thread count, which training sets from
     ``[train] threads``, is restored afterwards."""
@@ -44,7 +45,7 @@ def train(spec: RunSpec, store: Any, device: str,
         return train_run(store, spec, device=device, progress=progress)
 
 
-def capture(spec: RunSpec, store: Any, kind: str, length: int, device: str, *,
+def capture(spec: RunSpec, store: Any, kind: str, length: int, device: Device, *,
             models: dict | None = None,
             progress_factory: Callable[[str, int], Callable[[int], None]] | None = None) -> CaptureResult:
     """One (run, kind, length) capture with the experiment's ``[capture]`` settings
@@ -55,7 +56,7 @@ def capture(spec: RunSpec, store: Any, kind: str, length: int, device: str, *,
                         progress_factory=progress_factory)
 
 
-def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: str, *,
+def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: Device, *,
                after: Any = None, wait_for_lease: bool = True) -> TrainResult:
     """One run's training in a process of its own: opens the store at ``url``, one BLAS
     and torch thread (training then uses its ``[train] threads``). ``wait_for_lease``
@@ -72,7 +73,7 @@ def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: st
 
 
 def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: str, length: int,
-                 device: str, after: Any = None, *, wait_for_lease: bool = True) -> CaptureResult:
+                 device: Device, after: Any = None, *, wait_for_lease: bool = True) -> CaptureResult:
     """One (run, length) capture in a process of its own (``kind`` ``"len"``, or ``"cf"``
     for the counterfactual twins): opens the store itself, checks that the run was trained
     from this experiment, rebuilds the model from its stored weights and captures
@@ -89,7 +90,7 @@ def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: st
             return capture(spec, st, kind, length, device)
 
 
-def task(item: Work, url: str, storage_options: dict | None, device: str, *, after: Any = None,
+def task(item: Work, url: str, storage_options: dict | None, device: Device, *, after: Any = None,
          wait_for_lease: bool = True) -> Any:
     """A train or capture unit as a task (:func:`train_task`, :func:`capture_task`)."""
     assert item.run is not None and item.on_workers, item
@@ -101,9 +102,12 @@ def task(item: Work, url: str, storage_options: dict | None, device: str, *, aft
 
 
 # ----------------------------------------------------------------------------- analyses
-def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any) -> str | None:
+def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
+            device: Device = CPU) -> str | None:
     """Compute and store the analysis ``item`` names, unless a stored result answers it.
-    Returns the result's name (None for the pairs check, or an analysis without pairs)."""
+    Returns the result's name (None for the pairs check, or an analysis without pairs).
+    ``device``: where the analyses that rerun models rebuild them (not a parameter of the
+    result: a result computed on another device still answers)."""
     cfg = exp.analysis
     task_, runs = item.task, list(item.runs)
     if item.kind == "pairs":
@@ -117,7 +121,7 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any) -
     if item.kind == "behaviour" and not _measured(store, runs):
         say(f"{name}: no complete captured length with logits; nothing to measure")
         return None
-    params, compute = _analysis(item, store, exp, scheduler)
+    params, compute = _analysis(item, store, exp, scheduler, device)
     request = result_request(store, runs, params)
     if stored_answers(store, name, request, say):
         return name
@@ -141,8 +145,8 @@ def has_pairs(store: Any, runs: list[str], length: int) -> bool:
     return all(length in store.lengths(r, kind="cfclean") for r in runs)
 
 
-def _analysis(item: Work, store: Any, exp: Experiment,
-              scheduler: Any) -> tuple[dict[str, Any], Callable[[dict, dict], Any]]:
+def _analysis(item: Work, store: Any, exp: Experiment, scheduler: Any,
+              device: Device) -> tuple[dict[str, Any], Callable[[dict, dict], Any]]:
     """The parameters a result is computed from (recorded with it) and the function that
     computes and stores it from them and the attributes to store with it."""
     cfg, task_, runs = exp.analysis, str(item.task), list(item.runs)
@@ -167,19 +171,20 @@ def _analysis(item: Work, store: Any, exp: Experiment,
         params = dict(settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
                       fit_length=cfg.ablate_fit_length or exp.train.length,
                       mode=cfg.ablate_mode, refit_rows=cfg.ablate_refit_rows)
-        return params, lambda p, a: run_ablation(store, task_, runs=runs, **p, scheduler=scheduler, attrs=a)
+        return params, lambda p, a: run_ablation(store, task_, runs=runs, **p, scheduler=scheduler, attrs=a,
+                                                 device=device)
     if item.kind == "patching":
         from analysis.interventions import run_patching
 
         params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
         return params, lambda p, a: run_patching(store, p["length"], task_, runs=runs, positions=p["positions"],
-                                                 scheduler=scheduler, attrs=a)
+                                                 scheduler=scheduler, attrs=a, device=device)
     if item.kind == "interchange":
         from analysis.interventions import run_interchange
 
         params = dict(length=cfg.patch_length)
         return params, lambda p, a: run_interchange(store, p["length"], task_, runs=runs,
-                                                    scheduler=scheduler, attrs=a)
+                                                    scheduler=scheduler, attrs=a, device=device)
     raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
 
 

@@ -17,7 +17,9 @@ The list says *what* and *after what*; :mod:`layerstate.executor` decides *where
 and capture units (:data:`WORKER_STAGES`) open the store themselves and may run in any
 process (a pool's, a cluster worker's), the others run in the driver, handing their own
 dask graphs to the scheduler. Units with ``device`` set use the compute device (the GPU,
-with ``--device cuda``) while they run.
+with ``--device cuda``) while they run: training, capture, and the analyses that rerun the
+runs' models (ablation, patching, interchange); the others (behaviour, probes, claims, the
+report) read stored arrays on the CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 STAGES = ("train", "capture", "analyse", "claims", "report")
 #: Stages whose units open the store themselves and may run in another process.
 WORKER_STAGES = ("train", "capture")
+#: Analyses that rerun the runs' models (rebuilt from their weights), on the command's device.
+MODEL_ANALYSES = ("ablation", "patching", "interchange")
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,8 @@ class Work:
     keys of the same list). ``run`` is the run a train or capture unit writes; ``kind`` is
     ``"len"`` or ``"cf"`` for a capture, the analysis (``"behaviour"``, ``"probes"``, ``"pairs"``,
     ``"ablation"``, ``"patching"``, ``"interchange"``) for an analyse unit; ``task`` and
-    ``runs`` are what an analysis reads."""
+    ``runs`` are what an analysis reads. ``device``: the unit runs models, on the command's
+    device (``--device``; :meth:`layerstate.executor.Executor.device_for`)."""
 
     stage: str
     key: str
@@ -118,7 +123,7 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
         runs = by_task[task]
         after = tuple(k for r in runs for k in captured.get(r, []))
         return Work("analyse", f"{kind}/{task}", after=after, kind=kind, task=task, runs=runs,
-                    length=length)
+                    length=length, device=kind in MODEL_ANALYSES)
 
     out = [unit("behaviour", t) for t in by_task]
     out += [unit("probes", t) for t in by_task if cfg.probe or "probes" in read]
