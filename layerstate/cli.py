@@ -290,15 +290,18 @@ class _Bars:
 @main.command()
 @store_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--detail", is_flag=True,
+              help="List every run and captured group on its own lines (default: one row per cell).")
 @results_option
 @storage_option
-def inspect(store_path: str, as_json: bool, results: str | None, storage_options: dict) -> None:
-    """What is inside STORE (and its results store), at a glance: runs, lengths, shapes, results."""
+def inspect(store_path: str, as_json: bool, detail: bool, results: str | None, storage_options: dict) -> None:
+    """What is inside STORE (and its results store), at a glance: one row per cell (task/arch/variant)
+    with its seeds, lengths, layers, labels and state, each note once, and the results."""
     from store import format_summary, open_analysis, summary
 
     info = summary(open_analysis(store_path, results=results, write=False, storage_options=storage_options,
                                  results_options=storage_options))
-    click.echo(json.dumps(info, indent=2, default=str) if as_json else format_summary(info))
+    click.echo(json.dumps(info, indent=2, default=str) if as_json else format_summary(info, detail=detail))
 
 
 @main.command()

@@ -46,6 +46,7 @@ def summary(store: Store) -> dict:
                 "labels": labels,
                 "target": lengths.declared_target(ga, labels, a),
                 "problem": problems[0] if problems else None,
+                "layers": _group_layers(ga),
                 "arrays": {n: {"shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": list(arr.chunks)}
                            for n, arr in arrays.items() if n in ("hidden", "tokens", "logits")},
             }
@@ -59,6 +60,7 @@ def summary(store: Store) -> dict:
             "training": None if ck is None else _training(ck[0], ck[1]),
         }
     paired = getattr(store, "results_location", None)
+    cells, notes = by_cell(runs)
     return {
         "location": str(store.location),
         "results_location": None if paired is None else str(paired),
@@ -68,8 +70,16 @@ def summary(store: Store) -> dict:
         "tool_version": store.attrs.get("tool_version"),
         "size_bytes": size_on_disk(store),
         "runs": runs,
+        "cells": cells,
+        "notes": notes,
         "results": store.results(),
     }
+
+
+def _group_layers(ga: dict) -> list[str] | None:
+    spec = ga.get("spec")
+    layers = spec.get("layers") if isinstance(spec, dict) else None
+    return [str(x) for x in layers] if isinstance(layers, list) else None
 
 
 def _width(config: object) -> str | None:
@@ -94,52 +104,233 @@ def size_on_disk(store: Store) -> int | None:
         return None
 
 
-def format_summary(info: dict) -> str:
-    """The summary as a few aligned lines of text."""
-    lines = [
+# ---------------------------------------------------------------------- at a glance: by cell
+#: The table's columns: (heading, key of a run's row)
+COLUMNS = (("cell (task/arch/variant)", "cell"), ("seeds", "seeds"), ("weights", "weights"),
+           ("lengths", "lengths"), ("sequences", "sequences"), ("layers", "layers"), ("width", "width"),
+           ("dtype", "dtype"), ("labels (target)", "labels"), ("state", "state"))
+
+
+def _cell(r: dict) -> str:
+    return f"{r['task']}/{r['arch']}/{r['variant']}"
+
+
+def _labels(d: dict) -> str:
+    """A group's labels with its target, as both listings print them."""
+    labels = ", ".join(d["labels"]) or "(none)"
+    if len(d["labels"]) > 1:
+        labels += f" (target {d['target']})" if d.get("target") else " (no target declared: pass --target)"
+    return labels
+
+
+def _state(d: dict) -> str:
+    if d.get("problem"):
+        return f"UNREADABLE: {d['problem']}"
+    if not d["complete"]:
+        return f"INCOMPLETE {d['blocks']} blocks"
+    return "complete" if d.get("recorded", True) else "complete (no completion record)"
+
+
+def _training_text(t: dict) -> str:
+    acc = t["valid_accuracy"]
+    text = (f"training: checkpoint at step {t['step']} of {t['steps']}, {(t['train_seconds'] or 0):.0f}s trained, "
+            f"held-out accuracy {'-' if acc is None else f'{acc:.3f}'} (`layerstate train`/`run` resumes it)")
+    if t.get("seconds_left") is not None:
+        text += f"; about {t['seconds_left']:.0f}s of training left at its pace so far (less if it stops early)"
+    return text
+
+
+def _layers_text(layers: list[str]) -> str:
+    """``embed,L0..L3`` for the usual coordinate, else the names (the first and last of many)."""
+    n = len(layers)
+    if n > 2 and layers[0] == "embed" and layers[1:] == [f"L{i}" for i in range(n - 1)]:
+        return f"embed,L0..L{n - 2}"
+    return ",".join(layers) if n <= 4 else f"{layers[0]},…,{layers[-1]} ({n})"
+
+
+def _seeds_text(seeds: list) -> str:
+    """``0,1,2``; a long consecutive run of seeds as ``0-9``."""
+    ints = sorted(s for s in seeds if isinstance(s, int))
+    rest = sorted(str(s) for s in seeds if not isinstance(s, int))
+    if len(ints) <= 4:
+        return ",".join([*map(str, ints), *rest])
+    parts: list[str] = []
+    lo = ints[0]
+    for i, a in enumerate(ints):
+        if i + 1 == len(ints) or ints[i + 1] != a + 1:
+            parts.append(str(lo) if lo == a else f"{lo}-{a}")
+            lo = ints[i + 1] if i + 1 < len(ints) else a
+    return ",".join([*parts, *rest])
+
+
+def _row(r: dict, notes: dict[str, list[str]], rid: str) -> dict[str, str]:
+    """One run as the table's values; what does not fit a column goes to ``notes`` (text -> runs)."""
+    groups = r["groups"]
+    main = {g: d for g, d in sorted(groups.items()) if (parse_length_group(g) or ("", 0))[0] == "len"}
+    others = sorted(g for g in groups if g not in main)
+
+    def one(values: list[str]) -> str:
+        distinct = list(dict.fromkeys(values))
+        return "/".join(distinct) if distinct else "-"
+
+    hidden = [d["arrays"].get("hidden") for d in main.values()]
+    states = [_state(d) for d in main.values()]
+    for g, d in sorted(groups.items()):
+        state = _state(d)
+        if state == "complete (no completion record)":
+            state = "complete, with no completion record (written in one go by another tool)"
+        if state != "complete":
+            notes.setdefault(f"{g}: {state}", []).append(rid)
+        if len(d["labels"]) > 1 and not d.get("target"):
+            notes.setdefault(f"{g}: labels {_labels(d)}", []).append(rid)
+    if others:
+        shapes = one(["x".join(map(str, d["arrays"]["hidden"]["shape"][:2])) for g in others
+                      if (d := groups[g])["arrays"].get("hidden")])
+        notes.setdefault(f"also captured: {', '.join(others)} ({shapes} sequences x positions"
+                         + ("; the counterfactual twins `patch` reads" if all(g.startswith("cf") for g in others)
+                            else "") + ")", []).append(rid)
+    if r.get("width"):
+        notes.setdefault(f"feature width {r['width']}", []).append(rid)
+    if r.get("training"):
+        notes.setdefault(_training_text(r["training"]), []).append(rid)
+    worst = ("UNREADABLE" if any(s.startswith("UNREADABLE") for s in states) else
+             "INCOMPLETE" if any(s.startswith("INCOMPLETE") for s in states) else
+             "complete" if states else "no activations")
+    return {
+        "cell": _cell(r),
+        "weights": "yes" if r["weights"] else "no",
+        "lengths": ",".join(str(parse_length_group(g)[1]) for g in main) or "-",  # type: ignore[index]
+        "sequences": one([str(h["shape"][0]) for h in hidden if h]),
+        "layers": one([_layers_text(d["layers"]) if d.get("layers") else str(h["shape"][2])
+                       for d, h in zip(main.values(), hidden, strict=True) if h]),
+        "width": one([str(h["shape"][3]) for h in hidden if h and len(h["shape"]) == 4]),
+        "dtype": one([h["dtype"] for h in hidden if h]),
+        "labels": one([_labels(d) for d in main.values()]),
+        "state": worst,
+    }
+
+
+def by_cell(runs: dict[str, dict]) -> tuple[dict[str, dict], list[dict]]:
+    """The runs as one row per cell (task/arch/variant): its seeds and run ids, and each column's
+    value when its runs agree (``varies`` and a note naming which run has what when they do
+    not); and the notes, each once with the runs it applies to: ``({cell: row}, [{"note",
+    "runs", "applies_to"}])``."""
+    notes: dict[str, list[str]] = {}
+    rows = {rid: _row(r, notes, rid) for rid, r in runs.items()}
+    cells: dict[str, dict] = {}
+    for rid in sorted(runs, key=lambda i: (rows[i]["cell"], str(runs[i]["seed"]), i)):
+        cells.setdefault(rows[rid]["cell"], {"runs": [], "seeds": []})
+        cells[rows[rid]["cell"]]["runs"].append(rid)
+        cells[rows[rid]["cell"]]["seeds"].append(runs[rid]["seed"])
+    for cell, c in cells.items():
+        c["seeds_text"] = _seeds_text(c["seeds"])
+        for _head, key in COLUMNS:
+            if key in ("cell", "seeds"):
+                continue
+            values = {rid: rows[rid][key] for rid in c["runs"]}
+            distinct = list(dict.fromkeys(values.values()))
+            if len(distinct) == 1:
+                c[key] = distinct[0]
+                continue
+            c[key] = "varies"
+            common = max(distinct, key=lambda v: sum(x == v for x in values.values()))
+            for v in distinct:
+                if v != common:
+                    notes.setdefault(f"{cell} {key}: {v} (its other runs: {common})", []).extend(
+                        r for r in c["runs"] if values[r] == v)
+    cell_runs = {cell: c["runs"] for cell, c in cells.items()}
+    return cells, [{"note": text, "runs": ids, "applies_to": _applies_to(ids, cell_runs, len(runs))}
+                   for text, ids in notes.items()]
+
+
+def _applies_to(ids: list[str], cell_runs: dict[str, list[str]], n_runs: int) -> str:
+    """``all 12 runs``, ``parity/lstm/default, dyck/lstm/default (6 runs)`` or run ids."""
+    if len(ids) == n_runs and n_runs > 1:
+        return f"all {n_runs} runs"
+    mine = set(ids)
+    whole = [cell for cell, rs in cell_runs.items() if set(rs) <= mine and len(rs) > 1]
+    rest = [r for r in ids if not any(r in cell_runs[c] for c in whole)]
+    n = len(ids)
+    parts = whole + ([f"run{'s' if len(rest) > 1 else ''} {', '.join(rest[:6])}"
+                      + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")] if rest else [])
+    return ", ".join(parts) + (f" ({n} runs)" if whole and n > 1 else "")
+
+
+def _header(info: dict) -> list[str]:
+    return [
         f"store    {info['location']}  ({_size(info['size_bytes'])}, schema {info['schema']})",
         f"title    {info['title'] or '-'}   created {info['created'] or '-'}   "
         f"layerstate {info['tool_version'] or '- (written by another tool)'}",
-        f"runs     {len(info['runs'])}",
     ]
+
+
+def _footer(info: dict) -> list[str]:
+    where = f"  (results store {info['results_location']})" if info.get("results_location") else ""
+    return [f"results  {', '.join(info['results']) or '(none)'}{where}"]
+
+
+def _notes(info: dict) -> list[str]:
+    notes = info.get("notes")
+    if notes is None:
+        notes = by_cell(info["runs"])[1]
+    if not notes:
+        return []
+    return ["notes    (each once, with the runs it applies to)"] + [
+        f"  {n['note']} — {n['applies_to']}" for n in notes]
+
+
+def format_summary(info: dict, detail: bool = False) -> str:
+    """The summary at a glance: one row per cell (task/arch/variant) with its seeds, lengths,
+    sequences, layers, width, dtype, labels and state, then each note once with the runs it
+    applies to. ``detail``: every run and captured group on its own lines instead."""
+    if detail:
+        return format_runs(info)
+    cells = info.get("cells")
+    if cells is None:
+        cells = by_cell(info["runs"])[0]
+    n = len(info["runs"])
+    lines = _header(info)
+    lines.append(f"runs     {n} in {len(cells)} cell{'s' if len(cells) != 1 else ''} (hidden: sequence x position "
+                 "x layer x feature; `layerstate inspect --detail` lists every run)")
+    if cells:
+        table = [[head for head, _ in COLUMNS]] + [
+            [cell, c["seeds_text"], *(c[key] for _h, key in COLUMNS[2:])] for cell, c in cells.items()]
+        widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+        for row in table:
+            lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        odd = [f"{cell}: runs {', '.join(c['runs'])}" for cell, c in cells.items()
+               if any(r != f"{cell.replace('/', '-')}-s{s}" for r, s in zip(c["runs"], c["seeds"], strict=True))]
+        if odd:
+            lines.append("  run ids  " + "; ".join(odd) if len(odd) <= 3 else
+                         f"  run ids: not <task>-<arch>-<variant>-s<seed> in {len(odd)} cells (--detail lists them)")
+        else:
+            lines.append("  run ids  <task>-<arch>-<variant>-s<seed>, e.g. "
+                         f"{next(iter(cells)).replace('/', '-')}-s{next(iter(cells.values()))['seeds'][0]}")
+    return "\n".join(lines + _notes(info) + _footer(info))
+
+
+def format_runs(info: dict) -> str:
+    """Every run and captured group on its own lines (``inspect --detail``), then the notes once."""
+    lines = [*_header(info), f"runs     {len(info['runs'])}"]
     for rid, r in info["runs"].items():
         lines.append(
             f"  {rid}: task={r['task']} arch={r['arch']} variant={r['variant']} seed={r['seed']}"
             f" weights={'yes' if r['weights'] else 'no'}"
-            + (f"\n    feature width {r['width']}" if r.get("width") else "")
         )
         if r.get("training"):
-            t = r["training"]
-            acc = t["valid_accuracy"]
-            lines.append(
-                f"    training: checkpoint at step {t['step']} of {t['steps']}, "
-                f"{(t['train_seconds'] or 0):.0f}s trained, held-out accuracy "
-                f"{'-' if acc is None else f'{acc:.3f}'} (`layerstate train`/`run` resumes it)"
-            )
-            if t.get("seconds_left") is not None:
-                lines.append(
-                    f"      about {t['seconds_left']:.0f}s of training left at its pace so far "
-                    "(less if it stops early)"
-                )
+            lines.append(f"    {_training_text(r['training'])}")
         for g, d in sorted(r["groups"].items()):
             h = d["arrays"].get("hidden")
             shape = "x".join(map(str, h["shape"])) if h else "?"
-            if d.get("problem"):
-                state = f"UNREADABLE: {d['problem']}"
-            elif not d["complete"]:
-                state = f"INCOMPLETE {d['blocks']} blocks"
-            else:
-                state = "complete" if d.get("recorded", True) else "complete (no completion record)"
-            labels = ", ".join(d["labels"]) or "(none)"
-            if len(d["labels"]) > 1:
-                labels += f" (target {d['target']})" if d.get("target") else " (no target declared: pass --target)"
             lines.append(
                 f"    {g}: hidden {shape} {h['dtype'] if h else ''} "
-                f"(sequence x position x layer x feature), labels {labels}; {state}"
+                f"(sequence x position x layer x feature), labels {_labels(d)}; {_state(d)}"
             )
-    where = f"  (results store {info['results_location']})" if info.get("results_location") else ""
-    lines.append(f"results  {', '.join(info['results']) or '(none)'}{where}")
-    return "\n".join(lines)
+    notes = [n for n in (info.get("notes") or by_cell(info["runs"])[1]) if n["note"].startswith("feature width")]
+    if notes:
+        lines += ["notes    (each once, with the runs it applies to)"] + [
+            f"  {n['note']} — {n['applies_to']}" for n in notes]
+    return "\n".join(lines + _footer(info))
 
 
 def _size(n: float | None) -> str:

@@ -15,7 +15,7 @@ def run(*args: str):
 
 def test_inspect_shows_runs_lengths_and_shapes(make_store):
     st = make_store(runs=("r0", "r1"), n=40)
-    res = run("inspect", str(st.location))
+    res = run("inspect", str(st.location), "--detail")
     assert res.exit_code == 0, res.output
     assert "r1: task=parity arch=lstm" in res.output
     assert "len_012: hidden 40x12x3x8 float16" in res.output and "labels parity, ones" in res.output
@@ -39,7 +39,7 @@ def test_pack_then_inspect_the_zip(make_store, tmp_path):
     res = run("pack", str(st.location), str(out))
     assert res.exit_code == 2 and "exists" in res.output and "--force" in res.output
     assert run("pack", str(st.location), str(out), "--force").exit_code == 0
-    assert "r0: task=parity" in run("inspect", str(out)).output
+    assert "r0: task=parity" in run("inspect", str(out), "--detail").output
 
 
 def test_not_a_store_is_one_line_exit_2_without_traceback(tmp_path):

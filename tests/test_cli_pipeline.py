@@ -60,7 +60,7 @@ def test_train_then_capture_then_inspect(exp_file, tmp_path):
     assert again.output.count("already trained") == 2
     res = run("capture", str(exp_file), "--store", store)
     assert res.exit_code == 0 and "captured 4 groups" in res.output
-    out = run("inspect", store).output
+    out = run("inspect", store, "--detail").output
     assert "len_020: hidden 40x20x3x20" in out and "complete" in out
     assert run("validate", store).exit_code == 0
 

@@ -133,7 +133,7 @@ def test_validate_grades_the_example_and_strict_fails_on_its_warnings(example):
 
 
 def test_inspect_lists_labels_and_complete_lengths(example):
-    res = cli("inspect", example)
+    res = cli("inspect", example, "--detail")
     assert res.exit_code == 0, res.output
     assert "INCOMPLETE" not in res.output
     assert res.output.count("labels parity; complete (no completion record)") == 2
@@ -267,7 +267,7 @@ def test_a_record_that_lists_missing_blocks_is_still_incomplete(store_copy):
     open_rw(store_copy)[GROUP].attrs.update(
         {"n_blocks": 2, "completed_blocks": [0], "complete": False})
     reconsolidate(store_copy)
-    assert "len_016: hidden 64x16x3x8 float32" in (out := cli("inspect", store_copy).output)
+    assert "len_016: hidden 64x16x3x8 float32" in (out := cli("inspect", store_copy, "--detail").output)
     assert "INCOMPLETE 1/2 blocks" in out
     with pytest.raises(IncompleteError, match="1 of 2 blocks written"):
         Store.open(str(store_copy)).open_length(RUN, 16)

@@ -146,7 +146,7 @@ def test_every_analysis_runs_on_a_zip_with_results_beside_it(shared, tmp_path):
     shutil.copytree(sidecar, moved)
     res = cli("inspect", zipped, "--results", moved)
     assert res.exit_code == 0 and "claims, patching/default, probes/parity" in res.output
-    res = cli("inspect", moved)  # the results store alone: its recorded source is found
+    res = cli("inspect", moved, "--detail")  # the results store alone: its recorded source is found
     assert res.exit_code == 0 and "parity-lstm-default-s1" in res.output and "probes/parity" in res.output
     assert _sha(zipped) == before
 
