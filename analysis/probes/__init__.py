@@ -35,7 +35,8 @@ Modules: :mod:`.probing` (`plan_probes`, `probe`); :mod:`.results` (a result's n
 is stored and found again, `save_probes`); :mod:`.plan` (what a sweep will do, checked before
 any fit); :mod:`.sweep` (the dask graph); :mod:`.cells` (one cell: C chosen, fitted, scored);
 :mod:`.solvers`, :mod:`.screen`, :mod:`.lbfgs`, :mod:`.params` (the solvers);
-:mod:`.assemble` (the Dataset); :mod:`.intervals` (the seed-level intervals stored with it).
+:mod:`.assemble` (the Dataset); :mod:`.intervals` (the seed-level intervals stored with it);
+:mod:`.progress` (how many cells a sweep fits, and a hook that reports them as they finish).
 """
 
 from __future__ import annotations

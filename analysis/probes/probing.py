@@ -10,6 +10,7 @@ import xarray as xr
 
 from analysis.probes import plan as sweep_plan
 
+from .progress import Progress
 from .results import runs_by_task, save_probes, storage_name
 from .sweep import ProbePlan, build
 
@@ -67,6 +68,7 @@ def probe(
     save: bool = False,
     name: str | None = None,
     attrs: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
     **sweep: Any,
 ) -> xr.Dataset:
     """Fit and score linear probes for every selected (run, length, layer, position) cell.
@@ -134,6 +136,9 @@ def probe(
     attrs : mapping, optional
         Added to the result's attributes (`layerstate run` records there what it was
         computed from).
+    progress : Progress, optional
+        Told the sweep's size before the first fit and, on a local scheduler, the cells done
+        as they finish (:class:`~analysis.probes.progress.Progress`).
 
     Returns
     -------
@@ -166,7 +171,7 @@ def probe(
     if isinstance(store, str):  # a store that cannot be written keeps its results beside it
         store = open_analysis(store, write=save)
     plan = plan_probes(store, target, **sweep)
-    ds = plan.compute(scheduler)
+    ds = plan.compute(scheduler, progress=progress)
     ds.attrs.update(_task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
     if save:

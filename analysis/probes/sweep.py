@@ -9,17 +9,19 @@ arrays (metrics, the full-data probe); :meth:`ProbePlan.compute` runs the graph 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 import dask
 import numpy as np
 
-from analysis.compute import compute
+from analysis.compute import compute, is_local
 from store.errors import InvalidArgumentError, InvalidArrayError
 
 from . import plan
 from .cells import CellInput, CellModels, Selection, fit_cells, score_cell
+from .progress import Progress, counting, sweep_size
 
 #: Upper bound on one task's hidden-state slab and its copies (float16 slab, its assembly from
 #: chunks, the float32 rows of a cell); two worker threads then hold a few of these at a time.
@@ -215,11 +217,24 @@ class ProbePlan:
     #: Estimated single-thread CPU seconds of the fits (see :data:`EXACT_S_PER_UNIT`): with
     #: ``scheduler=None``, a long sweep runs on worker processes (:mod:`analysis.compute`).
     cpu_s: float = 0.0
+    #: Cells of each (run, length), at every one of the run's layers (:mod:`.progress`).
+    cell_counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Cells of each task of :attr:`tasks`, in order (what a finished task advances progress by).
+    task_cells: list[int] = field(default_factory=list)
 
-    def compute(self, scheduler: Any = None, num_workers: int | None = None):
+    def compute(self, scheduler: Any = None, num_workers: int | None = None,
+                progress: Progress | None = None):
         """Run the graph on ``scheduler`` (any of :func:`analysis.compute.compute`'s) and
-        assemble the result Dataset."""
-        return self.assemble(compute(self.tasks, scheduler, num_workers, cpu_s=self.cpu_s))
+        assemble the result Dataset. ``progress`` (:class:`~analysis.probes.progress.Progress`)
+        is told the sweep's size first, then the cells done as tasks finish (local schedulers)."""
+        if progress is None:
+            return self.assemble(compute(self.tasks, scheduler, num_workers, cpu_s=self.cpu_s))
+        progress.start(sweep_size(self, scheduler, num_workers))
+        cells_of = {t.key: n for t, n in zip(self.tasks, self.task_cells, strict=True)}
+        with counting(cells_of, progress) if is_local(scheduler) else nullcontext():
+            results = compute(self.tasks, scheduler, num_workers, cpu_s=self.cpu_s)
+        progress.finish()
+        return self.assemble(results)
 
     def assemble(self, results: list):
         """The result Dataset from the computed :attr:`tasks` (in order); for computing them
@@ -316,10 +331,12 @@ def build_graph(
     folds: int,
     per_sequence: bool,
     rows_from: dict[tuple[str, int], Any] | None = None,
+    sizes: list[int] | None = None,
 ) -> list:
     """Delayed tasks of the whole sweep; each computes to a list of :class:`CellOut`.
     ``rows_from``: per (run, length), ``hidden`` as a dask-free lazy Variable (wrapped in a
-    named ``Delayed``), which gathering tasks read many chunks at a time from (:func:`_gather`)."""
+    named ``Delayed``), which gathering tasks read many chunks at a time from (:func:`_gather`).
+    ``sizes``, if given, gets each task's number of cells appended, in the tasks' order."""
     tasks = []
     for run, rp in runs.items():
         common: _JobSettings = {
@@ -340,6 +357,8 @@ def build_graph(
                     summary, fitted = dask.delayed(fit_task, nout=2, pure=True)(data, job)
                     tasks.append(summary)
                     models.update({c.key: fitted for c in job_cells})
+                    if sizes is not None:
+                        sizes.append(len(job_cells))
             for L in test_lengths[run]:
                 arr = _layer(hidden[run, L], layer)
                 src = _source(rows_from, hidden, run, L, layer)
@@ -349,6 +368,8 @@ def build_graph(
                     )
                     job = Job(job_cells, **common, n_sequences=arr.shape[0])
                     tasks.append(dask.delayed(score_task, pure=True)(data, job, *deps))
+                    if sizes is not None:
+                        sizes.append(len(job_cells))
     return tasks
 
 
@@ -512,6 +533,7 @@ def build(
         )
         runs[run] = plan.RunPlan(run, classes, chosen, int(first.sizes["feature"]), labels)
     cells, sources = plan_cells(runs, fit_L, test_L, mode, positions, folds, train_length, target)
+    sizes: list[int] = []
     tasks = build_graph(
         runs,
         hidden,
@@ -523,6 +545,7 @@ def build(
         folds=folds,
         per_sequence=per_sequence,
         rows_from=rows_from or None,
+        sizes=sizes,
     )
     options = {
         "target": target,
@@ -537,7 +560,8 @@ def build(
         "per_sequence": per_sequence,
     }
     cpu_s = estimate_cpu_s(runs, cells, fit_L, method=method, C=C)
-    return ProbePlan(tasks, runs, options, fit_L, test_L, sources, cpu_s)
+    counts = {key: len(c) for key, c in cells.items()}
+    return ProbePlan(tasks, runs, options, fit_L, test_L, sources, cpu_s, counts, sizes)
 
 
 def estimate_cpu_s(
