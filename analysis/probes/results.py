@@ -40,8 +40,9 @@ SETTING_ATTRS = ("target", "positions", "folds", "control", "train_length", "met
 
 def setting_differences(old: xr.Dataset, new: xr.Dataset) -> list[str]:
     """How the probe result ``new`` differs from the stored ``old`` in what it was made from:
-    ``["folds 3 -> 5", "control permute -> token"]``; empty when they are the same sweep."""
-    out = [f"{k} {old.attrs.get(k)} -> {new.attrs.get(k)}" for k in SETTING_ATTRS
+    ``["folds 3 -> 5", "control permute -> token"]``; empty when they are the same sweep.
+    No training length (stored as ``-1``) reads ``none``: ``train_length 40 -> none``."""
+    out = [f"{k} {_setting(k, old.attrs.get(k))} -> {_setting(k, new.attrs.get(k))}" for k in SETTING_ATTRS
            if str(old.attrs.get(k)) != str(new.attrs.get(k))]
     for dim in ("run", "length", "layer"):
         a = sorted(map(str, old[dim].values)) if dim in old.coords else []
@@ -49,6 +50,13 @@ def setting_differences(old: xr.Dataset, new: xr.Dataset) -> list[str]:
         if a != b:
             out.append(f"{dim}s {','.join(a)} -> {','.join(b)}")
     return out
+
+
+def _setting(key: str, value: Any) -> Any:
+    """A setting as a user reads it: no training length (``-1`` or None) is ``none``."""
+    if key == "train_length" and value in (-1, None):
+        return "none"
+    return value
 
 
 def storage_name(store: Any, ds: xr.Dataset, name: str | None = None, *,
