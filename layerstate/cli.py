@@ -594,12 +594,15 @@ def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tup
                    "a stored result with other settings is kept and this one stored beside it).")
 @results_option
 @storage_option
+@click.option("--quiet", "-q", is_flag=True,
+              help="No work estimate or progress lines on stderr (the results still print).")
 def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, train_length, folds,
-          method, control, scheduler, name, results, storage_options) -> None:
+          method, control, scheduler, name, results, storage_options, quiet) -> None:
     """Fit linear probes on every (run, length, layer, position) of STORE; store results/probes/<task>.
 
-    Prints held-out probe accuracy per layer (mean over folds and positions) beside chance (the
-    majority class) and the control task's accuracy."""
+    Says first on stderr how many probe cells it will fit and roughly how long that takes, then
+    its progress every 10 s (--quiet: neither). Prints held-out probe accuracy per layer (mean
+    over folds and positions) beside chance (the majority class) and the control task's accuracy."""
     from analysis.probes import probe as run_probe
     from analysis.probes import runs_by_task, save_probes, storage_name
     from analysis.probes.plan import select_runs
@@ -616,11 +619,12 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
         groups = {"": selected} if name else runs_by_task(st, selected)
         if target is not None and len(groups) > 1:
             _check_target(st, target, groups)
-        for ids in groups.values():
+        for task, ids in groups.items():
+            progress = None if quiet else _probe_progress(task if len(groups) > 1 else "")
             ds = run_probe(
                 st, target, runs=ids, layers=layers.split(",") if layers else None,
                 positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
-                control=control, scheduler=sched, save=False,
+                control=control, scheduler=sched, save=False, progress=progress,
             )
             stored, note = storage_name(st, ds, name, where=store_path)
             save_probes(st, ds, stored)
@@ -629,6 +633,20 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
             if note:
                 click.echo(note)
             click.echo(present.stored(stored))
+
+
+def _probe_progress(task: str) -> Any:
+    """A probe sweep's size, then its progress every few seconds, on stderr (``task`` names
+    the sweep when a store of several tasks is probed task by task)."""
+    from analysis.probes.progress import Progress, SweepSize, Tick
+
+    def begin(size: SweepSize) -> None:
+        click.echo(present.probe_work_line(size, task), err=True)
+
+    def report(tick: Tick) -> None:
+        click.echo(present.probe_progress_line(tick, task), err=True)
+
+    return Progress(report, begin=begin)
 
 
 def _stored_as(kind: str, name: str) -> str:
