@@ -978,17 +978,24 @@ def _subset_options(fn):
               help="Labels (and tokens): CSV/Parquet keyed by sequence,position, or .npz/.safetensors arrays.")
 @_names_option("--layers", "Source names that make the layers, in order (default: found from the names).")
 @_names_option("--sites", "Source names (globs) stored as extra sites, e.g. 'blocks.*.hook_mlp_out'.")
+@click.option("--target", default=None, metavar="LABEL",
+              help="The label analyses decode by default (default: the first label column).")
+@click.option("--logits", default=None, metavar="NAME",
+              help="The source array holding the model's logits, (sequence, position, class) "
+                   "(default: one named 'logits', if there is one).")
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
 @click.option("--allow-nonfinite", is_flag=True,
               help="Store NaN/Inf values instead of refusing them (recorded in the store; validate warns).")
 def import_(fmt, source, store_path, run_id, task, arch, seed, variant, labels_path, layers, sites,
-            dtype, allow_nonfinite) -> None:
+            target, logits, dtype, allow_nonfinite) -> None:
     """Import activations another tool wrote (FORMAT: transformer-lens, nnsight, saelens,
-    safetensors, npy) into STORE (created if missing; resumes an unfinished import)."""
+    safetensors, npy) into STORE (created if missing; resumes an unfinished import). The names
+    and shapes each format expects: docs/guide/importers.md."""
     from capture.importers import format_import, import_source
 
     res = import_source(fmt, source, store_path, run_id, layers=layers, sites=sites, labels=labels_path,
-                        dtype=dtype, allow_nonfinite=allow_nonfinite, task=task, seed=seed, variant=variant, **({"arch": arch} if arch else {}))
+                        dtype=dtype, allow_nonfinite=allow_nonfinite, task=task, seed=seed, variant=variant,
+                        target=target, logits=logits, **({"arch": arch} if arch else {}))
     click.echo(format_import(res))
 
 

@@ -114,8 +114,11 @@ def check_shapes(shapes: Mapping[str, Sequence[int]], plan: ImportPlan, where: s
         by_width = sorted(flat.items(), key=lambda kv: kv[1])
         (l1, w1), (l2, w2) = by_width[0], by_width[-1]
         src1, src2 = dict(plan.layers)[l1][0], dict(plan.layers)[l2][0]
+        odd = next((n for n in (src1, src2) if "logit" in n.lower()), None)
+        hint = (f"; if {odd!r} holds the model's logits, name it so: --logits {odd} (Python: logits=...)"
+                if odd else "")
         raise InvalidArrayError(f"{where}: hook {src1!r} has width {w1} but {src2!r} has {w2}: every layer "
-                                "of hidden has one width (store the odd one as a site: sites=[...])")
+                                f"of hidden has one width (store the odd one as a site: sites=[...]){hint}")
     return next(iter(counts.values()))
 
 

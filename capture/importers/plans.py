@@ -208,6 +208,20 @@ def named_plan(names: Sequence[str], *, layers: Sequence[str] | None = None,
     return ImportPlan([(n, (n,)) for n in acts], [(n, n) for n in chosen], tokens, logits)
 
 
+def with_logits(plan: ImportPlan, names: Sequence[str], logits: str | None) -> ImportPlan:
+    """``plan`` with the array ``logits`` (a name in the source, e.g. ``lm_logits``) as its
+    logits, taken out of the layers and sites it would otherwise have made; ``plan`` itself
+    when ``logits`` is None (an array named ``logits`` is found by every plan)."""
+    if logits is None or logits == plan.logits:
+        return plan
+    if logits not in names:
+        raise MissingError(f"logits {logits!r}: no array of that name; there are: {some_names(names)}")
+    layers = [(lay, src) for lay, src in plan.layers if logits not in src]
+    if not layers:
+        raise MissingError(f"logits {logits!r} is the only activation array; nothing is left for the layers")
+    return ImportPlan(layers, [(s, n) for s, n in plan.sites if n != logits], plan.tokens, logits)
+
+
 def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
     return next((w for w in wanted if w in names), None)
 

@@ -35,7 +35,7 @@ from .checks import (
     label_arrays,
 )
 from .labels import resolve
-from .plans import ImportPlan, RunInfo, as_run, named_plan, site_var
+from .plans import ImportPlan, RunInfo, as_run, named_plan, site_var, with_logits
 
 
 # ---------------------------------------------------------------------- the write
@@ -53,6 +53,12 @@ class ImportResult:
     blocks_written: int
     blocks_total: int
     source: str
+    #: the label analyses decode by default, and whether the import was told it (else the first label)
+    target: str | None = None
+    target_given: bool = False
+    #: the source array stored as ``logits`` and its width (classes), or None
+    logits: str | None = None
+    n_classes: int | None = None
 
 
 def write(
@@ -69,13 +75,15 @@ def write(
     fmt: str,
     progress: Callable[[int], None] | None = None,
     allow_nonfinite: bool = False,
+    target: str | None = None,
 ) -> ImportResult:
     """Write ``source`` through ``plan`` into run ``run`` of ``store`` (created if missing).
-    ``allow_nonfinite``: store NaN/Inf instead of refusing them (recorded with the group)."""
+    ``allow_nonfinite``: store NaN/Inf instead of refusing them (recorded with the group).
+    ``target``: the label analyses decode by default (default: the first label)."""
     lab = (labels, tokens, mask)
     if isinstance(source, Batches):
         return _write_batches(store, run, source, plan, lab, dtype, block_size, fmt, progress,
-                              allow_nonfinite=allow_nonfinite)
+                              allow_nonfinite=allow_nonfinite, target=target)
     n = check_shapes(source.shapes, plan, source.what)
     fingerprint = getattr(source, "fingerprint", None)
     direct = getattr(source, "read_into", None)
@@ -83,7 +91,7 @@ def write(
     if direct is None or len(singles) != len(plan.layers) or len({source.dtype(n) for n in singles}) != 1:
         return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what,
                       lambda start, stop: source.read(plan.names(), start, stop), progress, ahead=True,
-                      fingerprint=fingerprint, allow_nonfinite=allow_nonfinite)
+                      fingerprint=fingerprint, allow_nonfinite=allow_nonfinite, target=target)
     layers_dtype = source.dtype(singles[0])
     others = [k for k in plan.names() if k not in singles]
 
@@ -98,15 +106,16 @@ def write(
         return out
 
     return _write(store, run, plan, lab, n, source.shapes, dtype, block_size, fmt, source.what, read,
-                  progress, ahead=True, fingerprint=fingerprint, allow_nonfinite=allow_nonfinite)
+                  progress, ahead=True, fingerprint=fingerprint, allow_nonfinite=allow_nonfinite, target=target)
 
 
 class ImportOptions(TypedDict, total=False):
     """The keywords of the file importers (``import_safetensors``, ``import_npy``,
     ``import_hf_datasets``): ``layers`` and ``sites`` pick the names that make them
     (:func:`~capture.importers.plans.named_plan`), or ``plan`` says it whole; ``labels``,
-    ``tokens``, ``mask``, ``dtype`` (default float16), ``block_size``, ``allow_nonfinite`` are
-    :func:`write`'s; ``task``, ``arch``, ``seed``, ... are the run's fields when ``run`` is a
+    ``tokens``, ``mask``, ``dtype`` (default float16), ``block_size``, ``allow_nonfinite``,
+    ``target`` are :func:`write`'s; ``logits`` names the source array stored as logits
+    (default: one named ``logits``); ``task``, ``arch``, ``seed``, ... are the run's fields when ``run`` is a
     run id (:class:`~capture.importers.plans.RunInfo`)."""
 
     layers: Sequence[str] | None
@@ -118,6 +127,8 @@ class ImportOptions(TypedDict, total=False):
     dtype: str
     block_size: int | None
     allow_nonfinite: bool
+    target: str | None
+    logits: str | None
     task: str
     arch: str
     seed: int
@@ -127,13 +138,14 @@ class ImportOptions(TypedDict, total=False):
 
 
 #: The keywords of :class:`ImportOptions` that `write` takes.
-WRITE_OPTIONS = ("labels", "tokens", "mask", "dtype", "block_size", "allow_nonfinite")
+WRITE_OPTIONS = ("labels", "tokens", "mask", "dtype", "block_size", "allow_nonfinite", "target")
 
 
 def options_plan(names: Sequence[str], options: ImportOptions) -> ImportPlan:
     """The plan ``options`` gives, else the one :func:`~capture.importers.plans.named_plan`
     makes of a file source's ``names`` with its ``layers`` and ``sites``."""
-    return options.get("plan") or named_plan(names, layers=options.get("layers"), sites=options.get("sites"))
+    plan = options.get("plan") or named_plan(names, layers=options.get("layers"), sites=options.get("sites"))
+    return with_logits(plan, names, options.get("logits"))
 
 
 def write_with(store: Store | str, run: RunInfo | str, source: Ranged, plan: ImportPlan,
@@ -142,14 +154,14 @@ def write_with(store: Store | str, run: RunInfo | str, source: Ranged, plan: Imp
     plan's) the fields of the run when ``run`` is a run id (whose ``arch`` defaults to
     ``arch``)."""
     given: dict[str, Any] = dict(options)
-    fields = {k: v for k, v in given.items() if k not in (*WRITE_OPTIONS, "layers", "sites", "plan")}
+    fields = {k: v for k, v in given.items() if k not in (*WRITE_OPTIONS, "layers", "sites", "plan", "logits")}
     return write(store, as_run(run, **{"arch": arch, **fields}), source, plan, fmt=fmt,
                  **{k: v for k, v in given.items() if k in WRITE_OPTIONS})
 
 
 def _write_batches(store, run, source: Batches, plan: ImportPlan, lab: tuple[Any, Any, Any], dtype: str,
                    block_size: int | None, fmt: str, progress, *,
-                   allow_nonfinite: bool = False) -> ImportResult:
+                   allow_nonfinite: bool = False, target: str | None = None) -> ImportResult:
     batches = source.batches
     if isinstance(batches, Sequence):  # in memory: every batch checked before anything is written
         ref: dict[str, tuple[int, ...]] | None = None
@@ -176,7 +188,7 @@ def _write_batches(store, run, source: Batches, plan: ImportPlan, lab: tuple[Any
     check_shapes(shapes0, plan, f"{source.what}, batch 0")
     reader = _Sequential(source.what, plan, head, shapes0, it)
     return _write(store, run, plan, lab, n, shapes0, dtype, block_size, fmt, source.what,
-                  reader.read, progress, after=reader.finish, allow_nonfinite=allow_nonfinite)
+                  reader.read, progress, after=reader.finish, allow_nonfinite=allow_nonfinite, target=target)
 
 
 def first_tensor(value: Any) -> Any:
@@ -249,7 +261,8 @@ def _write(store: Store | str, run: RunInfo, plan: ImportPlan, given: tuple[Any,
            shapes: Mapping[str, Sequence[int]], dtype: str, block_size: int | None, fmt: str,
            what: str, read: Callable[[int, int], Arrays], progress: Callable[[int], None] | None,
            after: Callable[[], None] | None = None, ahead: bool = False,
-           fingerprint: str | None = None, allow_nonfinite: bool = False) -> ImportResult:
+           fingerprint: str | None = None, allow_nonfinite: bool = False,
+           target: str | None = None) -> ImportResult:
     """The write itself. ``read(start, stop)`` hands over the arrays of a block; with
     ``ahead`` (files, which any thread may read) block ``b + 1`` is read by a second thread
     while block ``b`` is cast, checksummed and stored, so at most two blocks of the source
@@ -268,6 +281,9 @@ def _write(store: Store | str, run: RunInfo, plan: ImportPlan, given: tuple[Any,
             raise MissingError(f"{what}: no labels and no tokens; give labels (a CSV/Parquet table "
                                "keyed by sequence, position, or arrays) or tokens")
         labels = {"token": lab.tokens} if lab.tokens is not None else {"token": None}  # type: ignore[dict-item]
+    if target is not None and target not in labels:
+        raise MissingError(f"target {target!r} is not a label of this import (labels: {', '.join(labels)}); "
+                           "name one of them")
     n_classes = activation_dims(shapes[plan.logits])[2] if plan.logits else None
     extra = {site_var(s): (("position", f"{site_var(s)}_feature"), (L, activation_dims(shapes[src])[2]), dtype)
              for s, src in plan.sites}
@@ -286,7 +302,7 @@ def _write(store: Store | str, run: RunInfo, plan: ImportPlan, given: tuple[Any,
         if block_size is None:
             block_size = _block_size(st, run.run_id, L, n, width, dtype)
         with st.length_writer(run.run_id, L, n_sequences=n, n_features=width, labels=list(labels),
-                              layers=[lay for lay, _ in plan.layers], n_classes=n_classes, dtype=dtype,
+                              target=target, layers=[lay for lay, _ in plan.layers], n_classes=n_classes, dtype=dtype,
                               block_size=block_size, attrs=attrs, extra=extra or None,
                               allow_nonfinite=allow_nonfinite) as w:
             todo = w.missing_blocks()
@@ -303,7 +319,9 @@ def _write(store: Store | str, run: RunInfo, plan: ImportPlan, given: tuple[Any,
                 after()
             total = w.n_blocks
     return ImportResult(str(st.location), run.run_id, L, n, [lay for lay, _ in plan.layers],
-                        [s for s, _ in plan.sites], list(labels), written, total, what)
+                        [s for s, _ in plan.sites], list(labels), written, total, what,
+                        target=target or next(iter(labels)), target_given=target is not None,
+                        logits=plan.logits, n_classes=n_classes)
 
 
 def _put(w: Any, b: int, arrays: Arrays, plan: ImportPlan, lab: Labels, labels: Mapping[str, Any], L: int,
@@ -416,6 +434,14 @@ def format_import(res: ImportResult) -> str:
     did = (f"{res.blocks_written} of {res.blocks_total} blocks written" if res.blocks_written != res.blocks_total
            else f"{res.blocks_total} blocks")
     sites = f", sites {', '.join(res.sites)}" if res.sites else ""
+    target = ""
+    if len(res.labels) > 1 and res.target:
+        target = (f" (target {res.target})" if res.target_given else
+                  f" (target {res.target}: the first label column, which analyses decode by default; "
+                  "choose another with --target)")
+    logits = (f"; logits from {res.logits!r} ({res.n_classes} classes)" if res.logits else
+              "; no logits (an array named 'logits', or --logits NAME, brings them)")
     return (f"{res.store}: run {res.run_id!r} length {res.length}: {res.n_sequences} sequences, layers "
-            f"{', '.join(res.layers)}{sites}; labels {', '.join(res.labels)} ({did}) from {res.source}")
+            f"{', '.join(res.layers)}{sites}; labels {', '.join(res.labels)}{target}{logits} ({did}) "
+            f"from {res.source}")
 
