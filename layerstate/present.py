@@ -59,11 +59,17 @@ def probe_lines(ds: xr.Dataset) -> Iterator[str]:
     yield (f"held-out probe accuracy per layer (mean over {folds} folds"
            f"{' and positions' if 'position' in ds.dims else ''}); chance (majority class) "
            f"{chance:.3f}{control_note(ds)}")
+    above = _above_chance(ds)
     for r in ds.run.values:
         for L in ds.length.values:
             p = ds.profile.sel(run=r, length=L)
             line = " ".join(f"{lay}={v:.3f}" for lay, v in zip(ds.layer.values, p.values, strict=True))
-            yield f"{r} len{L}: {line}  best {ds.best_layer.sel(run=r, length=L).item()}"
+            yield f"{r} len{L}: {line}  {_best(ds, above, r, L)}"
+    if above is not None and not bool(above.any()):
+        yield (f"no layer of any run is above chance: each layer's one-sided lower bound (95%, Bonferroni over "
+               f"{ds.sizes['layer']} layers; standard error over sequences) is at or below chance (the majority "
+               "class, or a guess among the classes where that is higher): "
+               "the label is not linearly decodable here (a shuffled or unrelated label reads like this)")
     flag = trivial_control(ds)
     if flag:
         yield flag
@@ -162,10 +168,28 @@ def behaviour_lines(ds: xr.Dataset) -> Iterator[str]:
                    f"seed{'s' if int(one.n_seeds) != 1 else ''}, {one.method.item()})")
 
 
+def _above_chance(ds: xr.Dataset) -> xr.DataArray | None:
+    """Per (run, length, layer): above chance (:mod:`analysis.probes.chance`); None for a result
+    without a stored baseline."""
+    from analysis.probes.chance import above_chance
+
+    return above_chance(ds) if "baseline" in ds and "accuracy" in ds else None
+
+
+def _best(ds: xr.Dataset, above: xr.DataArray | None, r: Any, L: Any) -> str:
+    """``best L3``, or ``no layer above chance`` where no layer's accuracy is above chance."""
+    if above is not None and not bool(above.sel(run=r, length=L).any()):
+        return "no layer above chance"
+    return f"best {ds.best_layer.sel(run=r, length=L).item()}"
+
+
 def probe_summary(name: str, ds: xr.Dataset, seconds: float) -> str:
-    """``probes/parity: 4 runs in 12s; best layer run:L3, ...`` (at the first length)."""
-    best = ", ".join(f"{r}:{b}" for r, b in zip(ds.run.values, ds.best_layer.isel(length=0).values,
-                                                strict=True))
+    """``probes/parity: 4 runs in 12s; best layer run:L3, ...`` (at the first length); a run
+    whose layers are all at chance reads ``run:none above chance``."""
+    above = _above_chance(ds)
+    L = ds.length.values[0]
+    best = ", ".join(f"{r}:{_best(ds, above, r, L).removeprefix('best ').replace('no layer', 'none')}"
+                     for r in ds.run.values)
     return f"{name}: {ds.sizes['run']} runs in {seconds:.0f}s; best layer {best}"
 
 
