@@ -228,10 +228,13 @@ def run_filters(fn):
 def _open(store_path: str, results: str | None, storage_options: dict):
     """STORE opened for an analysis that writes results (:func:`store.open_analysis`), with
     the -S options for STORE and for --results."""
-    from store import open_analysis
+    from store import PairedStore, open_analysis
 
-    return open_analysis(store_path, results=results, say=click.echo, storage_options=storage_options,
-                         results_options=storage_options)
+    st = open_analysis(store_path, results=results, say=click.echo, storage_options=storage_options,
+                       results_options=storage_options)
+    if isinstance(st, PairedStore) and st.created:  # a command that fails writes nothing
+        click.get_current_context().call_on_close(st.discard_if_unused)
+    return st
 
 
 def _selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tuple[str, ...]) -> list[str] | None:
@@ -244,7 +247,11 @@ def _selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tup
         return None
     sel = st.select(**{k: list(v) for k, v in (("task", tasks), ("arch", archs)) if v})
     if not sel:
-        raise MissingError(f"no runs match task={list(tasks)} arch={list(archs)}; see `layerstate inspect`")
+        from store.errors import did_you_mean
+
+        near = "".join(did_you_mean(v, sorted({str(st.run_attrs(r).get(k)) for r in st.run_ids()}), what=f"--{k}")
+                       for k, given in (("task", tasks), ("arch", archs)) for v in given)
+        raise MissingError(f"no runs match task={list(tasks)} arch={list(archs)}{near or '; see `layerstate inspect`'}")
     return list(sel)
 
 

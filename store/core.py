@@ -162,9 +162,7 @@ class Store:
                          write=mode == "r+")
         loc = Location(url, storage_options or {})
         if not loc.exists():
-            raise NotAStoreError(
-                f"{loc} does not exist; check the path, or create a store with `layerstate capture`"
-            )
+            raise NotAStoreError(loc.missing())
         read_only = mode == "r"
         if not read_only and (loc.is_zip or loc.url.startswith(("http://", "https://"))):
             what = "a packed (zip) store" if loc.is_zip else "served over HTTP"
@@ -187,10 +185,7 @@ class Store:
             damage = _metadata.root_damage(loc.zarr_store(read_only=True, guarded=False), str(loc))
             if damage is not None:
                 raise MetadataDamagedError(damage) from None
-            raise NotAStoreError(
-                f"{loc} is not a layerstate store (no Zarr v3 group at its root); "
-                "point at a directory made by `layerstate capture` or a file made by `layerstate pack`"
-            ) from None
+            raise NotAStoreError(loc.not_a_store()) from None
         attrs = dict(root.attrs)
         try:
             _check_schema(loc, attrs)
@@ -497,10 +492,24 @@ class PairedStore(Store):
     another source is refused.
     """
 
-    def __init__(self, source: Store, results: Store) -> None:
+    def __init__(self, source: Store, results: Store, *, created: bool = False) -> None:
         super().__init__(source.location, source.root, read_only=True)
         self.source = source
         self.results_store = results
+        #: The results store was created by this opening (:meth:`discard_if_unused` may remove it).
+        self.created = created
+
+    def discard_if_unused(self) -> bool:
+        """Remove the results store this opening created if nothing was written to it (a
+        command that failed, or found nothing to do, leaves no empty store behind). Returns
+        whether it was removed; a results store that was there before is never touched."""
+        if not self.created or self.results_store.results():
+            return False
+        fs, root = self.results_location.filesystem()
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+        self.created = False
+        return True
 
     @property
     def results_location(self) -> Location:
@@ -629,7 +638,7 @@ def _pair(src: Location, res: Location, *, write: bool) -> PairedStore:
         results = Store.create(res.url, title=f"results for {source.attrs.get('title') or src_url}",
                                storage_options=res.storage_options)
         results.set_root_attrs(**{_pairing.RESULTS_FOR: rec})
-        return PairedStore(source, results)
+        return PairedStore(source, results, created=True)
     results = Store.open(res.url, mode="r+" if write else "r", storage_options=res.storage_options)
     found = results.attrs.get(_pairing.RESULTS_FOR)
     if found is None:

@@ -7,7 +7,8 @@ that fits (``ValueError``, ``KeyError``, ...) so plain ``except ValueError`` sti
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import difflib
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 
@@ -125,3 +126,19 @@ def check_keywords(function: str, keywords: Mapping[str, Any], known: Collection
     unknown = [k for k in keywords if k not in known]
     if unknown:
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def did_you_mean(name: object, known: Iterable[object], *, what: str = "") -> str:
+    """``"; did you mean 'dyck'?"`` when ``name`` is close to one of ``known`` (a misspelling),
+    else ``""`` -- for the end of an error about an unknown name. Case alone never hides a
+    match (``Dyck`` finds ``dyck``)."""
+    names = [str(k) for k in known]
+    text = str(name)
+    if text in names:
+        return ""
+    close = [n for n in names if n.lower() == text.lower() and n != text]
+    close += [n for n in difflib.get_close_matches(text, names, n=3, cutoff=0.6) if n not in close]
+    if not close:
+        return ""
+    shown = " or ".join(repr(c) for c in close[:3])
+    return f"; did you mean {what + ' ' if what else ''}{shown}?"

@@ -44,6 +44,7 @@ from analysis.claims.verdicts import (
     test_text,
 )
 from store import Store
+from store.errors import did_you_mean
 
 
 def _evaluate_seedwise(inputs: ClaimInputs, claim: Claim) -> dict:
@@ -170,7 +171,7 @@ def _evaluate_readable(store: Store, claim: Claim, probes: xr.Dataset) -> dict:
     if claim.layer not in [str(v) for v in acc.layer.values]:
         raise ClaimError(
             f"claim {claim.id!r}: layer {claim.layer!r} not probed; layers: "
-            f"{', '.join(map(str, acc.layer.values))}"
+            f"{', '.join(map(str, acc.layer.values))}{did_you_mean(claim.layer, acc.layer.values)}"
         )
     da = acc.sel(layer=claim.layer)
     ok = np.isfinite(da.values)
@@ -342,6 +343,9 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             return {"test": f"not evaluable: {exc}", "not_evaluable": True}
         return row | {"result": _source(inputs, args[1])}
 
+    stored = store_levels(store)
+    for c in claims:  # a misspelled task, arch or variant is named before anything is read
+        c.check_levels(stored, where="the store's", factors=stored)
     claims = [resolve_length(store, c, probes) for c in claims]  # no length: its runs' one
     for claim in claims:
         if claim.kind in ("difference", "equivalence", "bound"):
@@ -371,6 +375,17 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         "families with p = 1, the worst case for these" if absent else "")
     return verdict_table(kept, ids, rows, pad=pad, correction=correction,
                          attrs={"absent_claims": [c.id for c in absent], CELL_RUNS: cell_runs(store, claims)})
+
+
+def store_levels(store: Store) -> dict[str, list[str]]:
+    """The tasks, architectures and variants of the store's runs (factor -> its levels), the
+    names a claim's cells must use."""
+    out: dict[str, set[str]] = {"task": set(), "arch": set(), "variant": set()}
+    for r in store.run_ids():
+        a = store.run_attrs(r)
+        for factor, levels in out.items():
+            levels.add(str(a.get(factor, "default")))
+    return {k: sorted(v) for k, v in out.items() if v}
 
 
 #: The claims table's attribute recording, per cell its claims read, the runs the store held when

@@ -19,6 +19,7 @@ from analysis.claims.spec import (
 )
 from analysis.interventions.twins import MIN_GAP
 from store import MissingError, Store, schema
+from store.errors import did_you_mean
 
 T = TypeVar("T")
 
@@ -192,6 +193,10 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
     return out
 
 
+#: Said when a claim names a probe result the store does not hold.
+ELSEWHERE = " (probes written with --results DIR are read only when this command is given the same --results DIR)"
+
+
 def _short(name: str) -> str:
     """``probes/dyck-2`` -> ``dyck-2``: how a claim's ``result`` names a stored result."""
     parsed = schema.parse_result_name(name)
@@ -228,7 +233,8 @@ def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str
             chosen = _result_choice(claim.result)
             if chosen not in names:
                 raise ClaimError(f"claim {claim.id!r}: result = {claim.result!r} is not a stored probe result; "
-                                 f"stored: {', '.join(names)}")
+                                 f"stored: {', '.join(map(_short, names))}"
+                                 f"{ELSEWHERE}{did_you_mean(claim.result, map(_short, names))}")
             if chosen not in holding:
                 raise ClaimError(f"claim {claim.id!r}: {chosen} holds no runs of task {task!r}; results that do: "
                                  f"{', '.join(holding) or 'none'}")
@@ -368,7 +374,7 @@ def _seed_restoration(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
             if claim.layer not in layers:
                 raise ClaimError(
                     f"claim {claim.id!r}: layer {claim.layer!r} was not patched in {name}; "
-                    f"layers: {', '.join(layers)}"
+                    f"layers: {', '.join(layers)}{did_you_mean(claim.layer, layers)}"
                 )
             rest = part.restoration.sel(layer=claim.layer, drop=True)
         else:  # masked per result, so each keeps its own layer order
@@ -485,6 +491,7 @@ def require_levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: 
         if w is not None and w not in have:
             raise ClaimError(
                 f"claim {claim.id!r}: {dim} {w!r} has no results; stored {dim}s: {', '.join(have)}"
+                f"{did_you_mean(w, have)}"
             )
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from analysis.stats.decision import Verdict
 from store import LayerstateError, schema
+from store.errors import did_you_mean
 
 ALPHA = 0.05
 
@@ -321,22 +322,27 @@ class Claim(BaseModel):
         ]
         return [(f, factor, level) for f, factor, level in named if level is not None]
 
-    def check_levels(self, valid: Mapping[str, Collection[str | int] | None]) -> None:
+    def check_levels(self, valid: Mapping[str, Collection[str | int] | None], *, where: str = "this experiment's",
+                     factors: Collection[str] | None = None) -> None:
         """Refuse a claim naming a level not in ``valid`` (factor -> its levels; a factor
-        missing or ``None`` is not checked).
+        missing or ``None``, or not in ``factors`` when given, is not checked); ``where`` says
+        whose levels they are (``"this experiment's"``, ``"the store's"``).
 
         Raises
         ------
         ClaimError
-            One line naming the claim, the field, and the levels there are.
+            One line naming the claim, the field, the closest level (a misspelling) and the
+            levels there are.
         """
         for field, factor, level in self.levels():
             levels = valid.get(factor)
+            if factors is not None and factor not in factors:
+                continue
             if levels is not None and level not in levels:
                 shown = ", ".join(str(v) for v in levels) or "none"
                 raise ClaimError(
-                    f"claim {self.id!r}: {field} {level!r} is not one of this experiment's "
-                    f"{factor}s ({shown})"
+                    f"claim {self.id!r}: {field} {level!r} is not one of {where} "
+                    f"{factor}s ({shown}){did_you_mean(level, levels)}"
                 )
 
 

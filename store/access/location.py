@@ -7,6 +7,7 @@ filesystem view that ``pack``, ``inspect`` (sizes) and ``validate`` (chunk exist
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import os
 import tempfile
@@ -111,6 +112,48 @@ class Location:
         if guarded:
             zs.where = self.url
         return zs
+
+    def missing(self) -> str:
+        """One line for a store path that does not exist: the closest names beside it (a
+        misspelled ``acts.zip``), else what a store path looks like."""
+        what = ("check the path: a store is a directory made by `layerstate capture` (or `layerstate run`, "
+                "inside its --out folder) or a .zip made by `layerstate pack`")
+        if not self.is_local:
+            return f"{self} does not exist; {what}"
+        path = Path(self.url.removeprefix("file://"))
+        parent = path.parent if str(path.parent) else Path(".")
+        try:
+            names = [p.name for p in parent.iterdir()] if parent.is_dir() else []
+        except OSError:
+            names = []
+        close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
+        if close:
+            shown = " or ".join(str(parent / c) if str(parent) != "." else c for c in close)
+            return f"{self} does not exist; did you mean {shown}?"
+        return f"{self} does not exist; {what}"
+
+    def not_a_store(self) -> str:
+        """One line for a path that holds no store: the stores inside it where it is a folder
+        that holds some (a run's --out folder holds ``store.zarr``), else what a store is."""
+        inside = self.stores_inside()
+        if inside:
+            return (f"{self} is a folder, not a store; the store in it is "
+                    + " or ".join(str(p) for p in inside))
+        return (f"{self} is not a layerstate store (no Zarr v3 group at its root); "
+                "point at a directory made by `layerstate capture` or a file made by `layerstate pack`")
+
+    def stores_inside(self) -> list[Path]:
+        """The stores directly inside a local folder (a Zarr v3 root, or a .zip), for the
+        error that points at them."""
+        if not self.is_local or not self.local_path.is_dir():
+            return []
+        try:
+            children = sorted(self.local_path.iterdir())
+        except OSError:
+            return []
+        shown = Path(self.url.removeprefix("file://"))
+        return [shown / c.name for c in children
+                if (c.is_dir() and (c / "zarr.json").is_file()) or (c.is_file() and c.suffix == ".zip")]
 
     def __str__(self) -> str:
         return self.url

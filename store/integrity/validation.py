@@ -105,15 +105,12 @@ def _is_a_store(loc: Location) -> None:
     """Refuse, as opening it would, a path that does not exist or holds no store at all (no
     root metadata and no copy of it): nothing there to validate or repair."""
     if not loc.exists():
-        raise NotAStoreError(f"{loc} does not exist; check the path, or create a store with `layerstate capture`")
+        raise NotAStoreError(loc.missing())
     if loc.is_zip:  # a zip is a store or a damaged one: validate says which
         return
     zs = loc.zarr_store(read_only=True, guarded=False)
     if not sync(zs.exists("zarr.json")) and not sync(zs.exists(METADATA_COPY)):
-        raise NotAStoreError(
-            f"{loc} is not a layerstate store (no Zarr v3 group at its root); "
-            "point at a directory made by `layerstate capture` or a file made by `layerstate pack`"
-        )
+        raise NotAStoreError(loc.not_a_store())
 
 
 def _validate(store: Store | str, *, check_chunks: bool, storage_options: dict | None) -> Report:

@@ -224,8 +224,9 @@ def test_bad_model_fields_are_refused_in_one_line(change, match):
     [
         ({"margin": 0}, r"margin must be positive"),
         ({"kind": "equivalence", "margin": None}, r"equivalence claim needs margin"),
-        ({"task": "sorting"}, r"task 'sorting' has no results; stored tasks: dyck, s3"),
-        ({"treatment": "no_mixer"}, r"variant 'no_mixer' has no results"),
+        ({"task": "sorting"}, r"task 'sorting' is not one of the store's tasks \(dyck, s3\)$"),
+        ({"treatment": "no_mixer"}, r"treatment 'no_mixer' is not one of the store's variants \(default, no_conv\)"),
+        ({"treatment": "no-conv"}, r"did you mean 'no_conv'\?"),
         ({"length": 99}, r"no run has captured length 99"),
     ],
 )
@@ -489,7 +490,7 @@ def test_site_and_arch_claims_read_one_variant_when_the_grid_has_several(tmp_pat
     v = dict(zip(res.claim.values, res.verdict.values, strict=True))
     # before, the unpinned variant made every one of these "ambiguous: results vary over ['variant']"
     assert v == {"mamba-direct": "supported", "no-conv-direct": "contradicted", "value-arch": "supported"}
-    with pytest.raises(ClaimError, match="variant 'nope' has no results"):
+    with pytest.raises(ClaimError, match="variant 'nope' is not one of the store's variants"):
         evaluate_claims(st, parse_claims([{**site, "id": "x", "variant": "nope"}]))
 
 
