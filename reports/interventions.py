@@ -72,20 +72,34 @@ def interventions(snap: Snapshot) -> Section:
     sec = Section("interventions", "Interventions", intro=INTRO)
     builders = {"ablation": ablation_part, "patching": patching_part, "interchange": interchange_part}
     sites: dict[str, dict[str, list[str]]] = {}
-    for kind, (title, stage) in KINDS.items():
+    absent = []
+    for kind in KINDS:
         names = snap.results(f"{kind}/")
         if not names:
-            sec.parts.append(Section(f"{kind}", title, missing=f"No {kind} results in this store.",
-                                     command=COMMANDS[stage]))
-            continue
+            absent.append(kind)
         for name in names:
             sec.parts.append(builders[kind](snap, name, sites))
-    if all(p.missing for p in sec.parts):
-        sec.missing = "No intervention results in this store."
+    if absent:  # one short line for every kind that is not stored, not a box each
+        sec.missing, sec.command = missing_kinds(snap, absent), None
+        if sec.parts:
+            sec.notes.append(sec.missing)
+            sec.missing = None
     table = sites_table(sites)
     if table is not None:
         sec.tables.append(table)
     return sec
+
+
+def missing_kinds(snap: Snapshot, absent: list[str]) -> str:
+    """One line: the kinds of intervention result ``absent`` from the store and the commands that
+    compute them (they rerun the trained models, so they need the runs' weights)."""
+    what = "No intervention results" if len(absent) == len(KINDS) else "No " + " or ".join(absent) + " results"
+    commands = "; ".join(f"{k}: `{COMMANDS[KINDS[k][1]]}`" for k in absent)
+    line = f"{what} in this store ({commands})."
+    if snap.runs and not any(snap.store.has_weights(r) for r in snap.runs):
+        line += (" They rerun the trained models, and no run of this store holds its weights (imported "
+                 "activations, or weights left behind): they can be computed only where the models are.")
+    return line
 
 
 def _slug(name: str) -> str:

@@ -6,6 +6,7 @@ Sections are built from the store by :mod:`reports.sections` and written by
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +35,20 @@ class Table:
     caption: str
     data: pd.DataFrame
     display: pd.DataFrame | None = None
+    #: Gives each row of the page an anchor, ``<anchor>-<its first cell>``, for :attr:`link`.
+    anchor: str | None = None
+    #: Makes each row's first cell a link to the row of the same first cell in the table whose
+    #: :attr:`anchor` is this prefix (one table holds a claim's statement and reason; another
+    #: holds its tests and points to it).
+    link: str | None = None
 
     def shown(self) -> pd.DataFrame:
         return self.data if self.display is None else self.display
+
+
+def row_anchor(prefix: str, key: object) -> str:
+    """The page anchor of the row whose first cell is ``key`` in a table anchored by ``prefix``."""
+    return f"{prefix}-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", str(key)).strip("-") or "row")
 
 
 @dataclass

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from reports.intervals import CLIPPED
-from reports.model import ALL_STAGES, Section
+from reports.model import ALL_STAGES, Section, row_anchor
 from reports.snapshot import Snapshot
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -64,6 +64,8 @@ def table_view(table) -> dict:
         "numeric": numeric,
         "rows": rows,
         "cells": [[(text, css(i, text), *_split(text, numeric[i])) for i, text in enumerate(row)] for row in rows],
+        "anchors": [row_anchor(table.anchor, row[0]) for row in rows] if table.anchor and columns else [],
+        "links": [row_anchor(table.link, row[0]) for row in rows] if table.link and columns else [],
     }
 
 
@@ -75,11 +77,15 @@ def _clipped_note(data: pd.DataFrame) -> str:
     return ""
 
 
-def _split(text: str, numeric: bool) -> tuple[str, str]:
-    """A number and its bracket (``0.93``, ``[0.90, 0.96]``): on the page the bracket may go
-    to a second line, so tables of intervals stay within the page's width."""
+def _split(text: str, numeric: bool) -> tuple[str, str, str]:
+    """A number, its bracket and any words after it (``0.93``, ``[0.90, 0.96]``, ``(from 2
+    seeds: ...)``): on the page the bracket may go to a second line and the words wrap below
+    it, so tables of intervals stay within the page's width."""
     head, sep, tail = text.partition(" [")
-    return (head, sep.strip() + tail) if numeric and sep else (text, "")
+    if not (numeric and sep):
+        return text, "", ""
+    bracket, close, note = tail.partition("]")
+    return head, "[" + bracket + close, note.strip()
 
 
 def _looks_numeric(col: pd.Series) -> bool:

@@ -152,10 +152,7 @@ def behaviour(snap: Snapshot) -> Section:
     """Accuracy per task x arch x variant x length with intervals, a figure and a table."""
     lengths = sorted({L for ls in snap.with_logits.values() for L in ls})
     if not lengths:
-        return missing_section(
-            "behaviour", "Behaviour", "No run has complete captured activations with logits.",
-            "capture", BEHAVIOUR_INTRO,
-        )
+        return no_logits(snap)
     frame, notes = accuracy_frame(snap, lengths)
     sec = Section("behaviour", "Behaviour", intro=BEHAVIOUR_INTRO, notes=notes)
     shown = frame.copy()
@@ -183,6 +180,43 @@ def behaviour(snap: Snapshot) -> Section:
                 "under-trained for their architecture; their accuracy is a lower bound on what it can reach "
                 "at this size.")
     return sec
+
+
+#: Said where imported runs hold no logits: what brings them (an import has no experiment to capture from).
+IMPORT_LOGITS = (
+    "Import the runs again with the model's output logits beside the activations (a `logits` array "
+    "in the files, or the model's logits with a TransformerLens or nnsight import; docs/guide/importers.md): "
+    "behaviour is the accuracy of the model's own readout, which needs them"
+)
+
+
+def no_logits(snap: Snapshot) -> Section:
+    """The behaviour section of a store whose runs hold no logits: what to run depends on how the
+    runs came in. Captured from an experiment, ``layerstate capture`` stores them; imported (``layerstate
+    import``, no experiment) they come with the import, and a capture command would not apply."""
+    imported = [r for r in snap.runs if imported_run(snap, r)]
+    what = "No run has complete captured activations with logits."
+    if snap.runs and len(imported) == len(snap.runs):
+        return Section("behaviour", "Behaviour", intro=BEHAVIOUR_INTRO,
+                       missing=f"No run has logits: the runs were imported without them. {IMPORT_LOGITS}.")
+    sec = missing_section("behaviour", "Behaviour", what, "capture", BEHAVIOUR_INTRO)
+    if imported:
+        sec.missing = (f"{what} For the runs trained from an experiment, `{COMMANDS['capture']}` captures them; "
+                       f"{len(imported)} imported run{'s' if len(imported) > 1 else ''} ({', '.join(imported[:3])}"
+                       f"{' ...' if len(imported) > 3 else ''}): {IMPORT_LOGITS[0].lower()}{IMPORT_LOGITS[1:]}.")
+        sec.command = None
+    return sec
+
+
+def imported_run(snap: Snapshot, rid: str) -> bool:
+    """Whether run ``rid`` came into the store by ``layerstate import`` (its activation groups
+    record ``stream = "import"``) rather than a capture of a model trained from an experiment."""
+    streams = set()
+    for name, grp in snap.store.run_group(rid).groups():
+        parsed = schema.parse_length_group(name)
+        if parsed is not None and parsed[0] == schema.LEN:
+            streams.add(str(grp.attrs.get("stream", "")))
+    return bool(streams) and streams <= {"import"}
 
 
 #: Held-out accuracy gained over the second half of a run's budget that counts as still rising.
@@ -323,8 +357,11 @@ CLAIMS_INTRO = (
     "interval lies on the wrong side and a test of that side passes, Holm-corrected across the "
     "claims like support. A non-significant difference is never read as 'no effect'. "
     "Accuracy claims are fitted by one claim model: the paired t on per-seed differences (the default, "
-    "best calibrated), a binomial GEE with seeds as clusters, or a mixed model (MixedLM, Satterthwaite "
-    "degrees of freedom), which also runs beside the default as a cross-check; a GLMM gives estimates "
+    "best calibrated), a binomial GEE with seeds as clusters, or a linear mixed model (mixedlm: REML, with "
+    "intercepts for seed, trained model and sequence), which also runs beside the default as a cross-check. "
+    "Both the GEE and the mixed model test with a cluster-robust (CR2) standard error, seeds as clusters, "
+    "and Bell-McCaffrey degrees of freedom (when every seed is scored on as many sequences, the mixed "
+    "model's test is exactly the paired t); a GLMM gives estimates "
     "and variance components only, never a verdict. A bound or readable_by claim is decided by the exact "
     "sign test on the share of seeds beyond its threshold (its estimate is the median seed), which holds "
     "at the accuracy ceiling and with a failing seed; it needs at least 5 seeds, more at a Holm step below "
@@ -339,6 +376,11 @@ SD_NOTE = (
 )
 #: Marks a cross-check whose verdict differs from the claim's (the page colours the cell).
 DISAGREES = "⚠ disagrees"
+#: The columns of :func:`claims_display` the Summary's claims table shows; the claims section
+#: leaves them out (each is shown once on the page).
+SHOWN_IN_SUMMARY = ("statement", "reason", "estimate [95% CI]")
+#: The anchor of a claim's row in the Summary's claims table (the claims section links to it).
+CLAIM_ANCHOR = "claim"
 
 
 def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
@@ -365,8 +407,13 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
         sec.notes.append("Cross-check: a second claim model fitted to the same data, its interval under the "
                          "same rules; " + (f"{n} claim(s) where its verdict differs are marked '{DISAGREES}'."
                                            if n else "its verdict agrees with every claim's."))
-    sec.tables.append(Table("claims", "Claims, their verdicts and why; the cross-check and variance components.",
-                            frame, shown))
+    # each claim's statement, estimate and reason are the Summary's claims table (section 1), shown once:
+    # this one holds the tests behind them, its claims linked to their rows there
+    tests = shown.drop(columns=[c for c in SHOWN_IN_SUMMARY if c in shown.columns])
+    sec.tables.append(Table("claims", "The tests behind each claim's verdict: claim model, test, p-values, power, "
+                            "the cross-check and variance components (each claim's statement, estimate with its "
+                            "95% interval and reason are in the Summary, section 1; every column in the CSV).",
+                            frame, tests, link=CLAIM_ANCHOR))
     sec.figures.append(Figure("claims_forest", "Claim estimates with 95% intervals, coloured by verdict.",
                               F.forest(frame)))
     return sec

@@ -105,7 +105,7 @@ def _moved_part(source: Section | None, part: Section, name: str, note: str, sec
 def _claims_table(frame: pd.DataFrame) -> Table:
     """Compact: each claim's verdict, estimate [interval] and the reason for its verdict (the
     tests, power, cross-check and variance components are in the claims section)."""
-    from reports.sections import claim_texts, reason_texts
+    from reports.sections import CLAIM_ANCHOR, claim_texts, reason_texts
 
     shown = pd.DataFrame({
         "claim": frame["claim"],
@@ -117,7 +117,7 @@ def _claims_table(frame: pd.DataFrame) -> Table:
     data = frame[[c for c in ("claim", "statement", "kind", "verdict", "outcome", "reason", "estimate", "lower",
                               "upper", "interval_note", "seed_a", "seed_b", "n_seeds", "p_adjusted") if c in frame]]
     return Table("summary_claims", "Claims: verdict, estimate with 95% interval, and why (tests, power, the "
-                 "cross-check and variance components in section 2).", data, shown)
+                 "cross-check and variance components in section 2).", data, shown, anchor=CLAIM_ANCHOR)
 
 
 def _seed_counts(snap: Snapshot) -> list[int]:

@@ -434,11 +434,21 @@ def test_claims_csv_carries_every_column_of_the_result(full_store, full_report):
         assert bool(row.disagreement) == bool(r.disagreement)
 
 
-def test_claims_table_shows_reason_crosscheck_power_at_and_variance_components(full_report):
+def test_claims_section_shows_the_tests_crosscheck_power_at_and_variance_components(full_store, full_report):
     folder, index = full_report
     page = _page_table(index, "claims")
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", page)
-    assert heads[:5] == ["claim", "statement", "verdict", "reason", "estimate [95% CI]"]
+    # statement, estimate and reason are the Summary's table (section 1.1): shown once, not twice
+    assert heads[:4] == ["claim", "verdict", "model", "test"]
+    assert not {"statement", "reason", "estimate [95% CI]"} & set(heads)
+    html = index.read_text()
+    html = html[: html.index('<section class="provenance appendix">')]  # the appendix quotes the experiment
+    res = full_store.read_result("claims")
+    for cid in map(str, res.claim.values):
+        assert html.count(str(res.sel(claim=cid).reason.values)) == 1
+        assert html.count(str(res.sel(claim=cid).statement.values)) == 1
+        # the claims section's row links to the claim's row in the Summary
+        assert f'<a href="#claim-{cid}">{cid}</a>' in page and html.count(f'<tr id="claim-{cid}">') == 1
     assert {"power at effect", "cross-check", "cross-check [95% CI]", "cross-check p", "cross-check verdict",
             "SD seed", "SD model", "SD sequence"} <= set(heads)
     assert "dropped" not in heads and "variance" not in heads  # empty for every claim here
@@ -450,7 +460,8 @@ def test_claims_table_shows_reason_crosscheck_power_at_and_variance_components(f
     claims = _csv(folder, "claims").set_index("claim")
     assert claims.loc["dyck-equal", "crosscheck_interval_note"] != I.TOO_FEW
     assert np.isfinite(claims.loc["dyck-equal", "crosscheck_lower"])
-    assert "[too few seeds" not in text and "from 2 seeds" in text
+    assert "[too few seeds" not in text
+    assert "from 2 seeds" in re.sub(r"<[^>]+>", "", _page_table(index, "summary_claims"))
     notes = json.loads((folder / "report.json").read_text())
     claims_notes = next(s for s in notes["sections"] if s["key"] == "claims")["notes"]
     assert any("more seeds" in n and "sequences" in n for n in claims_notes)
