@@ -37,7 +37,7 @@ import pandas as pd
 import xarray as xr
 
 from reports import figures as F
-from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, apply_rules, auc_range, texts
+from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, TOO_WIDE, apply_rules, auc_range, texts
 from reports.model import COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import by_seed, fmt_layer_ci, read_result
 from reports.snapshot import Snapshot
@@ -61,14 +61,42 @@ def probe_results(store) -> list[str]:
     return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
 
 
+def claims_reading(store) -> dict[str, list[str]]:
+    """Probe result name -> the ids of the stored claims that read it (the ``result`` column of
+    ``results/claims``, which names the probe results each claim was decided on); empty without
+    stored claims or that column."""
+    if "claims" not in store.results():
+        return {}
+    ds = read_result(store, "claims")
+    if "result" not in ds:
+        return {}
+    out: dict[str, list[str]] = {}
+    for cid, names in zip(ds["claim"].values, ds["result"].values, strict=True):
+        for name in str(names).split(","):
+            name = name.strip()
+            if (schema.parse_result_name(name) or ("",))[0] == schema.PROBES:
+                out.setdefault(name, []).append(str(cid))
+    return out
+
+
 def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
         dict[str, list[str]], list[str]]:
+    """:func:`_choose` without the tasks that had several results (what ``layerstate report``
+    checks its ``--result`` names with)."""
+    shown, notes, _ = _choose(store, names, wanted)
+    return shown, notes
+
+
+def _choose(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
+        dict[str, list[str]], list[str], set[str]]:
     """Which probe result each task shows: ``({name: [task, ...]}, notes)``.
 
     Per task, of the results holding its runs: the one in ``wanted`` (``--result``), else the
-    one named ``probes/<task>``, else the newest (``created``); never two, so one task's
-    profile never mixes two results. ``notes`` says, per task with several, which is shown,
-    with what settings, and which others there are.
+    one the stored claims read (:func:`claims_reading`; the first by name if they read several),
+    else the one named ``probes/<task>``, else the newest (``created``); never two, so one task's
+    profile never mixes two results. ``notes`` says, per task, which is shown, with what
+    settings, which claims read it, and which others there are; the last item is the set of
+    tasks that had several results to choose from.
     """
     from store import MissingError
     from store.contents.results import describe_settings
@@ -89,15 +117,24 @@ def choose_probe_results(store, names: Sequence[str], wanted: Sequence[str] = ()
         for task in tasks:
             holding.setdefault(task, []).append(n)
     notes = []
+    read = claims_reading(store)
     for task, cands in sorted(holding.items()):
-        pick = ([n for n in cands if n in wanted] or [n for n in cands if n == schema.probe_name(task)]
+        pick = ([n for n in cands if n in wanted] or sorted(n for n in cands if n in read)
+                or [n for n in cands if n == schema.probe_name(task)]
                 or sorted(cands, key=lambda n: str(attrs[n].get("created", "")))[-1:])[0]
         shown.setdefault(pick, []).append(task)
         others = [n for n in cands if n != pick]
-        notes.append(f"Task {task}: shows {pick} ({describe_settings(attrs[pick])})" + (
-            "; also stored: " + "; ".join(f"{n} ({describe_settings(attrs[n])})" for n in others)
+        notes.append(f"Task {task}: shows {pick} ({describe_settings(attrs[pick])})" + _readers(read, pick) + (
+            "; also stored: " + "; ".join(f"{n} ({describe_settings(attrs[n])}){_readers(read, n)}" for n in others)
             + f" (`layerstate report STORE --result {others[0]}` shows it instead)" if others else ""))
-    return shown, notes
+    return shown, notes, {t for t, c in holding.items() if len(c) > 1}
+
+
+def _readers(read: dict[str, list[str]], name: str) -> str:
+    """``, the result claims a, b read`` (or '' when no stored claim reads ``name``)."""
+    ids = read.get(name, [])
+    return f", the result claim{'s' if len(ids) > 1 else ''} {', '.join(ids)} read{'' if len(ids) > 1 else 's'}" \
+        if ids else ""
 
 
 def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
@@ -107,7 +144,7 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
     sec = Section("probes", "Probe profiles", intro=PROBES_INTRO)
     frames, summaries, notes, regs = [], [], [], []
     computed: list[str] = []
-    shown, which = choose_probe_results(snap.store, names, wanted)
+    shown, which, several = _choose(snap.store, names, wanted)
     notes.extend(which)
     for name, tasks in shown.items():
         ds = read_result(snap.store, name)
@@ -139,17 +176,21 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
     layers = list(dict.fromkeys(frame.sort_values("layer_pos")["layer"]))
     shown_length = _fit_length(frame)
     at_fit = frame[frame["length"] == shown_length]
-    two = bool(np.isfinite(at_fit["seed_a"]).any())
+    read = claims_reading(snap.store)
+    # a panel names its result where the task had several to choose from (the claims name theirs)
+    panels = {t: f"{t} · {r}" if t in several else t
+              for t, r in at_fit.groupby("task")["result"].first().items()}
     sec.figures.append(Figure(
         "probe_profiles",
         f"Probe accuracy across layers at length {shown_length}: tasks as columns, architectures as rows "
-        "(band: 95% interval across seeds; dashed: majority baseline; dotted: control task"
-        + ("; vertical line: the two seeds' values where 2 seeds are too few for an interval)." if two else ")."),
-        F.profile_grid(at_fit.rename(columns={"estimate": "accuracy", "lower": "accuracy_lower",
-                                              "upper": "accuracy_upper"}), layers),
+        "(band: 95% interval across seeds; dashed: majority baseline; dotted: control task). "
+        + results_text(at_fit, read) + band_text(at_fit),
+        F.profile_grid(at_fit.assign(task=at_fit["task"].map(panels)).rename(
+            columns={"estimate": "accuracy", "lower": "accuracy_lower", "upper": "accuracy_upper"}), layers),
     ))
-    sec.tables.append(Table("probe_profiles", f"Probe accuracy [95% interval] per layer at length {shown_length}; "
-                            "every length in the CSV.", frame, _profile_pivot(at_fit, layers)))
+    sec.tables.append(Table("probe_profiles", f"Probe accuracy [95% interval] per layer at length {shown_length} "
+                            f"({results_text(at_fit, read, short=True)}); every length in the CSV.",
+                            frame, _profile_pivot(at_fit, layers)))
     if "selectivity" in frame:
         sec.tables.append(Table(
             "probe_selectivity", f"Selectivity (probe accuracy - control-task accuracy) [95% interval] per layer at "
@@ -186,6 +227,54 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
         "The AUC interval is a seed-level t interval."
     ]
     return sec
+
+
+def results_text(frame: pd.DataFrame, read: dict[str, list[str]], *, short: bool = False) -> str:
+    """Which stored result each task's profile is (``dyck: probes/dyck-2, the result claim d reads``),
+    and any probe result a stored claim reads that is not shown here."""
+    shown = frame.groupby("task")["result"].first()
+    each = "; ".join(f"{t}: {r}" + ("" if short else _readers(read, r))
+                     for t, r in shown.items())
+    if short:
+        return f"results {each}"
+    text = f"Results: {each}."
+    unseen = {n: ids for n, ids in read.items() if n not in set(shown)}
+    for n, ids in sorted(unseen.items()):
+        text += (f" Claim{'s' if len(ids) > 1 else ''} {', '.join(ids)} read{'' if len(ids) > 1 else 's'} {n}, "
+                 f"not shown here (`layerstate report STORE --result {n}` shows it).")
+    return text
+
+
+def band_text(frame: pd.DataFrame) -> str:
+    """Why a profile of the figure has no band, per (task, arch, variant): too few seeds, an
+    interval as wide as the range, one seed without per-sequence counts, or a result that stores
+    no interval (no per-seed values); and profiles whose band has no width. '' when every
+    profile has its band."""
+    why: dict[str, list[str]] = {}
+    for (task, arch, variant), g in frame.groupby(["task", "arch", "variant"], sort=True):
+        name = f"{task}/{arch}" + ("" if variant == "default" else f"/{variant}")
+        lo, hi = g["lower"].astype(float), g["upper"].astype(float)
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        n = int(pd.to_numeric(g["n_seeds"], errors="coerce").fillna(0).max())
+        if ok.all():
+            if float((hi - lo).max()) < 0.002:
+                why.setdefault("its interval has no visible width (every seed scores alike)", []).append(name)
+            continue
+        notes = set(g.loc[~ok, "interval_note"].astype(str))
+        if TOO_FEW in notes:
+            reason = "2 seeds, too few for an interval (each seed's value is a vertical line)"
+        elif TOO_WIDE in notes:
+            reason = "its interval spans the whole range"
+        elif n <= 1:
+            reason = ("1 seed, and the stored result has no per-sequence counts to resample "
+                      "(train more seeds for an interval across seeds)")
+        else:
+            reason = (f"{n} seeds, but the stored result holds no interval for it (no per-seed values; "
+                      f"`{COMMANDS['probe']}` stores them)")
+        why.setdefault(reason, []).append(name)
+    if not why:
+        return ""
+    return " No band: " + "; ".join(f"{', '.join(names)}: {reason}" for reason, names in why.items()) + "."
 
 
 # ---------------------------------------------------------------------- per-seed profiles

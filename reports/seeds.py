@@ -69,6 +69,15 @@ PLAN_INTRO = (
     "verdicts; `layerstate plan EXPERIMENT --store STORE` prints it."
 )
 
+#: Said where claims are declared but no seed plan is stored (claims evaluated before ``layerstate
+#: stats`` stored one beside its verdicts, or by another tool).
+PLAN_MISSING = (
+    "No seed plan (results/seed_plan) is stored with these claims: what deciding each would cost in seeds "
+    "is not known here (`layerstate plan CLAIMS.toml --store STORE` prints it; CLAIMS.toml is the experiment "
+    "or claims file of the verdicts)."
+)
+PLAN_COMMAND = "layerstate stats STORE --claims CLAIMS.toml"
+
 
 def parts(snap: Snapshot, experiment: dict | None) -> list[Section]:
     """The parts this module adds to the claims section: the sequential design (when the store
@@ -77,7 +86,8 @@ def parts(snap: Snapshot, experiment: dict | None) -> list[Section]:
     out = []
     if SEQUENTIAL in snap.results():
         out.append(_guarded("claims-sequential", SEQUENTIAL_TITLE, lambda: sequential(snap, experiment)))
-    if SEED_PLAN in snap.results() or declared_claims(experiment):
+    # claims are declared by the experiment or by the claims file whose verdicts the store holds
+    if SEED_PLAN in snap.results() or "claims" in snap.results() or declared_claims(experiment):
         out.append(_guarded("claims-seeds", PLAN_TITLE, lambda: seed_plan(snap, experiment)))
     return out
 
@@ -120,9 +130,8 @@ def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
     sec = Section("claims-seeds", PLAN_TITLE, intro=PLAN_INTRO)
     if SEED_PLAN not in snap.results():
         sec.intro = ""
-        sec.notes.append("No seed plan is stored with these claims; `layerstate stats STORE --claims "
-                         "EXPERIMENT.toml` stores one beside the verdicts (`layerstate plan EXPERIMENT --store "
-                         "STORE` prints it).")
+        sec.missing = PLAN_MISSING
+        sec.command = PLAN_COMMAND
         return sec
     ds = read_result(snap.store, SEED_PLAN)
     power = float(ds.attrs.get("power", PLAN_POWER))

@@ -241,8 +241,31 @@ def test_a_store_without_a_stored_plan_says_how_to_make_one_and_computes_nothing
         plan_store.forget_result("seed_plan")
     build_report(plan_store, tmp_path / "r", check_chunks=False, experiment={"claims": CLAIMS})
     part = _part(tmp_path / "r", "claims-seeds")
-    assert part is not None and part["status"] == "ok" and part["tables"] == []
-    assert len(part["notes"]) == 1 and "layerstate stats STORE --claims" in part["notes"][0]
+    assert part is not None and part["status"] == "missing" and part["tables"] == []
+    assert "No seed plan (results/seed_plan) is stored" in part["missing"]
+    assert part["command"] == "layerstate stats STORE --claims CLAIMS.toml"
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert "<code>layerstate stats STORE --claims CLAIMS.toml</code> computes it." in html
+
+
+def test_stored_claims_without_an_experiment_get_the_seed_plan_part(plan_store, tmp_path):
+    """A receiver's report: claims evaluated from a hand-written claims file, no experiment in the
+    store; the seed plan is shown when stored, and its absence is said with the command."""
+    from analysis.claims import evaluate_stored_claims, parse_claims
+
+    evaluate_stored_claims(plan_store, parse_claims(CLAIMS))
+    assert "experiment" not in plan_store.attrs
+    build_report(plan_store, tmp_path / "with", check_chunks=False)
+    part = _part(tmp_path / "with", "claims-seeds")
+    assert part is not None and part["status"] == "ok" and part["tables"] == ["tables/seed_plan.csv",
+                                                                            "tables/seed_plan_cells.csv"]
+    plan_store.forget_result("seed_plan")
+    build_report(plan_store, tmp_path / "without", check_chunks=False)
+    part = _part(tmp_path / "without", "claims-seeds")
+    assert part is not None and part["status"] == "missing" and "layerstate stats" in part["command"]
+    plan_store.forget_result("claims")
+    build_report(plan_store, tmp_path / "none", check_chunks=False)
+    assert _part(tmp_path / "none", "claims-seeds") is None  # no claims declared anywhere: no part
 
 def test_a_claims_figure_keeps_its_legend_inside():
     from reports.figures import legend_overflow, sequential_claim
