@@ -13,6 +13,7 @@ from typing import TypeVar
 import numpy as np
 import xarray as xr
 
+from analysis.stats.ranges import CLIPPED, clip_interval
 from store import MissingError, Store
 from store.io.lengths import require_target
 
@@ -137,10 +138,15 @@ def accuracy_intervals(
         factored.correct, factored.labelled, rng=rng, method=method, ci_level=ci_level,
     )
     out = res.interval
+    lower, upper, past = clip_interval(out.lower.values, out.upper.values, 0.0, 1.0)  # an accuracy's range
+    out["lower"] = out.lower.copy(data=lower)
+    out["upper"] = out.upper.copy(data=upper)
     out.attrs.update(
         metric="accuracy",
-        note="one seed: the interval covers sequence sampling only, not training variability"
-        if n_seeds < 2 else "seeds are the top level; sequences nested in seeds",
+        note="; ".join(n for n in (
+            "one seed: the interval covers sequence sampling only, not training variability"
+            if n_seeds < 2 else "seeds are the top level; sequences nested in seeds",
+            f"{CLIPPED} to [0, 1]" if np.any(past) else "") if n),
     )
     return out
 

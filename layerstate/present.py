@@ -163,6 +163,8 @@ def behaviour_lines(ds: xr.Dataset) -> Iterator[str]:
                 continue
             lo, hi = float(one.lower), float(one.upper)
             interval = f"[{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "[no interval]"
+            if "clipped" in str(one.note.item()):
+                interval += " (clipped to [0, 1])"
             yield (f"{cell.cell_task.item()} {cell.cell_arch.item()}/{cell.cell_variant.item()} L={int(L)}: "
                    f"accuracy {float(one.estimate):.3f} {interval} ({int(one.n_seeds)} "
                    f"seed{'s' if int(one.n_seeds) != 1 else ''}, {one.method.item()})")
@@ -362,7 +364,8 @@ def _interval(r: xr.Dataset) -> str:
         why = "permutation test: no interval" if str(r.kind.values) == "profile_match" else "no interval"
         return f"{est:{fmt}} [{why}]"
     note = "" if str(_get(r, "model")) == "sign_test" else seeds_note(float(_get(r, "n_seeds", np.nan)))
-    return f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{note}"
+    clipped = str(_get(r, "interval_note", "") or "")
+    return f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{f' ({clipped})' if clipped else ''}{note}"
 
 
 def claim_lines(res: xr.Dataset) -> Iterator[str]:
@@ -554,7 +557,7 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
                f"(the store holds {low} in its thinnest cell); to train them: {next_step}")
     for st in run.stages:
         for cid, c in st.claims.items():
-            bounds = ", ".join(signed(b) for b in c.boundaries) or "–"
+            bounds = run.boundary_text(c)
             yield (f"stage {st.stage + 1} ({st.seeds} seeds) {cid}: {c.decision}"
                    + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
                       f"{c.decided_at + 1})" if c.decided_at is not None

@@ -25,6 +25,7 @@ from analysis.claims.sampling import (
     ablation_counts,
     accuracy_floor,
     bound_row,
+    claim_range,
     labelled_sequences,
     metric_sampling_var,
     sequences_per_seed,
@@ -295,7 +296,7 @@ NUMERIC = ("estimate", "lower", "upper", "se", "df", "p", "min_p", "power", "pow
            "crosscheck_se", "crosscheck_df",
            "sd_seed", "sd_model", "sd_sequence", "seed_sd", "sequences", "max_t", "level", "bound", "seeds_needed",
            "beyond", "short", "share", "share_lower", "share_upper", "p_contra_exact")
-TEXT = ("test", "model", "crosscheck_model", "dropped", "variance", "result")
+TEXT = ("test", "model", "crosscheck_model", "dropped", "variance", "result", "interval_note")
 
 
 def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | None = None,
@@ -438,6 +439,8 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     """
     kept = list(kept)
     rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
+    for claim, row in zip(kept, rows, strict=True):
+        _in_range(claim, row)
     adjusted = adjust(kept, rows, absent=pad)
     for claim, row, adj in zip(kept, rows, adjusted, strict=True):
         _judge_at_level(claim, row, adj["level"])
@@ -486,6 +489,25 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     )
 
 
+def _in_range(claim: Claim, row: dict) -> None:
+    """The row's intervals (its own and its cross-check's) inside what the claim's estimate can
+    take, with ``interval_note`` saying when one was clipped (:mod:`analysis.stats.ranges`); the
+    tests already ran on the unclipped numbers."""
+    from analysis.stats.ranges import CLIPPED, clip_interval
+
+    low, high = claim_range(claim)
+    clipped = False
+    for lo_k, hi_k in (("lower", "upper"), ("crosscheck_lower", "crosscheck_upper")):
+        lo, hi, past = clip_interval(row[lo_k], row[hi_k], low, high)
+        row[lo_k], row[hi_k] = float(lo), float(hi)
+        clipped = clipped or (lo_k == "lower" and bool(past))
+    x = row.get("_x")
+    if x is not None:
+        x["lower"], x["upper"], _ = (float(v) for v in clip_interval(x["lower"], x["upper"], low, high))
+    if clipped and not row.get("interval_note"):
+        row["interval_note"] = f"{CLIPPED} to [{low:g}, {high:g}]"
+
+
 def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
     """Power, MDE and the one-sided bound of a row at the level its own test is judged at (its
     Holm step), and for a bound claim no data could pass there, the seeds that would let the
@@ -508,7 +530,8 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
             row["seeds_needed"] = seeds_to_decide(level, claim.q)
         return
     row.update(judged_power(claim, row, level))
-    row["bound"] = one_sided_bound(claim, row, level)
+    low, high = claim_range(claim)
+    row["bound"] = float(np.clip(one_sided_bound(claim, row, level), low, high))  # NaN stays NaN
     max_t, n = float(row.get("max_t", np.nan)), float(row.get("n_seeds", np.nan))
     if np.isfinite(max_t) and np.isfinite(n) and max_t < float(t_critical(level, n - 1)):
         row["seeds_needed"] = next((k for k in range(int(n) + 1, 201)

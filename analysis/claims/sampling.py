@@ -214,6 +214,19 @@ def metric_range(claim: Claim) -> tuple[float, float]:
     return METRIC_RANGES.get(claim.metric, (-np.inf, np.inf))
 
 
+def claim_range(claim: Claim) -> tuple[float, float]:
+    """The range of a claim's estimate: its metric's for a bound or readable_by claim, a
+    difference of two of them for a difference or equivalence claim, none for a profile match
+    (:mod:`analysis.stats.ranges`)."""
+    from analysis.stats.ranges import UNBOUNDED, difference_range
+
+    if claim.kind in ("bound", "readable_by"):
+        return metric_range(claim)
+    if claim.kind in ("difference", "equivalence"):
+        return difference_range(*metric_range(claim))
+    return UNBOUNDED
+
+
 def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict:
     """The exact sign test that more than ``claim.q`` of the seeds lie beyond the threshold
     (docs/ceiling.md), as a claims row: the ``estimate`` is the seeds' q-quantile (the median

@@ -33,15 +33,13 @@ import numpy as np
 from analysis.claims.cells import Cell, claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
+from analysis.claims.sampling import claim_range
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Design, DesignError
 from analysis.stats.seedshare import ShareCount
 from analysis.stats.sequential import StageResult, sequential_decisions
-
-#: Metrics that are proportions (their intervals are clipped to the range they can take).
-_PROPORTIONS = ("accuracy", "probe_accuracy")
 
 
 @dataclass(frozen=True)
@@ -72,6 +70,16 @@ class SequentialRun:
         """A claim's repeated interval at a stage, inside the range its metric can take."""
         lo, hi = self.ranges.get(c.id, (-np.inf, np.inf))
         return max(c.rci[0], lo), min(c.rci[1], hi)
+
+    def boundary_text(self, c) -> str:
+        """A stage's boundaries as the estimate they need, each one the metric cannot reach said
+        in words (:func:`analysis.stats.ranges.unreachable`: not crossable at this stage)."""
+        from analysis.stats.ranges import unreachable
+
+        lo, hi = self.ranges.get(c.id, (-np.inf, np.inf))
+        words = [(f"{past} (not crossable at this stage)" if (past := unreachable(b, lo, hi)) else signed(b))
+                 for b in c.boundaries]
+        return ", ".join(words) or "–"
 
 
 def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
@@ -159,8 +167,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
                                                         for h in hypotheses},
                          tests={h.id: _test_words(h) for h in hypotheses},
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
-                         ranges={c.id: ((0.0 if c.kind in ("bound", "readable_by") else -1.0), 1.0)
-                                 for c in tested.values() if c.metric in _PROPORTIONS or c.id in shares},
+                         ranges={c.id: (0.0, 1.0) if c.id in shares else claim_range(c) for c in tested.values()},
                          added=_added(store, [st.seeds for st in stages]), shares=frozenset(shares),
                          quantiles=quantiles)
 
@@ -342,7 +349,7 @@ def sequential_verdicts(res, run: SequentialRun):
         if cid in run.shares:
             reason[j], written = _share_verdict(c, run, head, what, k, fixed[j])
         else:
-            bound = ", ".join(signed(b) for b in c.boundaries) or "–"
+            bound = run.boundary_text(c)
             lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
             rests = one_sided(c)
             reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {signed(c.estimate)}"

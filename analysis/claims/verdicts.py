@@ -289,7 +289,7 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
             return Verdict.CONTRADICTED, "", f"the {iv} lies {opposite} {v:g}{_contra_text(adj)}"
         beyond = (greater and hi < v) or (not greater and lo > v)
         return Verdict.INCONCLUSIVE, "", (f"not shown {side} {v:g} (Holm p = {fmt_p(p)}; {bound_text or iv})"
-                                    f"{_cannot(row, level, n_seeds) or _mde_text(row, side, n_seeds)}"
+                                    f"{_cannot(row, level, n_seeds) or _mde_text(claim, row, side, n_seeds)}"
                                     f"{_short_of(adj, beyond, f'{opposite} it')}")
     if claim.kind == "profile_match":
         from analysis.stats.profiles import seeds_for_profile_test
@@ -450,10 +450,21 @@ def _short_of(adj: dict[str, float], beyond: bool, where: str) -> str:
             f"(the test of that side at the two-sided level, Holm p = {fmt_p(adj['contra'])}): not contradicted")
 
 
-def _mde_text(row: dict, side: str, n_seeds: int) -> str:
+def _mde_text(claim: Claim, row: dict, side: str, n_seeds: int) -> str:
+    """The minimum detectable effect beyond a bound claim's threshold, or, where the threshold
+    plus it lies beyond what the metric can take, that no value the metric can take is
+    detectable at these seeds (:func:`analysis.stats.ranges.unreachable`)."""
+    from analysis.claims.sampling import metric_range
+    from analysis.stats.ranges import unreachable
+
     mde = float(row.get("mde", np.nan))
     if not np.isfinite(mde):
         return ""
+    v = float(claim.threshold or 0.0)
+    past = unreachable(v + mde if side == "above" else v - mde, *metric_range(claim))
+    if past:
+        return (f"; no value the metric can take is detectable {side} {v:g} at {n_seeds} seeds: the MDE "
+                f"{mde:.3f} at the level of its Holm step reaches {past}")
     return f"; MDE {mde:.3f} {side} it at {n_seeds} seeds, at the level of its Holm step"
 
 
