@@ -126,7 +126,7 @@ def counting(cells_of: Mapping[Any, int], progress: Progress) -> Iterator[None]:
     from dask.callbacks import Callback
 
     class _Cells(Callback):
-        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        def _posttask(self, key: Any, result: Any, _dsk: Any, state: Any, _worker_id: Any) -> None:
             n = cells_of.get(key)
             if n:
                 progress.advance(n)
