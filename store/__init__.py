@@ -26,6 +26,7 @@ nothing in their ``__init__``; import their modules by full name::
         location     directory, zip or fsspec URL; the per-run writer lock
         lease_backends  where lease objects live (local directory, fsspec) and a store's lease key
         lease        one writer per run and one consolidation at a time, across hosts
+        consolidation  the consolidated snapshot rewritten under the lease, and checked
         pairing      results kept beside a read-only store: the source's identity, the record
     io/          the activations: length groups, block by block
         chunks       whole-chunk encode/write and read_whole thread pools (raw + crc32c)
@@ -40,8 +41,9 @@ nothing in their ``__init__``; import their modules by full name::
         checkpoints  an unfinished training's state
         results      analysis result Datasets under results/
         forget       removing a result, a run's captures or a whole run
-    core         Store: open/create and consolidated metadata, a thin facade over the above;
-                 PairedStore (a read-only source with a separate results store), open_analysis
+    core         Store: open/create and consolidated metadata, a thin facade over the above
+    paired       PairedStore (a read-only source with a separate results store) and
+                 open_analysis, which chooses where an analysis writes
     view         several stores (or one store's first seeds) read as one, read-only
     inspect      summary of what a store holds
     integrity/   the tools half, on a whole Store
@@ -55,13 +57,7 @@ nothing in their ``__init__``; import their modules by full name::
 This package imports nothing else of layerstate's.
 """
 
-from .core import (
-    PairedStore,
-    Store,
-    config_hash,
-    open_analysis,
-    run_identity,
-)
+from .core import Store, config_hash, run_identity
 from .errors import (
     CorruptStoreError,
     IncompleteError,
@@ -82,6 +78,7 @@ from .inspect import format_summary, summary
 from .integrity.repair import RepairRefusedError, RepairReport, format_repair, repair
 from .integrity.validation import Report, validate
 from .io.writer import LengthWriter
+from .paired import PairedStore, open_analysis
 from .schema import SCHEMA, layer_names, length_group
 from .sharing.pack import pack, unpack
 

@@ -3,7 +3,7 @@
 A store that cannot be written (a zip, a read-only directory, a store served over HTTP) is
 analysed with a separate *results store*: a layerstate store with no runs, whose root
 attribute :data:`RESULTS_FOR` records the source it belongs to (its URL, and an identity
-that changes when the source's activations change). :class:`store.core.PairedStore` reads
+that changes when the source's activations change). :class:`store.paired.PairedStore` reads
 the two as one; this module holds what that needs without importing it:
 
 * :func:`source_identity`: a digest of the source's root attributes, every node's metadata

@@ -19,9 +19,10 @@ from zarr.core.metadata import ArrayV3Metadata
 from zarr.core.sync import sync
 
 from ..access.location import Location
-from ..core import PairedStore, Store
+from ..core import Store
 from ..errors import LayerstateError, MetadataDamagedError, NotAStoreError
 from ..io import lengths
+from ..paired import PairedStore
 from ..schema import (
     ATTR_COMPLETED,
     METADATA_COPY,

@@ -195,7 +195,7 @@ def test_a_store_served_over_http_is_analysed_into_a_local_results_store(shared,
 
 def test_a_results_store_paired_with_another_store_is_refused(shared, make_store, tmp_path):
     results = tmp_path / "r.zarr"
-    st = Store.open(str(shared["zip"]), results=str(results), mode="r+")
+    st = open_analysis(str(shared["zip"]), results=str(results))
     assert isinstance(st, PairedStore) and st.run_ids()
     other = make_store()
     res = cli("probe", other.location, "--results", results)
@@ -203,7 +203,7 @@ def test_a_results_store_paired_with_another_store_is_refused(shared, make_store
     assert f"results store {results} belongs to {shared['zip']}" in res.output
     assert f"not to {other.location}" in res.output
     with pytest.raises(ResultsMismatchError):
-        Store.open(str(other.location), results=str(results))
+        open_analysis(str(other.location), results=str(results), write=False)
 
 
 def test_read_only_stores_opened_for_writing_say_so(shared):
@@ -222,7 +222,7 @@ def test_python_api_results_beside_a_zip(shared, tmp_path):
     probe(str(zipped), positions="pooled", folds=2, lengths=[12], runs=["parity-lstm-default-s0"], save=True)
     assert Store.open(str(tmp_path / "s.results.zarr")).results() == ["probes/parity"]
     mine = tmp_path / "mine.zarr"
-    probe(Store.open(str(zipped), results=str(mine), mode="r+"), positions="pooled", folds=2,
+    probe(open_analysis(str(zipped), results=str(mine)), positions="pooled", folds=2,
           runs=["parity-gru-default-s0"], save=True)
     assert Store.open(str(mine)).results() == ["probes/parity"]
     assert _sha(zipped) == before
