@@ -88,6 +88,7 @@ def apply_rules(
     seed_values: tuple[str, str] | None = ("seed_a", "seed_b"),
     ci_level: float = 0.95,
     min_seeds: int = MIN_SEEDS,
+    clipped_before: str | None = None,
 ) -> pd.DataFrame:
     """Apply the three rules of this module to the interval columns of ``frame``.
 
@@ -108,7 +109,12 @@ def apply_rules(
         whole range"``.
     seed_values : (str, str) or None
         Columns written with the two seeds' values of a too-few-seeds t interval (NaN
-        elsewhere); ``None`` writes none.
+        elsewhere); ``None`` writes none. Where ``frame`` already holds them (the stored
+        per-seed values), they are kept: an interval clipped at its source no longer gives
+        them back exactly.
+    clipped_before : str or None
+        A text column saying, with ``clipped``, that the stored interval was clipped to its
+        range where it was computed (:mod:`analysis.stats.ranges`): its note is ``clipped`` too.
 
     Returns
     -------
@@ -130,13 +136,21 @@ def apply_rules(
     with np.errstate(invalid="ignore"):
         wide = shown & ~few & bounded & ((hi - lo) >= (hi_r - lo_r))
         outside = shown & ~few & ~wide & ((lo < lo_r) | (hi > hi_r))
+    if clipped_before is not None and clipped_before in out:
+        outside = outside | (shown & ~few & ~wide & out[clipped_before].astype(str).str.contains(CLIPPED).to_numpy())
     notes = np.where(few, TOO_FEW, np.where(wide, TOO_WIDE, np.where(outside, CLIPPED, "")))
     if seed_values is not None:
         t_rows = np.broadcast_to(np.asarray(t_based, dtype=bool), (n_rows,))
         tcrit = sps.t.ppf(0.5 + ci_level / 2, 1)
         spread = np.where(few & t_rows, (hi - lo) / 2 / tcrit, np.nan)
-        out[seed_values[0]] = np.clip(est - spread, lo_r, hi_r)
-        out[seed_values[1]] = np.clip(est + spread, lo_r, hi_r)
+        a, b = np.clip(est - spread, lo_r, hi_r), np.clip(est + spread, lo_r, hi_r)
+        if seed_values[0] in out and seed_values[1] in out:  # the stored seeds' own values
+            given_a = pd.to_numeric(out[seed_values[0]], errors="coerce").to_numpy(dtype=float)
+            given_b = pd.to_numeric(out[seed_values[1]], errors="coerce").to_numpy(dtype=float)
+            keep = few & np.isfinite(given_a) & np.isfinite(given_b)
+            a, b = np.where(keep, given_a, a), np.where(keep, given_b, b)
+        out[seed_values[0]] = a
+        out[seed_values[1]] = b
     hidden = few | wide
     out[lower] = np.where(hidden, np.nan, np.clip(lo, lo_r, hi_r))
     out[upper] = np.where(hidden, np.nan, np.clip(hi, lo_r, hi_r))

@@ -312,9 +312,10 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
                      f"({names}): measured here from the logits; `{COMMANDS['behaviour']}` stores it.")
     frame = pd.concat(parts, ignore_index=True)
     frame = frame[np.isfinite(frame["estimate"])].reset_index(drop=True)
-    cols = ["task", "arch", "variant", "length", "estimate", "lower", "upper", "n_seeds", "method", "ci_level", "note"]
+    cols = ["task", "arch", "variant", "length", "estimate", "lower", "upper", "n_seeds", "method", "ci_level", "note",
+            "seed_a", "seed_b"]
     frame = frame[cols].sort_values(["task", "arch", "variant", "length"]).reset_index(drop=True)
-    frame = apply_rules(frame, *RANGES["accuracy"], t_based=frame["method"] == "seed-level t")
+    frame = apply_rules(frame, *RANGES["accuracy"], t_based=frame["method"] == "seed-level t", clipped_before="note")
     if (frame["n_seeds"] < 2).any():
         notes.append("Cells with one seed: the interval covers sequence sampling only, not training "
                      "variability (train more seeds).")
@@ -338,10 +339,20 @@ def _behaviour_rows(ds) -> pd.DataFrame:
     upper, n_seeds, method, ci_level, note (cells without runs at a length left out)."""
     frame = ds[["estimate", "lower", "upper", "n_seeds", "method", "note"]].to_dataframe().reset_index()
     frame = frame.rename(columns={"cell_task": "task", "cell_arch": "arch", "cell_variant": "variant"})
-    frame = frame[frame["n_seeds"] > 0]
+    frame = frame[frame["n_seeds"] > 0].copy()
     frame["ci_level"] = float(ds.attrs["ci_level"])
     frame["length"] = frame["length"].astype(np.int64)
     frame["n_seeds"] = frame["n_seeds"].astype(np.int64)
+    # a 2-seed cell shows its two seeds' values: read them, not recovered from a clipped interval
+    acc = ds["accuracy"].to_dataframe().reset_index()
+    pairs = {}
+    for key, grp in acc.dropna(subset=["accuracy"]).groupby(["task", "arch", "variant", "length"]):
+        if len(grp) == 2:
+            pairs[tuple(str(k) for k in key[:3]) + (int(key[3]),)] = sorted(grp["accuracy"].astype(float))
+    two = [pairs.get((str(r.task), str(r.arch), str(r.variant), int(r.length)), [np.nan, np.nan])
+           for r in frame.itertuples()]
+    frame["seed_a"] = [p[0] for p in two]
+    frame["seed_b"] = [p[1] for p in two]
     return frame.drop(columns=["cell"])
 
 
