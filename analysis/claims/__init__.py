@@ -68,8 +68,9 @@ pass at the seeds there are, the reason says so and how many seeds would do (``s
 
 **Models** (``model``, accuracy claims; :mod:`analysis.stats.contrasts`): ``paired_t`` (paired t
 on per-seed accuracy differences), ``gee`` (binomial GEE on per-sequence counts, seeds as
-clusters, CR1, t(G - 1)), ``mixedlm`` (REML mixed model with random intercepts per seed,
-trained model and evaluation sequence, Satterthwaite degrees of freedom) or ``glmm`` (the
+clusters, the CR2 cluster-robust SE with Bell and McCaffrey's degrees of freedom), ``mixedlm``
+(REML mixed model with random intercepts per seed, trained model and evaluation sequence, tested
+with the same CR2 SE over seeds and Bell-McCaffrey degrees of freedom) or ``glmm`` (the
 Bayesian binomial GLMM: its estimate and variance components are shown, but its intervals are
 too narrow to decide, so the verdict comes from the default model). The default is
 :data:`DEFAULT_MODEL`, the best calibrated in ``python -m bench.calibration`` (docs/measured.md,

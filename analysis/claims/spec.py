@@ -26,8 +26,9 @@ DEFAULT_MODEL = "paired_t"
 CROSSCHECK = {"paired_t": "mixedlm", "mixedlm": "paired_t", "gee": "paired_t"}
 MODEL_NAMES = {
     "paired_t": "paired t on per-seed differences",
-    "gee": "binomial GEE on per-sequence counts (seeds as clusters, CR1, t(G-1))",
-    "mixedlm": "mixed model on per-sequence accuracy (REML; seed, model and sequence intercepts; Satterthwaite df)",
+    "gee": "binomial GEE on per-sequence counts (seeds as clusters, CR2 SE, Bell-McCaffrey df)",
+    "mixedlm": "mixed model on per-sequence accuracy (REML; seed, model and sequence intercepts; CR2 SE over "
+               "seeds, Bell-McCaffrey df)",
     "glmm": "Bayesian binomial GLMM (point estimate and variance components only)",
 }
 

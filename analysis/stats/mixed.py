@@ -15,8 +15,9 @@ on per-seed differences (df = n_seeds - 1) in ~5%. So every effect is cross-chec
 paired t, and the result reports, per effect, **the test with the wider interval** (its p with
 it), naming it in ``test`` (in those simulations: always the paired t). Warnings, convergence
 and boundary status are in the attrs, never hidden. Claims do not use this function: they fit
-the same mixed model through its paired contrast with Satterthwaite's degrees of freedom
-(:mod:`analysis.stats.contrasts`, calibrated there).
+the same mixed model through its paired contrast, tested with the CR2 cluster-robust SE over
+seeds and Bell and McCaffrey's degrees of freedom (:mod:`analysis.stats.contrasts`, calibrated
+there).
 
 :func:`correctness_model` models per-sequence counts (correct of labelled positions): GEE with
 a binomial family and exchangeable correlation within seed (fast), the cluster-robust sandwich
