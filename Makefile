@@ -27,6 +27,10 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet "uv>=0.5"
 	$(VENV)/bin/uv pip install --python $(PY) --quiet -e ".[test,dev]" \
 	  || $(PY) -m pip install --quiet -e ".[test,dev]"
+	@# Headless Chromium (Debian's package) for the report's browser tests; where it cannot be
+	@# installed (no apt, not root) those tests skip, saying so.
+	@command -v chromium >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
+	  || echo "make: chromium could not be installed; the report's browser tests will skip" >&2; }
 	@touch $(STAMP)
 
 install: $(STAMP)
