@@ -11,12 +11,10 @@ shows its traceback.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -372,6 +370,8 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
     train a run again with another budget, or drop a stale result). Results of a STORE that
     cannot be written (a zip) are removed from the results store beside it."""
     from store import Store
+    from store.contents.forget import forget_plan
+    from store.paired import ResultsBeside, results_home
 
     selected = bool(runs or tasks or archs)
     if not (results or selected):
@@ -383,85 +383,25 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
     if captures and not selected:
         raise BadInput("--captures needs runs: --runs/--task/--arch")
     if results and not selected:  # results only: a read-only STORE keeps them beside it
-        st = _results_home(store_path, results_path, storage_options, dry_run)
-        if isinstance(st, _ResultsBeside):
+        st = results_home(store_path, results_path, write=not dry_run, storage_options=storage_options)
+        if isinstance(st, ResultsBeside):
             st.check(results)
     else:
         if results_path is not None:
             raise BadInput("--results applies to --result only; forget runs or captures in STORE itself")
         st = Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
-    missing = [r for r in results if r not in st.results()]
-    if missing:
-        raise BadInput(f"no result {missing[0]!r} in {st.location}; stored results: "
-                       f"{', '.join(st.results()) or '(none)'}")
     ids = _selected_runs(st, runs, tasks, archs) or []
-    unknown = [r for r in ids if r not in st.run_ids()]
-    if unknown:
-        raise BadInput(f"no run {unknown[0]!r} in {store_path}; see `layerstate inspect`")
+    plan = forget_plan(st, results, ids, captures=captures, lengths=lengths)
     if selected and not captures and not (yes or dry_run):
         raise BadInput(f"removing {len(ids)} whole run(s) ({', '.join(ids[:3])}"
                        f"{' ...' if len(ids) > 3 else ''}) deletes their weights; pass --yes "
                        "(or --captures to remove only their captures, --dry-run to list)")
-    from store.contents.forget import captured_groups
-
-    plan: list[tuple[str, Callable[[], object]]] = [
-        (f"result {r}", functools.partial(st.forget_result, r)) for r in results]
-    for rid in ids:
-        if captures:
-            groups = captured_groups(st, rid, lengths)
-            if groups:
-                plan.append((f"{rid}: {', '.join(groups)}",
-                             functools.partial(st.forget_captures, rid, lengths)))
-        else:
-            plan.append((f"run {rid} (record, weights, captures)",
-                         functools.partial(st.forget_run, rid)))
-    if not plan:
-        raise BadInput(f"the selected runs hold no captures at length(s) {lengths}; nothing to remove")
     for what, remove in plan:
         if not dry_run:
             remove()
         click.echo(f"{'would remove' if dry_run else 'removed'} {what}")
     if dry_run:
         click.echo("dry run: nothing was removed")
-
-
-def _results_home(store_path: str, results_path: str | None, storage_options: dict, dry_run: bool):
-    """The store whose results `forget --result` removes: --results, else STORE when it can be
-    written, else the results store beside it (a result inside a read-only STORE: one line)."""
-    from store import PairedStore, ReadOnlyStoreError, Store, open_analysis
-
-    view = open_analysis(store_path, results=results_path, write=False, storage_options=storage_options,
-                         results_options=storage_options)
-    if not isinstance(view, PairedStore):
-        try:
-            return Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
-        except ReadOnlyStoreError:
-            return view  # read-only, no results store beside it: names nothing removable
-    own = Store.open(view.results_location.url, mode="r" if dry_run else "r+", storage_options=storage_options)
-    inside = [n for n in view.source.results() if n not in own.results()]
-    return _ResultsBeside(own, inside, view.location)
-
-
-class _ResultsBeside:
-    """A results store seen by `forget`: its own results, and those inside its read-only
-    source (named in the error, never removable)."""
-
-    def __init__(self, own, inside: list[str], source) -> None:
-        self.own, self.inside, self.location = own, inside, own.location
-        self.source = source
-
-    def results(self) -> list[str]:
-        return self.own.results()
-
-    def forget_result(self, name: str) -> None:
-        self.own.forget_result(name)
-
-    def check(self, names: tuple[str, ...]) -> None:
-        stuck = [n for n in names if n in self.inside]
-        if stuck:
-            raise BadInput(f"result {stuck[0]!r} is inside {self.source}, which cannot be written; only "
-                           f"results in {self.location} can be removed ({', '.join(self.own.results()) or 'none'}); "
-                           f"to change the store itself, unpack it: layerstate unpack {self.source} DIR")
 
 
 @main.command()

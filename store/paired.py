@@ -7,7 +7,7 @@ one named with ``--results``. The pairing record that ties a results store to it
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import xarray as xr
@@ -23,7 +23,7 @@ from .errors import (
     RunConflictError,
 )
 
-__all__ = ["PairedStore", "open_analysis"]
+__all__ = ["PairedStore", "ResultsBeside", "open_analysis", "results_home"]
 
 
 class PairedStore(Store):
@@ -197,3 +197,47 @@ def _pair(src: Location, res: Location, *, write: bool) -> PairedStore:
     else:
         _pairing.check_record(found, str(res), src_url, identity)
     return PairedStore(source, results)
+
+
+class ResultsBeside:
+    """The results store beside a read-only store, as ``forget`` sees it: its own results
+    (removable) and those inside its source (named in the refusal, never removable)."""
+
+    def __init__(self, own: Store, inside: list[str], source: Location) -> None:
+        self.own, self.inside, self.location, self.source = own, inside, own.location, source
+
+    def results(self) -> list[str]:
+        return self.own.results()
+
+    def run_ids(self) -> list[str]:
+        return []
+
+    def forget_result(self, name: str) -> None:
+        self.own.forget_result(name)
+
+    def check(self, names: Sequence[str]) -> None:
+        """Refuse (one line, with the fix) to remove a result inside the read-only source."""
+        stuck = [n for n in names if n in self.inside]
+        if stuck:
+            raise ReadOnlyStoreError(
+                f"result {stuck[0]!r} is inside {self.source}, which cannot be written; only results in "
+                f"{self.location} can be removed ({', '.join(self.own.results()) or 'none'}); to change the "
+                f"store itself, unpack it: layerstate unpack {self.source} DIR")
+
+
+def results_home(url: str, results: str | None = None, *, write: bool = True,
+                 storage_options: dict | None = None) -> Store | ResultsBeside:
+    """The store whose results ``forget --result`` removes: ``results`` when given, else the
+    store itself when it can be written, else the results store beside it (:class:`ResultsBeside`);
+    a read-only store with none beside it is returned read-only (it names nothing removable)."""
+    opts = storage_options or {}
+    mode = "r+" if write else "r"
+    view = open_analysis(url, results=results, write=False, storage_options=opts, results_options=opts)
+    if not isinstance(view, PairedStore):
+        try:
+            return Store.open(url, mode=mode, storage_options=opts)
+        except ReadOnlyStoreError:
+            return view
+    own = Store.open(view.results_location.url, mode=mode, storage_options=opts)
+    inside = [n for n in view.source.results() if n not in own.results()]
+    return ResultsBeside(own, inside, view.location)

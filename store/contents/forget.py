@@ -16,7 +16,8 @@ again (their record names the runs they came from).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from zarr.core.sync import sync
@@ -84,3 +85,37 @@ def forget_run(st: Store, run_id: str) -> None:
     with st.lock(run_id):
         _delete(st, f"{schema.RUNS}/{run_id}")
     st.consolidate()
+
+
+def forget_plan(st: Store, results: Sequence[str] = (), runs: Sequence[str] = (), *, captures: bool = False,
+                lengths: Iterable[int] | None = None) -> list[tuple[str, Callable[[], object]]]:
+    """What ``layerstate forget`` removes, in order, each as (what, the removal): the
+    ``results``, then per run of ``runs`` its captures (``captures``; ``lengths`` only) or the
+    whole run. ``st`` needs ``results``, ``run_ids`` and the ``forget_*`` methods (a
+    :class:`store.Store`, or the results store beside a read-only one). Nothing is removed here.
+
+    Raises
+    ------
+    MissingError
+        A result or run that is not there (named, with what is), or runs that hold no captures
+        at ``lengths``.
+    """
+    held = st.results()
+    missing = [r for r in results if r not in held]
+    if missing:
+        raise MissingError(f"no result {missing[0]!r} in {st.location}; stored results: {', '.join(held) or '(none)'}")
+    unknown = [r for r in runs if r not in st.run_ids()]
+    if unknown:
+        raise MissingError(f"no run {unknown[0]!r} in {st.location}; see `layerstate inspect`")
+    plan: list[tuple[str, Callable[[], object]]] = [
+        (f"result {r}", functools.partial(st.forget_result, r)) for r in results]
+    for rid in runs:
+        if captures:
+            groups = captured_groups(st, rid, lengths)
+            if groups:
+                plan.append((f"{rid}: {', '.join(groups)}", functools.partial(st.forget_captures, rid, lengths)))
+        else:
+            plan.append((f"run {rid} (record, weights, captures)", functools.partial(st.forget_run, rid)))
+    if runs and captures and len(plan) == len(results):
+        raise MissingError(f"the selected runs hold no captures at length(s) {list(lengths or [])}; nothing to remove")
+    return plan
