@@ -762,10 +762,11 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
     """
     from analysis.claims.combine import combine_parts, read_part
     from layerstate.experiment import load_claims
+    from store.view import StoreView
 
     claims = load_claims(claims_file)
     res = combine_parts(claims, [(p, read_part(p, storage_options=storage_options)) for p in parts],
-                        view=_parts_view(parts, storage_options))
+                        view=StoreView.open(parts, storage_options=storage_options))
     for line in present.claim_lines(res):
         click.echo(line)
     if out is not None:
@@ -822,19 +823,6 @@ def _next_stage(experiment: str, store_path: str, design_path: str | None, tasks
         return ("train them into the store (seeds in the experiment's [grid], `layerstate train` and "
                 "`layerstate capture`, then the analyses the claims read), then run this again")
     return present.design_command(experiment, store_path, design_path, tasks)
-
-
-def _parts_view(parts: tuple[str, ...], storage_options: dict):
-    """The parts' stores read as one (claims that read several parts are evaluated on it), or
-    None when a part is a report's table rather than a store."""
-    from store import NotAStoreError, Store
-    from store.view import StoreView
-
-    try:
-        stores = [Store.open(p, storage_options=storage_options) for p in parts]
-    except (NotAStoreError, FileNotFoundError, OSError):
-        return None
-    return StoreView(stores, names=list(parts))
 
 
 @main.command()

@@ -56,6 +56,18 @@ class StoreView:
             for name in part.results():
                 self._result_part.setdefault(name, i)
 
+    @classmethod
+    def open(cls, urls: Sequence[str], *, storage_options: dict | None = None) -> StoreView | None:
+        """The stores at ``urls`` read as one, or None when one of them is not a store (a
+        part given as a report's claims table rather than its store)."""
+        from .errors import NotAStoreError
+
+        try:
+            stores = [Store.open(u, storage_options=storage_options) for u in urls]
+        except (NotAStoreError, FileNotFoundError, OSError):
+            return None
+        return cls(stores, names=list(urls))
+
     def __repr__(self) -> str:
         return f"<layerstate.StoreView of {len(self.parts)} stores, runs={len(self._run_part)}>"
 
