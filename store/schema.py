@@ -105,7 +105,11 @@ PATCHING = "patching"
 INTERCHANGE = "interchange"
 #: The model's own readout accuracy, one result per task: ``behaviour/<task>``.
 BEHAVIOUR = "behaviour"
-RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE, BEHAVIOUR)
+#: Online codelengths of a label (MDL probes), named like probe results: ``mdl/<task>``.
+MDL = "mdl"
+#: How alike the seeds' probe directions are per layer: ``stability/<probe result's name>``.
+STABILITY = "stability"
+RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE, BEHAVIOUR, MDL, STABILITY)
 CLAIMS = "claims"
 #: A group-sequential design's stages and decisions (``layerstate run`` with a ``[design]``).
 SEQUENTIAL = "sequential"
