@@ -36,12 +36,14 @@ is stored and found again, `save_probes`); :mod:`.plan` (what a sweep will do, c
 any fit); :mod:`.sweep` (the dask graph); :mod:`.cells` (one cell: C chosen, fitted, scored);
 :mod:`.solvers`, :mod:`.screen`, :mod:`.lbfgs`, :mod:`.params` (the solvers);
 :mod:`.assemble` (the Dataset); :mod:`.intervals` (the seed-level intervals stored with it);
-:mod:`.progress` (how many cells a sweep fits, and a hook that reports them as they finish).
+:mod:`.progress` (how many cells a sweep fits, and a hook that reports them as they finish);
+:mod:`.mdl` and :mod:`.mdl_sweep` (MDL probes: the online codelength of a label, ``mdl_probe``).
 """
 
 from __future__ import annotations
 
 from .cells import C_GRID, classification_metrics, fit_cell, fit_cells, score_cell
+from .mdl_sweep import mdl_probe, plan_mdl, save_mdl
 from .probing import plan_probes, probe
 from .results import (
     find_result,
@@ -74,12 +76,15 @@ __all__ = [
     "fit_reference",
     "fit_screen",
     "logits",
+    "mdl_probe",
     "path_exact",
     "path_reference",
+    "plan_mdl",
     "plan_probes",
     "probe",
     "result_name",
     "runs_by_task",
+    "save_mdl",
     "save_probes",
     "setting_differences",
     "storage_name",

@@ -7,8 +7,8 @@ from the store's chunks the same way, one layer and a block of positions per tas
 sequences are sent in one seeded random order per (run, length) (:func:`transmission_rank`),
 and a cell's blocks are whole sequences, as the probes' folds are::
 
-    from analysis.probes import mdl
-    ds = mdl("acts.zarr", positions="last", save=True)
+    from analysis.probes import mdl_probe
+    ds = mdl_probe("acts.zarr", positions="last", save=True)
     ds.compression_profile.sel(length=40)        # uniform / online bits per run and layer
 """
 
@@ -91,7 +91,7 @@ def plan_mdl(
     control: bool | str = "permute",
     seed: int = 0,
 ) -> MDLPlan:
-    """Check an MDL sweep and build its graph, computing nothing (arguments: :func:`mdl`)."""
+    """Check an MDL sweep and build its graph, computing nothing (arguments: :func:`mdl_probe`)."""
     from store import Store
     from store.errors import InvalidArgumentError
 
@@ -144,7 +144,7 @@ def plan_mdl(
 
 
 def assemble(plan: MDLPlan, outs: list[dict]) -> xr.Dataset:
-    """The result Dataset of a computed :class:`MDLPlan` (see :func:`mdl`)."""
+    """The result Dataset of a computed :class:`MDLPlan` (see :func:`mdl_probe`)."""
     runs = list(plan.runs)
     lengths = sorted({L for r in runs for L in plan.lengths[r]})
     layers = list(dict.fromkeys(lay for rp in plan.runs.values() for lay in rp.layers))
@@ -245,7 +245,7 @@ def save_mdl(store: Any, ds: xr.Dataset, name: str | None = None) -> str:
     return name
 
 
-def mdl(
+def mdl_probe(
     store: Any,
     target: str | None = None,
     *,
