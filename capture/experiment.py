@@ -111,6 +111,20 @@ class TrainConfig(BaseModel):
         description="Seconds of training between checkpoints in the store (0: none); an "
                     "interrupted run resumes from its last one, with the same result.",
     )
+    # Speed options (issue 55): off by default, so a file that does not set them trains as
+    # before, bit for bit; one that does records them in its runs' [train] config.
+    compile: bool = Field(
+        default=False,
+        description="Train through torch.compile (inductor; needs a C++ compiler): faster steps "
+                    "for some architectures (docs/measured.md, 'Training speed'), float rounding "
+                    "differs from eager; still deterministic, and a resumed run bit-identical.",
+    )
+    plateau_delta: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="A plateau rule: an evaluation resets `patience` only when it beats the best "
+                    "held-out accuracy so far by more than this (0: by anything, the old rule); "
+                    "the best weights are kept either way.",
+    )
 
 
 class CaptureConfig(BaseModel):

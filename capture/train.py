@@ -12,6 +12,12 @@ generator's and torch's random states, the curve) is checkpointed into the store
 ``[train] checkpoint_seconds`` (:class:`Checkpointer`, S46); an interrupted run resumes
 from its last checkpoint and ends with the same weights, bit for bit, as one never
 interrupted. A checkpoint left by a different ``[train]`` config is discarded.
+
+Speed options, each off unless the experiment's ``[train]`` sets it (so a file that does not
+trains as before, bit for bit, and records the same ``train_config``): ``compile`` trains
+through ``torch.compile`` (:func:`training_forward`), ``plateau_delta`` stops a run whose
+held-out accuracy has stopped gaining more than that (:class:`Stopping`). Both are recorded
+in the run's ``train_config``, and a resumed run ends as one never interrupted.
 """
 
 from __future__ import annotations
@@ -111,6 +117,41 @@ def evaluate(model: torch.nn.Module, batch: TaskBatch, batch_size: int = 256) ->
     return correct / max(total, 1)
 
 
+def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The callable training steps run tokens through: the model, or with ``[train] compile``
+    the model through ``torch.compile`` (same parameters; evaluation stays eager).
+
+    Inductor's code is fixed for a given machine, torch and shapes, so compiled training is
+    as deterministic as eager, and a resumed run (compiled again) continues bit for bit.
+    """
+    if not cfg.compile:
+        return model
+    return cast(Callable[[torch.Tensor], torch.Tensor], torch.compile(model, dynamic=False))
+
+
+class Stopping:
+    """When training ends early: ``target_accuracy`` reached, or ``patience`` evaluations in a
+    row without a gain of more than ``plateau_delta`` over ``reference``, the held-out
+    accuracy of the last evaluation that made one (with ``plateau_delta`` = 0, the best so
+    far: the old rule, unchanged).
+    """
+
+    def __init__(self, cfg: TrainConfig, stale: int = 0, reference: float = -1.0) -> None:
+        self.cfg, self.stale, self.reference = cfg, stale, reference
+
+    def update(self, accuracy: float) -> str | None:
+        """Count one evaluation; the reason to stop ("target", "patience"), or None."""
+        if accuracy > self.reference + self.cfg.plateau_delta:
+            self.reference, self.stale = accuracy, 0
+        else:
+            self.stale += 1
+        if accuracy >= self.cfg.target_accuracy:
+            return "target"
+        if self.stale >= self.cfg.patience:
+            return "patience"
+        return None
+
+
 def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     """Linear warm-up, then cosine decay to 10% of the peak."""
 
@@ -140,6 +181,7 @@ def fit(
     steps once ``checkpoint`` says one is due.
     """
     device = model_device(model)
+    forward = training_forward(model, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
     train_task, valid_task = split_config(task, "train"), split_config(task, "eval")
@@ -153,11 +195,13 @@ def fit(
         step, curve, stale, best = _restore(saved, model, opt, sched, data_rng)
         if progress and curve:
             progress(step, curve[-1])
+    reference = float(saved.state.get("plateau_reference", best[0])) if saved is not None else best[0]
+    stopping = Stopping(cfg, stale, reference)
     first = step + 1
     for step in range(first, cfg.steps + 1):
         model.train()
         batch = train_task.generate(data_rng, cfg.batch_size, cfg.length)
-        logits = model(torch.as_tensor(batch.tokens, device=device))
+        logits = forward(torch.as_tensor(batch.tokens, device=device))
         loss, acc = masked_loss_and_accuracy(logits, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -172,13 +216,11 @@ def fit(
                 progress(step, point)
             if val > best[0]:
                 best = (val, {k: v.detach().clone() for k, v in model.state_dict().items()})
-                stale = 0
-            else:
-                stale += 1
-            if val >= cfg.target_accuracy or stale >= cfg.patience:
+            if stopping.update(val) is not None:
                 break
             if checkpoint is not None and step < cfg.steps and checkpoint.due():
-                checkpoint.save(step, model, opt, sched, data_rng, best, stale, curve)
+                checkpoint.save(step, model, opt, sched, data_rng, best, stopping.stale, curve,
+                                plateau_reference=stopping.reference)
     if best[1] is not None:
         model.load_state_dict(best[1])
     return curve, step
@@ -202,7 +244,7 @@ class Checkpointer:
         self.resumed_at: list[int] = []
 
     def key(self) -> dict:
-        return {k: v for k, v in jsonable(self.cfg.model_dump()).items() if k not in _TRAIN_FIELDS_IGNORED}
+        return {k: v for k, v in recorded_config(self.cfg).items() if k not in _TRAIN_FIELDS_IGNORED}
 
     def load(self) -> Checkpoint | None:
         saved = self.store.read_checkpoint(self.run_id)
@@ -218,7 +260,8 @@ class Checkpointer:
 
     def save(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
              sched: torch.optim.lr_scheduler.LRScheduler, data_rng: np.random.Generator,
-             best: tuple[float, dict[str, torch.Tensor] | None], stale: int, curve: list[dict]) -> None:
+             best: tuple[float, dict[str, torch.Tensor] | None], stale: int, curve: list[dict],
+             plateau_reference: float | None = None) -> None:
         moments, scalars, opt_doc = _flat_optimizer(opt.state_dict())
         sections: dict[str, dict] = {
             "model": model.state_dict(),
@@ -241,6 +284,8 @@ class Checkpointer:
             "train_seconds": self.seconds_before + self.clock() - self.started,
             "resumed_at_steps": self.resumed_at,
         }
+        if self.cfg.plateau_delta > 0 and plateau_reference is not None:  # else it is best_valid
+            state["plateau_reference"] = plateau_reference
         self.store.write_checkpoint(self.run_id, step, sections, state)
         self.last = self.clock()
 
@@ -383,7 +428,7 @@ def _train_run(
             store.update_run_attrs(
                 rid,
                 status="trained",
-                train_config=cfg.model_dump(),
+                train_config=recorded_config(cfg),
                 n_classes=n_classes,
                 vocab_size=task.vocab_size,
                 target=task.target,
@@ -397,6 +442,7 @@ def _train_run(
                     "sequences_per_second": steps * cfg.batch_size / max(seconds, 1e-9),
                     "curve": curve,
                     **({"resumed_at_steps": ckpt.resumed_at} if ckpt.resumed_at else {}),
+                    **({"stopped_by": stopped_by(cfg, curve, steps)} if cfg.plateau_delta > 0 else {}),
                 },
             )
             store.delete_checkpoint(rid)
@@ -408,6 +454,25 @@ def _train_run(
 
 #: [train] fields that do not change what is trained or measured (only how fast).
 _TRAIN_FIELDS_IGNORED = frozenset({"threads", "checkpoint_seconds"})
+
+#: Opt-in [train] fields and the value that means "off": a run recorded without one was
+#: trained with it off, and one trained with it off records no such field (as before it existed).
+_OPT_IN_DEFAULTS = {"compile": False, "plateau_delta": 0.0}
+
+
+def recorded_config(cfg: TrainConfig) -> dict:
+    """The ``[train]`` config as a run records it: every field, except the opt-in ones
+    (``_OPT_IN_DEFAULTS``) that are off, so runs trained the old way record what they did."""
+    return {k: v for k, v in jsonable(cfg.model_dump()).items()
+            if not (k in _OPT_IN_DEFAULTS and v == _OPT_IN_DEFAULTS[k])}
+
+
+def stopped_by(cfg: TrainConfig, curve: list[dict], steps: int) -> str:
+    """Why a run ended: "target" (accuracy reached), "budget" (every step), or "patience"
+    (``patience`` evaluations without a gain of more than ``plateau_delta``)."""
+    if curve and curve[-1]["valid_accuracy"] >= cfg.target_accuracy:
+        return "target"
+    return "budget" if steps >= cfg.steps else "patience"
 
 
 def check_trained_with(store: Store, run_id: str, cfg: TrainConfig) -> None:
@@ -421,9 +486,11 @@ def check_trained_with(store: Store, run_id: str, cfg: TrainConfig) -> None:
     stored = store.run_attrs(run_id).get("train_config")
     if stored is None:  # trained by hand through the API: nothing recorded to compare
         return
-    now = jsonable(cfg.model_dump())
-    diff = {k: (stored.get(k), v) for k, v in now.items()
-            if k not in _TRAIN_FIELDS_IGNORED and stored.get(k) != v}
+    now = recorded_config(cfg)
+    keys = [*now, *(k for k in _OPT_IN_DEFAULTS if k in stored and k not in now)]
+    diff = {k: (stored.get(k, _OPT_IN_DEFAULTS.get(k)), now.get(k, _OPT_IN_DEFAULTS.get(k))) for k in keys
+            if k not in _TRAIN_FIELDS_IGNORED
+            and stored.get(k, _OPT_IN_DEFAULTS.get(k)) != now.get(k, _OPT_IN_DEFAULTS.get(k))}
     if diff:
         shown = ", ".join(f"{k}: {a!r} stored, {b!r} now" for k, (a, b) in sorted(diff.items()))
         raise RunConflictError(

@@ -1,0 +1,106 @@
+"""The opt-in training speed options (issue 55): off, training is what it was; on, it is
+recorded, deterministic and resumes bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from capture.experiment import TrainConfig
+from capture.models import ModelConfig, build_model
+from capture.train import Stopping, check_trained_with, train_run, training_forward
+from store import RunConflictError, Store
+from tests.capture.test_train import _every_eval, _Stop, _stop_at, tiny_experiment
+
+
+def _stops_at(cfg: TrainConfig, accuracies: list[float]) -> tuple[int, str] | None:
+    """Feed a scripted held-out accuracy sequence; (index, reason) of the stop, or None."""
+    rule = Stopping(cfg)
+    for i, acc in enumerate(accuracies):
+        reason = rule.update(acc)
+        if reason is not None:
+            return i, reason
+    return None
+
+
+CREEPING = [0.50, 0.60, 0.605, 0.611, 0.612, 0.613, 0.614]
+
+
+def test_the_plateau_rule_stops_when_gains_stay_below_its_delta():
+    # after 0.60, every evaluation gains under 0.02 over it: the third such one ends the run
+    assert _stops_at(TrainConfig(patience=3, plateau_delta=0.02), CREEPING) == (4, "patience")
+    # gains that add up past the delta reset the count: 0.611 is 0.011 over 0.60, and the
+    # three after it gain under 0.01 over 0.611
+    assert _stops_at(TrainConfig(patience=3, plateau_delta=0.01), CREEPING) == (6, "patience")
+
+
+def test_without_a_delta_the_old_rule_is_unchanged():
+    # every creeping gain is a gain: no stop; a dip counts against patience
+    assert _stops_at(TrainConfig(patience=3), CREEPING) is None
+    assert _stops_at(TrainConfig(patience=2), [0.5, 0.7, 0.69, 0.7]) == (3, "patience")
+    assert _stops_at(TrainConfig(patience=2, target_accuracy=0.9), [0.5, 0.95]) == (1, "target")
+
+
+def test_a_file_that_does_not_opt_in_records_what_it_did_before(tmp_path):
+    st = Store.create(str(tmp_path / "a.zarr"))
+    spec = tiny_experiment(steps=10).runs()[0]
+    train_run(st, spec)
+    attrs = st.run_attrs(spec.run_id)
+    assert "compile" not in attrs["train_config"] and "plateau_delta" not in attrs["train_config"]
+    assert "stopped_by" not in attrs["metrics"]
+    on = tiny_experiment(steps=10, train={**spec.train.model_dump(), "plateau_delta": 0.01}).runs()[0]
+    with pytest.raises(RunConflictError, match=r"plateau_delta: 0\.0 stored, 0\.01 now"):
+        check_trained_with(st, spec.run_id, on.train)
+
+
+def test_plateau_runs_record_the_rule_and_why_they_stopped(tmp_path):
+    base = tiny_experiment(steps=60)
+    spec = tiny_experiment(steps=60, train={**base.train.model_dump(), "plateau_delta": 0.5,
+                                            "patience": 2}).runs()[0]
+    st = Store.create(str(tmp_path / "a.zarr"))
+    result = train_run(st, spec)
+    attrs = st.run_attrs(spec.run_id)
+    assert attrs["train_config"]["plateau_delta"] == 0.5
+    # no evaluation can gain 0.5 over the first: the run ends at the second evaluation after it
+    assert result.steps == 30 and attrs["metrics"]["stopped_by"] == "patience"
+    with pytest.raises(RunConflictError, match=r"plateau_delta: 0\.5 stored, 0\.0 now"):
+        check_trained_with(st, spec.run_id, base.train)
+
+
+@pytest.mark.parametrize("arch", ["mamba", "mamba2"])
+def test_the_compiled_forward_equals_eager_up_to_rounding(arch):
+    model = build_model(ModelConfig(arch=arch, d_model=16, n_layers=2), vocab_size=4, n_classes=3, seed=0)
+    model.train()
+    tokens = torch.randint(0, 4, (3, 12), generator=torch.Generator().manual_seed(1))
+    eager = model(tokens)
+    grads = torch.autograd.grad(eager.square().sum(), list(model.parameters()))
+    compiled = training_forward(model, TrainConfig(compile=True))(tokens)
+    compiled_grads = torch.autograd.grad(compiled.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(compiled_grads, grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert training_forward(model, TrainConfig()) is model  # off: the model itself
+
+
+def test_compiled_plateau_training_is_deterministic_and_resumes_bit_for_bit(tmp_path):
+    options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
+               "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0,
+               "compile": True, "plateau_delta": 0.001}
+    base = tiny_experiment(arch="mamba2", steps=40, train=options)
+    whole, again = Store.create(str(tmp_path / "whole.zarr")), Store.create(str(tmp_path / "again.zarr"))
+    train_run(whole, base.runs()[0])
+    train_run(again, base.runs()[0])
+
+    spec = _every_eval(base).runs()[0]
+    st = Store.create(str(tmp_path / "cut.zarr"))
+    with pytest.raises(_Stop):  # killed at the evaluation of step 30: last checkpoint is 20
+        train_run(st, spec, progress=_stop_at(30))
+    assert st.read_checkpoint(spec.run_id).step == 20
+    resumed = train_run(st, spec)
+    assert resumed.resumed_at == (20,)
+    ws = [s.read_weights(spec.run_id) for s in (whole, again, st)]
+    assert all(list(w) == list(ws[0]) and all(np.array_equal(w[k], ws[0][k]) for k in w) for w in ws)
+    metrics = [s.run_attrs(spec.run_id)["metrics"] for s in (whole, again, st)]
+    assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
+    assert whole.run_attrs(spec.run_id)["train_config"]["compile"] is True
