@@ -411,7 +411,7 @@ def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
     part). Returns the two paths."""
     from pathlib import Path
 
-    from reports.sections import claims_display, claims_frame
+    from reports.claims import claims_display, claims_frame
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -574,3 +574,36 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
             yield f"next stage: seeds up to {last.seeds_next} for {cells} (only these cells); {next_step}"
         else:
             yield "the design is complete: every claim is decided or the maximum seeds were reached"
+
+
+def mdl_work_line(plan: Any, task: str = "") -> str:
+    """What an MDL sweep (an :class:`analysis.probes.mdl_sweep.MDLPlan`) is about to do:
+    ``mdl parity: 3 runs × 1 length (40) × up to 5 layers × each sequence's last position = 15
+    cells, each coded in up to 11 blocks (C per block from 5 values), with the permute control;
+    roughly 20 s of CPU``."""
+    opt = plan.options
+    lengths = sorted({L for ls in plan.lengths.values() for L in ls})
+    layers = max((len(rp.layers) for rp in plan.runs.values()), default=0)
+    n_runs = len(plan.runs)
+    C = opt["C"]
+    grid = f" (C per block from {len(C)} values)" if isinstance(C, tuple) and len(C) > 1 else f" (C = {C:g})"
+    control = f", with the {opt['control']} control" if opt["control"] else ""
+    return (f"mdl{' ' + task if task else ''}: {n_runs} run{'s' * (n_runs != 1)} × {len(lengths)} "
+            f"length{'s' * (len(lengths) != 1)} ({', '.join(map(str, lengths))}) × up to {layers} layers × "
+            f"{_WHERE.get(opt['positions'], opt['positions'])} = {plan.cells:,} cells, each coded in up to 11 "
+            f"blocks{grid}{control}; roughly {_about(plan.cpu_s)} of CPU")
+
+
+def mdl_lines(ds: xr.Dataset) -> Iterator[str]:
+    """What the numbers are, then each run's compression per layer and length, with its control."""
+    over = " (summed over positions)" if "position" in ds.dims else ""
+    yield (f"compression of {ds.attrs.get('target')} per layer: uniform / online codelength{over}; well above 1: "
+           "the states carry the label linearly, about 1: they do not")
+    for r in ds.run.values:
+        for L in ds.length.values:
+            p = ds.compression_profile.sel(run=r, length=L)
+            line = " ".join(f"{lay}={v:.2f}" for lay, v in zip(ds.layer.values, p.values, strict=True))
+            if "control_compression_profile" in ds:
+                c = ds.control_compression_profile.sel(run=r, length=L).values
+                line += f"  (control {ds.attrs.get('control')}: {np.nanmin(c):.2f}-{np.nanmax(c):.2f})"
+            yield f"{r} len{L}: {line}"

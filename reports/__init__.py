@@ -9,7 +9,7 @@ that produces them. Nothing in layerstate imports this package (the command line
 The page opens with the findings (:mod:`.summary`) and ends with the appendix (experiment,
 provenance). Modules: :mod:`.build` (the public function, section order, the output folder),
 :mod:`.summary` (claims' verdicts, paper comparison, behaviour table, probe grid),
-:mod:`.sections` (behaviour, claims, the appendix), :mod:`.seeds` (the claims' seeds: the
+:mod:`.behaviour`, :mod:`.claims`, :mod:`.provenance` (the appendix), :mod:`.seeds` (the claims' seeds: the
 sequential design, the seed plan), :mod:`.readout` (probe profiles),
 :mod:`.interventions` (ablation, patching, interchange), :mod:`.intervals` (which intervals
 are shown: metric ranges, too few seeds), :mod:`.references` (published values beside ours),

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import interventions, readout, sections, seeds
+from reports import behaviour, claims, interventions, provenance, readout, seeds
 from reports import summary as summary_section
 from reports.figures import save
 from reports.model import Section
@@ -141,12 +141,12 @@ def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_ch
     """Build every section (in :data:`ORDER`); one that fails shows its error instead of
     stopping the report. The summary is built last, from the others."""
     builders: list[tuple[str, str, Callable[[], Section]]] = [
-        ("claims", sections.CLAIMS_TITLE, lambda: sections.claims(snap, experiment)),
-        ("behaviour", "Behaviour", lambda: sections.behaviour(snap)),
+        ("claims", claims.CLAIMS_TITLE, lambda: claims.claims(snap, experiment)),
+        ("behaviour", "Behaviour", lambda: behaviour.behaviour(snap)),
         ("probes", "Probe profiles", lambda: readout.probes(snap, results) if results else readout.probes(snap)),
         ("interventions", "Interventions", lambda: interventions.interventions(snap)),
-        ("provenance", sections.PROVENANCE_TITLE,
-         lambda: sections.provenance(snap, experiment, check_chunks=check_chunks)),
+        ("provenance", provenance.PROVENANCE_TITLE,
+         lambda: provenance.provenance(snap, experiment, check_chunks=check_chunks)),
     ]
     built = {key: _guarded(key, title, build) for key, title, build in builders}
     # the sequential design and the seed plan, when there are any: parts of the claims section

@@ -1,6 +1,6 @@
 """What a report is made of: sections holding notes, tables and figures.
 
-Sections are built from the store by :mod:`reports.sections` and written by
+Sections are built from the store by their modules (:mod:`reports.behaviour`, :mod:`reports.readout`, ...) and written by
 :mod:`reports.build`; nothing here reads a store or draws.
 """
 

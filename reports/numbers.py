@@ -8,7 +8,7 @@ leaving the interval out silently.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -119,3 +119,11 @@ def read_result(store, name: str) -> xr.Dataset:
     """``store.read_result(name)`` with plain strings (see :func:`plain_strings`)."""
     return plain_strings(store.read_result(name))
 
+
+
+def is_number(x: Any) -> bool:
+    """Whether ``x`` is a finite number (a run record's field may be missing, text or NaN)."""
+    try:
+        return x is not None and bool(np.isfinite(float(x)))
+    except (TypeError, ValueError):
+        return False

@@ -74,7 +74,7 @@ def comparison(
     paper's value lies inside our interval (``inside``: True, False or NaN = cannot tell).
 
     ``claims``, ``behaviour`` and ``probes`` are the report's frames after the interval rules
-    (:func:`reports.sections.claims_frame`, :func:`reports.sections.accuracy_frame`,
+    (:func:`reports.claims.claims_frame`, :func:`reports.behaviour.accuracy_frame`,
     :func:`reports.readout.profile_frame`).
     """
     rows = []

@@ -282,8 +282,8 @@ def looks_frame(ds, info: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
     """One row per (stage, claim) the design evaluated (its decision not ''), with the stage's seeds
     and the repeated interval under the rules of :mod:`reports.intervals` (its metric's range, shown
     from 2 seeds as a claim's own interval is)."""
+    from reports.claims import claim_range
     from reports.intervals import apply_rules
-    from reports.sections import claim_range
 
     frame = ds[["decision", "estimate", "se", "df", "level", "critical", "bound_low", "bound_high", "rci_low",
                 "rci_high", "conditional_power"]].to_dataframe().reset_index()

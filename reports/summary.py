@@ -105,7 +105,7 @@ def _moved_part(source: Section | None, part: Section, name: str, note: str, sec
 def _claims_table(frame: pd.DataFrame) -> Table:
     """Compact: each claim's verdict, estimate [interval] and the reason for its verdict (the
     tests, power, cross-check and variance components are in the claims section)."""
-    from reports.sections import CLAIM_ANCHOR, claim_texts, reason_texts
+    from reports.claims import CLAIM_ANCHOR, claim_texts, reason_texts
 
     shown = pd.DataFrame({
         "claim": frame["claim"],

@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 from analysis.claims import ClaimError, combine_parts, evaluate_claims, parse_claims, read_part
-from reports.sections import claims_frame
+from reports.claims import claims_frame
 from store import Store
 from tests.analysis.test_claims import _write_run
 

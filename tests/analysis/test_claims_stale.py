@@ -110,7 +110,7 @@ def test_train_outside_the_grid_says_how_to_add_seeds():
 def test_a_claims_table_from_fewer_seeds_is_not_combined_nor_reported_as_verdicts(tmp_path):
     from analysis.claims import evaluate_stored_claims, read_part
     from analysis.claims.stored import stale_table
-    from reports.sections import claims as claims_section
+    from reports.claims import claims as claims_section
     from reports.snapshot import take_snapshot
 
     st = _store(tmp_path / "s.zarr", 3)

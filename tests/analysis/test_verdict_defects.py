@@ -285,7 +285,7 @@ def test_the_cli_and_the_report_print_one_interval_for_a_claim_and_no_nan(tmp_pa
     report printed the seeds' values as "[too few seeds: ...]" and then called them an interval;
     a readable_by claim printed power=nan."""
     from layerstate.present import claim_lines
-    from reports.sections import claim_texts, claims_display, claims_frame
+    from reports.claims import claim_texts, claims_display, claims_frame
 
     st_ = _ablation_store(tmp_path, [0.31, 0.29])
     claim = {"id": "drop", "statement": "s", "kind": "bound", "metric": "ablation_drop", "task": "parity",

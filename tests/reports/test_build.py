@@ -493,8 +493,8 @@ def test_a_disagreeing_crosscheck_is_flagged_and_glmm_text_and_drops_are_shown()
     import xarray as xr
 
     from reports import render
+    from reports.claims import DISAGREES, claims_display, claims_frame
     from reports.model import Section, Table
-    from reports.sections import DISAGREES, claims_display, claims_frame
 
     rows = [_claims_row(),
             _claims_row(claim="g", verdict="negligible", outcome="negligible", disagreement=False,

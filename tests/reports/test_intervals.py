@@ -178,7 +178,7 @@ def test_a_reference_dumped_with_every_field_reads_like_the_table(frames):
 def test_claims_get_their_metric_range_and_a_crosscheck_interval_too():
     import xarray as xr
 
-    from reports.sections import claim_metrics, claims_frame
+    from reports.claims import claim_metrics, claims_frame
 
     ds = xr.Dataset(
         {"statement": ("claim", ["a", "b", "c", "d"]),
@@ -204,7 +204,7 @@ def test_a_report_without_the_experiment_reads_each_claims_metric_from_the_store
     so an accuracy bound's interval is still kept inside [0, 1]."""
     import xarray as xr
 
-    from reports.sections import claim_metrics, claims_frame
+    from reports.claims import claim_metrics, claims_frame
 
     ds = xr.Dataset(
         {"statement": ("claim", ["a", "b"]), "kind": ("claim", ["bound", "difference"]),

@@ -26,7 +26,7 @@ def test_runs_become_seeds_even_when_the_result_carries_its_own_seed_coordinate(
 
 
 def test_bound_claims_are_judged_against_their_threshold_within_their_metrics_range():
-    from reports.sections import claim_range, claims_frame
+    from reports.claims import claim_range, claims_frame
 
     assert claim_range("bound", "accuracy") == (0.0, 1.0)
     assert claim_range("bound", "ablation_drop") == (-1.0, 1.0)

@@ -137,7 +137,7 @@ def test_some_missing_interventions_are_a_note_beside_the_others(tmp_path):
 # ---------------------------------------------------------------------- what the claim models do
 def test_the_claims_text_says_what_the_mixed_model_does(full_report):
     from analysis.stats.contrasts import contrast_np
-    from reports.sections import CLAIMS_INTRO
+    from reports.claims import CLAIMS_INTRO
 
     assert "Satterthwaite" not in CLAIMS_INTRO
     assert "cluster-robust (CR2) standard error, seeds as clusters, and Bell-McCaffrey degrees" in CLAIMS_INTRO
@@ -177,7 +177,7 @@ def test_an_imported_store_without_logits_is_told_to_bring_them_with_the_import(
 
 
 def test_a_trained_store_without_logits_is_still_told_to_capture(bare_store, tmp_path):
-    from reports.sections import behaviour, imported_run
+    from reports.behaviour import behaviour, imported_run
 
     snap = take_snapshot(bare_store)
     assert not any(imported_run(snap, r) for r in snap.runs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports import build_report, sections
+from reports import behaviour, build_report
 from reports.snapshot import take_snapshot
 from store import Store
 
@@ -36,14 +36,14 @@ def test_stops_are_classified_and_rising_cells_are_named(tmp_path):
     _set_training(st, rids["transformer", 1], _curve([.5, .55, .6, .6, .6, .6, .6, .6, .6, .605]), 1000)
 
     snap = take_snapshot(st)
-    frame = sections.training_frame(snap).set_index("arch")
+    frame = behaviour.training_frame(snap).set_index("arch")
     assert frame.loc["lstm", ["target", "patience", "budget_used", "still_rising"]].tolist() == [1, 1, 0, 0]
     assert frame.loc["lstm", "steps_min"] == 200 and frame.loc["lstm", "steps_max"] == 600
     assert frame.loc["transformer", ["target", "patience", "budget_used", "still_rising"]].tolist() == [0, 0, 2, 1]
     # the gain is the final held-out accuracy minus the one at the budget's midpoint (step 500)
     assert np.isclose(frame.loc["transformer", "gain_second_half_max"], 0.65 - 0.6)
 
-    sec = sections.behaviour(snap)
+    sec = behaviour.behaviour(snap)
     table = next(t for t in sec.tables if t.name == "behaviour_training")
     shown = table.shown().set_index("arch")
     assert shown.loc["transformer", "still rising"] == "1 of 2"
@@ -61,5 +61,5 @@ def test_runs_without_a_training_curve_give_no_table(tmp_path):
     st = Store.create(tmp_path / "s.zarr")
     _write_run(st, "parity", "lstm", 0, np.random.default_rng(0))  # metrics without a curve
     snap = take_snapshot(st)
-    assert len(sections.training_frame(snap)) == 0
-    assert not [t for t in sections.behaviour(snap).tables if t.name == "behaviour_training"]
+    assert len(behaviour.training_frame(snap)) == 0
+    assert not [t for t in behaviour.behaviour(snap).tables if t.name == "behaviour_training"]
