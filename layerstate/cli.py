@@ -624,6 +624,60 @@ def _check_target(st, target: str, groups: dict[str, list[str]]) -> None:
 @main.command()
 @store_argument
 @run_filters
+@click.option("--target", default=None,
+              help="Label to code (default: each task's training target; one result per task).")
+@click.option("--layers", default=None, help="Comma-separated layers, e.g. embed,L0,L3 (default all).")
+@click.option("--positions", type=POSITIONS, default="last", show_default=True,
+              help="last | pooled | all | comma-separated indices (all: one code per position, many cells).")
+@lengths_option
+@click.option("--method", type=click.Choice(["exact", "reference"]), default="exact", show_default=True,
+              help="exact: every block of a layer's cells in one batched fit; reference: scikit-learn per block.")
+@click.option("--control", type=click.Choice(["permute", "token", "none"]), default="permute", show_default=True,
+              help="Code a control labelling too (permute: each position's labels shuffled across sequences; "
+                   "it should compress about 1).")
+@scheduler_option()
+@click.option("--name", default=None, help="Result name (default mdl/<task>, or mdl/<task>.<target>).")
+@results_option
+@storage_option
+@click.option("--quiet", "-q", is_flag=True, help="No work estimate on stderr (the results still print).")
+def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, method, control, scheduler, name,
+        results, storage_options, quiet) -> None:
+    """Online codelength of a label (MDL probe, Voita & Titov 2020) per (run, length, layer); store results/mdl/<task>.
+
+    Says first on stderr how many cells it will code and roughly how long that takes (--quiet:
+    not). Prints the compression (uniform / online codelength) per layer and the control's."""
+    from analysis.probes import plan_mdl, runs_by_task, save_mdl
+    from analysis.probes.plan import select_runs
+    from analysis.probes.probing import _task_attrs
+    from store import schema
+
+    if name is not None:
+        try:
+            name = schema.result_name(schema.MDL, name)
+        except ValueError as exc:
+            raise BadInput(f"--name: {exc}") from None
+    with _session(scheduler) as sched:
+        st = _open(store_path, results, storage_options)
+        selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
+        groups = {"": selected} if name else runs_by_task(st, selected)
+        if target is not None and len(groups) > 1:
+            _check_target(st, target, groups)
+        for task, ids in groups.items():
+            plan = plan_mdl(st, target, runs=ids, layers=layers.split(",") if layers else None,
+                            positions=positions, lengths=lengths, method=method, control=control)
+            if not quiet:
+                click.echo(present.mdl_work_line(plan, task if len(groups) > 1 else ""), err=True)
+            ds = plan.compute(sched)
+            ds.attrs.update(_task_attrs(st, list(ds.run.values)), command="layerstate mdl")
+            stored = save_mdl(st, ds, name)
+            for line in present.mdl_lines(ds):
+                click.echo(line)
+            click.echo(present.stored(stored))
+
+
+@main.command()
+@store_argument
+@run_filters
 @click.option("--settings", type=SETTINGS, default="probe,leace,pca:1,random:1", show_default=True,
               help="Semicolon- or comma-separated: probe, stored, leace, inlp:k, pca:k, svd:k, random:k "
                    "(k may be a list: pca:1,4), matched:SETTING.")
