@@ -10,9 +10,7 @@ from typing import Any
 import numpy as np
 
 from analysis.claims.spec import Claim
-
-#: A (task, arch, variant) cell of the grid.
-Cell = tuple[str, str, str]
+from analysis.stats.design import Cell
 
 
 def declared_cells(claim: Claim) -> tuple[Cell, ...] | None:

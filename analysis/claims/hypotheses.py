@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analysis.claims.cells import Cell, declared_cells
+from analysis.claims.cells import declared_cells
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import contra_test
-from analysis.stats.design import DesignError, Hypothesis
+from analysis.stats.design import Cell, DesignError, Hypothesis
 
 
 def from_claim(claim: Claim, cells: Sequence[Cell] | None = None, effect: float | None = None) -> Hypothesis:

@@ -24,10 +24,11 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
-from analysis.claims.cells import Cell, cell_costs, claim_cells, seeds_held
+from analysis.claims.cells import cell_costs, claim_cells, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.spec import Claim
 from analysis.stats.decision import Verdict
+from analysis.stats.design import Cell
 from analysis.stats.planning import ClaimPlan, PlanRow, plan, plan_total, sd_per_seed
 
 #: The stored result holding the seed plan of a store's claims (:func:`plan_dataset`), which the

@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from analysis.claims.cells import Cell, claim_cells, run_seconds, seeds_held
+from analysis.claims.cells import claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
 from analysis.claims.sampling import claim_range
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
-from analysis.stats.design import Design, DesignError
+from analysis.stats.design import Cell, Design, DesignError
 from analysis.stats.seedshare import ShareCount
 from analysis.stats.sequential import StageResult, sequential_decisions
 

@@ -15,7 +15,8 @@ from store import LayerstateError
 
 __all__ = ["Cell", "Design", "DesignError", "Hypothesis"]
 
-#: A (task, arch, variant) cell: the unit that receives seeds.
+#: A (task, arch, variant) cell of the grid: the unit that receives seeds (the one definition;
+#: a probe's cell, one run's layer at a length and position, is :class:`analysis.probes.sweep.Cell`).
 Cell = tuple[str, str, str]
 
 

@@ -21,11 +21,10 @@ from typing import Literal
 
 import numpy as np
 
+from analysis.stats.design import Cell
 from analysis.stats.power import seeds_for_power, tost_power_se
 
 __all__ = ["ClaimPlan", "PlanRow", "plan", "plan_total", "seeds_needed", "sd_per_seed"]
-
-Cell = tuple[str, str, str]
 #: The most seeds the planner looks at; beyond, a claim is "not reached".
 N_MAX = 200
 
