@@ -238,6 +238,7 @@ def _what(claim: Claim) -> str:
             "patch_recovery": f"patching recovery at {claim.layer}"
                               + (f", positions {_ranges(claim.positions)}" if claim.positions else ""),
             "probe_accuracy": f"probe accuracy at {claim.layer}",
+            "mdl_compression": f"MDL compression at {claim.layer}",
             "restoration": f"restoration at {claim.site}",
             "accuracy": "accuracy"}[claim.metric]
 

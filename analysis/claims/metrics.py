@@ -353,6 +353,8 @@ def seed_metric(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return _seed_ablation(inputs, claim)
     if claim.metric == "patch_recovery":
         return _seed_patching(inputs, claim)
+    if claim.metric == "mdl_compression":
+        return _seed_mdl(inputs, claim)
 
     def accuracy() -> xr.DataArray:
         corr = sequence_counts(inputs, claim)
@@ -428,7 +430,7 @@ def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, 
         raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
                            f"{claim.length}; {missing}")
     require_runs(store, claim, ", ".join(sorted(set(source.values()))), set(source), missing,
-                 kind="len" if prefix == schema.ABLATION else "cfclean", task=claim.task)
+                 kind="len" if prefix in (schema.ABLATION, schema.MDL) else "cfclean", task=claim.task)
     out = xr.concat(parts, dim="run", join="outer", coords="minimal", compat="override") if len(parts) > 1 else parts[0]
     res = by_factors(out.reset_coords(drop=True), store)
     res.attrs["results"] = ", ".join(sorted(set(source.values())))  # what the claim read (its claims row)
@@ -483,6 +485,22 @@ def _seed_patching(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         lambda: per_run_metric(inputs.store, claim, "patching",
                                lambda ds: int(ds.attrs.get("length", -1)) == claim.length, extract,
                                f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`"))
+
+
+def _seed_mdl(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
+    """Per-seed ``compression_profile`` of ``results/mdl/*`` (uniform over online codelength of
+    the label, summed over the result's positions) at the claim's length: dims (task, arch,
+    variant, seed, layer)."""
+    L = claim.length
+
+    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
+        return ds["compression_profile"].sel(length=L, drop=True).astype(float)
+
+    return inputs.once(
+        ("mdl", claim.task, claim.length, claim.result),
+        lambda: per_run_metric(inputs.store, claim, schema.MDL,
+                               lambda ds: "length" in ds.coords and L in ds.length.values, extract,
+                               f"run `layerstate mdl STORE --task {claim.task} --lengths {L}`"))
 
 
 def require_levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:

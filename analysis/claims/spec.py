@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -11,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from analysis.stats.decision import Verdict
 from store import LayerstateError, schema
-from store.errors import did_you_mean
+from store.errors import did_you_mean, validation_problems
 
 ALPHA = 0.05
 
@@ -50,7 +49,7 @@ class StaleResultError(ClaimError):
 
 
 #: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them).
-LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery")
+LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery", "mdl_compression")
 #: Metrics read from ``results/ablation/*`` (one value per setting).
 ABLATION = ("ablation_drop", "refit_accuracy")
 
@@ -59,7 +58,7 @@ ABLATION = ("ablation_drop", "refit_accuracy")
 #: The kind of stored result each per-seed metric is read from (the others: ``behaviour``).
 METRIC_RESULTS = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATION,
                   "refit_accuracy": schema.ABLATION, "patch_recovery": schema.PATCHING,
-                  "restoration": schema.INTERCHANGE}
+                  "restoration": schema.INTERCHANGE, "mdl_compression": schema.MDL}
 
 #: The fields each kind of claim needs.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -97,12 +96,14 @@ class Claim(BaseModel):
         description="Which test evaluates it (bound: a metric's per-seed mean above/below `threshold`)."
     )
     metric: Literal["accuracy", "probe_accuracy", "restoration", "ablation_drop", "refit_accuracy",
-                    "patch_recovery"] = Field(
+                    "patch_recovery", "mdl_compression"] = Field(
         default="accuracy",
         description="accuracy (the model's own readout), probe_accuracy, restoration (interchange "
         "interventions: fraction of the clean answer's probability restored), ablation_drop "
         "(clean - ablated accuracy, results/ablation), refit_accuracy (a probe refitted on the "
-        "ablated states) or patch_recovery (share of the logit gap a patch recovers, results/patching).",
+        "ablated states), patch_recovery (share of the logit gap a patch recovers, results/patching) or "
+        "mdl_compression (uniform / online codelength of the label at a layer, results/mdl: 1 is no "
+        "compression).",
     )
     task: str | None = Field(default=None, description="Task the claim is about.")
     arch: str | None = Field(default=None, description="Architecture the claim is about.")
@@ -172,8 +173,8 @@ class Claim(BaseModel):
     result: str | None = Field(
         default=None,
         description="Which stored result to read when several of the metric's kind hold the claim's "
-        "runs: a probe (probe_accuracy, readable_by, profile_match), ablation, patching or "
-        "interchange (restoration) result, named with or without its kind, e.g. \"dyck-2\" or "
+        "runs: a probe (probe_accuracy, readable_by, profile_match), ablation, patching, "
+        "interchange (restoration) or mdl (mdl_compression) result, named with or without its kind, e.g. \"dyck-2\" or "
         "\"probes/dyck-2\". Without it the one result holding the runs is read; when there are "
         "several the claim is refused with a list of them and their settings.")
 
@@ -375,11 +376,4 @@ def parse_claims(items: list[dict[str, Any]], source: str | None = None) -> list
 
 
 def _one_line(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(where, list(Claim.model_fields), n=1)
-        msg = f"unknown field; did you mean {near[0]!r}?" if near else (
-            f"unknown field; a claim's fields are {', '.join(Claim.model_fields)}")
-    return f"{where}: {msg}" if where else msg
+    return validation_problems(exc, Claim.model_fields)[0]
