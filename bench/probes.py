@@ -41,6 +41,13 @@ processes (the algorithmic
 gain, steadier under load). Accuracy gaps are per cell (mean over folds), in percentage points.
 ``time_split`` says where the exact sweep's time goes: reading slabs from the store, and fitting,
 choosing and scoring (measured on a sample of cells, scaled to the sweep).
+
+``--mdl``: the MDL probes instead (:func:`analysis.probes.mdl_probe`, every cell of the
+correlated store, the default C grid and the permuted control) against the plain loop
+(:func:`mdl_sklearn_loop`: scikit-learn's ``LogisticRegression`` per block, C and labelling,
+20 blocks x 5 C = 100 fits per cell, one after another on one BLAS thread) on the same
+``LAYERSTATE_BENCH_REF_POSITIONS`` subset, extrapolated per cell; with the codelengths of the
+cells both coded, side by side (relative gap) and the compression profile.
 """
 
 from __future__ import annotations
@@ -384,6 +391,64 @@ def compare(st: Store, ref_positions: list[int], *, full: bool) -> dict:
     return out
 
 
+def mdl_sklearn_loop(X, y, control, rank, grid, n_classes: int) -> list:
+    """One cell's online codes (target and control) the plain way: scikit-learn's
+    ``LogisticRegression`` per block and C (:func:`analysis.probes.mdl.reference_cell_code`)."""
+    from analysis.probes.mdl import reference_cell_code
+
+    return [reference_cell_code(X, lab, rank, n_classes, grid) for lab in (y, control)]
+
+
+def compare_mdl(st: Store, ref_positions: list[int], rounds: int) -> dict:
+    """MDL probes of every cell (layer x position) against the scikit-learn per-block loop on
+    ``ref_positions`` (time extrapolated per cell), with the codelengths side by side."""
+    from analysis.probes import mdl_probe
+    from analysis.probes import plan as sweep_plan
+    from analysis.probes.cells import C_GRID
+    from analysis.probes.mdl import cell_ranks
+    from analysis.probes.mdl_sweep import transmission_rank
+
+    n_cells = (N_LAYERS + 1) * LENGTH
+    ours = best_of_interleaved(rounds, [lambda: mdl_probe(st, "state", positions="all")])[0]
+    (t_ours, c_ours), ds = ours
+    _, labels = sweep_plan.build_labels(st, "r0", [LENGTH], [], "state", "permute", 2, 0)
+    lab = labels[LENGTH]
+    rank = transmission_rank(N_SEQ, 0, "r0", LENGTH)
+    hidden = st.open_length("r0", LENGTH)["hidden"]
+    layers = [str(v) for v in hidden.layer.values]
+    t_loop = c_loop = 0.0
+    gaps, comp_gaps, n_ref = [], [], 0
+    with one_thread():
+        for li, layer in enumerate(layers):
+            block = np.asarray(hidden.isel(layer=li).values)
+            for p in ref_positions:
+                X = block[:, p].astype(np.float32)
+                rk = cell_ranks(rank)
+                wall, cpu, (code, ctrl) = cpu_timed(lambda X=X, p=p, rk=rk: mdl_sklearn_loop(
+                    X, lab.y[:, p], lab.control[:, p], rk, C_GRID, K))
+                t_loop, c_loop, n_ref = t_loop + wall, c_loop + cpu, n_ref + 1
+                got = float(ds.codelength.sel(run="r0", length=LENGTH, layer=layer, position=p))
+                got_c = float(ds.control_codelength.sel(run="r0", length=LENGTH, layer=layer, position=p))
+                gaps += [abs(got - code.codelength) / code.codelength, abs(got_c - ctrl.codelength) / ctrl.codelength]
+                comp_gaps.append(abs(float(ds.compression.sel(run="r0", length=LENGTH, layer=layer, position=p))
+                                     - code.compression))
+    scale = n_cells / n_ref
+    prof = ds.compression_profile.sel(run="r0", length=LENGTH)
+    return {
+        "cells": n_cells, "loop_timed_on_cells": n_ref, "C_grid": list(C_GRID), "control": "permute",
+        "fits_per_cell": {"ours_and_sklearn_loop": 2 * 10 * len(C_GRID)},
+        "ours_s": round(t_ours, 1), "ours_cpu_s": round(c_ours, 1),
+        "sklearn_loop_s_extrapolated": round(t_loop * scale, 1), "sklearn_loop_cpu_s_extrapolated": round(c_loop * scale, 1),
+        "speedup_vs_sklearn_loop": round(t_loop * scale / t_ours, 2),
+        "cpu_ratio_vs_sklearn_loop": round(c_loop * scale / c_ours, 2),
+        "codelength_rel_gap_max": float(f"{max(gaps):.2g}"), "codelength_rel_gap_median": float(f"{np.median(gaps):.2g}"),
+        "compression_gap_max": float(f"{max(comp_gaps):.2g}"),
+        "compression_profile": {str(k): round(float(v), 3) for k, v in zip(prof.layer.values, prof.values, strict=True)},
+        "control_compression_profile": {str(k): round(float(v), 3) for k, v in zip(
+            prof.layer.values, ds.control_compression_profile.sel(run="r0", length=LENGTH).values, strict=True)},
+    }
+
+
 def main() -> None:
     import argparse
 
@@ -392,10 +457,22 @@ def main() -> None:
                     help="Measure one of the two stores (default both).")
     ap.add_argument("--headline", action="store_true",
                     help="Only the search against the scikit-learn loop (no reference/screen/fixed C).")
+    ap.add_argument("--mdl", action="store_true",
+                    help="Only the MDL probes (online code) against scikit-learn's per-block loop, on the "
+                         "correlated store.")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="layerstate-bench-probes-", dir=os.environ.get("BENCH_DIR"))
     step = int(os.environ.get("LAYERSTATE_BENCH_REF_POSITIONS", "10"))
     ref_positions = list(range(step // 2, LENGTH, step))
+    if args.mdl:
+        try:
+            corr = build_store(os.path.join(tmp, "corr.zarr"), np.random.default_rng(0), decades=3.0)
+            rounds = int(os.environ.get("LAYERSTATE_BENCH_ROUNDS", "1"))
+            print(json.dumps({"bench": "probes --mdl", "sequences": N_SEQ, "classes": K,
+                              "correlated_features": compare_mdl(corr, ref_positions, rounds)}))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     try:
         out: dict = {
             "bench": "probes",
