@@ -38,6 +38,7 @@ import xarray as xr
 
 from reports import figures as F
 from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, TOO_WIDE, apply_rules, auc_range, texts
+from reports.mdl import mdl_parts
 from reports.model import COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import by_seed, fmt_layer_ci, read_result
 from reports.snapshot import Snapshot
@@ -191,6 +192,10 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
     sec.tables.append(Table("probe_profiles", f"Probe accuracy [95% interval] per layer at length {shown_length} "
                             f"({results_text(at_fit, read, short=True)}); every length in the CSV.",
                             frame, _profile_pivot(at_fit, layers)))
+    mdl_figures, mdl_tables, mdl_notes = mdl_parts(snap, shown_length)  # beside the profile: results/mdl
+    sec.figures.extend(mdl_figures)
+    sec.tables.extend(mdl_tables)
+    notes.extend(mdl_notes)
     if "selectivity" in frame:
         sec.tables.append(Table(
             "probe_selectivity", f"Selectivity (probe accuracy - control-task accuracy) [95% interval] per layer at "
