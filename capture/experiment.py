@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from capture.tasks import TASKS, get_task
 from store import LayerstateError
-from store.errors import InvalidArgumentError
+from store.errors import InvalidArgumentError, validation_problems
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 M = TypeVar("M", bound=BaseModel)
@@ -203,10 +203,8 @@ class CapturePlan(BaseModel):
                     except ValidationError as exc:
                         if variant not in self.variants:
                             raise
-                        err = exc.errors()[0]
-                        field = ".".join(str(p) for p in err["loc"])
-                        raise ValueError(f"[variants.{variant}] for {arch}: {field + ': ' if field else ''}"
-                                         f"{err['msg'].removeprefix('Value error, ')}") from None
+                        raise ValueError(f"[variants.{variant}] for {arch}: "
+                                         f"{validation_problems(exc, ModelConfig.model_fields)[0]}") from None
         if len(set(self.grid.seeds)) != len(self.grid.seeds):
             raise ValueError(f"seeds repeat: {self.grid.seeds}")
         if self.capture.dtype not in ("float16", "float32"):

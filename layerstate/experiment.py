@@ -75,6 +75,7 @@ from capture.experiment import (
     TrainConfig,
     validate_model,
 )
+from store.errors import validation_problems
 
 __all__ = [
     "AnalysisConfig",
@@ -196,13 +197,9 @@ def parse_references(items: Any) -> list[Reference]:
         try:
             out.append(Reference(**item))
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown field; a reference's fields are {', '.join(Reference.model_fields)}"
             name = f" ({item['source']})" if isinstance(item.get("source"), str) and item["source"] else ""
-            raise ExperimentError(f"reference #{i}{name}: {where + ': ' if where else ''}{msg}") from None
+            raise ExperimentError(f"reference #{i}{name}: "
+                                  f"{validation_problems(exc, Reference.model_fields)[0]}") from None
     return out
 
 

@@ -142,3 +142,27 @@ def did_you_mean(name: object, known: Iterable[object], *, what: str = "") -> st
         return ""
     shown = " or ".join(repr(c) for c in close[:3])
     return f"; did you mean {what + ' ' if what else ''}{shown}?"
+
+
+def validation_problems(exc: Any, fields: Mapping[str, Any], *, missing: str | None = None,
+                        show_input: bool = False) -> list[str]:
+    """Each problem of a pydantic ``ValidationError`` as one ``field: problem`` (the project's
+    one reading of them), a misspelt field first -- it explains the missing one -- with the
+    closest field name; ``fields`` are the model's (``model_fields``). ``missing``: the words for
+    a required field left out, ``{description}`` replaced by the field's description (default:
+    pydantic's); ``show_input``: add what was given."""
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    out = []
+    for err in errors:
+        where = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix of a validator's ValueError
+        if err["type"] == "missing" and missing is not None and where in fields:
+            msg = missing.format(description=getattr(fields[where], "description", "") or "")
+        elif err["type"] == "extra_forbidden":
+            near = did_you_mean(where, fields).removeprefix("; did you mean ").removesuffix("?")
+            msg = (f"unknown field; did you mean {near.split(' or ')[0]}?" if near else
+                   f"unknown field; the fields are {', '.join(fields)}")
+        elif show_input and where:
+            msg = f"{msg} (got {err.get('input')!r})"
+        out.append(f"{where}: {msg}" if where else msg)
+    return out

@@ -144,7 +144,7 @@ def test_references_are_validated_and_dumped_as_written():
         ({"claim": None}, r"reference #1 \(Jiang 2026\): metric = 'claim' needs claim"),
         ({"value": "big"}, r"reference #1 \(Jiang 2026\): value: Input should be a valid number"),
         ({"unit": "bp"}, r"reference #1 \(Jiang 2026\): unit: Input should be 'fraction', 'pp', 'percent' or '%'"),
-        ({"valeu": 1}, r"reference #1 \(Jiang 2026\): valeu: unknown field; a reference's fields are source, metric"),
+        ({"valeu": 1}, r"reference #1 \(Jiang 2026\): valeu: unknown field; did you mean 'value'\?"),
         ({"source": None}, r"reference #1: source: Field required"),
         ({"metric": "accuracy", "claim": None, "task": "parity", "arch": "transformer"},
          r"arch 'transformer' is not one of this experiment's archs \(lstm, gru, mamba\)"),

@@ -5,13 +5,13 @@ the one-line error a malformed declaration gets (:class:`DesignError`). The boun
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from store import LayerstateError
+from store.errors import validation_problems
 
 __all__ = ["Cell", "Design", "DesignError", "Hypothesis"]
 
@@ -99,17 +99,7 @@ class Design(BaseModel):
 
 
 def _one_line(exc: ValidationError, model: type[BaseModel]) -> str:
-    errors = exc.errors()  # a misspelt field first: it explains the missing one
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    where = ".".join(str(p) for p in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "missing":
-        msg = f"missing; the design must declare it ({model.model_fields[where].description})"
-    if err["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(where, list(model.model_fields), n=1)
-        msg = (f"unknown field; did you mean {near[0]!r}?" if near else
-               f"unknown field; the fields are {', '.join(model.model_fields)}")
-    return f"{where}: {msg}" if where else msg
+    return validation_problems(exc, model.model_fields, missing="missing; the design must declare it ({description})")[0]
 
 
 class Hypothesis(BaseModel):

@@ -29,7 +29,7 @@ from capture.tasks.dyck import DyckConfig
 from capture.tasks.parity import ParityConfig
 from capture.tasks.s3 import S3Config
 from capture.tasks.treecall import TreecallConfig
-from store.errors import InvalidArgumentError, MissingError
+from store.errors import InvalidArgumentError, MissingError, validation_problems
 
 _CONFIGS: list[type[TaskConfig]] = [
     AssocRecallConfig, CodeDepthConfig, DyckConfig, ParityConfig, S3Config, TreecallConfig,
@@ -72,19 +72,8 @@ def get_task(name: str, **params: Any) -> TaskConfig:
         raise InvalidArgumentError(_one_line(name, cls, err)) from None
 
 
-def _message(msg: str) -> str:
-    # pydantic prefixes the text of a ValueError raised in a validator; drop the prefix.
-    return msg.removeprefix("Value error, ")
-
-
 def _one_line(name: str, cls: type[TaskConfig], err: ValidationError) -> str:
-    problems = []
-    for e in err.errors():
-        field = ".".join(str(part) for part in e["loc"])
-        if field:
-            problems.append(f"{field}: {_message(e['msg'])} (got {e.get('input')!r})")
-        else:  # a rule spanning several fields names them in its own message
-            problems.append(_message(e["msg"]))
+    problems = validation_problems(err, cls.model_fields, show_input=True)
     fields = ", ".join(cls.model_fields) or "none"
     return (f"invalid parameters for task {name!r}: {'; '.join(problems)}; "
             f"valid parameters: {fields}")
