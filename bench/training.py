@@ -9,7 +9,9 @@ absolute seconds.
 
 Per architecture (``breakdown``), the median over ``--steps`` training steps of:
 
-- ``data``: drawing one batch (``generate``), per task of the grid;
+- ``data``: drawing one batch (``generate``); and per task (``data_seconds_per_run``) all
+  the batches of seed 0's longest run, drawn in order (Code-depth tokenizes each source file
+  the first time a window is drawn from it, so its first batches cost ~100x its later ones);
 - ``forward`` (model and masked loss), ``backward``, ``optimiser`` (clip, AdamW, schedule);
 - ``eval``: one held-out evaluation (``n_eval`` sequences), and its share per step at the
   file's ``eval_every``;
@@ -22,7 +24,7 @@ Per architecture (``breakdown``), the median over ``--steps`` training steps of:
 its recorded training seconds (``docs/results/jiang2026_cpu/<task>/tables/runs.csv``).
 
 ``per_run``: seconds per training run to the stopping rule, estimated per cell as steps
-(seed 0's recorded count) x the measured step (data included) + its evaluations, under each
+(seed 0's recorded count) x the measured step + that run's batches + its evaluations, under each
 setting side by side: ``before`` (the default path, what the committed runs used) and
 ``after`` (the ``[train]`` options of ``AFTER`` for that architecture, e.g. ``compile``).
 ``seed_sum``: the sum over the 20 cells of one seed, before and after, and their ratio
@@ -41,7 +43,6 @@ import json
 import statistics
 import time
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,9 +182,10 @@ def _round_robin(cells: dict[str, _Cell], steps: int, warmup: int) -> None:
             cell.step()
 
 
-def measure(archs: list[str], tasks: list[str], steps: int, warmup: int) -> dict:
+def measure(archs: list[str], tasks: list[str], steps: int, warmup: int, quick: bool = False) -> dict:
     plan = jiang_plan()
-    settings = {"before": {a: {} for a in archs}, "after": {a: AFTER.get(a, {}) for a in archs}}
+    settings: dict[str, dict[str, dict[str, Any]]] = {
+        "before": {a: {} for a in archs}, "after": {a: AFTER.get(a, {}) for a in archs}}
     result: dict[str, Any] = {"breakdown": {}, "after_options": settings["after"]}
     # one cell per (setting, arch) on the first task; "after" only where it differs
     cells = {f"{s}:{a}": _Cell(plan, tasks[0], a, settings[s][a])
@@ -196,13 +198,21 @@ def measure(archs: list[str], tasks: list[str], steps: int, warmup: int) -> dict
     _round_robin(cells, steps, warmup)
     rate = matmul_rate()
     result["matmul_gflops_one_thread"] = round(rate / 1e9, 1)
-    data_ms: dict[str, dict[str, float]] = {}
-    for task in tasks:  # data per task: the cheap part, one arch's cell is enough
+    data_s: dict[str, list[float]] = {}
+    recorded = recorded_runs()
+    for task in tasks:  # a whole run's batches, seed 0's stream: code_depth's first touches are dear
         probe = _Cell(plan, task, archs[0], {})
-        data_ms[task] = _median_ms([_time(lambda p=probe: p.train_task.generate(p.rng, p.cfg.batch_size,
-                                                                                  p.cfg.length))
-                                    for _ in range(max(5, steps))])
-    result["data_ms_per_batch"] = data_ms
+        most = max((r["steps"] for a in archs for r in recorded.get((task, a), []) if r["seed"] == 0),
+                   default=steps) if not quick else steps
+        total, cumulative = 0.0, [0.0]
+        for _ in range(most):
+            start = time.perf_counter()
+            probe.train_task.generate(probe.rng, probe.cfg.batch_size, probe.cfg.length)
+            total += time.perf_counter() - start
+            cumulative.append(total)
+        data_s[task] = cumulative
+    result["data_seconds_per_run"] = {t: {"batches": len(c) - 1, "seconds": round(c[-1], 2),
+                                          "first_batch_ms": round(1000 * c[1], 1)} for t, c in data_s.items()}
     for name, cell in cells.items():
         setting, arch = name.split(":")
         evals = [cell.eval_seconds() for _ in range(2)]
@@ -223,17 +233,11 @@ def measure(archs: list[str], tasks: list[str], steps: int, warmup: int) -> dict
         s: {a: round(result["breakdown"][a][s]["step"] / result["breakdown"]["transformer"]["before"]["step"], 2)
             for a in archs if s in result["breakdown"][a]}
         for s in settings} if "transformer" in archs else {}
-    result.update(per_run(result, plan, archs, data_ms))
+    result.update(per_run(result, plan, archs, data_s))
     return result
 
 
-def _time(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def per_run(result: dict, plan, archs: list[str], data_ms: dict[str, float]) -> dict:
+def per_run(result: dict, plan, archs: list[str], data_s: dict[str, list[float]]) -> dict:
     """Seconds per run to the stopping rule, before and after, from the recorded steps."""
     recorded = recorded_runs()
     out: dict[str, Any] = {"steps_to_stop": {}, "per_run": {}, "seed_sum": {}}
@@ -251,10 +255,11 @@ def per_run(result: dict, plan, archs: list[str], data_ms: dict[str, float]) -> 
             cell: dict[str, float] = {}
             for setting in ("before", "after"):
                 row = result["breakdown"][arch].get(setting, result["breakdown"][arch]["before"])
-                data = data_ms.get(task, row["data"])
-                step_ms = row["step"] - row["data"] + data
-                evals = -(-seed0["steps"] // cfg.eval_every)
-                seconds = (seed0["steps"] * step_ms + evals * row["eval"]) / 1000
+                cumulative = data_s.get(task, [])
+                n = seed0["steps"]
+                data = cumulative[n] if n < len(cumulative) else n * row["data"] / 1000
+                evals = -(-n // cfg.eval_every)
+                seconds = (n * (row["step"] - row["data"]) + evals * row["eval"]) / 1000 + data
                 seconds += row["first_step_seconds"] if setting == "after" and AFTER.get(arch) else 0.0
                 cell[setting] = round(seconds, 1)
                 sums[setting] += seconds
@@ -280,7 +285,7 @@ def main() -> None:
     archs = args.archs if "transformer" in args.archs else ["transformer", *args.archs]
     start = time.perf_counter()
     result: dict[str, Any] = {"bench": "training", "threads": 1, "steps": steps, "tasks": tasks}
-    result.update(measure(archs, tasks, steps, warmup=1 if args.quick else 3))
+    result.update(measure(archs, tasks, steps, warmup=1 if args.quick else 3, quick=args.quick))
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
     print(json.dumps(result))
 
