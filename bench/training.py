@@ -32,7 +32,7 @@ setting side by side: ``before`` (the default path, what the committed runs used
 (``plateau_delta``) is not in the estimate: it has to be measured by training.
 
 Run (the session's before/after): ``OMP_NUM_THREADS=1 python -m bench.training`` (about
-10 minutes); ``--quick`` (about a minute: fewer steps, Dyck only); ``--archs mamba2 ...``.
+3 minutes; ``--steps 10`` took 70 s); ``--quick`` (about a minute: fewer steps, Dyck only); ``--archs mamba2 ...``.
 """
 
 from __future__ import annotations
