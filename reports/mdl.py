@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis.intervals import stored_intervals
 from reports import figures as F
+from reports.intervals import INF, apply_rules
 from reports.model import Figure, Table
 from reports.numbers import read_result
 from reports.snapshot import Snapshot
@@ -20,11 +21,21 @@ from store import schema
 
 MDL_CAPTION = (
     "MDL probes (Voita & Titov 2020, online code): compression = uniform codelength / online codelength "
-    "of the label, per layer (band: 95% interval across seeds, seed-level t); thin dashed: the same code "
+    "of the label, per layer (log scale; band: 95% interval across seeds, seed-level t, from 3 seeds; a 2-seed cell draws its two seeds' values); thin dashed: the same code "
     "of a control labelling (each position's labels shuffled across sequences), which stays near 1. "
     "Well above 1: the states carry the label linearly, and cheaply (few training sequences needed); "
     "about 1: they do not."
 )
+
+
+def _cell_text(r: pd.Series) -> str:
+    """``12.31 [9.80, 14.83]``; without an interval the estimate and why (``too few seeds``:
+    the two seeds' values)."""
+    if pd.notna(r.compression_lower):
+        return f"{r.compression:.2f} [{r.compression_lower:.2f}, {r.compression_upper:.2f}]"
+    if pd.notna(r.get("seed_a")) and pd.notna(r.get("seed_b")):
+        return f"{r.compression:.2f} (seeds {r.seed_a:.2f}, {r.seed_b:.2f})"
+    return f"{r.compression:.2f}"
 
 
 def mdl_results(store) -> list[str]:
@@ -66,7 +77,10 @@ def mdl_parts(snap: Snapshot, length: int | None = None) -> tuple[list[Figure], 
         frames.append(frame.assign(result=name))
     if not frames:
         return [], [], notes
-    frame = pd.concat(frames, ignore_index=True)
+    # the project's interval rules: none shown from fewer than 3 seeds (a 2-seed cell shows its two
+    # seeds' values), clipped to what compression can take (above 0)
+    frame = apply_rules(pd.concat(frames, ignore_index=True), 0.0, INF, value="compression",
+                        lower="compression_lower", upper="compression_upper")
     lengths = sorted(frame["length"].unique())
     shown = length if length in lengths else lengths[0]
     at = frame[frame["length"] == shown]
@@ -75,9 +89,11 @@ def mdl_parts(snap: Snapshot, length: int | None = None) -> tuple[list[Figure], 
     figure = Figure("mdl_compression", f"{MDL_CAPTION} Length {shown}; from {from_results}.",
                     F.layer_lines(at, layers, value="compression", ylabel="compression (uniform / online)",
                                   reference="control" if "control" in at else None))
+    for ax in figure.figure.axes:  # compressions of 1 and of 20 on one page
+        if ax.has_data():
+            ax.set_yscale("log")
     shown_table = at.assign(cell=at["task"] + " " + at["arch"] + "/" + at["variant"].astype(str))
-    text = shown_table.apply(lambda r: f"{r.compression:.2f} [{r.compression_lower:.2f}, {r.compression_upper:.2f}]"
-                             if pd.notna(r.compression_lower) else f"{r.compression:.2f}", axis=1)
+    text = shown_table.apply(_cell_text, axis=1)
     display = shown_table.assign(value=text).pivot(index="cell", columns="layer", values="value")[layers]
     table = Table("mdl_compression", f"MDL compression [95% interval across seeds] per layer at length {shown} "
                   f"({from_results}); every length, and the control's, in the CSV.", frame,
