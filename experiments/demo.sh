@@ -8,6 +8,13 @@ EXP=${DEMO_EXPERIMENT:-experiments/quick.toml}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 start=$(date +%s)
 "$BIN/layerstate" run "$EXP" --out "$OUT" --jobs 2
+# MDL probes (online codelength of each task's label, last position, length 40; about 20 s on the
+# quick demo store), then the report again so that it shows them beside the probe profiles (about
+# 20 s more); DEMO_MDL=0 leaves both out
+if [ "${DEMO_MDL:-1}" != 0 ]; then
+  "$BIN/layerstate" mdl "$OUT/store.zarr" --lengths 40 --positions last
+  "$BIN/layerstate" report "$OUT/store.zarr" --out "$OUT/report" --force --no-chunk-check  # run's report checked them
+fi
 "$BIN/layerstate" inspect "$OUT/store.zarr" | head -n 12
 "$BIN/layerstate" validate "$OUT/store.zarr"
 "$BIN/layerstate" pack "$OUT/store.zarr" "$OUT/store.zip" --force
