@@ -43,10 +43,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.intervals import factor_table
 from reports import figures as F
 from reports import intervals
 from reports.model import COMMANDS, Figure, Section, Table
-from reports.numbers import read_result, run_factors
+from reports.numbers import read_result
 from reports.snapshot import Snapshot
 
 INTRO = (
@@ -178,7 +179,7 @@ def collect_sites(ds: xr.Dataset, store, coord: str, result: str, into: dict[str
     """
     if coord not in ds.coords:
         return
-    table = run_factors(store, [str(r) for r in ds["run"].values])
+    table = factor_table(store, [str(r) for r in ds["run"].values])
     layers = sorted({str(v) for v in ds["layer"].values}, key=len, reverse=True) if "layer" in ds.coords else []
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, layers)) + r")\b") if layers else None
     for arch, grp in table.groupby("arch"):
@@ -322,7 +323,7 @@ def _per_run_frame(ds: xr.Dataset, store, names: list[str]) -> pd.DataFrame:
     """The per-(run, length, layer, setting) diagnostics with each run's task, arch, variant."""
     frame = ds[names].to_dataframe().reset_index()
     frame = frame[[c for c in frame.columns if c in ("run", "length", "layer", "setting", *names)]]
-    factors = run_factors(store, [str(r) for r in ds["run"].values])
+    factors = factor_table(store, [str(r) for r in ds["run"].values])
     return frame.merge(factors, left_on="run", right_index=True, how="left")
 
 
@@ -613,7 +614,7 @@ def _restoration_views(part: Section, ds: xr.Dataset, store, name: str, order: l
 def _flat_note(runs: list[str], store) -> str:
     from analysis.interventions import MIN_GAP
 
-    table = run_factors(store, runs)
+    table = factor_table(store, runs)
     groups = "; ".join(f"{t}/{a}/{v}: {len(g)} of its runs" for (t, a, v), g in
                        table.groupby(["task", "arch", "variant"], dropna=False))
     return (f"Left out of the restoration table and figure: runs whose corruption moves the clean answer's "
@@ -628,7 +629,7 @@ def mechanism_frame(ds: xr.Dataset, store) -> pd.DataFrame | None:
     from analysis.interventions import classify_mechanism
 
     labels = classify_mechanism(ds)
-    table = run_factors(store, [str(r) for r in labels["run"].values]).reset_index()
+    table = factor_table(store, [str(r) for r in labels["run"].values]).reset_index()
     table["mechanism"] = labels.values.astype(str)
     table.attrs = {}
     return table

@@ -1,4 +1,4 @@
-"""Numbers for the page: intervals across seeds, run factors, and how a number is written.
+"""Numbers for the page: how a number and its interval are written, and how a stored result is read.
 
 Every number a report shows has its interval beside it, written ``0.934 [0.901, 0.960]``;
 where no interval exists (one seed, a permutation statistic) the text says so instead of
@@ -7,17 +7,11 @@ leaving the interval out silently.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import xarray as xr
-
-from analysis.behaviour import FACTORS, by_factors
-
-Xr = TypeVar("Xr", xr.DataArray, xr.Dataset)
-CI_LEVEL = 0.95
 
 
 # ---------------------------------------------------------------------- writing numbers
@@ -59,47 +53,6 @@ def fmt_layer_ci(pos: float, lower: float, upper: float, labels: Sequence[str]) 
     if pos is None or not np.isfinite(pos):
         return "never"
     return f"{name(pos)} [{name(lower)}, {name(upper)}]"
-
-
-# ---------------------------------------------------------------------- intervals over seeds
-def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim: str = "seed") -> xr.Dataset:
-    """Seed-level Student-t interval per cell over each cell's finite seeds:
-    :func:`analysis.intervals.seed_t_interval`."""
-    from analysis.intervals import seed_t_interval as compute
-
-    return compute(per_seed, ci_level, seed_dim)
-
-
-# ---------------------------------------------------------------------- runs and factors
-def run_factors(store, runs: Iterable[str]) -> pd.DataFrame:
-    """task, arch, variant, seed of each run (index ``run``), from the run attributes."""
-    rows = []
-    for rid in runs:
-        a = store.run_attrs(rid)
-        rows.append({"run": rid, **{f: a.get(f) for f in FACTORS}})
-    return pd.DataFrame(rows, columns=["run", *FACTORS]).set_index("run")
-
-
-def by_seed(obj: Xr, store) -> Xr:
-    """Replace a ``run`` dim by ``task, arch, variant, seed`` dims (missing combinations NaN):
-    :func:`analysis.behaviour.by_factors`."""
-    return by_factors(obj, store)
-
-
-def group_intervals(
-    numerator: xr.DataArray,
-    denominator: xr.DataArray | None,
-    store,
-    *,
-    ci_level: float = CI_LEVEL,
-    rng: int = 0,
-) -> pd.DataFrame:
-    """Intervals of a per-sequence ratio-of-sums metric, one per cell and (task, arch, variant):
-    :func:`analysis.intervals.group_intervals` (what the intervention analyses store), for
-    results that do not store their intervals."""
-    from analysis.intervals import group_intervals as compute
-
-    return compute(numerator, denominator, store, ci_level=ci_level, rng=rng)
 
 
 def plain_strings(ds: xr.Dataset) -> xr.Dataset:

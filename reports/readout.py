@@ -36,11 +36,12 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.behaviour import by_factors
 from reports import figures as F
 from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, TOO_WIDE, apply_rules, auc_range, texts
 from reports.mdl import mdl_parts
 from reports.model import COMMANDS, Figure, Section, Table, missing_section
-from reports.numbers import by_seed, fmt_layer_ci, read_result
+from reports.numbers import fmt_layer_ci, read_result
 from reports.snapshot import Snapshot
 from store import schema
 
@@ -480,7 +481,7 @@ def regularisation_frame(ds: xr.Dataset, store, *, target: str) -> pd.DataFrame:
     cols = {"C": ds["C"], "converged": ds["converged"].astype(float)}
     if "path_converged" in ds:
         cols["unfittable"] = (~ds["path_converged"]).any("C_grid").astype(float)
-    frame = by_seed(xr.Dataset(cols), store).to_dataframe().reset_index()
+    frame = by_factors(xr.Dataset(cols), store).to_dataframe().reset_index()
     frame = frame[np.isfinite(frame["C"])]
     if "unfittable" not in frame:
         frame["unfittable"] = 0.0

@@ -373,9 +373,9 @@ def test_the_report_shows_what_each_erasure_removed_beside_its_drop(two_valued_r
 
 
 def test_the_cli_and_report_put_both_patching_directions_side_by_side(ar):
+    from analysis.intervals import group_intervals
     from layerstate import present
     from reports.interventions import PATCHING_PAIRS, directions_table, subspace_table
-    from reports.numbers import group_intervals
 
     st, rid, _, _ = ar
     res = computed(patching(st, [rid], 12, layers=["embed", "L0"], positions=[0, 3, 6, 9, 11],

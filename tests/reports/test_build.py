@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from analysis.intervals import seed_t_interval
 from reports import build_report
 from reports import intervals as I
-from reports.numbers import fmt_ci, seed_t_interval
+from reports.numbers import fmt_ci
 from store import Store
 
 from ._data import LENGTH, REFERENCES, _write_run

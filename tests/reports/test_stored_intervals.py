@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from analysis.intervals import stored_intervals
+from analysis.intervals import group_intervals, stored_intervals
 from analysis.interventions.intervals import METRICS, add_intervals
 from reports.interventions import ablation_part, interchange_part, patching_part
-from reports.numbers import group_intervals, read_result
+from reports.numbers import read_result
 from reports.snapshot import take_snapshot
 from store import Store
 
