@@ -37,7 +37,8 @@ any fit); :mod:`.sweep` (the dask graph); :mod:`.cells` (one cell: C chosen, fit
 :mod:`.solvers`, :mod:`.screen`, :mod:`.lbfgs`, :mod:`.params` (the solvers);
 :mod:`.assemble` (the Dataset); :mod:`.intervals` (the seed-level intervals stored with it);
 :mod:`.progress` (how many cells a sweep fits, and a hook that reports them as they finish);
-:mod:`.mdl` and :mod:`.mdl_sweep` (MDL probes: the online codelength of a label, ``mdl_probe``).
+:mod:`.mdl` and :mod:`.mdl_sweep` (MDL probes: the online codelength of a label, ``mdl_probe``);
+:mod:`.stability` (how alike the seeds' probe subspaces are per layer, ``probe_stability``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from .solvers import (
     path_exact,
     path_reference,
 )
+from .stability import plan_stability, probe_stability, save_stability
 from .sweep import ProbePlan
 
 __all__ = [
@@ -81,11 +83,14 @@ __all__ = [
     "path_reference",
     "plan_mdl",
     "plan_probes",
+    "plan_stability",
     "probe",
+    "probe_stability",
     "result_name",
     "runs_by_task",
     "save_mdl",
     "save_probes",
+    "save_stability",
     "setting_differences",
     "storage_name",
     "score_cell",
