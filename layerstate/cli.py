@@ -678,6 +678,52 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
 @main.command()
 @store_argument
 @run_filters
+@click.option("--result", default=None,
+              help="Probe result whose probes are compared (default: probes/<task> of each task).")
+@click.option("--layers", default=None, help="Comma-separated layers, e.g. embed,L0,L3 (default all).")
+@lengths_option
+@click.option("--inputs", type=click.Choice(["auto", "shared", "rerun"]), default="auto", show_default=True,
+              help="How two seeds get states on the same sequences: auto (sequences both hold, else each "
+                   "stored model run on the other's), shared, rerun.")
+@click.option("--name", default=None, help="Result name (default stability/<the probe result's name>).")
+@results_option
+@storage_option
+@click.option("--quiet", "-q", is_flag=True, help="No work estimate on stderr (the results still print).")
+def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, name, results, storage_options,
+              quiet) -> None:
+    """How alike the seeds' probe subspaces are per layer, after aligning their states; store results/stability/<task>.
+
+    Reads the full-data probes of a probe result (run `layerstate probe` first). Says first on
+    stderr how many seed pairs and layers it compares (--quiet: not). Prints per layer the mean
+    overlap over seed pairs with its interval over seeds and the random-subspace null."""
+    from analysis.probes import plan_stability, runs_by_task, save_stability
+    from analysis.probes.plan import select_runs
+    from store import schema
+
+    if name is not None:
+        try:
+            name = schema.result_name(schema.STABILITY, name)
+        except ValueError as exc:
+            raise BadInput(f"--name: {exc}") from None
+    st = _open(store_path, results, storage_options)
+    selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
+    groups = {"": selected} if result else runs_by_task(st, selected)
+    for task, ids in groups.items():
+        plan = plan_stability(st, result, runs=ids, layers=layers.split(",") if layers else None,
+                              lengths=lengths, inputs=inputs)
+        if not quiet:
+            click.echo(present.stability_work_line(plan, task if len(groups) > 1 else ""), err=True)
+        ds = plan.compute()
+        ds.attrs.update(command="layerstate stability")
+        stored = save_stability(st, ds, name)
+        for line in present.stability_lines(st.read_result(stored)):
+            click.echo(line)
+        click.echo(present.stored(stored))
+
+
+@main.command()
+@store_argument
+@run_filters
 @click.option("--settings", type=SETTINGS, default="probe,leace,pca:1,random:1", show_default=True,
               help="Semicolon- or comma-separated: probe, stored, leace, inlp:k, pca:k, svd:k, random:k "
                    "(k may be a list: pca:1,4), matched:SETTING.")

@@ -607,3 +607,45 @@ def mdl_lines(ds: xr.Dataset) -> Iterator[str]:
                 c = ds.control_compression_profile.sel(run=r, length=L).values
                 line += f"  (control {ds.attrs.get('control')}: {np.nanmin(c):.2f}-{np.nanmax(c):.2f})"
             yield f"{r} len{L}: {line}"
+
+
+def stability_work_line(plan: Any, task: str = "") -> str:
+    """What a stability sweep (an :class:`analysis.probes.stability.StabilityPlan`) is about to
+    do: ``stability parity: 5 cells, 5 seed pairs × 1 length (40) × 5 layers = 25 maps;
+    5 pair-lengths run each model on the other's sequences; roughly 1 s of CPU``."""
+    cells = len({pp.cell for pp in plan.pairs})
+    n = len(plan.pairs)
+    maps = n * len(plan.lengths) * len(plan.layers)
+    rerun = (f"; {plan.reruns} pair-length{'s' * (plan.reruns != 1)} run each model on the other's sequences "
+             "(the seeds share none)" if plan.reruns else "")
+    return (f"stability{' ' + task if task else ''}: {cells} cell{'s' * (cells != 1)}, {n} seed pair"
+            f"{'s' * (n != 1)} × {len(plan.lengths)} length{'s' * (len(plan.lengths) != 1)} "
+            f"({', '.join(map(str, plan.lengths))}) × {len(plan.layers)} layers = {maps:,} maps{rerun}; "
+            f"roughly {_about(plan.cpu_s)} of CPU")
+
+
+def stability_lines(ds: xr.Dataset) -> Iterator[str]:
+    """What the numbers are, then per cell and length the mean overlap per layer with its
+    interval over seeds, the null, and whether the seeds agree (the interval above the null)."""
+    yield (f"seed agreement on where {ds.attrs.get('target')} lives: mean squared cosine of the principal angles "
+           "between seed pairs' probe subspaces after aligning their states (1: the same subspace; null: random "
+           "subspaces); interval over seeds")
+    for c in range(ds.sizes.get("cell", 0)):
+        name = f"{ds.cell_task.values[c]}/{ds.cell_arch.values[c]}/{ds.cell_variant.values[c]}"
+        for L in ds.length.values:
+            parts = []
+            for lay in ds.layer.values:
+                at = dict(cell=c, length=L, layer=lay)
+                est = float(ds.stability_estimate.sel(at))
+                if not np.isfinite(est):
+                    continue
+                lo, hi = float(ds.stability_lower.sel(at)), float(ds.stability_upper.sel(at))
+                null = float(ds.null_estimate.sel(at))
+                band = f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else ""
+                mark = "+" if np.isfinite(lo) and lo > null else ""
+                parts.append(f"{lay}={est:.2f}{band}{mark}")
+            n = int(ds.stability_n_seeds.isel(cell=c).max())
+            few = " (2 seeds: one pair, no interval)" if n == 2 else ""
+            null = float(ds.null_estimate.sel(cell=c, length=L).max())
+            yield f"{name} len{L}: {' '.join(parts)}  (null {null:.2f}; + above it){few}"
+

@@ -24,8 +24,8 @@ from analysis.compute import (
 )
 from analysis.interventions import ablation, patching
 from analysis.probes import plan_probes
-from tests.analysis.test_interventions import _ar_store, _planted_store
-from tests.analysis.test_probes import make
+from tests.analysis.interventions.test_interventions import _ar_store, _planted_store
+from tests.analysis.probes.test_probes import make
 
 
 def _threads() -> tuple[int, list[int]]:

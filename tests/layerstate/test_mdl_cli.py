@@ -8,7 +8,7 @@ import re
 from click.testing import CliRunner
 
 from layerstate.cli import main
-from tests.analysis.test_probes import make
+from tests.analysis.probes.test_probes import make
 
 
 def test_mdl_announces_stores_and_prints_compression(tmp_path):

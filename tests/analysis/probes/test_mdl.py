@@ -15,7 +15,7 @@ from analysis.probes.mdl import (
     mixture_weight,
     reference_cell_code,
 )
-from tests.analysis.test_probes import make
+from tests.analysis.probes.test_probes import make
 
 
 def planted_rows(rng, n=400, d=12, K=3, strength=2.0):

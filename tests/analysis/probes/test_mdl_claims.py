@@ -10,7 +10,7 @@ from analysis.claims import evaluate_claims, parse_claims
 from analysis.claims.metrics import ClaimInputs, seed_metric
 from analysis.probes import mdl_probe
 from store import MissingError
-from tests.analysis.test_probes import make
+from tests.analysis.probes.test_probes import make
 
 BOUND = {"statement": "s", "kind": "bound", "task": "toy", "arch": "lstm", "metric": "mdl_compression",
          "direction": "greater", "statistic": "mean", "length": 8}

@@ -8,7 +8,7 @@ import numpy as np
 from analysis.probes import mdl_probe, probe
 from reports.readout import probes
 from reports.snapshot import take_snapshot
-from tests.analysis.test_probes import make
+from tests.analysis.probes.test_probes import make
 
 
 def test_probes_section_shows_stored_mdl_compression(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 from analysis.claims.reference import EXAMPLES, render
 from analysis.claims.spec import OUTCOMES, REQUIRED, Claim
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "claims.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "claims.md"
 
 
 def test_the_page_is_what_the_model_writes():

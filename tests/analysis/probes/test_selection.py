@@ -18,7 +18,7 @@ from analysis.probes import C_GRID, plan_probes, probe
 from analysis.probes.cells import TIE, fit_cell, search_problems
 from analysis.probes.plan import inner_groups
 from store import Store
-from tests.analysis.test_probes import make
+from tests.analysis.probes.test_probes import make
 
 
 def one_cell_store(tmp_path, *, n, d, strength, n_classes=2, seed=0, name="s.zarr", mix=None):

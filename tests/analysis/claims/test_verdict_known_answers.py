@@ -14,7 +14,7 @@ from analysis.claims.evaluate import verdict_table
 from analysis.claims.spec import Claim
 from analysis.claims.verdicts import adjust, claim_tests, decide
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 
 def weakens(small: str, small_outcome: str, big: str) -> bool:

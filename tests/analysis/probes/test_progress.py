@@ -7,7 +7,7 @@ import pytest
 
 from analysis.probes import plan_probes, probe
 from analysis.probes.progress import Progress, SweepSize, Tick
-from tests.analysis.test_probes import make
+from tests.analysis.probes.test_probes import make
 
 
 def size(total: int) -> SweepSize:

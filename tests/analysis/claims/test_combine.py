@@ -11,7 +11,7 @@ import xarray as xr
 from analysis.claims import ClaimError, combine_parts, evaluate_claims, parse_claims, read_part
 from reports.claims import claims_frame
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 RAW = [
     {"id": "s3-drop", "statement": "Removing Conv1D lowers Mamba's S3 accuracy", "kind": "difference",
@@ -207,7 +207,7 @@ def test_probe_claims_combine_as_the_whole_store_decides_them(tmp_path):
     readable_by claims (docs/ceiling.md) cannot decide 5 in a family of four. By hand: Dyck's 8 of 8
     above 0.9 give p = 1/256, at most 4/256 after Holm; Parity's 8 of 8 below give its opposite
     side p = 2/256 at the two-sided level, at most 3 x 2/256 after Holm: both below 0.05."""
-    from tests.analysis.test_claims import PROFILE_CLAIMS, _fake_probes
+    from tests.analysis.claims.test_claims import PROFILE_CLAIMS, _fake_probes
 
     st = Store.create(str(tmp_path / "p.zarr"))
     probes = _fake_probes(st, np.random.default_rng(0), n_seeds=8)

@@ -14,7 +14,7 @@ from analysis.stats.design import Design
 from layerstate.cli import main
 from layerstate.present import sequential_lines
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 CLAIMS = [
     {"id": "s3-conv", "statement": "Removing Conv1D lowers S3 accuracy", "kind": "difference", "task": "s3",

@@ -13,7 +13,7 @@ from capture.experiment import CapturePlan
 from layerstate.experiment import ExperimentError, load_claims, load_experiment, parse_experiment
 from store import config_hash, run_identity
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CLAIM = {"id": "c", "statement": "s", "kind": "difference", "task": "parity", "compare": "arch",
          "treatment": "lstm", "reference": "gru", "length": 40}

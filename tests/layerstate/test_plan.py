@@ -13,7 +13,7 @@ from analysis.claims.planner import make_plan
 from layerstate.cli import main
 from layerstate.present import plan_lines
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 CLAIMS = [
     {"id": "s3-conv", "statement": "Removing Conv1D lowers S3 accuracy", "kind": "difference", "task": "s3",

@@ -38,7 +38,7 @@ from analysis.interventions import (
 )
 from analysis.interventions import erasure as E
 from store import Store
-from tests.analysis.test_interventions import _ar_store, _rank_one_model, computed
+from tests.analysis.interventions.test_interventions import _ar_store, _rank_one_model, computed
 
 N_SEQ, LENGTH = 160, 8
 

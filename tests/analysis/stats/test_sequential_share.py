@@ -293,7 +293,7 @@ BOUND = [{"id": "s3-high", "statement": "S3 accuracy above 0.8", "kind": "bound"
 def failing_seed_store(tmp_path_factory):
     """9 seeds of S3 accuracy near 0.95, but seed 1 failed (0.5)."""
     from store import Store
-    from tests.analysis.test_claims import _write_run
+    from tests.analysis.claims.test_claims import _write_run
 
     st = Store.create(str(tmp_path_factory.mktemp("share") / "s.zarr"))
     rng = np.random.default_rng(3)

@@ -11,7 +11,7 @@ from analysis.claims import parse_claims
 from analysis.claims.planner import make_plan
 from analysis.stats.seedshare import seeds_to_decide, share_power
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 
 @pytest.fixture(scope="module")

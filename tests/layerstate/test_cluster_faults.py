@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cluster_pipeline import RUNS, TINY, _arrays, cli
+from tests.layerstate.test_cluster_pipeline import RUNS, TINY, _arrays, cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a stopped worker that is never killed hangs
 

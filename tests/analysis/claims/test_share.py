@@ -15,7 +15,7 @@ from analysis.claims.sampling import share_row
 from analysis.claims.spec import Claim
 from analysis.stats.seedshare import seeds_to_decide
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 
 def _bound(cid: str = "c", **over) -> Claim:
