@@ -25,6 +25,17 @@ Based with a kernel-1 short convolution on AR only::
     archs = ["mamba", "based"]
     tasks = ["assoc_recall"]
 
+An untrained baseline is a variant that is never trained: each of its runs stores the model
+as initialised for its seed -- the same weights the trained run of that seed starts from --
+and is then captured and probed like any other run, so a probe profile can be read against
+the same architecture at initialisation::
+
+    [grid]
+    variants = ["default", "untrained"]
+
+    [variants.untrained]               # train nothing; the run records untrained = true
+    train = false
+
 An example: ``experiments/quick.toml``, whose capture sections the docstring of
 :mod:`layerstate.experiment` shows.
 """
@@ -84,6 +95,12 @@ class VariantConfig(BaseModel):
         "a short convolution for no_conv, the fields `model` sets).",
     )
     tasks: list[str] | None = Field(default=None, description="Only these tasks (default: every grid task).")
+    train: bool = Field(
+        default=True,
+        description="false: an untrained baseline -- the model as initialised for that seed (the "
+        "trained run's own starting point), stored without a training step and then captured and "
+        "probed like any run; its name must say so (untrained, untrained_no_conv, ...).",
+    )
 
 
 class TrainConfig(BaseModel):
@@ -217,6 +234,9 @@ class CapturePlan(BaseModel):
 
         grid = self.grid
         for name in grid.variants:
+            if name.startswith(UNTRAINED) and name not in self.variants:
+                raise ValueError(f"variant {name!r}: declare the untrained baseline with a [variants.{name}] "
+                                 "table saying train = false")
             if not _VARIANT_NAME.fullmatch(name):
                 raise ValueError(f"variant name {name!r} goes into run ids: use letters, digits and "
                                  "underscores only (e.g. conv_k1)")
@@ -231,6 +251,12 @@ class CapturePlan(BaseModel):
             where = f"[variants.{name}]"
             if name not in grid.variants:
                 raise ValueError(f"{where} names a variant not in the grid; grid has: {', '.join(grid.variants)}")
+            # the name is what every table, figure and claim shows, so it must say untrained
+            if not spec.train and not name.startswith(UNTRAINED):
+                raise ValueError(f"{where} train = false: name an untrained baseline so every report says it, "
+                                 f"e.g. [variants.{UNTRAINED}] or [variants.{UNTRAINED}_{name}]")
+            if spec.train and name.startswith(UNTRAINED):
+                raise ValueError(f"{where} is named untrained but trains: set train = false in it, or rename it")
             base = self.base_variant(name)
             if base not in VARIANTS:
                 raise ValueError(f"{where} base {base!r} is not a model variant; valid: {', '.join(VARIANTS)}")
@@ -279,6 +305,12 @@ class CapturePlan(BaseModel):
             if any(k not in _settings_of(arch) for k in spec.model):
                 return False
         return _variant_applies(arch, self.base_variant(variant))
+
+    def trains(self, variant: str) -> bool:
+        """Whether runs of ``variant`` are trained (False: an untrained baseline,
+        ``[variants.<name>] train = false``)."""
+        spec = self.variants.get(variant)
+        return spec is None or spec.train
 
     def model_settings(self, arch: str, variant: str) -> dict[str, Any]:
         """The :class:`~capture.models.ModelConfig` fields of ``arch`` in ``variant``:
@@ -366,6 +398,11 @@ class RunSpec:
     def train(self) -> TrainConfig:
         return self.exp.train_for(self.task, self.arch)
 
+    @property
+    def untrained(self) -> bool:
+        """An untrained baseline: stored as initialised, never trained (``train = false``)."""
+        return not self.exp.trains(self.variant)
+
 
 def _variant_applies(arch: str, variant: str) -> bool:
     """A variant other than ``default`` (``no_conv``) applies to the architectures with a short
@@ -376,6 +413,8 @@ def _variant_applies(arch: str, variant: str) -> bool:
 
 
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9_]+")
+#: How an untrained baseline's name begins (``untrained``, ``untrained_no_conv``).
+UNTRAINED = "untrained"
 
 
 def _settings_of(arch: str) -> set[str]:

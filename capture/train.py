@@ -18,6 +18,12 @@ trains as before, bit for bit, and records the same ``train_config``): ``compile
 through ``torch.compile`` (:func:`training_forward`), ``plateau_delta`` stops a run whose
 held-out accuracy has stopped gaining more than that (:class:`Stopping`). Both are recorded
 in the run's ``train_config``, and a resumed run ends as one never interrupted.
+
+An untrained baseline (a variant with ``train = false``) goes through the same path without
+:func:`fit`: its model is built with the run's seed, exactly as the trained run of that seed
+is before its first step, measured at the evaluation lengths (its readout is untrained: that
+accuracy is chance-level by construction, not a model's behaviour) and stored with
+``untrained = true`` in the run's attributes and no training steps.
 """
 
 from __future__ import annotations
@@ -421,7 +427,11 @@ def _train_run(
             model.to(device.torch_device)
             ckpt = Checkpointer(store, rid, cfg)
             t0 = time.perf_counter()
-            curve, steps = fit(model, task, cfg, spec.seed, progress=progress, checkpoint=ckpt)
+            curve: list[dict]
+            if spec.untrained:  # the baseline: the weights this seed's trained run starts from
+                curve, steps = [], 0
+            else:
+                curve, steps = fit(model, task, cfg, spec.seed, progress=progress, checkpoint=ckpt)
             seconds = ckpt.seconds_before + time.perf_counter() - t0
             acc = accuracy_by_length(model, task, cfg, spec.seed)
             store.write_weights(rid, model.state_dict(), overwrite=True)
@@ -435,6 +445,7 @@ def _train_run(
                 n_parameters=count_parameters(model),
                 implementation=getattr(model, "implementation", "torch"),
                 device=device.name,
+                **({"untrained": True} if spec.untrained else {}),
                 metrics={
                     "accuracy": {str(k): v for k, v in acc.items()},
                     "steps": steps,
