@@ -75,6 +75,7 @@ from capture.experiment import (
     TrainConfig,
     validate_model,
 )
+from store import schema
 from store.errors import validation_problems
 
 __all__ = [
@@ -282,9 +283,20 @@ class Experiment(CapturePlan):
 
     def _check_cells(self, claim: Claim) -> None:
         """Refuse a claim that reads a (task, arch, variant) the grid has no run of: a variant
-        a ``[variants]`` table restricts to other tasks or architectures."""
-        if claim.kind in ("difference", "equivalence") and claim.compare == "variant":
-            variants = [v for v in (claim.treatment, claim.reference) if v]
+        a ``[variants]`` table restricts to other tasks or architectures; and one that reads the
+        model's own readout (accuracy, ablation drop, patching, restoration) of an untrained
+        baseline, whose readout is chance by construction."""
+        compared = claim.kind in ("difference", "equivalence") and claim.compare == "variant"
+        read = [v for v in (claim.treatment, claim.reference) if v] if compared else [claim.variant]
+        if claim.reads() != schema.PROBES and claim.metric in _READOUT_METRICS:
+            for variant in read:
+                if variant is not None and not self.trains(variant):
+                    raise ClaimError(
+                        f"claim {claim.id!r}: {claim.metric} measures the model's own readout, which variant "
+                        f"{variant!r} never trained (chance by construction); compare probe_accuracy or "
+                        "refit_accuracy with the untrained baseline instead")
+        if compared:
+            variants = read
         elif claim.kind in ("readable_by", "bound"):
             variants = [claim.variant]
         else:
@@ -420,6 +432,10 @@ class Experiment(CapturePlan):
                 "site": sites, "layer": layers, "setting": _ablation_settings(ana.ablate_settings),
                 "position": list(ana.patch_positions if ana.patch_positions is not None
                                  else range(ana.patch_length))}
+
+
+#: Claim metrics read from the model's own readout: meaningless for an untrained baseline.
+_READOUT_METRICS = frozenset({"accuracy", "ablation_drop", "patch_recovery", "restoration"})
 
 
 def _ablation_settings(settings: list[str]) -> list[str]:
