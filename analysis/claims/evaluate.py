@@ -239,6 +239,7 @@ def _what(claim: Claim) -> str:
                               + (f", positions {_ranges(claim.positions)}" if claim.positions else ""),
             "probe_accuracy": f"probe accuracy at {claim.layer}",
             "mdl_compression": f"MDL compression at {claim.layer}",
+            "probe_stability": f"seed agreement of the probe subspaces at {claim.layer}",
             "restoration": f"restoration at {claim.site}",
             "accuracy": "accuracy"}[claim.metric]
 

@@ -355,6 +355,8 @@ def seed_metric(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return _seed_patching(inputs, claim)
     if claim.metric == "mdl_compression":
         return _seed_mdl(inputs, claim)
+    if claim.metric == "probe_stability":
+        return _seed_stability(inputs, claim)
 
     def accuracy() -> xr.DataArray:
         corr = sequence_counts(inputs, claim)
@@ -501,6 +503,23 @@ def _seed_mdl(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         lambda: per_run_metric(inputs.store, claim, schema.MDL,
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate mdl STORE --task {claim.task} --lengths {L}`"))
+
+
+def _seed_stability(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
+    """Per-seed ``seed_pseudo`` of ``results/stability/*`` (each seed's jackknife pseudo-value of
+    the mean probe-subspace overlap over its cell's seed pairs: their mean is the pair mean and
+    a test over them is a test over seeds) at the claim's length: dims (task, arch, variant,
+    seed, layer)."""
+    L = claim.length
+
+    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
+        return ds["seed_pseudo"].sel(length=L, drop=True).astype(float)
+
+    return inputs.once(
+        ("stability", claim.task, claim.length, claim.result),
+        lambda: per_run_metric(inputs.store, claim, schema.STABILITY,
+                               lambda ds: "length" in ds.coords and L in ds.length.values, extract,
+                               f"run `layerstate stability STORE --task {claim.task} --lengths {L}`"))
 
 
 def require_levels(da: xr.DataArray, dim: str, wanted: list[str | None], claim: Claim) -> None:

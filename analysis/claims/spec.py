@@ -49,7 +49,8 @@ class StaleResultError(ClaimError):
 
 
 #: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them).
-LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery", "mdl_compression")
+LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery", "mdl_compression",
+           "probe_stability")
 #: Metrics read from ``results/ablation/*`` (one value per setting).
 ABLATION = ("ablation_drop", "refit_accuracy")
 
@@ -58,7 +59,8 @@ ABLATION = ("ablation_drop", "refit_accuracy")
 #: The kind of stored result each per-seed metric is read from (the others: ``behaviour``).
 METRIC_RESULTS = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATION,
                   "refit_accuracy": schema.ABLATION, "patch_recovery": schema.PATCHING,
-                  "restoration": schema.INTERCHANGE, "mdl_compression": schema.MDL}
+                  "restoration": schema.INTERCHANGE, "mdl_compression": schema.MDL,
+                  "probe_stability": schema.STABILITY}
 
 #: The fields each kind of claim needs.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -96,14 +98,16 @@ class Claim(BaseModel):
         description="Which test evaluates it (bound: a metric's per-seed mean above/below `threshold`)."
     )
     metric: Literal["accuracy", "probe_accuracy", "restoration", "ablation_drop", "refit_accuracy",
-                    "patch_recovery", "mdl_compression"] = Field(
+                    "patch_recovery", "mdl_compression", "probe_stability"] = Field(
         default="accuracy",
         description="accuracy (the model's own readout), probe_accuracy, restoration (interchange "
         "interventions: fraction of the clean answer's probability restored), ablation_drop "
         "(clean - ablated accuracy, results/ablation), refit_accuracy (a probe refitted on the "
         "ablated states), patch_recovery (share of the logit gap a patch recovers, results/patching) or "
         "mdl_compression (uniform / online codelength of the label at a layer, results/mdl: 1 is no "
-        "compression).",
+        "compression) or probe_stability (how alike the seeds' aligned probe subspaces are at a layer, "
+        "results/stability: each seed's jackknife pseudo-value of the mean overlap over seed pairs, "
+        "so the test is over seeds; 3 seeds or more).",
     )
     task: str | None = Field(default=None, description="Task the claim is about.")
     arch: str | None = Field(default=None, description="Architecture the claim is about.")
