@@ -648,4 +648,3 @@ def stability_lines(ds: xr.Dataset) -> Iterator[str]:
             few = " (2 seeds: one pair, no interval)" if n == 2 else ""
             null = float(ds.null_estimate.sel(cell=c, length=L).max())
             yield f"{name} len{L}: {' '.join(parts)}  (null {null:.2f}; + above it){few}"
-
