@@ -186,7 +186,7 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
         "probe_profiles",
         f"Probe accuracy across layers at length {shown_length}: tasks as columns, architectures as rows "
         "(band: 95% interval across seeds; dashed: majority baseline; dotted: control task). "
-        + results_text(at_fit, read) + band_text(at_fit),
+        + results_text(at_fit, read) + band_text(at_fit) + untrained_text(at_fit, snap.store),
         F.profile_grid(at_fit.assign(task=at_fit["task"].map(panels)).rename(
             columns={"estimate": "accuracy", "lower": "accuracy_lower", "upper": "accuracy_upper"}), layers),
     ))
@@ -249,6 +249,43 @@ def results_text(frame: pd.DataFrame, read: dict[str, list[str]], *, short: bool
         text += (f" Claim{'s' if len(ids) > 1 else ''} {', '.join(ids)} read{'' if len(ids) > 1 else 's'} {n}, "
                  f"not shown here (`layerstate report STORE --result {n}` shows it).")
     return text
+
+
+def untrained_variants(frame: pd.DataFrame, store) -> list[str]:
+    """The variants of ``frame`` that are untrained baselines: their runs record ``untrained``
+    (``[variants.<name>] train = false``), or, for a store imported from elsewhere, the variant's
+    name begins with ``untrained`` (the user's own activations of the untrained models)."""
+    from capture.experiment import UNTRAINED
+
+    return [v for v in sorted(frame["variant"].astype(str).unique()) if v in _flagged(store) or v.startswith(UNTRAINED)]
+
+
+def _flagged(store) -> set[str]:
+    """The variants whose runs were stored untrained by `layerstate train` (``untrained`` set)."""
+    return {str(store.run_attrs(r).get("variant")) for r in store.run_ids() if store.run_attrs(r).get("untrained")}
+
+
+def untrained_text(frame: pd.DataFrame, store) -> str:
+    """What the untrained baseline's profiles are, for the figure's caption ('' without one):
+    which variants, in which line style, and how to read a trained profile against them."""
+    from reports.figures import variant_style
+
+    names = untrained_variants(frame, store)
+    if not names:
+        return ""
+    variants = sorted(frame["variant"].astype(str).unique())
+    styles = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dotted"}
+    each = ", ".join(f"{v} ({styles.get(variant_style(v, variants), 'its own line style')}, with markers, in the "
+                     "architecture's colour)" for v in names)
+    cells = sorted({f"{t}/{a}" for t, a, v in zip(frame["task"], frame["arch"], frame["variant"], strict=True)
+                    if str(v) in names})
+    how = ("with the same seeds (each the starting point of that seed's trained run)" if set(names) <= _flagged(store)
+           else "(imported: as the store's runs were given)")
+    return (f" Untrained baseline, variant {each}: the same architecture at initialisation {how}, captured and "
+            "probed as the trained runs; "
+            "what a probe reads there needs no training, and a trained band above it is what training added "
+            f"(for {', '.join(cells)}). Its accuracy elsewhere in this report is an untrained readout's "
+            "(chance by construction), not a model's behaviour.")
 
 
 def band_text(frame: pd.DataFrame) -> str:
