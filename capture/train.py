@@ -23,7 +23,8 @@ An untrained baseline (a variant with ``train = false``) goes through the same p
 :func:`fit`: its model is built with the run's seed, exactly as the trained run of that seed
 is before its first step, measured at the evaluation lengths (its readout is untrained: that
 accuracy is chance-level by construction, not a model's behaviour) and stored with
-``untrained = true`` in the run's attributes and no training steps.
+``untrained = true`` and ``status = "untrained"`` in the run's attributes and no training
+steps.
 """
 
 from __future__ import annotations
@@ -414,7 +415,7 @@ def _train_run(
         model_config=mcfg.model_dump(), task_config=task.model_dump(),
         experiment=spec.exp.experiment.name,
     )
-    if store.has_weights(rid) and store.run_attrs(rid).get("status") == "trained":
+    if store.has_weights(rid) and store.run_attrs(rid).get("status") == _status(spec):
         check_trained_with(store, rid, cfg)
         acc = {int(k): v for k, v in store.run_attrs(rid)["metrics"]["accuracy"].items()}
         return TrainResult(rid, True, 0, 0.0, acc)
@@ -437,7 +438,7 @@ def _train_run(
             store.write_weights(rid, model.state_dict(), overwrite=True)
             store.update_run_attrs(
                 rid,
-                status="trained",
+                status=_status(spec),
                 train_config=recorded_config(cfg),
                 n_classes=n_classes,
                 vocab_size=task.vocab_size,
@@ -461,6 +462,12 @@ def _train_run(
         finally:
             torch.set_num_threads(threads_before)
     return TrainResult(rid, False, steps, seconds, acc, tuple(ckpt.resumed_at))
+
+
+def _status(spec: RunSpec) -> str:
+    """A finished run's ``status``: "trained", or "untrained" for an untrained baseline (its
+    weights final too, so capture takes it; the report's run table shows which it is)."""
+    return "untrained" if spec.untrained else "trained"
 
 
 #: [train] fields that do not change what is trained or measured (only how fast).
