@@ -99,7 +99,7 @@ def test_an_untrained_run_stores_its_seeds_starting_point_untrained(tmp_path, mo
     a_u, a_t = st.run_attrs(res_u.run_id), st.run_attrs(res_t.run_id)
     assert a_u["untrained"] is True and "untrained" not in a_t
     assert a_u["metrics"]["steps"] == 0 and a_u["metrics"]["curve"] == []
-    assert a_u["status"] == "trained"  # its weights are final: capture takes it like any run
+    assert (a_u["status"], a_t["status"]) == ("untrained", "trained")  # the run table says which
     assert train_run(st, untrained).skipped
     res = capture_unit(st, untrained, "len", 12)
     assert res.blocks_written and st.load_length(res_u.run_id, 12).hidden.shape[0] == 8
