@@ -52,7 +52,7 @@ def probe_lines(ds: xr.Dataset) -> Iterator[str]:
     """What the numbers are (held-out accuracy, chance, the control task), then each run's
     layer profile per length and its best layer, then a flag when the control cannot fail.
 
-    ``len12`` is the length (tests/analysis/test_probes_captured.py asserts this spelling).
+    ``len12`` is the length (tests/analysis/probes/test_captured.py asserts this spelling).
     """
     chance = float(np.nanmean(ds.baseline.values)) if "baseline" in ds else float("nan")
     folds = ds.attrs.get("folds", ds.sizes.get("fold", "?"))

@@ -8,7 +8,7 @@ tightened fails the build of the page, not a reader. Regenerate with::
 
     python -m analysis.claims.reference > docs/claims.md
 
-(``tests/analysis/test_claims_reference.py`` fails when the page and the model disagree.)
+(``tests/analysis/claims/test_reference.py`` fails when the page and the model disagree.)
 """
 
 from __future__ import annotations

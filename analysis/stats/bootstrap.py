@@ -20,7 +20,7 @@ Three interval methods:
     ``sqrt((n-1)/V)`` with one ``V ~ chi2(n-1)`` per draw. Each cell's draws are then exactly
     the seed-level t distribution, and the draws of any difference of cells are exactly the
     paired t on per-seed differences. In 2000 simulated experiments shaped like ours
-    (``tests/analysis/test_stats_calibration.py``) its 95% intervals covered the truth 94.4%
+    (``tests/analysis/stats/test_calibration.py``) its 95% intervals covered the truth 94.4%
     of the time. It assumes roughly normal per-seed estimates: with large seed offsets near a
     ceiling (logit sd 0.6) coverage fell to ~93.8%.
 ``"percentile"`` / ``"bca"``

@@ -4,7 +4,7 @@ Every figure is the rate of an event over simulated experiments with a known tru
 (:func:`analysis.stats.simulate_paired_accuracy`), for each model of
 :mod:`analysis.stats.contrasts`, with its Monte-Carlo standard error ``sqrt(r (1 - r) / n)``.
 ``python -m bench.calibration`` runs it at >= 1000 simulated experiments per figure and
-``tests/analysis/test_stats_calibration.py`` a smaller fixed-seed version; the measured figures
+``tests/analysis/stats/test_calibration.py`` a smaller fixed-seed version; the measured figures
 are in docs/measured.md, "Statistics".
 
 Scenarios (:data:`SCENARIOS`, **ours**), shaped like the Conv1D experiment of docs/science.md:

@@ -25,7 +25,7 @@ with 5 seeds and accuracies near a ceiling, per-seed differences are skewed (a s
 the logit scale shrinks the accuracy difference of good seeds), and the one-sided t is not
 robust to skew at n = 5. Simulated with the true difference on the margin (3000 runs per
 side), the textbook TOST declared equivalence in 5.7% of runs at +margin, above its 5%
-promise; at ``alpha / 2`` it was 3.1% and 2.5% (``tests/analysis/test_stats_calibration.py``).
+promise; at ``alpha / 2`` it was 3.1% and 2.5% (``tests/analysis/stats/test_calibration.py``).
 The price is power. Pass ``tost_alpha=alpha`` for the textbook test, or call
 :func:`paired_tost` directly.
 
@@ -281,7 +281,7 @@ def paired_difference(
 
     This is the default test of a condition effect (e.g. Conv1D removed vs kept). Under nulls
     simulated like the Conv1D experiment its type-I error is within [0.03, 0.07] at 0.05
-    (``tests/analysis/test_stats_calibration.py``).
+    (``tests/analysis/stats/test_calibration.py``).
 
     Parameters
     ----------

@@ -12,9 +12,8 @@ from analysis.interventions import run_ablation, run_interchange, run_patching
 from analysis.interventions.intervals import add_intervals
 from reports.numbers import plain_strings
 from store import Store
-
-from .test_intervention_diagnostics import LENGTH, two_valued, two_valued_result  # noqa: F401  (fixtures)
-from .test_interventions import _ar_store, planted  # noqa: F401  (a fixture)
+from tests.analysis.interventions.test_diagnostics import LENGTH, two_valued, two_valued_result  # noqa: F401  (fixtures)
+from tests.analysis.interventions.test_interventions import _ar_store, planted  # noqa: F401  (a fixture)
 
 
 def test_run_ablation_stores_the_intervals_of_its_drop_and_accuracy(planted, tmp_path):  # noqa: F811

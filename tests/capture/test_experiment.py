@@ -1,5 +1,5 @@
 """Capture's sections of an experiment: typed, validated, with one-line errors that list
-valid options (the whole file, claims included, is tested in tests/test_experiment.py)."""
+valid options (the whole file, claims included, is tested in tests/layerstate/test_experiment.py)."""
 
 from __future__ import annotations
 

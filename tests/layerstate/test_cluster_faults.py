@@ -1,7 +1,7 @@
 """Faults on a dask.distributed cluster: a worker killed in the middle of a capture, and a
 cluster that goes away in the middle of training.
 
-The grid is the tiny two-run experiment of tests/test_cluster_pipeline.py without probes
+The grid is the tiny two-run experiment of tests/layerstate/test_cluster_pipeline.py without probes
 (only training and capture are under test). A worker is made to stop at a chosen point by
 patching one function in the worker processes (``client.run``); the patch stops only the
 first task that reaches that point, so a task run again after the fault goes through.

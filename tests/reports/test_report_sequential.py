@@ -15,7 +15,7 @@ import xarray as xr
 
 from reports import build_report
 from store import Store
-from tests.analysis.test_claims import _write_run
+from tests.analysis.claims.test_claims import _write_run
 
 NaN = np.nan
 CLAIM_IDS = ["a-sup", "b-fut", "c-eq", "d-none"]

@@ -66,7 +66,7 @@ def test_contradicted_is_controlled_across_the_family_as_supported_is():
 
     rng = np.random.default_rng(11)
     # rows of the t over seeds (bound_t_np): claims about the mean (the sign test's opposite side is
-    # the exact binomial test, tests/analysis/test_claims_share.py)
+    # the exact binomial test, tests/analysis/claims/test_share.py)
     claims = [_claim(i, kind="bound", metric="ablation_drop", setting="probe", threshold=0.5,
                      direction="greater", length=40, statistic="mean") for i in range(10)]
     reps = 1500
