@@ -119,6 +119,10 @@ metric              value per seed                                              
 ``patch_recovery``  ``recovery`` of ``results/patching/*`` at ``layer``,          layer
                     averaged over ``positions`` (default all patched); NaN
                     when the run's summed logit gap is not positive
+``mdl_compression`` the online code's compression over the uniform code at        layer
+                    ``layer`` (``results/mdl``, docs/mdl-and-stability.md)
+``probe_stability`` the seed's jackknife pseudo-value of the seed-pair overlap    layer
+                    of probe subspaces at ``layer`` (``results/stability``)
 ==================  ============================================================  ==============
 
 ``compare = "layer"`` compares two layers of one model's profile (``treatment = "L3"``,
