@@ -13,6 +13,10 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   1.4x faster at L = 40) and `transformers`' own torch chunked scan beyond (its plain
   function, never the kernel it may have bound). Every submodule used here is called as a module, so hooks see it
   ("L0.mixer.conv1d").
+- ``"torch-fused-scan"`` (Mamba, on request: `set_fused_path`, the ``[train] fused_scan``
+  option): the same forward as ``"torch-fast-scan"`` with the scan computed by fused numba
+  kernels (`capture.models.scan_kernels`) on CPU tensors, where they compiled. Same function,
+  other float rounding, so it is opt-in and recorded.
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
   Calls with a cache or an attention mask (generation, padding), which layerstate itself
@@ -36,7 +40,7 @@ from torch import nn
 from transformers.models.mamba2 import modeling_mamba2
 
 from capture.models import ssd
-from capture.models.scan import selective_scan
+from capture.models.scan import fused_kernels, selective_scan
 
 # The widths the causal-conv1d CUDA kernel accepts (docs/measured.md, "Models"); others use
 # the torch path.
@@ -64,7 +68,7 @@ def mixer_path(mixer: Any, device: torch.device) -> str:
         and cuda_kernels_available()
     ):
         return "cuda-kernels"
-    return _torch_path(mixer)
+    return _torch_path(mixer, device)
 
 
 def _is_mamba1(mixer: Any) -> bool:
@@ -90,7 +94,8 @@ def mamba_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor
     dt, B, C = mixer.x_proj(x).split(sizes, dim=-1)  # B, C: (batch, position, d_state)
     delta = F.softplus(mixer.dt_proj(dt))  # (batch, position, d_inner)
     A = -torch.exp(mixer.A_log.float())  # (d_inner, d_state)
-    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate)
+    fused = getattr(mixer, "layerstate_fused", False)
+    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate, fused=fused)
     return mixer.out_proj(y.to(hidden_states.dtype))
 
 
@@ -154,7 +159,7 @@ def _unwrapped(value: Any) -> Any:
 
 def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwargs):
     path = mixer_path(mixer, hidden_states.device)
-    if cache is not None or attention_mask is not None or path != _torch_path(mixer):
+    if cache is not None or attention_mask is not None or path not in _TORCH_PATHS:
         # generation with a cache, padding masks, kernels, the reference: transformers' own
         return type(mixer).forward(
             mixer, hidden_states, cache=cache, attention_mask=attention_mask, **kwargs
@@ -164,8 +169,14 @@ def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwar
     return mamba2_torch_forward(mixer, hidden_states)
 
 
-def _torch_path(mixer: Any) -> str:
-    return "torch-fast-scan" if _is_mamba1(mixer) else "torch-ssd"
+_TORCH_PATHS = ("torch-fast-scan", "torch-fused-scan", "torch-ssd")
+
+
+def _torch_path(mixer: Any, device: torch.device | None = None) -> str:
+    if not _is_mamba1(mixer):
+        return "torch-ssd"
+    fused = getattr(mixer, "layerstate_fused", False) and (device is None or device.type == "cpu")
+    return "torch-fused-scan" if fused and fused_kernels() is not None else "torch-fast-scan"
 
 
 def install_mixer_paths(mixers: list[Any]) -> None:
@@ -173,6 +184,18 @@ def install_mixer_paths(mixers: list[Any]) -> None:
     for mixer in mixers:
         mixer.forward = types.MethodType(_mixer_forward, mixer)
         mixer.layerstate_reference = False
+        mixer.layerstate_fused = False
+
+
+def set_fused_path(model: nn.Module, enabled: bool) -> int:
+    """Compute the Mamba-1 mixers' scans in `model` with the fused CPU kernels (True) or the
+    torch scan (False); returns the number of mixers set (0: no Mamba mixer in `model`).
+
+    Mamba-2 mixers are counted but unchanged (no fused kernel for its scan yet)."""
+    mixers: list[Any] = [m for m in model.modules() if hasattr(m, "layerstate_reference")]
+    for mixer in mixers:
+        mixer.layerstate_fused = bool(enabled)
+    return len(mixers)
 
 
 def set_reference_path(mixers: list[Any], enabled: bool) -> None:

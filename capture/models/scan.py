@@ -27,8 +27,13 @@ obvious autograd loop; the tests hold the two equal, outputs and gradients.
 
 from __future__ import annotations
 
+import functools
+import warnings
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 # Steps per chunk: 8 was fastest of 2-32 at batch 64, d_inner 256, d_state 16 (bench/models.py).
 CHUNK = 8
@@ -124,6 +129,69 @@ class _SelectiveScan(torch.autograd.Function):
         return grad_u, grad_delta, grad_A, grad_B, grad_C, None
 
 
+@functools.cache
+def fused_kernels() -> ModuleType | None:
+    """`capture.models.scan_kernels`, compiled (or loaded from numba's cache) on first call;
+    None, after one warning, where numba is missing or cannot compile it."""
+    try:
+        from capture.models import scan_kernels
+    except Exception as exc:  # no numba, no writable cache, a compiler error: all mean no
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        warnings.warn(
+            f"fused scan kernels unavailable ({type(exc).__name__}: {reason}); the torch scan "
+            "runs instead -- install numba (pip install numba) or leave [train] fused_scan off",
+            RuntimeWarning, stacklevel=2,
+        )
+        return None
+    return scan_kernels
+
+
+def _numpy(x: torch.Tensor):
+    return x.detach().contiguous().numpy()
+
+
+class _FusedScan(torch.autograd.Function):
+    """`_SelectiveScan`'s function through `capture.models.scan_kernels` (CPU, float32/64).
+
+    Keeps only its inputs for the backward pass, which recomputes the states a batch row at
+    a time. Its backward is not itself differentiable (``once_differentiable``)."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C):
+        kernels = fused_kernels()
+        assert kernels is not None  # selective_scan only comes here when they compiled
+        u, delta, B, C = (x.detach().contiguous() for x in (u, delta, B, C))
+        At = A.detach().t().contiguous()  # (d_state, d_inner): the kernels' inner loop is d_inner
+        y = torch.empty_like(u)
+        kernels.scan_forward(u.numpy(), delta.numpy(), At.numpy(), B.numpy(), C.numpy(), y.numpy())
+        ctx.save_for_backward(u, delta, At, B, C)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        kernels = fused_kernels()
+        assert kernels is not None
+        u, delta, At, B, C = ctx.saved_tensors
+        grads = [torch.empty_like(x) for x in (u, delta, At, B, C)]
+        kernels.scan_backward(
+            *(x.numpy() for x in (u, delta, At, B, C)), _numpy(grad_y), *(g.numpy() for g in grads)
+        )
+        grad_u, grad_delta, grad_At, grad_B, grad_C = grads
+        return grad_u, grad_delta, grad_At.t(), grad_B, grad_C
+
+
+def fused_usable(*tensors: torch.Tensor) -> bool:
+    """Whether `_FusedScan` can take these (promoted) inputs: CPU, float32 or float64, one
+    dtype, and the kernels compiled."""
+    dtype = tensors[0].dtype
+    return (
+        dtype in (torch.float32, torch.float64)
+        and all(x.device.type == "cpu" and x.dtype == dtype for x in tensors)
+        and fused_kernels() is not None
+    )
+
+
 def selective_scan(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -133,6 +201,7 @@ def selective_scan(
     D: torch.Tensor,
     z: torch.Tensor,
     chunk: int = CHUNK,
+    fused: bool = False,
 ) -> torch.Tensor:
     """Mamba-1's gated selective scan, fast on the CPU (runs on any device).
 
@@ -153,6 +222,10 @@ def selective_scan(
     chunk : int
         Steps per chunk of the state computation (memory vs speed; results do not depend
         on it beyond rounding).
+    fused : bool
+        Compute the scan with the fused numba kernels (`capture.models.scan_kernels`) where
+        `fused_usable` says they apply; the same function, other float rounding (~1e-7
+        relative). Elsewhere, and by default, the chunked torch scan.
 
     Returns
     -------
@@ -160,15 +233,17 @@ def selective_scan(
     """
     # at least float32: products of decays underflow quickly in half precision
     dtype = torch.promote_types(u.dtype, torch.float32)
-    y = _scan(*(x.to(dtype) for x in (u, delta, A, B, C)), chunk)
+    y = _scan(*(x.to(dtype) for x in (u, delta, A, B, C)), chunk, fused)
     return (y + u * D) * F.silu(z)
 
 
 @torch.compiler.disable
-def _scan(u, delta, A, B, C, chunk):
+def _scan(u, delta, A, B, C, chunk, fused=False):
     """The custom function, kept out of ``torch.compile``: traced, its per-step loops unroll
     into a graph whose compiled training step was 4.6x slower than eager (docs/measured.md,
     "Training speed"); around it the rest of the model compiles. Eager calls are unchanged."""
+    if fused and fused_usable(u, delta, A, B, C):
+        return _FusedScan.apply(u, delta, A, B, C)
     return _SelectiveScan.apply(u, delta, A, B, C, chunk)
 
 
