@@ -1,0 +1,166 @@
+"""Mamba-1's fused CPU scan (numba kernels, ``[train] fused_scan``): held to the reference
+loop, deterministic, opt-in and recorded, resumable bit for bit; without the kernels, the
+torch scan after one warning."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import capture.models
+from capture.experiment import TrainConfig
+from capture.models import ModelConfig, build_model, scan
+from capture.models import mamba as mamba_paths
+from capture.models.scan import _FusedScan, selective_scan, selective_scan_reference
+from capture.train import check_trained_with, train_run, training_forward
+from store import RunConflictError, Store
+from tests.capture.test_train import _every_eval, _Stop, _stop_at, tiny_experiment
+
+pytest.importorskip("numba")
+
+
+def _inputs(dtype, batch=3, length=13, d_inner=5, d_state=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(batch, length, d_inner, generator=g, dtype=dtype)
+    delta = F.softplus(torch.randn(batch, length, d_inner, generator=g, dtype=dtype))
+    A = -2 * torch.rand(d_inner, d_state, generator=g, dtype=dtype)
+    B = torch.randn(batch, length, d_state, generator=g, dtype=dtype)
+    C = torch.randn(batch, length, d_state, generator=g, dtype=dtype)
+    D = torch.randn(d_inner, generator=g, dtype=dtype)
+    z = torch.randn(batch, length, d_inner, generator=g, dtype=dtype)
+    return [x.requires_grad_() for x in (u, delta, A, B, C, D, z)]
+
+
+def _output_and_grads(function, inputs, **kwargs):
+    out = function(*inputs, **kwargs)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    return out, torch.autograd.grad((out * weights).sum(), inputs)
+
+
+# d_inner 5 (under one lane block), 37 (two blocks and a ragged rest); a single step
+@pytest.mark.parametrize(("length", "d_inner", "d_state"), [(13, 5, 4), (9, 37, 16), (1, 20, 3)])
+def test_fused_scan_matches_reference_loop_outputs_and_gradients(length, d_inner, d_state):
+    inputs = _inputs(torch.float32, length=length, d_inner=d_inner, d_state=d_state)
+    fused, grads = _output_and_grads(selective_scan, inputs, fused=True)
+    reference, grads_ref = _output_and_grads(selective_scan_reference, inputs)
+    torch.testing.assert_close(fused, reference, atol=1e-5, rtol=0)
+    for name, a, b in zip("u delta A B C D z".split(), grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=0, msg=name)
+
+
+def test_fused_scan_in_float64_agrees_with_the_chunked_scan_to_float64_rounding():
+    inputs = _inputs(torch.float64, length=11, d_inner=19, d_state=5)
+    fused, grads = _output_and_grads(selective_scan, inputs, fused=True)
+    chunked, grads_chunked = _output_and_grads(selective_scan, inputs)
+    torch.testing.assert_close(fused, chunked, atol=1e-12, rtol=1e-12)
+    for a, b in zip(grads, grads_chunked, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-11)
+
+
+def test_fused_backward_is_the_exact_gradient():
+    inputs = _inputs(torch.float64, length=6, d_inner=18, d_state=3)[:5]
+    assert torch.autograd.gradcheck(_FusedScan.apply, inputs)
+
+
+def test_fused_scan_is_deterministic_bit_for_bit():
+    inputs = _inputs(torch.float32, batch=4, length=20, d_inner=48, d_state=16, seed=2)
+    first, grads = _output_and_grads(selective_scan, inputs, fused=True)
+    again, grads_again = _output_and_grads(selective_scan, inputs, fused=True)
+    assert torch.equal(first, again)
+    assert all(torch.equal(a, b) for a, b in zip(grads, grads_again, strict=True))
+
+
+def test_fused_scan_applies_only_to_cpu_float32_and_float64():
+    u = torch.zeros(2, 3, 4)
+    assert scan.fused_usable(u, u)
+    assert not scan.fused_usable(u.half(), u.half())
+    assert not scan.fused_usable(u.to("meta"), u.to("meta"))  # any other device: the torch scan
+    half = [x.detach().half() for x in _inputs(torch.float32)]  # promoted to float32 first
+    torch.testing.assert_close(selective_scan(*half, fused=True), selective_scan(*half), atol=1e-5, rtol=0)
+
+
+def _tiny(arch):
+    return build_model(ModelConfig(arch=arch, d_model=16, n_layers=2), vocab_size=5, n_classes=3, seed=0)
+
+
+def _logits_and_grads(model, tokens):
+    logits = model(tokens)
+    weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
+    return logits, torch.autograd.grad((logits * weights).sum(), list(model.parameters()))
+
+
+def test_a_mamba_model_on_the_fused_path_matches_the_reference_path():
+    model, tokens = _tiny("mamba").train(), torch.randint(0, 5, (4, 12), generator=torch.Generator().manual_seed(0))
+    assert model.implementation == "torch-fast-scan"  # off unless asked for
+    assert mamba_paths.set_fused_path(model, True) == 2
+    assert model.implementation == "torch-fused-scan"
+    logits, grads = _logits_and_grads(model, tokens)
+    model.set_reference_path(True)
+    logits_ref, grads_ref = _logits_and_grads(model, tokens)
+    torch.testing.assert_close(logits, logits_ref, atol=1e-5, rtol=0)
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    mamba2 = _tiny("mamba2")
+    mamba_paths.set_fused_path(mamba2, True)
+    assert mamba2.implementation == "torch-ssd"  # no fused Mamba-2 kernel: unchanged
+
+
+def test_without_the_kernels_the_torch_scan_runs_after_one_warning(monkeypatch):
+    inputs = [x.detach() for x in _inputs(torch.float32)]
+    monkeypatch.delattr(capture.models, "scan_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "capture.models.scan_kernels", None)  # the import fails
+    scan.fused_kernels.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"fused scan kernels unavailable .*install numba") as caught:
+            out = selective_scan(*inputs, fused=True)
+            selective_scan(*inputs, fused=True)
+        assert len(caught) == 1 and "\n" not in str(caught[0].message)
+        assert torch.equal(out, selective_scan(*inputs))
+        model = _tiny("mamba")
+        mamba_paths.set_fused_path(model, True)
+        assert model.implementation == "torch-fast-scan"  # what actually runs is recorded
+    finally:
+        scan.fused_kernels.cache_clear()
+
+
+def test_the_train_option_is_off_unless_set_and_recorded_when_set(tmp_path):
+    model = _tiny("mamba")
+    training_forward(model, TrainConfig())
+    assert model.implementation == "torch-fast-scan"
+    training_forward(model, TrainConfig(fused_scan=True))
+    assert model.implementation == "torch-fused-scan"
+    st = Store.create(str(tmp_path / "a.zarr"))
+    spec = tiny_experiment(arch="mamba", steps=10).runs()[0]
+    train_run(st, spec)
+    attrs = st.run_attrs(spec.run_id)
+    assert "fused_scan" not in attrs["train_config"] and attrs["implementation"] == "torch-fast-scan"
+    on = tiny_experiment(arch="mamba", steps=10, train={**spec.train.model_dump(), "fused_scan": True})
+    with pytest.raises(RunConflictError, match="fused_scan: False stored, True now"):
+        check_trained_with(st, spec.run_id, on.runs()[0].train)
+
+
+def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path):
+    options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
+               "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0,
+               "fused_scan": True}
+    base = tiny_experiment(arch="mamba", steps=40, train=options)
+    whole, again = Store.create(str(tmp_path / "whole.zarr")), Store.create(str(tmp_path / "again.zarr"))
+    train_run(whole, base.runs()[0])
+    train_run(again, base.runs()[0])
+
+    spec = _every_eval(base).runs()[0]
+    st = Store.create(str(tmp_path / "cut.zarr"))
+    with pytest.raises(_Stop):  # killed at the evaluation of step 30: last checkpoint is 20
+        train_run(st, spec, progress=_stop_at(30))
+    assert st.read_checkpoint(spec.run_id).step == 20
+    assert train_run(st, spec).resumed_at == (20,)
+    ws = [s.read_weights(spec.run_id) for s in (whole, again, st)]
+    assert all(list(w) == list(ws[0]) and all(np.array_equal(w[k], ws[0][k]) for k in w) for w in ws)
+    metrics = [s.run_attrs(spec.run_id)["metrics"] for s in (whole, again, st)]
+    assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
+    attrs = whole.run_attrs(spec.run_id)
+    assert attrs["train_config"]["fused_scan"] is True and attrs["implementation"] == "torch-fused-scan"
