@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.stats.decision import Pending, Verdict
+
 PANEL_W, PANEL_H = 3.1, 2.25
 MIN_PANEL_W = 2.0
 #: Narrowest figure with a legend below it (a one-panel figure widens to keep its legend in columns).
@@ -44,8 +46,9 @@ PAGE_WIDTH_IN = 10.2
 LEGEND_ROW_IN = 0.24
 #: One colour per claim verdict (its legend order): an effect beyond the margin, a real effect
 #: inside it, equivalence, neither shown, the wrong direction, no answer.
-VERDICT_COLOURS = {"supported": "#1b7837", "negligible": "#35978f", "equivalent": "#2166ac",
-                   "inconclusive": "#737373", "contradicted": "#b2182b", "not evaluable": "#c2a5cf"}
+VERDICT_COLOURS: dict[str, str] = {Verdict.SUPPORTED: "#1b7837", Verdict.NEGLIGIBLE: "#35978f", Verdict.EQUIVALENT: "#2166ac",
+                   Verdict.INCONCLUSIVE: "#737373", Verdict.CONTRADICTED: "#b2182b",
+                   Verdict.NOT_EVALUABLE: "#c2a5cf"}
 #: One colour per architecture in every figure (Okabe-Ito first, then Tol's dark colours).
 ARCH_COLOURS = {
     "transformer": "#0072B2",
@@ -457,8 +460,8 @@ def forest(frame: pd.DataFrame):
 
 #: Colours of a sequential design's decisions: the verdicts' colours, and two for a claim still
 #: going (continue) and one stopped for futility.
-DECISION_COLOURS = {**{k: VERDICT_COLOURS[k] for k in ("supported", "contradicted", "inconclusive")},
-                    "futility": "#8c510a", "continue": "#4d4d4d"}
+DECISION_COLOURS: dict[str, str] = {**{k: VERDICT_COLOURS[k] for k in (Verdict.SUPPORTED, Verdict.CONTRADICTED, Verdict.INCONCLUSIVE)},
+                    Pending.FUTILITY: "#8c510a", Pending.CONTINUE: "#4d4d4d"}
 
 
 def sequential_claim(frame: pd.DataFrame, title: str, *, value: float | None = None):
@@ -498,10 +501,10 @@ def sequential_claim(frame: pd.DataFrame, title: str, *, value: float | None = N
         colour = DECISION_COLOURS.get(d, "#333333")
         if np.isfinite(l_) and np.isfinite(h_):
             ax.errorbar([xi], [e], yerr=[[e - l_], [h_ - e]], color=colour, lw=1.6, capsize=3)
-        ax.plot([xi], [e], "o", ms=6, color=colour, mfc=colour if d != "continue" else "white", mew=1.4)
+        ax.plot([xi], [e], "o", ms=6, color=colour, mfc=colour if d != Pending.CONTINUE else "white", mew=1.4)
     for d in (d for d in DECISION_COLOURS if d in set(decisions[ok])):
         c = DECISION_COLOURS[d]
-        handles.append(Line2D([], [], color=c, marker="o", ms=6, lw=1.6, mfc=c if d != "continue" else "white"))
+        handles.append(Line2D([], [], color=c, marker="o", ms=6, lw=1.6, mfc=c if d != Pending.CONTINUE else "white"))
         labels.append(f"estimate, repeated 95% interval: {d}")
     # the scale of the estimates and their intervals; a boundary far outside it (a first stage of 3
     # seeds: t with 2 degrees of freedom at the Holm level puts it at +-20) is marked at the edge

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN
+from analysis.stats.decision import Pending
 from reports import figures as F
 from reports.intervals import INF, interval_text
 from reports.model import Figure, Section, Table
@@ -310,7 +311,7 @@ def looks_frame(ds, info: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
 def stages_frame(ds, looks: pd.DataFrame) -> pd.DataFrame:
     """One row per stage: seeds per cell, runs added, their CPU seconds, the claims it decided
     (``claim: decision``) and the cells the next stage trains."""
-    decided = looks[looks["decision"] != "continue"]
+    decided = looks[looks["decision"] != Pending.CONTINUE]
     frame = pd.DataFrame({
         "stage": ds["stage"].values.astype(int),
         "seeds": ds["seeds"].values.astype(int),
