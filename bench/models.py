@@ -15,6 +15,12 @@ alike; trust the ratios more than the absolute times.
 - ``mamba2_scan``: the same Mamba-2 model trained with its scan as one masked block
   (`capture.models.ssd`, the CPU path up to ``ssd.BLOCK_MAX`` positions) and through
   `transformers`' torch chunked scan, at L = 40 and at the limit (64), batch 64.
+- ``mamba_fused_scan``: the selective scan alone, the chunked torch scan
+  (`capture.models.scan`) against the fused numba kernels (`capture.models.scan_kernels`,
+  ``[train] fused_scan``), forward and backward timed apart, at the Jiang Mamba layer's
+  shapes (batch 64, d_inner 256, d_state 16) and L = 40 and 120, float32; and the largest
+  difference between the two paths' outputs and gradients. ``--only fused`` runs this alone
+  (about 10 s).
 - ``zoo``: the same for Based, BaseConv, H3, Hyena and DeltaNet against GPT-NeoX of the same
   width (default configs: 4 layers, d 128, parameter-matched), batch 64, L = 40 and 160
   (goal: within 3x).
@@ -24,7 +30,7 @@ alike; trust the ratios more than the absolute times.
   autograd).
 
 Run: ``OMP_NUM_THREADS=1 python -m bench.models`` (about 6 minutes; ``--only core`` or
-``--only zoo`` for one half).
+``--only zoo`` for one half, ``--only fused`` for the fused scan).
 """
 
 from __future__ import annotations
@@ -171,18 +177,63 @@ def mamba2_scan() -> dict:
     return out
 
 
+def mamba_fused_scan(rounds: int = 7) -> dict:
+    """The scan alone: the chunked torch function against the fused kernels, interleaved."""
+    from capture.models.scan import _FusedScan, _SelectiveScan
+
+    out: dict = {}
+    for length in (40, 120):
+        g = torch.Generator().manual_seed(0)
+        batch, d_inner, d_state = BATCH, 256, 16
+        u = torch.randn(batch, length, d_inner, generator=g)
+        delta = F.softplus(torch.randn(batch, length, d_inner, generator=g) - 2)
+        A = -torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_inner, 1)  # S4D-real init
+        B, C = (torch.randn(batch, length, d_state, generator=g) for _ in range(2))
+        grad_y = torch.randn(batch, length, d_inner, generator=g)
+        inputs = [x.requires_grad_() for x in (u, delta, A, B, C)]
+        paths = {"torch": lambda *x: _SelectiveScan.apply(*x, 8), "fused": _FusedScan.apply}
+        times: dict[str, dict[str, list[float]]] = {p: {"forward": [], "backward": []} for p in paths}
+        results = {}
+        for i in range(rounds + 1):  # the first round warms up
+            for name, function in paths.items():
+                start = time.perf_counter()
+                y = function(*inputs)
+                middle = time.perf_counter()
+                grads = torch.autograd.grad(y, inputs, grad_y)
+                end = time.perf_counter()
+                if i:
+                    times[name]["forward"].append(middle - start)
+                    times[name]["backward"].append(end - middle)
+                results[name] = (y.detach(), *grads)
+        ms = {p: {k: round(1000 * statistics.median(v), 2) for k, v in t.items()} for p, t in times.items()}
+        total = {p: m["forward"] + m["backward"] for p, m in ms.items()}
+        out[f"L{length}_batch{batch}"] = {
+            "ms": ms,
+            "fused_over_torch": {"forward": round(ms["fused"]["forward"] / ms["torch"]["forward"], 2),
+                                 "backward": round(ms["fused"]["backward"] / ms["torch"]["backward"], 2),
+                                 "both": round(total["fused"] / total["torch"], 2)},
+            "max_relative_difference": {
+                name: float(f"{((a - b).abs().max() / b.abs().max()).item():.2g}")
+                for name, a, b in zip(("y", "u", "delta", "A", "B", "C"), results["fused"], results["torch"],
+                                      strict=True)},
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Training-step speed of the architectures.")
-    parser.add_argument("--only", choices=("core", "zoo"), help="measure one half only")
+    parser.add_argument("--only", choices=("core", "zoo", "fused"), help="measure one part only")
     only = parser.parse_args().only
     torch.set_num_threads(1)
     start = time.perf_counter()
     result: dict = {"bench": "models", "threads": 1, "batch": BATCH, "rounds": ROUNDS}
-    if only != "zoo":
+    if only in (None, "core"):
         result.update(architectures())
         result["mamba_scan"] = mamba_scan()
         result["mamba2_scan"] = mamba2_scan()
-    if only != "core":
+    if only in (None, "core", "fused"):
+        result["mamba_fused_scan"] = mamba_fused_scan()
+    if only in (None, "zoo"):
         result["zoo"] = architectures(("transformer", *ZOO_ARCHS), ZOO_LENGTHS)
         result["zoo_reference"] = zoo_reference()
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
