@@ -563,9 +563,23 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
         selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
-        groups = {"": selected} if name else runs_by_task(st, selected)
+        groups = runs_by_task(st, selected)
+        if name and len(groups) > 1 and target is None:
+            from analysis.probes.plan import choose_target
+            from store import MissingError
+
+            try:
+                choose_target(st, selected, None)
+            except MissingError:
+                first = next(iter(groups))
+                raise BadInput(f"--name names one result, and the selected runs are of {len(groups)} tasks "
+                               f"({', '.join(groups)}) trained on different targets: add --task {first} (one "
+                               "task, one name), or --target LABEL (a label every run has), or leave --name "
+                               "out (one result per task)") from None
         if target is not None and len(groups) > 1:
             _check_target(st, target, groups)
+        if name:
+            groups = {"": selected}
         for task, ids in groups.items():
             progress = None if quiet else _probe_progress(task if len(groups) > 1 else "")
             ds = run_probe(

@@ -126,3 +126,21 @@ def test_a_result_not_in_the_store_says_where_results_written_elsewhere_are(acts
     claims.write_text(CLAIM.format(task="dyck") + 'result = "dyck-one"\n')
     assert "did you mean 'dyck-ones'" in error_line(cli("stats", acts, "--results", mine, "--claims", claims))
     assert mine.exists()  # a results store that was there before is never removed
+
+
+def test_a_name_for_runs_of_tasks_with_different_targets_says_how(tmp_path):
+    """`--name` over a store of two tasks whose runs were trained on different targets named
+    the targets but not --name; the fix it gives (one task) works."""
+    from store import Store
+
+    st = Store.create(str(tmp_path / "two.zarr"), title="two")
+    rng = np.random.default_rng(1)
+    for task, target in (("parity", "parity"), ("dyck", "ones")):
+        for seed in (0, 1):
+            rid = f"{task}-{seed}"
+            st.add_run(rid, task=task, arch="lstm", seed=seed, target=target)
+            st.write_length(rid, 12, **synthetic_arrays(rng, n=40, length=12), block_size=20, target=target)
+    line = error_line(cli("probe", tmp_path / "two.zarr", "--positions", "pooled", "--folds", "2", "--name", "mine"))
+    assert "--name names one result" in line and "different targets" in line
+    fix = re.search(r"add (--task \w+)", line).group(1).split()
+    ok("probe", tmp_path / "two.zarr", "--positions", "pooled", "--folds", "2", "--name", "mine", *fix)
