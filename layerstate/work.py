@@ -118,9 +118,12 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
     cfg = exp.analysis
     read = {c.reads() for c in getattr(exp, "claims", ())}
     by_task = {t: tuple(s.run_id for s in specs if s.task == t) for t in exp.grid.tasks}
+    untrained = {s.run_id for s in specs if s.untrained}
 
     def unit(kind: str, task: str, length: int | None = None) -> Work:
         runs = by_task[task]
+        if kind in (*MODEL_ANALYSES, "pairs"):  # an untrained baseline's readout is chance: nothing to intervene on
+            runs = tuple(r for r in runs if r not in untrained)
         after = tuple(k for r in runs for k in captured.get(r, []))
         return Work("analyse", f"{kind}/{task}", after=after, kind=kind, task=task, runs=runs,
                     length=length, device=kind in MODEL_ANALYSES)

@@ -81,3 +81,16 @@ def test_the_executor_runs_the_same_list_in_the_same_sections_but_train_and_capt
     assert [s.stages for s in there.sections(work)] == [["train", "capture"], ["analyse"], ["claims"],
                                                         ["report"]]
     assert [w for s in there.sections(work) for w in s.items] == work
+
+
+def test_an_untrained_baseline_is_probed_but_never_intervened_on():
+    """Its readout is chance by construction: ablation, patching and interchange read the trained
+    runs only, while behaviour and probes read both (the probe profile shows the baseline)."""
+    grid = {**GRID, "grid": {**GRID["grid"], "variants": ["default", "untrained"]},
+            "variants": {"untrained": {"train": False}}}
+    by_key = {w.key: w for w in work_list(parse_experiment(grid))}
+    base = {"parity-lstm-untrained-s0", "parity-lstm-untrained-s1"}
+    assert base <= set(by_key["probes/parity"].runs) and base <= set(by_key["behaviour/parity"].runs)
+    for key in ("ablation/parity", "patching/parity", "pairs/parity", "interchange/assoc_recall"):
+        runs = set(by_key[key].runs)
+        assert runs and not any("untrained" in r for r in runs), key
