@@ -43,6 +43,12 @@ def behaviour(snap: Snapshot) -> Section:
     sec.figures.append(Figure("behaviour_accuracy", "Accuracy against sequence length (bands: 95% intervals).",
                               F.accuracy_vs_length(frame)))
     sec.tables.append(Table("behaviour_accuracy", "Accuracy [95% interval] per length.", frame, pivot))
+    baselines = sorted({"/".join(str(a.get(k)) for k in ("task", "arch", "variant")) for a in
+                        (snap.store.run_attrs(r) for r in snap.runs) if a.get("untrained")})
+    if baselines:
+        sec.notes.append(f"Untrained baselines ({', '.join(baselines)}): the models as initialised, never "
+                         "trained; their accuracy is chance by construction and shown for reference only, "
+                         "not as a model's behaviour (their use is the probe profile beside the trained one).")
     training = training_frame(snap)
     if len(training):
         sec.tables.append(Table(
