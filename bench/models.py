@@ -17,7 +17,7 @@ alike; trust the ratios more than the absolute times.
   `transformers`' torch chunked scan, at L = 40 and at the limit (64), batch 64.
 - ``mamba_fused_scan``: the selective scan alone, the chunked torch scan
   (`capture.models.scan`) against the fused numba kernels (`capture.models.scan_kernels`,
-  ``[train] fused_scan``), forward and backward timed apart, at the Jiang Mamba layer's
+  ``[train] fused_kernels``), forward and backward timed apart, at the Jiang Mamba layer's
   shapes (batch 64, d_inner 256, d_state 16) and L = 40 and 120, float32; and the largest
   difference between the two paths' outputs and gradients. ``--only fused`` runs this alone
   (about 10 s).

@@ -136,12 +136,13 @@ class TrainConfig(BaseModel):
                     "for some architectures (docs/measured.md, 'Training speed'), float rounding "
                     "differs from eager; still deterministic, and a resumed run bit-identical.",
     )
-    fused_scan: bool = Field(
+    fused_kernels: bool = Field(
         default=False,
-        description="Compute Mamba-1's selective scan with fused CPU kernels (numba; "
-                    "capture/models/scan_kernels.py): faster steps (docs/measured.md, 'Training "
-                    "speed'), float rounding differs from the default scan; still deterministic, "
-                    "and a resumed run bit-identical. Other architectures are unaffected.",
+        description="Run Mamba and Mamba-2 through fused CPU kernels (numba; "
+                    "capture/models/scan_kernels.py: their Conv1D, and Mamba's selective scan): "
+                    "faster steps (docs/measured.md, 'Training speed'), float rounding differs from "
+                    "the default path; still deterministic, and a resumed run bit-identical. Other "
+                    "architectures are unaffected.",
     )
     plateau_delta: float = Field(
         default=0.0, ge=0, lt=1,

@@ -15,8 +15,8 @@ interrupted. A checkpoint left by a different ``[train]`` config is discarded.
 
 Speed options, each off unless the experiment's ``[train]`` sets it (so a file that does not
 trains as before, bit for bit, and records the same ``train_config``): ``compile`` trains
-through ``torch.compile`` (:func:`training_forward`), ``fused_scan`` computes Mamba-1's scan
-with fused CPU kernels (:func:`training_forward`), ``plateau_delta`` stops a run whose
+through ``torch.compile`` (:func:`training_forward`), ``fused_kernels`` runs Mamba and Mamba-2
+through fused CPU kernels (:func:`training_forward`), ``plateau_delta`` stops a run whose
 held-out accuracy has stopped gaining more than that (:class:`Stopping`). Each is recorded
 in the run's ``train_config``, and a resumed run ends as one never interrupted.
 
@@ -131,12 +131,12 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
 
     Inductor's code is fixed for a given machine, torch and shapes, so compiled training is
     as deterministic as eager, and a resumed run (compiled again) continues bit for bit.
-    With ``[train] fused_scan`` the model's Mamba-1 mixers are switched, in place, to the
-    fused scan kernels (evaluation during training uses them too; the recorded
-    ``implementation`` says "torch-fused-scan"). The kernels are deterministic, so the same
-    holds for them.
+    With ``[train] fused_kernels`` the model's Mamba and Mamba-2 mixers are switched, in
+    place, to the fused CPU kernels (evaluation during training uses them too; the recorded
+    ``implementation`` says "torch-fused-scan" or "torch-ssd-fused"). The kernels are
+    deterministic, so the same holds for them.
     """
-    if cfg.fused_scan:
+    if cfg.fused_kernels:
         from capture.models.mamba import set_fused_path
 
         set_fused_path(model, True)
@@ -484,7 +484,7 @@ _TRAIN_FIELDS_IGNORED = frozenset({"threads", "checkpoint_seconds"})
 
 #: Opt-in [train] fields and the value that means "off": a run recorded without one was
 #: trained with it off, and one trained with it off records no such field (as before it existed).
-_OPT_IN_DEFAULTS = {"compile": False, "fused_scan": False, "plateau_delta": 0.0}
+_OPT_IN_DEFAULTS = {"compile": False, "fused_kernels": False, "plateau_delta": 0.0}
 
 
 def recorded_config(cfg: TrainConfig) -> dict:

@@ -13,10 +13,11 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   1.4x faster at L = 40) and `transformers`' own torch chunked scan beyond (its plain
   function, never the kernel it may have bound). Every submodule used here is called as a module, so hooks see it
   ("L0.mixer.conv1d").
-- ``"torch-fused-scan"`` (Mamba, on request: `set_fused_path`, the ``[train] fused_scan``
-  option): the same forward as ``"torch-fast-scan"`` with the scan computed by fused numba
-  kernels (`capture.models.scan_kernels`) on CPU tensors, where they compiled. Same function,
-  other float rounding, so it is opt-in and recorded.
+- ``"torch-fused-scan"`` (Mamba) / ``"torch-ssd-fused"`` (Mamba-2), on request
+  (`set_fused_path`, the ``[train] fused_kernels`` option), CPU tensors only: the torch paths
+  with the depthwise Conv1D, and Mamba's scan, computed by fused numba kernels
+  (`capture.models.scan_kernels`), where they compiled. Same function, other float rounding,
+  so it is opt-in and recorded.
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
   Calls with a cache or an attention mask (generation, padding), which layerstate itself
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from transformers.models.mamba2 import modeling_mamba2
 
 from capture.models import ssd
@@ -83,6 +85,61 @@ def _causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
     """
     length = x.shape[1]
     return conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+
+
+class _FusedConv(torch.autograd.Function):
+    """A depthwise ``nn.Conv1d`` (``padding = k - 1``) through `scan_kernels.conv_forward` and
+    `scan_kernels.conv_backward`: (batch, channels, length) -> (batch, channels, length + k - 1),
+    as the module returns it. Not itself differentiable twice."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        kernels = fused_kernels()
+        assert kernels is not None
+        x_t = x.detach().transpose(1, 2).contiguous()  # (batch, length, channels)
+        Wt = weight.detach()[:, 0, :].t().contiguous()  # (k, channels)
+        b = bias.detach().contiguous() if bias is not None else x.new_zeros(x.shape[1])
+        batch, length, channels = x_t.shape
+        y = x.new_empty(batch, length + Wt.shape[0] - 1, channels)
+        kernels.conv_forward(x_t.numpy(), Wt.numpy(), b.numpy(), y.numpy())
+        ctx.save_for_backward(x_t, Wt)
+        ctx.has_bias = bias is not None
+        return y.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        kernels = fused_kernels()
+        assert kernels is not None
+        x_t, Wt = ctx.saved_tensors
+        grad_x, grad_Wt = torch.empty_like(x_t), torch.empty_like(Wt)
+        grad_bias = x_t.new_empty(x_t.shape[2])
+        gy = grad_y.transpose(1, 2).contiguous()
+        kernels.conv_backward(x_t.numpy(), Wt.numpy(), gy.numpy(), grad_x.numpy(), grad_Wt.numpy(),
+                              grad_bias.numpy())
+        grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
+        return grad_x.transpose(1, 2), grad_weight, grad_bias if ctx.has_bias else None
+
+
+def _fused_conv_applies(conv: nn.Conv1d, x: torch.Tensor) -> bool:
+    k = conv.kernel_size[0]
+    return (
+        conv.groups == conv.in_channels == conv.out_channels
+        and conv.stride == (1,) and conv.dilation == (1,) and conv.padding == (k - 1,)
+        and conv.padding_mode == "zeros" and x.dim() == 3
+        and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+        and conv.weight.dtype == x.dtype
+        and fused_kernels() is not None
+    )
+
+
+@torch.compiler.disable
+def _fused_conv_forward(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """The instance ``forward`` a mixer's Conv1D gets on the fused path: the same output
+    through the fused kernels where they apply, the module's own forward elsewhere."""
+    if _fused_conv_applies(conv, x):
+        return _FusedConv.apply(x, conv.weight, conv.bias)
+    return type(conv).forward(conv, x)
 
 
 def mamba_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -169,14 +226,15 @@ def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwar
     return mamba2_torch_forward(mixer, hidden_states)
 
 
-_TORCH_PATHS = ("torch-fast-scan", "torch-fused-scan", "torch-ssd")
+_TORCH_PATHS = ("torch-fast-scan", "torch-fused-scan", "torch-ssd", "torch-ssd-fused")
 
 
 def _torch_path(mixer: Any, device: torch.device | None = None) -> str:
-    if not _is_mamba1(mixer):
-        return "torch-ssd"
-    fused = getattr(mixer, "layerstate_fused", False) and (device is None or device.type == "cpu")
-    return "torch-fused-scan" if fused and fused_kernels() is not None else "torch-fast-scan"
+    fused = (getattr(mixer, "layerstate_fused", False) and (device is None or device.type == "cpu")
+             and fused_kernels() is not None)
+    if _is_mamba1(mixer):
+        return "torch-fused-scan" if fused else "torch-fast-scan"
+    return "torch-ssd-fused" if fused else "torch-ssd"
 
 
 def install_mixer_paths(mixers: list[Any]) -> None:
@@ -188,13 +246,17 @@ def install_mixer_paths(mixers: list[Any]) -> None:
 
 
 def set_fused_path(model: nn.Module, enabled: bool) -> int:
-    """Compute the Mamba-1 mixers' scans in `model` with the fused CPU kernels (True) or the
-    torch scan (False); returns the number of mixers set (0: no Mamba mixer in `model`).
-
-    Mamba-2 mixers are counted but unchanged (no fused kernel for its scan yet)."""
+    """Run the Mamba and Mamba-2 mixers in `model` through the fused CPU kernels (True: their
+    Conv1D, and Mamba's scan) or the torch paths (False); returns the number of mixers set
+    (0: none in `model`). The Conv1D modules stay modules (hooks see them): each gets an
+    instance ``forward`` that uses the kernels, removed again by ``enabled=False``."""
     mixers: list[Any] = [m for m in model.modules() if hasattr(m, "layerstate_reference")]
     for mixer in mixers:
         mixer.layerstate_fused = bool(enabled)
+        if enabled:
+            mixer.conv1d.forward = types.MethodType(_fused_conv_forward, mixer.conv1d)
+        else:
+            mixer.conv1d.__dict__.pop("forward", None)
     return len(mixers)
 
 

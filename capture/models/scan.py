@@ -138,8 +138,8 @@ def fused_kernels() -> ModuleType | None:
     except Exception as exc:  # no numba, no writable cache, a compiler error: all mean no
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         warnings.warn(
-            f"fused scan kernels unavailable ({type(exc).__name__}: {reason}); the torch scan "
-            "runs instead -- install numba (pip install numba) or leave [train] fused_scan off",
+            f"fused CPU kernels unavailable ({type(exc).__name__}: {reason}); the torch scan "
+            "runs instead -- install numba (pip install numba) or leave [train] fused_kernels off",
             RuntimeWarning, stacklevel=2,
         )
         return None

@@ -1,4 +1,6 @@
-"""Mamba-1's selective scan as fused CPU loops, compiled by numba: forward and backward.
+"""Fused CPU loops for the Mamba mixers, compiled by numba: Mamba-1's selective scan and the
+depthwise causal convolution both Mamba and Mamba-2 apply before their scans, each with its
+hand-written backward.
 
 The same recurrence as `capture.models.scan` (``h[t] = exp(delta[t] A) h[t-1] +
 delta[t] u[t] B[t]``, ``y[t] = h[t] . C[t]``), but one pass per batch row over time with the
@@ -22,6 +24,11 @@ without ``fastmath``), so the vector width the compiler picks does not change a 
 over ``d_inner`` (the gradients of B and C) are accumulated in ``LANES`` interleaved partial
 sums, then added in order.
 
+The convolution (`conv_forward`, `conv_backward`) is `torch.nn.Conv1d` with one filter per
+channel and k - 1 zeros of padding on each side, computed in (batch, position, channel) layout
+so that its inner loops run over channels; mkldnn's depthwise backward took 2.5-3x its time
+(docs/measured.md, "Training speed").
+
 Compiled on first import, for float32 and float64, with ``cache=True``: numba writes the
 machine code next to this file (``__pycache__``) or, where that is read-only, to its user
 cache directory (``NUMBA_CACHE_DIR`` overrides both), and later imports load it (about 10 s
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import math
 
+import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -86,7 +94,7 @@ _SIG_FWD = [
 ]
 
 
-@njit(_SIG_FWD, cache=True)
+@njit(cache=True)
 def scan_forward(u, delta, At, B, C, y):  # pragma: no cover - compiled
     """y[b, t] = sum_n h[b, t, n, :] C[b, t, n] for the recurrence above, written into ``y``.
 
@@ -120,7 +128,7 @@ _SIG_BWD = [
 ]
 
 
-@njit(_SIG_BWD, cache=True)
+@njit(cache=True)
 def scan_backward(u, delta, At, B, C, gy, grad_u, grad_delta, grad_At, grad_B, grad_C):  # pragma: no cover
     """The gradients of ``sum(gy * y)`` for `scan_forward`'s y, written into the ``grad_*``.
 
@@ -191,3 +199,96 @@ def scan_backward(u, delta, At, B, C, gy, grad_u, grad_delta, grad_At, grad_B, g
             for i in range(d_inner):
                 grad_u[b, t, i] = g_du[i] * delta[b, t, i]
                 grad_delta[b, t, i] = g_du[i] * u[b, t, i] + g_log[i]
+
+
+# -- the depthwise causal convolution before the scan ------------------------------------------
+
+_SIG_CONV = [
+    types.void(types.Array(dt, 3, "C"), types.Array(dt, 2, "C"), types.Array(dt, 1, "C"),
+               types.Array(dt, 3, "C"))
+    for dt in (types.float32, types.float64)
+]
+
+
+@njit(cache=True)
+def conv_forward(x, Wt, bias, y):  # pragma: no cover - compiled
+    """Depthwise convolution with k - 1 zeros on both sides, as `torch.nn.Conv1d` with
+    ``groups = channels, padding = k - 1`` computes it, in (batch, position, channel) layout.
+
+    x: (batch, length, channels); Wt: (k, channels), the weight transposed; bias:
+    (channels,); y: (batch, length + k - 1, channels), y[b, t] = bias + sum_j Wt[j]
+    x[b, t + j - (k - 1)] over the positions inside x, j ascending.
+    """
+    batch, length, channels = x.shape
+    k = Wt.shape[0]
+    for b in range(batch):
+        for t in range(length + k - 1):
+            for c in range(channels):
+                y[b, t, c] = bias[c]
+            for j in range(k):
+                s = t + j - (k - 1)
+                if 0 <= s < length:
+                    for c in range(channels):
+                        y[b, t, c] += Wt[j, c] * x[b, s, c]
+
+
+_SIG_CONV_BWD = [
+    types.void(types.Array(dt, 3, "C"), types.Array(dt, 2, "C"), types.Array(dt, 3, "C"),
+               types.Array(dt, 3, "C"), types.Array(dt, 2, "C"), types.Array(dt, 1, "C"))
+    for dt in (types.float32, types.float64)
+]
+
+
+@njit(cache=True)
+def conv_backward(x, Wt, gy, grad_x, grad_Wt, grad_bias):  # pragma: no cover - compiled
+    """The gradients of ``sum(gy * y)`` for `conv_forward`'s y, written into the ``grad_*``
+    (shapes of x, Wt and bias); sums over batch rows and positions in ascending order."""
+    batch, length, channels = x.shape
+    k = Wt.shape[0]
+    grad_Wt[:] = 0
+    grad_bias[:] = 0
+    for b in range(batch):
+        for t in range(length + k - 1):
+            for c in range(channels):
+                grad_bias[c] += gy[b, t, c]
+        for s in range(length):
+            for c in range(channels):
+                grad_x[b, s, c] = 0
+            for j in range(k):
+                t = s + (k - 1) - j  # the output position x[s] meets tap j at
+                for c in range(channels):
+                    grad_x[b, s, c] += Wt[j, c] * gy[b, t, c]
+                for c in range(channels):
+                    grad_Wt[j, c] += gy[b, t, c] * x[b, s, c]
+
+
+def _compile() -> None:
+    """Compile (or load from numba's cache) every kernel for its float64 and float32
+    signatures, then allow no others (a call with other types is a TypeError, not a compile).
+
+    The scans' float32 code is compiled with LLVM's loop vectoriser held to 16 lanes (one 512-bit
+    register of float32): on AVX-512 CPUs LLVM otherwise prefers 256-bit vectors, and the
+    16-lane code took 0.6x the forward's time and 0.85x the backward's (measured side by
+    side). It computes the same bits: without fastmath the vectoriser reorders no arithmetic.
+    The setting is process-wide in LLVM, so it is set just for these compilations and put
+    back to 0 (no forced width) after them; everything else is compiled before it is set
+    (loops that cannot be vectorised, such as float64's ``math.exp`` calls, are reported on
+    stderr by LLVM under a forced width).
+    """
+    scans = ((scan_forward, _SIG_FWD), (scan_backward, _SIG_BWD))
+    convs = ((conv_forward, _SIG_CONV), (conv_backward, _SIG_CONV_BWD))
+    for kernel, (_, float64) in (*scans, *convs):
+        kernel.compile(float64)
+    for kernel, (float32, _) in convs:  # a loop of conv_backward's would be reported too
+        kernel.compile(float32)
+    try:
+        llvm.set_option("", "--force-vector-width=16")
+        for kernel, (float32, _) in scans:
+            kernel.compile(float32)
+    finally:
+        llvm.set_option("", "--force-vector-width=0")
+    for kernel, _ in (*scans, *convs):
+        kernel.disable_compile()
+
+
+_compile()

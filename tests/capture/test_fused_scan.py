@@ -1,6 +1,6 @@
-"""Mamba-1's fused CPU scan (numba kernels, ``[train] fused_scan``): held to the reference
-loop, deterministic, opt-in and recorded, resumable bit for bit; without the kernels, the
-torch scan after one warning."""
+"""The fused CPU kernels for Mamba and Mamba-2 (numba, ``[train] fused_kernels``): Mamba-1's
+scan and the depthwise Conv1D, held to their references, deterministic, opt-in and recorded,
+resumable bit for bit; without the kernels, the torch paths after one warning."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def _tiny(arch):
 def _logits_and_grads(model, tokens):
     logits = model(tokens)
     weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
-    return logits, torch.autograd.grad((logits * weights).sum(), list(model.parameters()))
+    params = [p for p in model.parameters() if p.requires_grad]  # no_conv freezes the Conv1D
+    return logits, torch.autograd.grad((logits * weights).sum(), params)
 
 
 def test_a_mamba_model_on_the_fused_path_matches_the_reference_path():
@@ -102,11 +103,49 @@ def test_a_mamba_model_on_the_fused_path_matches_the_reference_path():
     model.set_reference_path(True)
     logits_ref, grads_ref = _logits_and_grads(model, tokens)
     torch.testing.assert_close(logits, logits_ref, atol=1e-5, rtol=0)
+    for a, b in zip(grads, grads_ref, strict=True):  # float32 sums of a few hundred terms
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert mamba_paths.set_fused_path(model, False) == 2
+    assert model.implementation == "torch-reference"
+    model.set_reference_path(False)
+    assert model.implementation == "torch-fast-scan"
+    assert all("forward" not in m.conv1d.__dict__ for m in model._mixers())  # the module's own again
+
+
+@pytest.mark.parametrize("variant", [{}, {"variant": "no_conv"}, {"conv_kernel": 1}, {"conv_kernel": 2}])
+def test_a_mamba2_model_on_the_fused_path_matches_the_reference_path(variant):
+    model = build_model(ModelConfig(arch="mamba2", d_model=16, n_layers=2, **variant), vocab_size=5,
+                        n_classes=3, seed=0).train()
+    tokens = torch.randint(0, 5, (4, 12), generator=torch.Generator().manual_seed(0))
+    mamba_paths.set_fused_path(model, True)
+    assert model.implementation == "torch-ssd-fused"
+    seen = []
+    hook = model._mixers()[0].conv1d.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    logits, grads = _logits_and_grads(model, tokens)
+    hook.remove()
+    assert len(seen) == 1  # the Conv1D is still called as a module: hooks see it
+    model.set_reference_path(True)
+    logits_ref, grads_ref = _logits_and_grads(model, tokens)
+    torch.testing.assert_close(logits, logits_ref, atol=1e-5, rtol=0)
+    for a, b in zip(grads, grads_ref, strict=True):  # float32 sums of a few hundred terms
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_fused_conv_equals_the_module_outputs_and_gradients(k):
+    g = torch.Generator().manual_seed(k)
+    conv = torch.nn.Conv1d(21, 21, k, groups=21, padding=k - 1).double()
+    x = torch.randn(3, 21, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    fused = mamba_paths._FusedConv.apply(x, conv.weight, conv.bias)
+    assert fused.shape == conv(x).shape == (3, 21, 9 + k - 1)
+    inputs = [x, conv.weight, conv.bias]
+    weights = torch.randn(fused.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((fused * weights).sum(), inputs)
+    grads_ref = torch.autograd.grad((conv(x) * weights).sum(), inputs)
+    torch.testing.assert_close(fused, conv(x), atol=1e-12, rtol=0)
     for a, b in zip(grads, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
-    mamba2 = _tiny("mamba2")
-    mamba_paths.set_fused_path(mamba2, True)
-    assert mamba2.implementation == "torch-ssd"  # no fused Mamba-2 kernel: unchanged
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    assert torch.autograd.gradcheck(mamba_paths._FusedConv.apply, inputs)
 
 
 def test_without_the_kernels_the_torch_scan_runs_after_one_warning(monkeypatch):
@@ -115,7 +154,7 @@ def test_without_the_kernels_the_torch_scan_runs_after_one_warning(monkeypatch):
     monkeypatch.setitem(sys.modules, "capture.models.scan_kernels", None)  # the import fails
     scan.fused_kernels.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match=r"fused scan kernels unavailable .*install numba") as caught:
+        with pytest.warns(RuntimeWarning, match=r"fused CPU kernels unavailable .*install numba") as caught:
             out = selective_scan(*inputs, fused=True)
             selective_scan(*inputs, fused=True)
         assert len(caught) == 1 and "\n" not in str(caught[0].message)
@@ -131,23 +170,24 @@ def test_the_train_option_is_off_unless_set_and_recorded_when_set(tmp_path):
     model = _tiny("mamba")
     training_forward(model, TrainConfig())
     assert model.implementation == "torch-fast-scan"
-    training_forward(model, TrainConfig(fused_scan=True))
+    training_forward(model, TrainConfig(fused_kernels=True))
     assert model.implementation == "torch-fused-scan"
     st = Store.create(str(tmp_path / "a.zarr"))
     spec = tiny_experiment(arch="mamba", steps=10).runs()[0]
     train_run(st, spec)
     attrs = st.run_attrs(spec.run_id)
-    assert "fused_scan" not in attrs["train_config"] and attrs["implementation"] == "torch-fast-scan"
-    on = tiny_experiment(arch="mamba", steps=10, train={**spec.train.model_dump(), "fused_scan": True})
-    with pytest.raises(RunConflictError, match="fused_scan: False stored, True now"):
+    assert "fused_kernels" not in attrs["train_config"] and attrs["implementation"] == "torch-fast-scan"
+    on = tiny_experiment(arch="mamba", steps=10, train={**spec.train.model_dump(), "fused_kernels": True})
+    with pytest.raises(RunConflictError, match="fused_kernels: False stored, True now"):
         check_trained_with(st, spec.run_id, on.runs()[0].train)
 
 
-def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path):
+@pytest.mark.parametrize(("arch", "path"), [("mamba", "torch-fused-scan"), ("mamba2", "torch-ssd-fused")])
+def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch, path):
     options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
                "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0,
-               "fused_scan": True}
-    base = tiny_experiment(arch="mamba", steps=40, train=options)
+               "fused_kernels": True}
+    base = tiny_experiment(arch=arch, steps=40, train=options)
     whole, again = Store.create(str(tmp_path / "whole.zarr")), Store.create(str(tmp_path / "again.zarr"))
     train_run(whole, base.runs()[0])
     train_run(again, base.runs()[0])
@@ -163,4 +203,4 @@ def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path):
     metrics = [s.run_attrs(spec.run_id)["metrics"] for s in (whole, again, st)]
     assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
     attrs = whole.run_attrs(spec.run_id)
-    assert attrs["train_config"]["fused_scan"] is True and attrs["implementation"] == "torch-fused-scan"
+    assert attrs["train_config"]["fused_kernels"] is True and attrs["implementation"] == path
