@@ -699,17 +699,20 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
 @click.option("--inputs", type=click.Choice(["auto", "shared", "rerun"]), default="auto", show_default=True,
               help="How two seeds get states on the same sequences: auto (sequences both hold, else each "
                    "stored model run on the other's), shared, rerun.")
+@click.option("--shuffles", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Label permutations of the shuffled-label null (probes refitted on each, both seeds alike).")
 @click.option("--name", default=None, help="Result name (default stability/<the probe result's name>).")
 @results_option
 @storage_option
 @click.option("--quiet", "-q", is_flag=True, help="No work estimate on stderr (the results still print).")
-def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, name, results, storage_options,
-              quiet) -> None:
+def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, shuffles, name, results,
+              storage_options, quiet) -> None:
     """How alike the seeds' probe subspaces are per layer, after aligning their states; store results/stability/<task>.
 
     Reads the full-data probes of a probe result (run `layerstate probe` first). Says first on
     stderr how many seed pairs and layers it compares (--quiet: not). Prints per layer the mean
-    overlap over seed pairs with its interval over seeds and the random-subspace null."""
+    overlap over seed pairs with its interval over seeds, the random-subspace null and the
+    shuffled-label null (probes of the label permuted across sequences, fitted and mapped alike)."""
     from analysis.probes import plan_stability, runs_by_task, save_stability
     from analysis.probes.plan import select_runs
     from store import schema
@@ -724,7 +727,7 @@ def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, n
     groups = {"": selected} if result else runs_by_task(st, selected)
     for task, ids in groups.items():
         plan = plan_stability(st, result, runs=ids, layers=layers.split(",") if layers else None,
-                              lengths=lengths, inputs=inputs)
+                              lengths=lengths, inputs=inputs, shuffles=shuffles)
         if not quiet:
             click.echo(present.stability_work_line(plan, task if len(groups) > 1 else ""), err=True)
         ds = plan.compute()

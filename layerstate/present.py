@@ -626,10 +626,12 @@ def stability_work_line(plan: Any, task: str = "") -> str:
 
 def stability_lines(ds: xr.Dataset) -> Iterator[str]:
     """What the numbers are, then per cell and length the mean overlap per layer with its
-    interval over seeds, the null, and whether the seeds agree (the interval above the null)."""
+    interval over seeds, the nulls, and whether the seeds agree (the interval above both the
+    random-subspace null and the shuffled-label null's upper end)."""
     yield (f"seed agreement on where {ds.attrs.get('target')} lives: mean squared cosine of the principal angles "
-           "between seed pairs' probe subspaces after aligning their states (1: the same subspace; null: random "
-           "subspaces); interval over seeds")
+           "between seed pairs' probe subspaces after aligning their states (1: the same subspace); interval over "
+           "seeds; nulls: random subspaces (k/d) and probes of the label shuffled across sequences (upper end of "
+           "95% of permutations, per layer in brackets)")
     for c in range(ds.sizes.get("cell", 0)):
         name = f"{ds.cell_task.values[c]}/{ds.cell_arch.values[c]}/{ds.cell_variant.values[c]}"
         for L in ds.length.values:
@@ -641,10 +643,11 @@ def stability_lines(ds: xr.Dataset) -> Iterator[str]:
                     continue
                 lo, hi = float(ds.stability_lower.sel(at)), float(ds.stability_upper.sel(at))
                 null = float(ds.null_estimate.sel(at))
+                shuffled = float(ds.shuffled_upper.sel(at)) if "shuffled_upper" in ds else float("nan")
                 band = f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else ""
-                mark = "+" if np.isfinite(lo) and lo > null else ""
-                parts.append(f"{lay}={est:.2f}{band}{mark}")
+                mark = "+" if np.isfinite(lo) and lo > null and lo > shuffled else ""
+                parts.append(f"{lay}={est:.2f}{band}{mark} ({shuffled:.2f})")
             n = int(ds.stability_n_seeds.isel(cell=c).max())
             few = " (2 seeds: one pair, no interval)" if n == 2 else ""
             null = float(ds.null_estimate.sel(cell=c, length=L).max())
-            yield f"{name} len{L}: {' '.join(parts)}  (null {null:.2f}; + above it){few}"
+            yield f"{name} len{L}: {' '.join(parts)}  (null {null:.2f}; + above both){few}"

@@ -32,6 +32,19 @@ the layer's width ``d`` have expected overlap ``max(k_a, k_b) / d`` (``k/d``; 1/
 probes). With a re-run, the pair's value is the mean of the two maps (fitted on a's and on
 b's sequences). ``raw_overlap``, without the map, is kept as the check that alignment matters.
 
+The shuffled-label null. Where two seeds hold the same sequences, both seeds' probes are fitted
+on the same rows and labels; at a layer that does not carry the label each probe fits chance
+structure of those rows, which after the map is largely the same in both seeds, so the overlap
+reads high there too (and at an embedding whose states take a few values, any probe lies in
+their span). So each pair is also measured on labels that mean nothing: the label permuted across
+sequences (at each position, among the sequences labelled there), the same permutation for both
+seeds, probes refitted at each run's stored C on the rows the map uses, mapped by the same maps
+and compared the same way. :data:`SHUFFLES` permutations give a band: per permutation the mean
+over the cell's pairs, its central 95% stored (``shuffled_*``). The probed label, where a layer
+lacks it, is itself one such labelling, so it is the band's upper end -- not its mean -- that
+the overlap's interval must clear: "the seeds agree" reads the lower end above both nulls
+(:func:`agreement_frame`).
+
 Over seeds. A cell (task, arch, variant) with ``n`` seeds has ``n(n-1)/2`` pairs; the estimate
 is the mean overlap over pairs, a U-statistic whose pairs share seeds, so the pairs are not
 independent data. Each seed's summary is its jackknife pseudo-value
@@ -42,8 +55,9 @@ as wide as a t over the ``m_i``, which forgets that every pair counts twice. So 
 interval and a claim (``metric = "probe_stability"``: the t or the sign test over seeds) both
 test over seeds, at least 3 of them; 2 seeds make one pair and no interval.
 
-The sweep reads the full-data probes a probe result stores (``weights``: no refit) and runs in
-seconds; a re-run adds two forwards of the models per pair and length. Named
+The sweep reads the full-data probes a probe result stores (``weights``: no refit of the real
+label) and refits only the null's probes; a re-run adds two forwards of the models per pair and
+length (:attr:`StabilityPlan.cpu_s`). Named
 ``stability/<probe result's name>`` with the probe result it read::
 
     from analysis.probes import probe_stability
@@ -72,9 +86,23 @@ MAP_SEQUENCES = 512
 #: How a pair's two runs get states on the same sequences: "auto" (shared sequences, else a
 #: re-run), "shared" or "rerun".
 INPUTS = ("auto", "shared", "rerun")
-#: Single-thread CPU seconds per (row x feature^2) of a map (the cross-product), measured on
-#: the planted store: decides nothing, it is what the command announces.
-S_PER_UNIT = 2e-9
+#: Label permutations whose refitted probes give the shuffled-label null (their overlaps averaged).
+SHUFFLES = 20
+#: Single-thread CPU seconds per (row x feature^2) of a map (the cross-product and the held-out
+#: score, every labelled row of the sequences it uses). This and the two below were measured on the
+#: quick demo store (3 tasks x 5 architectures x 2 seeds, 192 sequences of length 40, pooled
+#: probes, re-run: 23.1 s of CPU on a loaded 2-core machine, of which maps 0.8 s, null probes
+#: 7.4 s, re-runs 6.2 s); they decide nothing, they are what the command announces.
+S_PER_UNIT = 3e-10
+#: ... per (row x feature x class x shuffle) of the shuffled-label null's probes (one lockstep fit
+#: of every shuffle at the run's stored C).
+NULL_S_PER_UNIT = 2e-9
+#: ... per token of a re-run forward (the mean over the demo's five architectures: 1e-5 for the
+#: LSTM up to 4e-5 for the Mamba, whose scan is a Python loop on the CPU).
+RERUN_S_PER_TOKEN = 2.7e-5
+#: The whole sweep over the three parts above: reading the stored states and labels, the
+#: overlaps (23.1 s against 14.4 s on the demo store).
+OVERHEAD = 1.6
 
 
 # ----------------------------------------------------------------------------- the measure
@@ -215,10 +243,27 @@ class StabilityPlan:
 
     @property
     def cpu_s(self) -> float:
-        d = int(self.probes["n_features"].max())
-        rows = sum(min(MAP_SEQUENCES, int(self.probes.sizes.get("sequence", MAP_SEQUENCES))) * L
-                   for L in self.lengths)
-        return len(self.pairs) * len(self.layers) * rows * d * d * S_PER_UNIT
+        """Roughly the single-thread CPU seconds of :meth:`compute` (maps, null probes, re-runs)."""
+        width = {str(r): int(v) for r, v in zip(self.probes.run.values, self.probes["n_features"].values,
+                                                  strict=True)}
+        classes = int(self.probes.sizes.get("class", 2))
+        per_position = int(self.probes.sizes.get("position", 0))
+        pooled = str(self.probes.attrs.get("positions", "")) == "pooled"
+        total, fitted = 0.0, set()
+        for pp in self.pairs:
+            d = max(width[pp.a], width[pp.b])
+            for L in self.lengths:
+                n = min(MAP_SEQUENCES, int(self.store.open_length(pp.a, L).sizes["sequence"]))
+                views = 1 if pp.sources[L][0] == "shared" else 2
+                total += views * len(self.layers) * n * L * d * d * S_PER_UNIT
+                total += (views - 1) * 2 * n * L * RERUN_S_PER_TOKEN
+                probe_rows = n * (L if pooled else max(1, per_position))
+                for r in (pp.a, pp.b):
+                    if (r, L) not in fitted:  # a run's null probes serve all its pairs
+                        fitted.add((r, L))
+                        total += (len(self.layers) * probe_rows * width[r] * classes * self.options["shuffles"]
+                                  * NULL_S_PER_UNIT)
+        return total * OVERHEAD
 
     def compute(self) -> xr.Dataset:
         return _compute(self)
@@ -272,6 +317,7 @@ def plan_stability(
     lengths: Any = None,
     seed: int = 0,
     inputs: str = "auto",
+    shuffles: int = SHUFFLES,
 ) -> StabilityPlan:
     """Check a stability sweep over the probe result ``result`` (default: the one probe result
     of the selected runs' task) and decide each pair's inputs, computing nothing (arguments:
@@ -285,6 +331,9 @@ def plan_stability(
     st = Store.open(store) if isinstance(store, str) else store
     if inputs not in INPUTS:
         raise InvalidArgumentError(f"inputs must be one of {', '.join(INPUTS)}, got {inputs!r}")
+    if int(shuffles) < 1:
+        raise InvalidArgumentError(f"shuffles must be at least 1 (the shuffled-label null needs a permutation), "
+                                   f"got {shuffles}")
     chosen = sweep_plan.select_runs(st, runs)
     if result is None:
         tasks = list(runs_by_task(st, chosen))
@@ -323,7 +372,7 @@ def plan_stability(
     if not pairs:
         raise InvalidArgumentError(f"no (task, arch, variant) of {result} has two seeds among the selected runs: "
                                    "stability compares seeds; train and probe at least two")
-    options = {"seed": int(seed), "inputs": inputs}
+    options = {"seed": int(seed), "inputs": inputs, "shuffles": int(shuffles)}
     return StabilityPlan(st, result, ds, pairs, lens, lays, options, str(ds.attrs["target"]))
 
 
@@ -403,10 +452,12 @@ def _compute(plan: StabilityPlan) -> xr.Dataset:
     positions = [int(p) for p in ds.position.values] if "position" in ds["weights"].dims else []
     P, nL, nY, nQ = len(plan.pairs), len(plan.lengths), len(plan.layers), max(1, len(positions))
     ov, raw, null = (np.full((P, nL, nY, nQ), np.nan) for _ in range(3))
+    shuffled = np.full((P, nL, nY, nQ, plan.options["shuffles"]), np.nan)
     r2 = np.full((P, nL, nY), np.nan)
     n_seq = np.zeros((P, nL), np.int64)
     source = np.full((P, nL), "", dtype=object)
     stored_layers = None
+    nulls = _NullProbes(plan, positions)
     for p, pp in enumerate(plan.pairs):
         for j, L in enumerate(plan.lengths):
             views = _views(plan, pp, L)
@@ -433,14 +484,87 @@ def _compute(plan: StabilityPlan) -> xr.Dataset:
                     vals = [aligned_overlap(wa, wb, m.R) for m in maps]
                     ov[p, j, k, q] = float(np.mean([v[0] for v in vals]))
                     raw[p, j, k, q], null[p, j, k, q] = vals[0][1], vals[0][2]
-    return _dataset(plan, positions, ov, raw, null, r2, n_seq, source)
+                    shuffled[p, j, k, q] = nulls.overlaps(pp, L, layer, li, q, views, maps)
+    return _dataset(plan, positions, ov, raw, null, shuffled, r2, n_seq, source)
 
 
-def _dataset(plan: StabilityPlan, positions: list[int], ov, raw, null, r2, n_seq, source) -> xr.Dataset:
+class _NullProbes:
+    """The shuffled-label null: probes refitted, at the C their run's stored probe was fitted
+    with, on the same run's states with the label permuted across sequences (at each position,
+    among the sequences labelled there, as the probes' ``permute`` control does). Permutation
+    ``s`` is drawn once per (cell, length), so both seeds of a pair -- every seed of the cell,
+    when they hold their sequences in one order -- get the same permuted label: each shuffle is
+    one random labelling, probed in every seed the way the real label was. A run's probes of all
+    shuffles are fitted in one lockstep batch, once per rows, and kept for its other pairs."""
+
+    def __init__(self, plan: StabilityPlan, positions: list[int]) -> None:
+        self.plan, self.positions = plan, positions
+        self.mode = "position" if positions else str(plan.probes.attrs.get("positions", "pooled"))
+        self.cache: dict[tuple, np.ndarray] = {}
+
+    def overlaps(self, pp: PairPlan, L: int, layer: str, li: int, q: int, views: list[tuple[np.ndarray, ...]],
+                 maps: list[Alignment]) -> np.ndarray:
+        """Per shuffle, the mean over the pair's maps of the overlap of its null probes (a's from its
+        states in the first view, b's from its states in the last: the sequences each one's own
+        probe was fitted on when re-running, the shared ones otherwise); NaN where none was fitted."""
+        wa = self._probes(pp, pp.a, L, layer, q, views[0][0][:, :, li], views[0][2], views[0][3])
+        wb = self._probes(pp, pp.b, L, layer, q, views[-1][1][:, :, li], views[-1][2], views[-1][3])
+        out = np.full(self.plan.options["shuffles"], np.nan)
+        if wa.size and wb.size:
+            for s in range(out.size):
+                out[s] = float(np.mean([aligned_overlap(wa[s], wb[s], m.R)[0] for m in maps]))
+        return out
+
+    def _rows(self, lab: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
+        from .plan import last_positions
+
+        if self.mode == "last":
+            last = last_positions(lab)
+            seq = np.flatnonzero(last >= 0)
+            return seq, last[seq]
+        if self.mode == "position":
+            seq = np.flatnonzero(lab[:, self.positions[q]] >= 0)
+            return seq, np.full(seq.size, self.positions[q])
+        seq, pos = np.nonzero(lab >= 0)
+        return seq, pos
+
+    def _probes(self, pp: PairPlan, run: str, L: int, layer: str, q: int, hidden: np.ndarray, mask: np.ndarray,
+                lab: np.ndarray) -> np.ndarray:
+        """``run``'s null probes (shuffle, class, d) on ``hidden`` (sequence, position, d); empty
+        when its stored probe has no C (not fitted) or the label a single class."""
+        from .solvers import path_exact
+
+        at = dict(run=run, fit_length=L, layer=layer, **({"position": self.positions[q]} if self.positions else {}))
+        C = float(self.plan.probes["C"].sel(at)) if "C" in self.plan.probes else 1.0
+        lab = np.where(mask & (lab >= 0), lab, -1)
+        seq, pos = self._rows(lab, q)
+        classes, y = np.unique(lab[seq, pos], return_inverse=True)
+        X = np.asarray(hidden[seq, pos], dtype=np.float32)
+        key = (run, L, layer, q, pp.cell, zlib.crc32(X.tobytes()), zlib.crc32(y.tobytes()))
+        if key in self.cache:
+            return self.cache[key]
+        if not np.isfinite(C) or classes.size < 2:
+            self.cache[key] = np.zeros((0, 0, X.shape[1]))
+            return self.cache[key]
+        rng = np.random.default_rng([int(self.plan.options["seed"]), zlib.crc32("|".join(pp.cell).encode()),
+                                     int(L), 58])
+        targets = np.empty((self.plan.options["shuffles"], y.size), dtype=np.int64)
+        for s in range(targets.shape[0]):
+            targets[s] = y
+            for p in np.unique(pos):
+                at_p = np.flatnonzero(pos == p)
+                targets[s, at_p] = y[at_p][rng.permutation(at_p.size)]
+        params = path_exact(X, targets, np.ones(targets.shape, dtype=bool), classes.size, [C])[0]
+        self.cache[key] = params.original_space()[0].transpose(0, 2, 1)
+        return self.cache[key]
+
+
+def _dataset(plan: StabilityPlan, positions: list[int], ov, raw, null, shuffled, r2, n_seq, source) -> xr.Dataset:
     dims = ["pair", "length", "layer", *(["position"] if positions else [])]
     sq = (lambda a: a) if positions else (lambda a: a[..., 0])
     with np.errstate(invalid="ignore"), _quiet():
         prof, null_prof = np.nanmean(ov, axis=-1), np.nanmean(null, axis=-1)
+        shuffled_prof = np.nanmean(shuffled, axis=-2)
     runs = list(dict.fromkeys(r for pp in plan.pairs for r in (pp.a, pp.b)))
     seed_ov, seed_ps = _per_seed(plan, runs, prof)
     data: dict[str, Any] = {
@@ -450,6 +574,11 @@ def _dataset(plan: StabilityPlan, positions: list[int], ov, raw, null, r2, n_seq
         "null_overlap": (dims, sq(null), {"what": "expected overlap of random subspaces: max(k_a, k_b) / d"}),
         "overlap_profile": (dims[:3], prof, {"what": "overlap averaged over the probe's positions"}),
         "null_profile": (dims[:3], null_prof),
+        "shuffled_overlap": ([*dims, "shuffle"], shuffled if positions else shuffled[..., 0, :],
+                             {"what": "per label permutation, the overlap of probes refitted on the permuted "
+                                      "label (the same permutation for both seeds), mapped the same way"}),
+        "shuffled_profile": (("pair", "length", "layer", "shuffle"), shuffled_prof,
+                             {"what": "shuffled_overlap averaged over the probe's positions"}),
         "alignment_r2": (dims[:3], r2, {"what": "held-out share of b's centred variance the map predicts"}),
         "map_sequences": (("pair", "length"), n_seq),
         "inputs": (("pair", "length"), source.astype(str)),
@@ -472,6 +601,10 @@ def _dataset(plan: StabilityPlan, positions: list[int], ov, raw, null, r2, n_seq
         "probe_result": plan.result, "target": str(plan.probes.attrs.get("target", "")),
         "positions": str(plan.probes.attrs.get("positions", "")), "seed": plan.options["seed"],
         "inputs": plan.options["inputs"], "min_shared": MIN_SHARED, "map_sequences_max": MAP_SEQUENCES,
+        "shuffles": plan.options["shuffles"],
+        "shuffled_null": "probes refitted at their run's stored C on the label permuted across sequences at each "
+                         "position (one permutation per cell, length and shuffle: the same for both seeds of a "
+                         "pair), on the sequences the map uses, then mapped and compared like the probes",
         "alignment": "orthogonal Procrustes (with scale) of centred states on half of the sequences, every "
                      "labelled position; alignment_r2 on the other half",
         "interval": "jackknife t over seeds (pseudo-values of the mean over seed pairs), clipped to [0, 1]",
@@ -578,9 +711,37 @@ def interval_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str
                                        "upper", "n_seeds", "method", "null"])
 
 
+def shuffled_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]],
+                   level: float = 0.95) -> pd.DataFrame:
+    """Per (task, arch, variant), length and layer: the shuffled-label null as a band over label
+    permutations -- each permutation's mean over the cell's seed pairs, their mean (``estimate``)
+    and central ``level`` (``lower``, ``upper``). The probed label, at a layer that does not
+    carry it, is one random labelling too: its overlap falls where one permutation's does, and
+    this band, not the permutations' mean, is what it has to clear."""
+    rows = []
+    pair_a, pair_b = [str(v) for v in ds.pair_a.values], [str(v) for v in ds.pair_b.values]
+    for (task, arch, variant), members in cells.items():
+        inside = [p for p, (a, b) in enumerate(zip(pair_a, pair_b, strict=True)) if a in members and b in members]
+        for L in ds.length.values:
+            for layer in ds.layer.values:
+                vals = ds["shuffled_profile"].sel(length=L, layer=layer).values[inside]  # (pair, shuffle)
+                ok = np.isfinite(vals).all(0)
+                if not inside or not ok.any():
+                    continue
+                means = vals[:, ok].mean(0)
+                lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+                rows.append({"task": task, "arch": arch, "variant": variant, "length": int(L), "layer": str(layer),
+                             "estimate": float(means.mean()), "lower": float(lo), "upper": float(hi),
+                             "n_seeds": len(members),
+                             "method": f"central {level:.0%} of {int(ok.sum())} label permutations"})
+    return pd.DataFrame(rows, columns=["task", "arch", "variant", "length", "layer", "estimate", "lower", "upper",
+                                       "n_seeds", "method"])
+
+
 def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` with ``stability_estimate/_lower/_upper/_n_seeds/_method`` and ``null_estimate``
-    over (cell, length, layer): :func:`interval_frame` stored the way the probes' are."""
+    """``ds`` with ``stability_estimate/_lower/_upper/_n_seeds/_method``, ``null_estimate`` and
+    (with a shuffled-label null) ``shuffled_estimate/_lower/_upper/_n_seeds/_method`` over
+    (cell, length, layer): :func:`interval_frame` stored the way the probes' are."""
     from analysis.intervals import CI_LEVEL, frame_variables, with_cells
 
     cells: dict[tuple[str, str, str], list[str]] = {}
@@ -598,9 +759,45 @@ def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
     null = frame.assign(estimate=frame["null"], lower=frame["null"], upper=frame["null"], method="k/d")
     new.update(frame_variables(ds, "null", null.drop(columns="null"), index,
                                {"what": "the random-subspace null, max(k_a, k_b) / d"}))
+    metrics = ["stability", "null"]
+    if "shuffled_profile" in ds:
+        new.update(frame_variables(ds, "shuffled", shuffled_frame(ds, cells), index,
+                                   {"what": "the shuffled-label null: per label permutation the mean overlap over "
+                                            "seed pairs; its mean and the central 95% of the permutations"}))
+        metrics.append("shuffled")
     out = with_cells(ds.assign(new), order)
-    out.attrs.update(interval_metrics=["stability", "null"], ci_level=CI_LEVEL)
+    out.attrs.update(interval_metrics=metrics, ci_level=CI_LEVEL)
     return out
+
+
+def agreement_frame(ds: xr.Dataset) -> pd.DataFrame | None:
+    """The stored numbers of a saved stability result, one row per (task, arch, variant),
+    length and layer: the overlap's interval (``estimate``, ``lower``, ``upper``, ``n_seeds``),
+    the random-subspace null (``null``), the shuffled-label null's interval (``shuffled``,
+    ``shuffled_lower``, ``shuffled_upper``; NaN in a result stored before it was kept) and
+    ``agree``: the overlap's lower bound above both nulls' estimates (False without an interval
+    or without the shuffled-label null). Reads; computes no statistic. None without stored
+    intervals."""
+    from analysis.intervals import stored_intervals
+
+    frame = stored_intervals(ds, "stability")
+    if frame is None:
+        return None
+    keys = ["task", "arch", "variant", "length", "layer"]
+    null = stored_intervals(ds, "null")
+    frame = frame.merge(null[[*keys, "estimate"]].rename(columns={"estimate": "null"}), on=keys, how="left") \
+        if null is not None else frame.assign(null=np.nan)
+    shuffled = stored_intervals(ds, "shuffled")
+    if shuffled is not None:
+        frame = frame.merge(shuffled[[*keys, "estimate", "lower", "upper"]].rename(
+            columns={"estimate": "shuffled", "lower": "shuffled_lower", "upper": "shuffled_upper"}), on=keys, how="left")
+    else:
+        frame = frame.assign(shuffled=np.nan, shuffled_lower=np.nan, shuffled_upper=np.nan)
+    lower = frame["lower"].astype(float)
+    frame["agree"] = (lower > frame["null"].astype(float)) & (lower > frame["shuffled_upper"].astype(float))
+    order = {str(v): i for i, v in enumerate(ds.layer.values)}
+    frame["layer_pos"] = frame["layer"].astype(str).map(order)
+    return frame
 
 
 def result_name(ds: xr.Dataset) -> str:
@@ -641,16 +838,18 @@ def probe_stability(
         :func:`plan_stability`'s keywords: ``runs``, ``layers``, ``lengths`` (the result's fit
         lengths by default), ``seed`` (the sequences' split between the map and its check),
         ``inputs`` (``"auto"``: sequences both runs hold when there are :data:`MIN_SHARED`,
-        else each run's model re-run on the other's sequences; ``"shared"``; ``"rerun"``).
+        else each run's model re-run on the other's sequences; ``"shared"``; ``"rerun"``),
+        ``shuffles`` (label permutations of the shuffled-label null, :data:`SHUFFLES`).
     save, name, attrs : store it (default name :func:`result_name`), with these attributes.
 
     Returns
     -------
     xarray.Dataset
         Per seed pair (``pair`` with ``pair_a``, ``pair_b``), length, layer [and position]:
-        ``overlap``, ``raw_overlap``, ``null_overlap``; per pair, length and layer
-        ``overlap_profile``, ``null_profile``, ``alignment_r2``; per run ``seed_overlap`` and
-        ``seed_pseudo`` (what claims test); saved, the seed-level intervals
+        ``overlap``, ``raw_overlap``, ``null_overlap`` and per shuffle ``shuffled_overlap``;
+        per pair, length and layer ``overlap_profile``, ``null_profile``, ``alignment_r2``
+        (and ``shuffled_profile`` per shuffle); per run ``seed_overlap`` and ``seed_pseudo``
+        (what claims test); saved, the seed-level intervals and the null's band
         (:func:`add_stability_intervals`).
     """
     from store import open_analysis

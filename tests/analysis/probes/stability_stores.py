@@ -33,3 +33,14 @@ def rotated_seeds(path, *, seeds: int = 4, n: int = 160, length: int = 8, d: int
         st.add_run(run, task="toy", arch="lstm", seed=s)
         st.write_length(run, hidden=h.astype(np.float32), tokens=tokens, labels={"y": y}, block_size=64)
     return st
+
+
+def probed(path, **kw) -> Store:
+    """:func:`rotated_seeds` probed at the last position (``probes/toy``) and its stability
+    stored (``stability/toy``)."""
+    from analysis.probes import probe, probe_stability
+
+    st = rotated_seeds(path, **kw)
+    probe(st, "y", positions="last", save=True, scheduler="sync")
+    probe_stability(st, "probes/toy", save=True)
+    return st

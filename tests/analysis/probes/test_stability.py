@@ -19,7 +19,7 @@ from analysis.probes.stability import (
     seed_interval,
 )
 from store.errors import InvalidArgumentError
-from tests.analysis.probes.stability_stores import rotated_seeds
+from tests.analysis.probes.stability_stores import probed, rotated_seeds
 
 PLANTED = "L1"
 
@@ -174,3 +174,31 @@ def test_seeds_on_their_own_sequences_are_compared_by_re_running_each_model(tmp_
     assert float(ds.alignment_r2.min()) > 0.99
     assert float(ds.overlap_profile.sel(length=8, layer="L0").min()) > 0.5
     assert float(ds.overlap_profile.sel(length=8, layer="L0").mean()) > 5 * float(ds.null_profile.mean())
+    assert np.isfinite(ds.shuffled_profile.sel(length=8, layer="L0")).all()  # each run's null on its own rows
+
+
+def test_shuffled_label_null_removes_the_agreement_of_shared_rows_at_layers_without_the_label(tmp_path):
+    """Seeds on the same 320 sequences: at the embedding and L0 (no label) both seeds' probes fit
+    the same chance structure of the shared rows, so the overlap's interval sits far above the
+    random-subspace null there -- yet not above the band of probes of the permuted label, while
+    the planted layer clears both."""
+    from analysis.probes.stability import SHUFFLES, agreement_frame
+
+    st = probed(tmp_path / "s.zarr", n=320, noise=0.5)
+    res = st.read_result("stability/toy")
+    assert res.sizes["shuffle"] == SHUFFLES and "shuffled" in res.attrs["interval_metrics"]
+    f = agreement_frame(res).set_index("layer")
+    for layer in ("embed", "L0"):
+        assert f.loc[layer, "lower"] > 2 * f.loc[layer, "null"]  # the random-subspace null alone: "agree"
+        assert f.loc[layer, "lower"] < f.loc[layer, "shuffled_upper"]
+        assert not f.loc[layer, "agree"]
+    assert f.loc[PLANTED, "lower"] > f.loc[PLANTED, "shuffled_upper"] > f.loc[PLANTED, "null"]
+    assert f.loc[PLANTED, "agree"]
+    assert f.loc[PLANTED, "shuffled_lower"] <= f.loc[PLANTED, "shuffled"] <= f.loc[PLANTED, "shuffled_upper"]
+
+
+def test_a_null_without_permutations_is_refused(tmp_path):
+    st = rotated_seeds(tmp_path / "s.zarr", seeds=2)
+    probe(st, "y", positions="last", save=True, scheduler="sync")
+    with pytest.raises(InvalidArgumentError, match="shuffles must be at least 1"):
+        probe_stability(st, "probes/toy", shuffles=0)
