@@ -43,6 +43,7 @@ from reports.mdl import mdl_parts
 from reports.model import COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import fmt_layer_ci, read_result
 from reports.snapshot import Snapshot
+from reports.stability import stability_parts
 from store import schema
 
 PROBES_INTRO = (
@@ -197,6 +198,10 @@ def probes(snap: Snapshot, wanted: Sequence[str] = ()) -> Section:
     sec.figures.extend(mdl_figures)
     sec.tables.extend(mdl_tables)
     notes.extend(mdl_notes)
+    stab_figures, stab_tables, stab_notes = stability_parts(snap, shown_length)  # results/stability
+    sec.figures.extend(stab_figures)
+    sec.tables.extend(stab_tables)
+    notes.extend(stab_notes)
     if "selectivity" in frame:
         sec.tables.append(Table(
             "probe_selectivity", f"Selectivity (probe accuracy - control-task accuracy) [95% interval] per layer at "
