@@ -44,8 +44,9 @@ def _layers_text(layers: list[str]) -> str:
 def agreement_sentences(frame: pd.DataFrame) -> list[str]:
     """One sentence per architecture (and variant): per task, the layers where the stored
     overlap interval is above both stored nulls, and the tasks not read and why (2 seeds: no
-    interval; no shuffled-label null stored)."""
-    out = []
+    interval; no shuffled-label null stored). Architectures whose sentence would be the same
+    share one."""
+    said: dict[str, list[str]] = {}
     for (arch, variant), sub in frame.groupby(["arch", "variant"], sort=False):
         read: list[str] = []
         unread: dict[str, list[str]] = {}
@@ -59,9 +60,8 @@ def agreement_sentences(frame: pd.DataFrame) -> list[str]:
                 read.append(f"at {_layers_text(list(rows.loc[rows['agree'], 'layer']))} in {task}")
         parts = [f"the seeds agree on where the label lives {'; '.join(read)}"] if read else []
         parts += [f"{', '.join(tasks)} not read ({why})" for why, tasks in unread.items()]
-        name = arch if variant in ("default", "") else f"{arch}/{variant}"
-        out.append(f"{name}: {'; '.join(parts)}.")
-    return out
+        said.setdefault("; ".join(parts), []).append(arch if variant in ("default", "") else f"{arch}/{variant}")
+    return [f"{', '.join(names)}: {text}." for text, names in said.items()]
 
 
 def _cell_text(r: pd.Series) -> str:

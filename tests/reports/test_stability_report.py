@@ -5,6 +5,7 @@ architecture naming the layers where the stored interval clears both stored null
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from reports.readout import probes
@@ -56,3 +57,12 @@ def test_no_stability_result_no_figure(tmp_path):
     st = rotated_seeds(tmp_path / "s.zarr", seeds=2)
     probe(st, "y", positions="last", save=True, scheduler="sync")
     assert "probe_stability" not in [f.name for f in probes(take_snapshot(st)).figures]
+
+
+def test_architectures_with_the_same_reading_share_a_sentence(store):
+    frame = next(t for t in probes(take_snapshot(store)).tables if t.name == "probe_stability").data
+    two = frame.assign(n_seeds=2)
+    both = pd.concat([two, two.assign(arch="gru")], ignore_index=True)
+    assert agreement_sentences(both) == ["lstm, gru: toy not read (2 seeds: one pair, no interval)."]
+    mixed = pd.concat([frame, two.assign(arch="gru")], ignore_index=True)
+    assert len(agreement_sentences(mixed)) == 2
