@@ -28,7 +28,9 @@ STABILITY_CAPTION = (
     "map between their states (band: 95% jackknife interval across seeds, from 3 seeds; 2 seeds are one pair "
     "and have none). Thin dashed: the shuffled-label null, the upper end of the central 95% of label "
     "permutations (probes refitted on the permuted label, mapped the same way); dotted: random subspaces, "
-    "k/d. The seeds agree on where the label lives at a layer only where the band's lower end is above both."
+    "k/d. The seeds agree on where the label lives at a layer only where the band's lower end is above both. "
+    "A layer not named is no evidence that they disagree: the map is fitted blind to the label, so a direction "
+    "whose variance is almost all the label's has little to place it by, and its overlap can read low."
 )
 
 
