@@ -9,10 +9,17 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 start=$(date +%s)
 "$BIN/layerstate" run "$EXP" --out "$OUT" --jobs 2
 # MDL probes (online codelength of each task's label, last position, length 40; about 20 s on the
-# quick demo store), then the report again so that it shows them beside the probe profiles (about
-# 20 s more); DEMO_MDL=0 leaves both out
+# quick demo store; DEMO_MDL=0 leaves them out) and cross-seed stability of the probe directions
+# (each seed's model re-run on the other's sequences, 20 label permutations for the shuffled-label
+# null; about 60 s; DEMO_STABILITY=0 leaves it out), then the report again so that it shows them
+# beside the probe profiles (about 20 s more)
 if [ "${DEMO_MDL:-1}" != 0 ]; then
   "$BIN/layerstate" mdl "$OUT/store.zarr" --lengths 40 --positions last
+fi
+if [ "${DEMO_STABILITY:-1}" != 0 ]; then
+  "$BIN/layerstate" stability "$OUT/store.zarr"
+fi
+if [ "${DEMO_MDL:-1}" != 0 ] || [ "${DEMO_STABILITY:-1}" != 0 ]; then
   "$BIN/layerstate" report "$OUT/store.zarr" --out "$OUT/report" --force --no-chunk-check  # run's report checked them
 fi
 "$BIN/layerstate" inspect "$OUT/store.zarr" | head -n 12
