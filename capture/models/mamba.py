@@ -15,9 +15,10 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   ("L0.mixer.conv1d").
 - ``"torch-fused-scan"`` (Mamba) / ``"torch-ssd-fused"`` (Mamba-2), on request
   (`set_fused_path`, the ``[train] fused_kernels`` option), CPU tensors only: the torch paths
-  with the depthwise Conv1D, and Mamba's scan, computed by fused numba kernels
+  with the depthwise Conv1D, and Mamba's selective scan, computed by fused numba kernels
   (`capture.models.scan_kernels`), where they compiled. Same function, other float rounding,
-  so it is opt-in and recorded.
+  so it is opt-in and recorded. (Mamba-2's scan stays `ssd_block`: as a fused recurrence
+  its step was slower, docs/measured.md, "Training speed".)
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
   Calls with a cache or an attention mask (generation, padding), which layerstate itself
@@ -230,8 +231,9 @@ _TORCH_PATHS = ("torch-fast-scan", "torch-fused-scan", "torch-ssd", "torch-ssd-f
 
 
 def _torch_path(mixer: Any, device: torch.device | None = None) -> str:
-    fused = (getattr(mixer, "layerstate_fused", False) and (device is None or device.type == "cpu")
-             and fused_kernels() is not None)
+    # set only where the kernels compiled (set_fused_path); read as a plain attribute, so that
+    # torch.compile traces no import
+    fused = getattr(mixer, "layerstate_fused", False) and (device is None or device.type == "cpu")
     if _is_mamba1(mixer):
         return "torch-fused-scan" if fused else "torch-fast-scan"
     return "torch-ssd-fused" if fused else "torch-ssd"
@@ -247,13 +249,15 @@ def install_mixer_paths(mixers: list[Any]) -> None:
 
 def set_fused_path(model: nn.Module, enabled: bool) -> int:
     """Run the Mamba and Mamba-2 mixers in `model` through the fused CPU kernels (True: their
-    Conv1D, and Mamba's scan) or the torch paths (False); returns the number of mixers set
-    (0: none in `model`). The Conv1D modules stay modules (hooks see them): each gets an
-    instance ``forward`` that uses the kernels, removed again by ``enabled=False``."""
+    Conv1D, and Mamba's scan) or the torch paths (False, or True where the kernels did not
+    compile: `fused_kernels` warns once); returns the number of mixers set (0: none in
+    `model`). The Conv1D modules stay modules (hooks see them): each gets an instance
+    ``forward`` that uses the kernels, removed again by ``enabled=False``."""
     mixers: list[Any] = [m for m in model.modules() if hasattr(m, "layerstate_reference")]
+    on = bool(enabled) and bool(mixers) and fused_kernels() is not None  # else one warning: off
     for mixer in mixers:
-        mixer.layerstate_fused = bool(enabled)
-        if enabled:
+        mixer.layerstate_fused = on
+        if on:
             mixer.conv1d.forward = types.MethodType(_fused_conv_forward, mixer.conv1d)
         else:
             mixer.conv1d.__dict__.pop("forward", None)

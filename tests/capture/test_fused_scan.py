@@ -87,10 +87,11 @@ def _tiny(arch):
     return build_model(ModelConfig(arch=arch, d_model=16, n_layers=2), vocab_size=5, n_classes=3, seed=0)
 
 
-def _logits_and_grads(model, tokens):
+def _logits_and_grads(model, tokens, module=None):
     logits = model(tokens)
     weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
-    params = [p for p in model.parameters() if p.requires_grad]  # no_conv freezes the Conv1D
+    owner = module if module is not None else model
+    params = [p for p in owner.parameters() if p.requires_grad]  # no_conv freezes the Conv1D
     return logits, torch.autograd.grad((logits * weights).sum(), params)
 
 
@@ -204,3 +205,16 @@ def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch,
     assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
     attrs = whole.run_attrs(spec.run_id)
     assert attrs["train_config"]["fused_kernels"] is True and attrs["implementation"] == path
+
+
+def test_the_fused_kernels_run_under_compile_and_agree_with_eager():
+    model = _tiny("mamba2").train()
+    tokens = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(1))
+    eager = training_forward(model, TrainConfig(fused_kernels=True))
+    logits, grads = _logits_and_grads(eager, tokens, model)
+    compiled = training_forward(model, TrainConfig(fused_kernels=True, compile=True))
+    logits_c, grads_c = _logits_and_grads(compiled, tokens, model)
+    assert model.implementation == "torch-ssd-fused"
+    torch.testing.assert_close(logits_c, logits, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads_c, grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
