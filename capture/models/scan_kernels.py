@@ -31,9 +31,10 @@ so that its inner loops run over channels; mkldnn's depthwise backward took 2.5-
 
 Compiled on first import, for float32 and float64, with ``cache=True``: numba writes the
 machine code next to this file (``__pycache__``) or, where that is read-only, to its user
-cache directory (``NUMBA_CACHE_DIR`` overrides both), and later imports load it (about 10 s
-to compile, about 1 s to import from the cache, measured). `capture.models.scan` imports
-this module only when the fused path is asked for.
+cache directory (``NUMBA_CACHE_DIR`` overrides both), and later imports load it (measured:
+about 8 s to compile, 1.4 s to load from the cache; with no writable cache anywhere it
+compiles in every process). `capture.models.scan` imports this module only when the fused
+path is asked for.
 """
 
 from __future__ import annotations
