@@ -23,6 +23,10 @@ alternatives were slower: unbinding the time axis once and letting autograd diff
 the loop, 2.2x (L = 40) to 3x (L = 120); the same custom function over whole materialised
 (length, batch, d_inner, d_state) tensors, ~2.5x. `selective_scan_reference` is the
 obvious autograd loop; the tests hold the two equal, outputs and gradients.
+
+``selective_scan(..., fused=True)`` (the ``[train] fused_kernels`` option) computes the same
+function with compiled loops instead (`capture.models.scan_kernels`, through `_FusedScan`):
+0.37x this path's time, equal to it up to float rounding, so opt-in.
 """
 
 from __future__ import annotations
