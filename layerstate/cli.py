@@ -662,7 +662,7 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
     not). Prints the compression (uniform / online codelength) per layer and the control's."""
     from analysis.probes import plan_mdl, runs_by_task, save_mdl
     from analysis.probes.plan import select_runs
-    from analysis.probes.probing import _task_attrs
+    from analysis.probes.probing import task_attrs
     from store import schema
 
     if name is not None:
@@ -682,7 +682,7 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
             if not quiet:
                 click.echo(present.mdl_work_line(plan, task if len(groups) > 1 else ""), err=True)
             ds = plan.compute(sched)
-            ds.attrs.update(_task_attrs(st, list(ds.run.values)), command="layerstate mdl")
+            ds.attrs.update(task_attrs(st, list(ds.run.values)), command="layerstate mdl")
             stored = save_mdl(st, ds, name)
             for line in present.mdl_lines(ds):
                 click.echo(line)

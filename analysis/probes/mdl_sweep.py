@@ -26,7 +26,7 @@ from analysis.compute import compute
 
 from . import plan as sweep_plan
 from .mdl import ORDER_PURPOSE, PORTIONS, CodeInput, cell_codes, cell_ranks
-from .sweep import Cell, _jobs, _layer, _layer_index, _length_cells, _rows
+from .sweep import Cell, cell_jobs, layer_index, layer_states, length_cells, rows_of
 
 #: Single-thread CPU seconds per (row x feature x class x C value x labelling) of a coded cell:
 #: 39.4 s for 200 cells of 2000 rows x 128 features x 6 classes x 5 C x 2 labellings
@@ -76,7 +76,7 @@ def transmission_rank(n: int, seed: int, run: str, length: int) -> np.ndarray:
 def mdl_task(data: Any, job: MDLJob) -> list[dict]:
     """The online code of every cell of ``job`` on its data (a slab or gathered pieces)."""
     data = np.concatenate(data) if isinstance(data, list) else data
-    inputs = [CodeInput(_rows(data, c), c.y, c.control, r) for c, r in zip(job.cells, job.ranks, strict=True)]
+    inputs = [CodeInput(rows_of(data, c), c.y, c.control, r) for c, r in zip(job.cells, job.ranks, strict=True)]
     codes = cell_codes(inputs, job.n_classes, job.C, method=job.method)
     return [{"run": c.run, "length": c.length, "layer": c.layer, "position": c.position, "code": code}
             for c, code in zip(job.cells, codes, strict=True)]
@@ -122,7 +122,7 @@ def plan_mdl(
         plans[run] = rp
         for L in lens[run]:
             lab = labels[L]
-            cells = _length_cells(lab, mode, pos_list, must_exist=mode == "list")
+            cells = length_cells(lab, mode, pos_list, must_exist=mode == "list")
             where[run, L] = [c.position for c in cells]
             rank = transmission_rank(lab.y.shape[0], seed, run, L)
             rows_from = None
@@ -131,9 +131,9 @@ def plan_mdl(
                 name = f"hidden-rows-{dask.base.tokenize(str(st.location), run, L)}"
                 rows_from = dask.delayed(var, name=name)
             for layer in chosen:
-                arr = _layer(hidden[L], layer)
-                src = None if rows_from is None else (rows_from, _layer_index(hidden[L], layer))
-                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells], src):
+                arr = layer_states(hidden[L], layer)
+                src = None if rows_from is None else (rows_from, layer_index(hidden[L], layer))
+                for job_cells, data in cell_jobs(arr, [replace(c, layer=layer) for c in cells], src):
                     ranks = [cell_ranks(rank[c.seq]) for c in job_cells]
                     job = MDLJob(job_cells, ranks, classes.size, grid, method)
                     tasks.append(dask.delayed(mdl_task, pure=True)(data, job))
@@ -292,13 +292,13 @@ def mdl_probe(
     """
     from store import open_analysis
 
-    from .probing import _task_attrs
+    from .probing import task_attrs
 
     if isinstance(store, str):
         store = open_analysis(store, write=save)
     plan = plan_mdl(store, target, **sweep)
     ds = plan.compute(scheduler)
-    ds.attrs.update(_task_attrs(store, list(ds.run.values)))
+    ds.attrs.update(task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
     if save:
         save_mdl(store, ds, name)

@@ -172,7 +172,7 @@ def probe(
         store = open_analysis(store, write=save)
     plan = plan_probes(store, target, **sweep)
     ds = plan.compute(scheduler, progress=progress)
-    ds.attrs.update(_task_attrs(store, list(ds.run.values)))
+    ds.attrs.update(task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
     if save:
         if name is None:  # the default name: a stored result with other settings is kept
@@ -185,7 +185,7 @@ def probe(
     return ds
 
 
-def _task_attrs(store: Any, runs: list[str]) -> dict[str, str]:
+def task_attrs(store: Any, runs: list[str]) -> dict[str, str]:
     """``task`` (when the runs share one) and ``trained_target`` (the label they were trained on,
     when they declare one): what the result's default name says."""
     tasks = runs_by_task(store, [str(r) for r in runs])

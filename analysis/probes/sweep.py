@@ -124,7 +124,7 @@ class CellOut:
 # ----------------------------------------------------------------------------- tasks
 
 
-def _rows(data: np.ndarray, cell: Cell) -> np.ndarray:
+def rows_of(data: np.ndarray, cell: Cell) -> np.ndarray:
     """A cell's hidden states (m, d) as float32, refusing NaN/Inf (never a silent NaN metric)."""
     X = data[cell.seq, cell.col] if cell.col is not None else data
     X = np.asarray(X, dtype=np.float32)  # float16 arithmetic breaks reductions (docs/measured.md)
@@ -165,7 +165,7 @@ def fit_task(data: Any, job: Job) -> tuple[list[CellOut], dict | None]:
     not depend on how positions were grouped into tasks.
     """
     data = np.concatenate(data) if isinstance(data, list) else data
-    inputs = [CellInput(_rows(data, c), c.y, c.control, c.fold, c.inner) for c in job.cells]
+    inputs = [CellInput(rows_of(data, c), c.y, c.control, c.fold, c.inner) for c in job.cells]
     fits = fit_cells(inputs, folds=job.folds, n_classes=job.n_classes, method=job.method, C=job.C)
     outs, models = [], {}
     for cell, (scores, fitted) in zip(job.cells, fits, strict=True):
@@ -191,7 +191,7 @@ def score_task(data: Any, job: Job, *fitted: dict) -> list[CellOut]:
     for part in fitted:
         models.update(part)
     return [
-        _out(c, score_cell(models[c.source], _rows(data, c), c.y, c.control, folds=job.folds), job)
+        _out(c, score_cell(models[c.source], rows_of(data, c), c.y, c.control, folds=job.folds), job)
         for c in job.cells
     ]
 
@@ -268,7 +268,7 @@ def _gather(layer_array: Any, seq: np.ndarray, pos: np.ndarray, source: Any = No
             if sel.any():
                 parts.append(dask.delayed(_take, pure=True)(blk, seq[sel] - bounds[b], pos[sel]))
         return parts
-    var, layer_index = source
+    var, layer_at = source
     per_row = int(np.prod(layer_array.shape[1:])) * layer_array.dtype.itemsize
     batches: list[tuple[int, int]] = []
     for b in range(len(bounds) - 1):
@@ -282,16 +282,16 @@ def _gather(layer_array: Any, seq: np.ndarray, pos: np.ndarray, source: Any = No
         sel = (seq >= lo) & (seq < hi)
         if sel.any():
             parts.append(dask.delayed(_read_rows, pure=True)(
-                var, layer_index, lo, hi, seq[sel] - lo, pos[sel]))
+                var, layer_at, lo, hi, seq[sel] - lo, pos[sel]))
     return parts
 
 
-def _read_rows(var: Any, layer_index: int, lo: int, hi: int, seq: np.ndarray,
+def _read_rows(var: Any, layer_at: int, lo: int, hi: int, seq: np.ndarray,
                pos: np.ndarray) -> np.ndarray:
     """Rows (seq, pos) (relative to sequence ``lo``) of one layer of sequences ``lo:hi``, read
     in one call: only the wanted positions come back, the chunks are read concurrently."""
     cols = np.unique(pos)
-    block = np.asarray(var[lo:hi, cols, layer_index, :].values)
+    block = np.asarray(var[lo:hi, cols, layer_at, :].values)
     return block[seq, np.searchsorted(cols, pos)]
 
 
@@ -302,7 +302,7 @@ def _position_of(cell: Cell) -> int:
     return cell.position
 
 
-def _jobs(layer_array: Any, cells: list[Cell], source: Any = None):
+def cell_jobs(layer_array: Any, cells: list[Cell], source: Any = None):
     """(cells, data) of each task over one layer: slabs of position blocks, gathered rows for
     ``last``/``pooled`` cells (``source``: see :func:`_gather`)."""
     by_position = [c for c in cells if c.kind == "position"]
@@ -350,9 +350,9 @@ def build_graph(
             models: dict[Any, Any] = {}
             keep = bool(test_lengths[run])
             for L in fit_lengths[run]:
-                arr = _layer(hidden[run, L], layer)
+                arr = layer_states(hidden[run, L], layer)
                 src = _source(rows_from, hidden, run, L, layer)
-                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]], src):
+                for job_cells, data in cell_jobs(arr, [replace(c, layer=layer) for c in cells[run, L]], src):
                     job = Job(job_cells, keep_models=keep, **common, n_sequences=arr.shape[0])
                     summary, fitted = dask.delayed(fit_task, nout=2, pure=True)(data, job)
                     tasks.append(summary)
@@ -360,9 +360,9 @@ def build_graph(
                     if sizes is not None:
                         sizes.append(len(job_cells))
             for L in test_lengths[run]:
-                arr = _layer(hidden[run, L], layer)
+                arr = layer_states(hidden[run, L], layer)
                 src = _source(rows_from, hidden, run, L, layer)
-                for job_cells, data in _jobs(arr, [replace(c, layer=layer) for c in cells[run, L]], src):
+                for job_cells, data in cell_jobs(arr, [replace(c, layer=layer) for c in cells[run, L]], src):
                     deps = list(
                         {id(models[c.source]): models[c.source] for c in job_cells}.values()
                     )
@@ -377,17 +377,17 @@ def _source(rows_from: dict | None, hidden: dict, run: str, L: int, layer: str) 
     """(lazy Variable, layer index) for :func:`_gather`, or None."""
     if rows_from is None or (run, L) not in rows_from:
         return None
-    return rows_from[run, L], _layer_index(hidden[run, L], layer)
+    return rows_from[run, L], layer_index(hidden[run, L], layer)
 
 
-def _layer_index(hidden: Any, layer: str) -> int:
+def layer_index(hidden: Any, layer: str) -> int:
     """Where ``layer`` lies along a ``hidden`` DataArray's ``layer`` axis."""
     return [str(v) for v in hidden["layer"].values].index(layer)
 
 
-def _layer(hidden: Any, layer: str) -> Any:
+def layer_states(hidden: Any, layer: str) -> Any:
     """One layer of a lazy ``hidden`` DataArray as a dask array (sequence, position, feature)."""
-    return hidden.data[:, :, _layer_index(hidden, layer), :]
+    return hidden.data[:, :, layer_index(hidden, layer), :]
 
 
 # ----------------------------------------------------------------------------- cells
@@ -413,14 +413,14 @@ def plan_cells(
     for run, rp in runs.items():
         for L in fit_lengths[run]:
             lab = rp.labels[L]
-            cells[run, L] = _length_cells(lab, mode, positions, must_exist=train_length is None)
+            cells[run, L] = length_cells(lab, mode, positions, must_exist=train_length is None)
             if test_lengths[run] and mode in ("all", "list"):
                 # the pooled probe scores the positions the train length lacks
                 cells[run, L].append(_cell(lab, "pooled", None))
             problems += _check(cells[run, L], lab, folds, rp.classes.size)
         fitted = {c.key for L in fit_lengths[run] for c in cells[run, L]}
         for L in test_lengths[run]:
-            cells[run, L] = _length_cells(rp.labels[L], mode, positions, must_exist=True)
+            cells[run, L] = length_cells(rp.labels[L], mode, positions, must_exist=True)
             for c in cells[run, L]:
                 c.source = c.key if c.key in fitted else "pooled"
                 sources[run, L, c.key] = c.source
@@ -434,7 +434,7 @@ def plan_cells(
     return cells, sources
 
 
-def _length_cells(
+def length_cells(
     lab: plan.LengthLabels, mode: str, positions: list[int] | None, must_exist: bool
 ) -> list[Cell]:
     L = lab.y.shape[1]
