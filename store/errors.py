@@ -128,19 +128,26 @@ def check_keywords(function: str, keywords: Mapping[str, Any], known: Collection
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
 
 
+def closest(name: object, known: Iterable[object]) -> list[str]:
+    """The known names closest to ``name`` (at most three, a match but for case first), or
+    none when ``name`` is one of them."""
+    names = [str(k) for k in known]
+    text = str(name)
+    if text in names:
+        return []
+    close = [n for n in names if n.lower() == text.lower()]
+    close += [n for n in difflib.get_close_matches(text, names, n=3, cutoff=0.6) if n not in close]
+    return close[:3]
+
+
 def did_you_mean(name: object, known: Iterable[object], *, what: str = "") -> str:
     """``"; did you mean 'dyck'?"`` when ``name`` is close to one of ``known`` (a misspelling),
     else ``""`` -- for the end of an error about an unknown name. Case alone never hides a
     match (``Dyck`` finds ``dyck``)."""
-    names = [str(k) for k in known]
-    text = str(name)
-    if text in names:
-        return ""
-    close = [n for n in names if n.lower() == text.lower() and n != text]
-    close += [n for n in difflib.get_close_matches(text, names, n=3, cutoff=0.6) if n not in close]
+    close = closest(name, known)
     if not close:
         return ""
-    shown = " or ".join(repr(c) for c in close[:3])
+    shown = " or ".join(repr(c) for c in close)
     return f"; did you mean {what + ' ' if what else ''}{shown}?"
 
 
@@ -159,8 +166,8 @@ def validation_problems(exc: Any, fields: Mapping[str, Any], *, missing: str | N
         if err["type"] == "missing" and missing is not None and where in fields:
             msg = missing.format(description=getattr(fields[where], "description", "") or "")
         elif err["type"] == "extra_forbidden":
-            near = did_you_mean(where, fields).removeprefix("; did you mean ").removesuffix("?")
-            msg = (f"unknown field; did you mean {near.split(' or ')[0]}?" if near else
+            near = closest(where, fields)
+            msg = (f"unknown field; did you mean {near[0]!r}?" if near else
                    f"unknown field; the fields are {', '.join(fields)}")
         elif show_input and where:
             msg = f"{msg} (got {err.get('input')!r})"
