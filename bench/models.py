@@ -21,6 +21,11 @@ alike; trust the ratios more than the absolute times.
   shapes (batch 64, d_inner 256, d_state 16) and L = 40 and 120, float32; and the largest
   difference between the two paths' outputs and gradients. ``--only fused`` runs this alone
   (about 10 s).
+- ``mamba2_fused_block``: Mamba-2's one-block scan alone (`capture.models.ssd.ssd_block`,
+  with its bias, softplus and skip) at the Jiang Mamba-2 layer's shapes (batch 64, L = 40, 16
+  heads of 32, one group, state 16): the torch block eager, the torch block through
+  ``torch.compile`` (what ``[train] compile`` gave it) and the fused weights
+  (``fused=True``), interleaved, forward and backward apart; with ``--only fused``.
 - ``zoo``: the same for Based, BaseConv, H3, Hyena and DeltaNet against GPT-NeoX of the same
   width (default configs: 4 layers, d 128, parameter-matched), batch 64, L = 40 and 160
   (goal: within 3x).
@@ -220,6 +225,54 @@ def mamba_fused_scan(rounds: int = 7) -> dict:
     return out
 
 
+def mamba2_fused_block(rounds: int = 9) -> dict:
+    """Mamba-2's one-block scan alone: the torch block eager and compiled against the fused
+    weights, interleaved, with the largest relative differences from the eager block."""
+    from capture.models import ssd
+
+    g = torch.Generator().manual_seed(0)
+    batch, length, heads, head_dim, d_state = BATCH, 40, 16, 32, 16
+    x = torch.randn(batch, length, heads, head_dim, generator=g)
+    dt = torch.randn(batch, length, heads, generator=g) - 2
+    A = -torch.arange(1, heads + 1, dtype=torch.float32)  # transformers' A_log init: log(1..heads)
+    B, C = (torch.randn(batch, length, 1, d_state, generator=g) for _ in range(2))
+    D, bias = torch.ones(heads), torch.randn(heads, generator=g)
+    grad_y = torch.randn(batch, length, heads, head_dim, generator=g)
+    inputs = [t.requires_grad_() for t in (x, dt, A, B, C, D, bias)]
+
+    def block(fused):
+        return lambda x, dt, A, B, C, D, bias: ssd.ssd_block(x, dt, A, B, C, D=D, dt_bias=bias,
+                                                            dt_softplus=True, fused=fused)
+
+    paths = {"torch": block(False), "compiled": torch.compile(block(False)), "fused": block(True)}
+    times: dict[str, dict[str, list[float]]] = {p: {"forward": [], "backward": []} for p in paths}
+    results = {}
+    for i in range(rounds + 2):  # two rounds warm up (and compile)
+        for name, function in paths.items():
+            start = time.perf_counter()
+            y = function(*inputs)
+            middle = time.perf_counter()
+            grads = torch.autograd.grad(y, inputs, grad_y)
+            end = time.perf_counter()
+            if i > 1:
+                times[name]["forward"].append(middle - start)
+                times[name]["backward"].append(end - middle)
+            results[name] = (y.detach(), *grads)
+    ms = {p: {k: round(1000 * statistics.median(v), 2) for k, v in t.items()} for p, t in times.items()}
+    total = {p: m["forward"] + m["backward"] for p, m in ms.items()}
+    return {
+        f"L{length}_batch{batch}": {
+            "ms": ms,
+            "fused_over_torch": round(total["fused"] / total["torch"], 2),
+            "fused_over_compiled": round(total["fused"] / total["compiled"], 2),
+            "max_relative_difference": {
+                name: float(f"{((a - b).abs().max() / b.abs().max()).item():.2g}")
+                for name, a, b in zip(("y", "x", "dt", "A", "B", "C", "D", "dt_bias"), results["fused"],
+                                      results["torch"], strict=True)},
+        }
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Training-step speed of the architectures.")
     parser.add_argument("--only", choices=("core", "zoo", "fused"), help="measure one part only")
@@ -233,6 +286,7 @@ def main() -> None:
         result["mamba2_scan"] = mamba2_scan()
     if only in (None, "core", "fused"):
         result["mamba_fused_scan"] = mamba_fused_scan()
+        result["mamba2_fused_block"] = mamba2_fused_block()
     if only in (None, "zoo"):
         result["zoo"] = architectures(("transformer", *ZOO_ARCHS), ZOO_LENGTHS)
         result["zoo_reference"] = zoo_reference()

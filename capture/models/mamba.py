@@ -15,10 +15,10 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   ("L0.mixer.conv1d").
 - ``"torch-fused-scan"`` (Mamba) / ``"torch-ssd-fused"`` (Mamba-2), on request
   (`set_fused_path`, the ``[train] fused_kernels`` option), CPU tensors only: the torch paths
-  with the depthwise Conv1D, and Mamba's selective scan, computed by fused numba kernels
-  (`capture.models.scan_kernels`), where they compiled. Same function, other float rounding,
-  so it is opt-in and recorded. (Mamba-2's scan stays `ssd_block`: as a fused recurrence
-  its step was slower, docs/measured.md, "Training speed".)
+  with the depthwise Conv1D, Mamba's selective scan and Mamba-2's one-block weights computed
+  by fused numba kernels (`capture.models.scan_kernels`), where they compiled. Same function,
+  other float rounding, so it is opt-in and recorded. (Mamba-2's scan as a fused recurrence
+  was slower than the block; docs/measured.md, "Training speed".)
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
   Calls with a cache or an attention mask (generation, padding), which layerstate itself
@@ -176,7 +176,7 @@ def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tenso
     )
     common = {"D": mixer.D, "dt_bias": mixer.dt_bias, "dt_softplus": True, "dt_limit": mixer.time_step_limit}
     if length <= ssd.BLOCK_MAX:
-        y = ssd.ssd_block(*args, **common)
+        y = ssd.ssd_block(*args, **common, fused=getattr(mixer, "layerstate_fused", False))
     else:
         y = torch_chunk_scan()(*args, chunk_size=mixer.chunk_size, **common)
     y = mixer.norm(y.reshape(batch, length, -1), gate)  # (batch, position, d_inner)

@@ -1,6 +1,6 @@
-"""Fused CPU loops for the Mamba mixers, compiled by numba: Mamba-1's selective scan and the
-depthwise causal convolution both Mamba and Mamba-2 apply before their scans, each with its
-hand-written backward.
+"""Fused CPU loops for the Mamba mixers, compiled by numba: Mamba-1's selective scan, the
+weights of Mamba-2's one-block scan (`ssd_weights`) and the depthwise causal convolution both
+Mamba and Mamba-2 apply before their scans, each with its hand-written backward.
 
 The same recurrence as `capture.models.scan` (``h[t] = exp(delta[t] A) h[t-1] +
 delta[t] u[t] B[t]``, ``y[t] = h[t] . C[t]``), but one pass per batch row over time with the
@@ -263,6 +263,180 @@ def conv_backward(x, Wt, gy, grad_x, grad_Wt, grad_bias):  # pragma: no cover - 
                     grad_Wt[j, c] += gy[b, t, c] * x[b, s, c]
 
 
+# -- Mamba-2's one-block scan (state-space duality), its weights -----------------------------
+#
+# ``capture.models.ssd.ssd_block`` computes y[t] = sum_{s <= t} W[t, s] x[s] per head with
+# W[t, s] = exp(cum[t] - cum[s]) (C[t] . B[s]) dt[s], cum the running sum of dt A (in float64).
+# Built from torch's element-wise operations, W and its gradients pass through a dozen
+# (batch, heads, length, length) temporaries; here one pass writes W, and one pass turns the
+# gradient of W into those of dt, A, B and C. The products with x stay batched matrix
+# products in torch (BLAS). Each (batch row, head) is worked as one flat length x length
+# block, so that the loops are long enough to vectorise; above the diagonal the decay is
+# multiplied by an exact 0 (``keep``), never left a tiny exponential: products of a 1e-38
+# decay are subnormal floats, whose arithmetic cost this kernel 2-3x its time when they did.
+
+
+@njit(cache=True)
+def _ssd_group_scores(B, C, b, g, scores):  # pragma: no cover - compiled
+    """scores[t, s] = C[b, g, t] . B[b, g, s] for s <= t, 0 above the diagonal (m ascending)."""
+    length, d_state = B.shape[2], B.shape[3]
+    for t in range(length):
+        for s in range(length):
+            scores[t, s] = 0
+        for m in range(d_state):
+            c = C[b, g, t, m]
+            for s in range(t + 1):
+                scores[t, s] += c * B[b, g, s, m]
+
+
+@njit(cache=True)
+def _ssd_head_terms(dt, A, b, h, keep, cum, decay, source):  # pragma: no cover - compiled
+    """One head's flat (t, s) terms: decay = exp(cum[t] - cum[s]) on and below the diagonal,
+    exactly 0 above it; source = dt[s]. cum: float64 running sum of the float32 dt A."""
+    length = dt.shape[2]
+    a = A[h]
+    total = 0.0
+    for t in range(length):
+        total += np.float64(dt[b, h, t] * a)
+        cum[t] = total
+    for t in range(length):
+        row = t * length
+        for s in range(length):
+            d = cum[t] - cum[s]
+            decay[row + s] = d if s <= t else 0.0  # the exponent stays finite above the diagonal
+            source[row + s] = dt[b, h, s]
+    for i in range(length * length):
+        decay[i] = _exp(decay[i]) * keep[i]
+
+
+@njit(cache=True)
+def _ssd_keep(length, dtype_like):  # pragma: no cover - compiled
+    keep = np.zeros(length * length, dtype_like.dtype)
+    for t in range(length):
+        for s in range(t + 1):
+            keep[t * length + s] = 1
+    return keep
+
+
+_SIG_SSD = [
+    types.void(types.Array(dt, 3, "C"), types.Array(dt, 1, "C"), *([types.Array(dt, 4, "C")] * 3))
+    for dt in (types.float32, types.float64)
+]
+
+
+@njit(cache=True)
+def ssd_weights(dt, A, B, C, W):  # pragma: no cover - compiled
+    """W[b, h, t, s] = exp(cum[t] - cum[s]) (C[b, g, t] . B[b, g, s]) dt[b, h, s] for s <= t,
+    0 above; cum[t] = sum_{j <= t} dt[b, h, j] A[h] in float64, g = h // (heads // groups).
+
+    dt: (batch, heads, length), after bias, softplus and clamp; A: (heads,); B, C: (batch,
+    groups, length, d_state); W: (batch, heads, length, length). One dtype, C-contiguous.
+    """
+    batch, heads, length = dt.shape
+    groups = B.shape[1]
+    per = heads // groups
+    block = length * length
+    scores = np.empty((length, length), W.dtype)
+    flat_scores = scores.reshape(block)
+    keep = _ssd_keep(length, W)
+    cum = np.empty(length, np.float64)
+    decay = np.empty(block, W.dtype)
+    source = np.empty(block, W.dtype)
+    for b in range(batch):
+        for g in range(groups):
+            _ssd_group_scores(B, C, b, g, scores)
+            for h in range(g * per, (g + 1) * per):
+                _ssd_head_terms(dt, A, b, h, keep, cum, decay, source)
+                w = W[b, h].reshape(block)
+                for i in range(block):
+                    w[i] = decay[i] * flat_scores[i] * source[i]
+
+
+_SIG_SSD_BWD = [
+    types.void(types.Array(dt, 3, "C"), types.Array(dt, 1, "C"), *([types.Array(dt, 4, "C")] * 3),
+               types.Array(dt, 3, "C"), types.Array(dt, 1, "C"), *([types.Array(dt, 4, "C")] * 2))
+    for dt in (types.float32, types.float64)
+]
+
+
+@njit(cache=True)
+def ssd_weights_backward(dt, A, B, C, GW, grad_dt, grad_A, grad_B, grad_C):  # pragma: no cover
+    """The gradients of ``sum(GW * W)`` for `ssd_weights`' W, written into the ``grad_*``
+    (shapes of dt, A, B, C). GW: (batch, heads, length, length), the gradient of W.
+
+    With W = (decay scores) source: source's gradient is GW decay scores, the scores'
+    GW source decay (summed over a group's heads), the log-decay's GW source scores decay;
+    a log-decay cum[t] - cum[s] passes it to cum[t] and, negated, to cum[s] (float64), and
+    cum's gradient reaches each dt A as the sum over later positions.
+    """
+    batch, heads, length = dt.shape
+    groups, d_state = B.shape[1], B.shape[3]
+    per = heads // groups
+    block = length * length
+    dtype = GW.dtype
+    scores = np.empty((length, length), dtype)
+    flat_scores = scores.reshape(block)
+    g_scores = np.empty((length, length), dtype)
+    flat_g_scores = g_scores.reshape(block)
+    keep = _ssd_keep(length, GW)
+    cum = np.empty(length, np.float64)
+    g_cum = np.empty(length, np.float64)
+    decay = np.empty(block, dtype)
+    source = np.empty(block, dtype)
+    g_source = np.empty((length, length), dtype)
+    flat_g_source = g_source.reshape(block)
+    g_ws = np.empty(block, dtype)  # GW source
+    g_log = np.empty((length, length), dtype)
+    flat_g_log = g_log.reshape(block)
+    g_dt = np.empty(length, dtype)
+    grad_A[:] = 0
+    for b in range(batch):
+        for g in range(groups):
+            _ssd_group_scores(B, C, b, g, scores)
+            flat_g_scores[:] = 0
+            for h in range(g * per, (g + 1) * per):
+                _ssd_head_terms(dt, A, b, h, keep, cum, decay, source)
+                gw = GW[b, h].reshape(block)
+                for i in range(block):
+                    flat_g_source[i] = gw[i] * (decay[i] * flat_scores[i])
+                for i in range(block):
+                    g_ws[i] = gw[i] * source[i]
+                for i in range(block):
+                    flat_g_scores[i] += g_ws[i] * decay[i]
+                for i in range(block):
+                    flat_g_log[i] = (g_ws[i] * flat_scores[i]) * decay[i]
+                # column sums (over t) give the source's and -cum[s]'s gradients, row sums
+                # (over s) cum[t]'s; both in ascending order
+                g_dt[:] = 0
+                g_cum[:] = 0
+                for t in range(length):
+                    for s in range(length):
+                        g_dt[s] += g_source[t, s]
+                    for s in range(length):
+                        g_cum[s] -= g_log[t, s]
+                for t in range(length):
+                    row = 0.0
+                    for s in range(t + 1):
+                        row += g_log[t, s]
+                    g_cum[t] += row
+                a = A[h]
+                later = 0.0
+                for k in range(length - 1, -1, -1):
+                    later += g_cum[k]
+                    grad_dt[b, h, k] = g_dt[k] + later * a
+                    grad_A[h] += later * dt[b, h, k]
+            for t in range(length):
+                for m in range(d_state):
+                    grad_C[b, g, t, m] = 0
+                    grad_B[b, g, t, m] = 0
+            for t in range(length):
+                for s in range(t + 1):
+                    v = g_scores[t, s]
+                    for m in range(d_state):
+                        grad_C[b, g, t, m] += v * B[b, g, s, m]
+                        grad_B[b, g, s, m] += v * C[b, g, t, m]
+
+
 def _compile() -> None:
     """Compile (or load from numba's cache) every kernel for its float64 and float32
     signatures, then allow no others (a call with other types is a TypeError, not a compile).
@@ -276,7 +450,8 @@ def _compile() -> None:
     (loops that cannot be vectorised, such as float64's ``math.exp`` calls, are reported on
     stderr by LLVM under a forced width).
     """
-    scans = ((scan_forward, _SIG_FWD), (scan_backward, _SIG_BWD))
+    scans = ((scan_forward, _SIG_FWD), (scan_backward, _SIG_BWD),
+             (ssd_weights, _SIG_SSD), (ssd_weights_backward, _SIG_SSD_BWD))
     convs = ((conv_forward, _SIG_CONV), (conv_backward, _SIG_CONV_BWD))
     for kernel, (_, float64) in (*scans, *convs):
         kernel.compile(float64)

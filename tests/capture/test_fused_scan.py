@@ -1,5 +1,5 @@
 """The fused CPU kernels for Mamba and Mamba-2 (numba, ``[train] fused_kernels``): Mamba-1's
-scan and the depthwise Conv1D, held to their references, deterministic, opt-in and recorded,
+scan, Mamba-2's one-block weights and the depthwise Conv1D, held to their references, deterministic, opt-in and recorded,
 resumable bit for bit; without the kernels, the torch paths after one warning."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import capture.models
 from capture.experiment import TrainConfig
-from capture.models import ModelConfig, build_model, scan
+from capture.models import ModelConfig, build_model, scan, ssd
 from capture.models import mamba as mamba_paths
 from capture.models.scan import _FusedScan, selective_scan, selective_scan_reference
 from capture.train import check_trained_with, train_run, training_forward
@@ -81,6 +81,71 @@ def test_fused_scan_applies_only_to_cpu_float32_and_float64():
     assert not scan.fused_usable(u.to("meta"), u.to("meta"))  # any other device: the torch scan
     half = [x.detach().half() for x in _inputs(torch.float32)]  # promoted to float32 first
     torch.testing.assert_close(selective_scan(*half, fused=True), selective_scan(*half), atol=1e-5, rtol=0)
+
+
+def _block_inputs(dtype, batch=3, length=11, heads=4, head_dim=5, groups=2, d_state=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, heads, head_dim, generator=g, dtype=dtype)
+    dt = torch.randn(batch, length, heads, generator=g, dtype=dtype)  # before bias and softplus
+    A = -3 * torch.rand(heads, generator=g, dtype=dtype)
+    B = torch.randn(batch, length, groups, d_state, generator=g, dtype=dtype)
+    C = torch.randn(batch, length, groups, d_state, generator=g, dtype=dtype)
+    D = torch.randn(heads, generator=g, dtype=dtype)
+    bias = torch.randn(heads, generator=g, dtype=dtype)
+    return [t.requires_grad_() for t in (x, dt, A, B, C, D, bias)]
+
+
+def _block(*inputs, fused):
+    x, dt, A, B, C, D, bias = inputs
+    return ssd.ssd_block(x, dt, A, B, C, D=D, dt_bias=bias, dt_softplus=True, fused=fused)
+
+
+# one group and several, a single position, and the Jiang layer's shapes (16 heads of 32)
+@pytest.mark.parametrize(("length", "heads", "head_dim", "groups", "d_state"),
+                         [(11, 4, 5, 2, 3), (17, 3, 8, 1, 16), (1, 2, 3, 1, 2), (40, 16, 32, 1, 16)])
+def test_fused_block_matches_the_torch_block_outputs_and_gradients(length, heads, head_dim, groups, d_state):
+    inputs = _block_inputs(torch.float32, length=length, heads=heads, head_dim=head_dim,
+                           groups=groups, d_state=d_state)
+    fused, grads = _output_and_grads(_block, inputs, fused=True)
+    torch_block, grads_torch = _output_and_grads(_block, inputs, fused=False)
+    assert fused.dtype == torch.float32
+    top = torch_block.abs().max().item()  # float rounding of sums of up to `length` terms
+    torch.testing.assert_close(fused / top, torch_block / top, atol=1e-6, rtol=0)
+    for name, a, b in zip("x dt A B C D bias".split(), grads, grads_torch, strict=True):
+        scale = b.abs().max().item() or 1.0  # A's gradient is exactly 0 at one position
+        torch.testing.assert_close(a / scale, b / scale, atol=2e-6, rtol=0, msg=name)
+
+
+def test_fused_block_backward_is_the_exact_gradient():
+    x, dt, A, B, C, _, _ = _block_inputs(torch.float64, length=7, heads=4, head_dim=3, groups=2, d_state=2)
+    dt = F.softplus(dt.detach()).requires_grad_()  # the kernels take dt after softplus
+    assert torch.autograd.gradcheck(ssd._FusedBlock.apply, (x, dt, A, B, C))
+
+
+def test_fused_block_is_deterministic_and_free_of_subnormal_products():
+    # decays of exp(-60) and below: the backward's products of them must still be exact
+    # zeros above the diagonal and reproducible bit for bit
+    inputs = _block_inputs(torch.float32, batch=2, length=30, heads=4, head_dim=8, groups=1,
+                           d_state=4, seed=3)
+    with torch.no_grad():
+        inputs[1].add_(4.0)  # dt ~ softplus(4) ~ 4 per step against |A| up to 3: steep decays
+    first, grads = _output_and_grads(_block, inputs, fused=True)
+    again, grads_again = _output_and_grads(_block, inputs, fused=True)
+    assert torch.equal(first, again)
+    assert all(torch.equal(a, b) for a, b in zip(grads, grads_again, strict=True))
+    reference, grads_torch = _output_and_grads(_block, inputs, fused=False)
+    torch.testing.assert_close(first, reference, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads, grads_torch, strict=True):
+        assert torch.isfinite(a).all()
+        scale = b.abs().max().item() or 1.0
+        torch.testing.assert_close(a / scale, b / scale, atol=5e-6, rtol=0)
+
+
+def test_the_fused_block_applies_only_on_the_cpu_in_float32():
+    x = torch.zeros(1, 2, 2, 2)
+    assert ssd.fused_block_usable(x, x)
+    assert not ssd.fused_block_usable(x, x.double())
+    assert not ssd.fused_block_usable(x, x.to("meta"))
 
 
 def _tiny(arch):
