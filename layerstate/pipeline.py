@@ -54,6 +54,7 @@ from store.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from capture.experiment import CapturePlan, RunSpec
     from capture.record import CaptureResult
+    from analysis.stats.design import Design
     from capture.train import TrainResult
     from layerstate.experiment import Experiment
 
@@ -142,6 +143,23 @@ def intervene_experiment(store, exp: Experiment, say: Say = print, scheduler: An
 
 
 
+
+
+def with_design(exp: Experiment, design: Design, source: str, say: Say) -> Experiment:
+    """``exp`` staged under ``design`` (a ``--design`` file replacing the experiment's own).
+
+    The design declares how seeds are spent, so a first stage larger than the grid's seeds
+    0 .. n-1 (the fixed design the file was first run under) becomes the grid's seeds, 0 ..
+    first_seeds-1, said in one line. Any other mismatch, a first stage smaller than the grid
+    included, is left for `check_staged` to refuse (nothing the file declares is dropped)."""
+    first = list(range(design.first_seeds))
+    seeds = sorted(exp.grid.seeds)
+    update: dict[str, Any] = {"design": design}
+    if len(seeds) < len(first) and seeds == first[:len(seeds)]:
+        say(f"{source}: the first stage is seeds 0..{design.first_seeds - 1} (the grid of the experiment "
+            f"file says {', '.join(map(str, seeds))}; the design's first stage replaces it)")
+        update["grid"] = exp.grid.model_copy(update={"seeds": first})
+    return exp.model_copy(update=update)
 
 
 def check_staged(exp: Experiment) -> None:
@@ -271,7 +289,7 @@ def run_experiment(
         if declared is None:
             raise InvalidArgumentError(f"{design} declares no [design]; add one (first_seeds, stage_seeds, "
                                        "max_seeds, spending) before its first stage is trained")
-        exp = exp.model_copy(update={"design": declared})
+        exp = with_design(exp, declared, str(design), say)
     if exp.design is not None:
         check_staged(exp)
     check(scheduler)

@@ -147,6 +147,28 @@ def test_a_design_whose_first_stage_is_not_the_grid_is_refused(tmp_path):
     assert not (tmp_path / "o" / "store.zarr").exists()
 
 
+def test_a_design_starting_above_the_grids_seeds_extends_them_and_says_so(tmp_path):
+    # a file first run with 2 fixed seeds, then a design whose first stage is 3 (so that an
+    # exact test over seeds becomes evaluable): the grid's seeds become 0, 1, 2
+    from analysis.stats.design import Design
+    from layerstate.experiment import load_experiment
+    from layerstate.pipeline import check_staged, with_design
+
+    exp_path = tmp_path / "tiny.toml"
+    exp_path.write_text(TINY)
+    exp = load_experiment(exp_path)
+    said: list[str] = []
+    staged = with_design(exp, Design(first_seeds=3, stage_seeds=2, max_seeds=5), "d.toml", said.append)
+    assert staged.grid.seeds == [0, 1, 2] and exp.grid.seeds == [0, 1]
+    assert said == ["d.toml: the first stage is seeds 0..2 (the grid of the experiment file says 0, 1; "
+                    "the design's first stage replaces it)"]
+    check_staged(staged)
+    assert sorted({r.seed for r in staged.plan.runs()}) == [0, 1, 2]
+    # the same first stage: nothing changed, nothing said (a smaller one is refused, above)
+    same = with_design(exp, Design(first_seeds=2, stage_seeds=1, max_seeds=3), "d.toml", said.append)
+    assert same.grid.seeds == [0, 1] and len(said) == 1
+
+
 def test_a_cap_no_stage_reaches_is_refused(tmp_path):
     exp = tmp_path / "tiny.toml"
     exp.write_text(TINY)
