@@ -52,9 +52,9 @@ from layerstate.work import work_list
 from store.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from analysis.stats.design import Design
     from capture.experiment import CapturePlan, RunSpec
     from capture.record import CaptureResult
-    from analysis.stats.design import Design
     from capture.train import TrainResult
     from layerstate.experiment import Experiment
 
