@@ -92,10 +92,14 @@ def ssd_block(
 def fused_block_usable(*tensors: torch.Tensor) -> bool:
     """Whether `_FusedBlock` can take these inputs (`ssd_block` passes x, dt, A, B, C):
     all on the CPU in float32, what `ssd_block` computes in, and the kernels compiled."""
-    return (
-        all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
-        and fused_kernels() is not None
-    )
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and _kernels_compiled()
+
+
+@torch.compiler.assume_constant_result
+def _kernels_compiled() -> bool:
+    """Whether the fused kernels compiled: fixed for the process, so ``torch.compile`` takes it
+    as a constant instead of tracing into `fused_kernels`' cache (which it warns about)."""
+    return fused_kernels() is not None
 
 
 @torch.compiler.disable
