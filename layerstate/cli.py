@@ -875,15 +875,20 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
 
     PART: a part's store (its results/claims), its report folder, or the report's
     tables/claims.csv. Each part alone counted the other parts' tests with p = 1; the
-    combined p-values can only be lower. A claim no part evaluated stays not evaluable.
+    combined p-values can only be lower. A profile claim comparing tasks of several parts is
+    decided on the part stores read as one, or else from the per-seed profiles each part kept
+    (results/claim_profiles, a report's tables/claim_profiles.csv); any other claim no part
+    evaluated stays not evaluable.
     """
-    from analysis.claims.combine import combine_parts, read_part
+    from analysis.claims.combine import combine_parts, read_part, read_profiles
     from layerstate.experiment import load_claims
     from store.view import StoreView
 
     claims = load_claims(claims_file)
+    kept = [(p, read_profiles(p, storage_options=storage_options)) for p in parts]
     res = combine_parts(claims, [(p, read_part(p, storage_options=storage_options)) for p in parts],
-                        view=StoreView.open(parts, storage_options=storage_options))
+                        view=StoreView.open(parts, storage_options=storage_options),
+                        profiles=[(p, k) for p, k in kept if k is not None])
     for line in present.claim_lines(res):
         click.echo(line)
     if out is not None:

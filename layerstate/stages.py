@@ -193,7 +193,13 @@ def evaluate_claims(store: Any, exp: Experiment, say: Say) -> Any:
     from analysis.claims import evaluate_stored_claims
 
     if not exp.claims:
-        say("no claims declared; skipping statistics of claims")
+        from analysis.claims.stored import keep_profiles
+
+        if keep_profiles(store, exp.absent_claims):
+            say("no claims of this part's own; kept the profiles its tasks give the grid's profile claims "
+                "(results/claim_profiles), for `layerstate combine`")
+        else:
+            say("no claims declared; skipping statistics of claims")
         return None
     res = evaluate_stored_claims(store, exp.claims, absent=exp.absent_claims)
     for line in present.claim_summaries(res):

@@ -62,7 +62,11 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
     """The claims table and forest plot from ``results/claims``; ``experiment`` (its
     ``claims`` tables) says which metric each claim reads, hence its interval's range."""
     if "claims" not in snap.results():
-        return missing_section("claims", CLAIMS_TITLE, "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
+        sec = missing_section("claims", CLAIMS_TITLE, "No evaluated claims in this store.", "stats", CLAIMS_INTRO)
+        kept = kept_profiles(snap)  # a part whose tasks only the grid's profile claims read
+        if kept is not None:
+            sec.tables.append(kept)
+        return sec
     ds = read_result(snap.store, "claims")
     stale = stale_table(snap.store, ds)
     if stale is not None:  # verdicts from fewer seeds than the store holds are not shown as verdicts
@@ -91,7 +95,31 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
                             frame, tests, link=CLAIM_ANCHOR))
     sec.figures.append(Figure("claims_forest", "Claim estimates with 95% intervals, coloured by verdict.",
                               F.forest(frame)))
+    kept = kept_profiles(snap)
+    if kept is not None:
+        sec.tables.append(kept)
     return sec
+
+
+def kept_profiles(snap: Snapshot) -> Table | None:
+    """The per-seed layer profiles the declared profile claims read of this store's tasks
+    (``results/claim_profiles``): the CSV holds every seed's accuracy per layer, what
+    ``layerstate combine`` decides a profile claim across parts from; the page lists what is
+    kept (the profiles themselves, with intervals, are in the probe section)."""
+    from analysis.claims.profiles import CLAIM_PROFILES, profiles_frame
+
+    if CLAIM_PROFILES not in snap.results():
+        return None
+    data = profiles_frame(read_result(snap.store, CLAIM_PROFILES), "this store")
+    if data.empty:
+        return None
+    shown = (data.groupby(["claim", "task", "arch", "variant", "length", "result"], sort=False)
+             .agg(seeds=("seed", lambda s: ", ".join(map(str, sorted(set(s))))),
+                  layers=("layer", lambda s: " ".join(dict.fromkeys(s))))
+             .reset_index())
+    return Table("claim_profiles", "Per-seed probe profiles kept for the profile claims (every seed's accuracy "
+                 "per layer in the CSV): `layerstate combine` decides a claim comparing tasks of several parts "
+                 "from the parts' tables.", data, shown)
 
 
 def _text(frame: pd.DataFrame, col: str) -> pd.Series:

@@ -32,21 +32,14 @@ import pandas as pd
 import xarray as xr
 
 from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
-from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError
+from analysis.claims.profiles import CLAIM_PROFILES, missing_words, profiles_frame, profiles_rows
+from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_rows
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 from analysis.stats.decision import Verdict
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
 #: verdict reads the interval, so such a row can only be combined from the part's store.
 HIDDEN = ("too few seeds", "interval spans the whole range")
-
-
-def claim_rows(claim: Claim) -> list[str]:
-    """The row ids a claim evaluates to: its id, or ``id[arch]`` per architecture of a
-    profile_match claim (as :func:`~analysis.claims.evaluate.evaluate_claims` names them)."""
-    if claim.kind == "profile_match":
-        return [f"{claim.id}[{a}]" for a in (claim.archs or ([claim.arch] if claim.arch else []))]
-    return [claim.id]
 
 
 def part_frame(part: xr.Dataset | pd.DataFrame, name: str = "part") -> pd.DataFrame:
@@ -133,7 +126,7 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
 
 
 def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset | pd.DataFrame]], *,
-                  view: Any = None) -> xr.Dataset:
+                  view: Any = None, profiles: Sequence[tuple[str, xr.Dataset | pd.DataFrame]] = ()) -> xr.Dataset:
     """Combine the claims evaluated by the parts of one grid into one verdict table.
 
     Parameters
@@ -156,6 +149,12 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
         The parts' stores read as one (:class:`store.view.StoreView`): a claim no part evaluated
         because it reads cells of several parts (a profile compared across tasks) is evaluated on
         it, where the cells lie (its row's ``part`` is ``view``); nothing is copied.
+    profiles : list of (name, kept profiles), optional
+        Each part's per-seed layer profiles of the declared profile claims
+        (``results/claim_profiles`` or a report's ``claim_profiles.csv``,
+        :mod:`analysis.claims.profiles`): a profile claim no part and no view evaluated is
+        decided from them when they hold its three tasks (its row's ``part`` names the parts
+        read, after ``profiles:``), by the test a store holding every task runs.
 
     Raises
     ------
@@ -189,18 +188,31 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
             found[rid] = (name, r)
     if view is not None:
         found.update(_across_parts(claims, found, view))
+    kept_profiles = [(name, profiles_frame(p, name)) for name, p in profiles]
+    derived = profiles_rows(claims, [rid for c in claims for rid in claim_rows(c) if rid not in found],
+                            kept_profiles) if kept_profiles else {}
     kept, ids, rows, sources, cross_from = [], [], [], [], []
     missing: list[Claim] = []  # one entry per claim row no part evaluated
     for claim in claims:
         for rid in claim_rows(claim):
             kept.append(claim)
             ids.append(rid)
+            if rid in derived:
+                name, row = derived[rid]
+                rows.append(row)
+                sources.append(f"profiles: {name}")
+                cross_from.append("")
+                continue
             if rid not in found:
                 missing.append(claim)
                 tasks = _tasks(claim)
                 why = (f"it reads tasks {', '.join(tasks)}, which no one part holds; evaluate it on a store that "
                        "holds them all" if len(tasks) > 1 else
                        f"it reads task {', '.join(tasks)}; add the part that ran it")
+                lacking = missing_words(claim, rid, kept_profiles) if claim.kind == "profile_match" else ""
+                if lacking:
+                    why += (f", or give parts whose claim profiles (results/claim_profiles, a report's "
+                            f"tables/claim_profiles.csv) hold {lacking}")
                 rows.append({"test": f"not evaluable: no part given evaluated it ({why})", "not_evaluable": True})
                 sources.append("")
                 cross_from.append("")
@@ -239,6 +251,32 @@ def _across_parts(claims: Sequence[Claim], found: dict[str, tuple[str, pd.Series
         if str(r["claim"]) not in found:
             out[str(r["claim"])] = ("view", r)
     return out
+
+
+def read_profiles(path: str | Path, *, storage_options: dict | None = None) -> pd.DataFrame | None:
+    """A part's kept profiles (:mod:`analysis.claims.profiles`): a store's
+    ``results/claim_profiles``, or the ``claim_profiles.csv`` beside a report's claims table;
+    None where the part kept none (a part without profile claims, or stored before they were
+    kept)."""
+    from store import open_analysis
+
+    p = Path(str(path))
+    if p.is_dir() and (p / "tables").is_dir():
+        p = p / "tables" / "claims.csv"
+    if p.suffix == ".csv":
+        kept = p.with_name(f"{CLAIM_PROFILES}.csv")
+        return pd.read_csv(kept, dtype=str, keep_default_na=False) if kept.is_file() else None
+    st = open_analysis(str(path), write=False, storage_options=storage_options, results_options=storage_options)
+    if CLAIM_PROFILES not in st.results():
+        return None
+    from analysis.claims.stored import stale_table
+
+    table = st.read_result(CLAIM_PROFILES)
+    stale = stale_table(st, table)
+    if stale is not None:
+        raise StaleResultError(f"{path}: its kept claim profiles are out of date: {stale}; evaluate its claims "
+                               "again with `layerstate stats` (or `layerstate run`), then combine")
+    return profiles_frame(table, str(path))
 
 
 def _changed(claim: Claim, r: pd.Series) -> str:

@@ -256,21 +256,31 @@ def _ranges(values: list[int]) -> str:
 
 
 def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str) -> dict:
+    if claim.matches is None or claim.differs_from is None:  # required by the Claim validator
+        raise ClaimError(f"claim {claim.id!r}: a profile_match claim needs matches and differs_from")
+    profiles = {str(t): probe_seed_profile(store, probes, claim, t, arch)
+                for t in (claim.task, claim.matches, claim.differs_from)}
+    return profile_row(claim, profiles, arch)
+
+
+def profile_row(claim: Claim, profiles: dict[str, xr.DataArray], arch: str) -> dict:
+    """A profile claim's test row for ``arch`` from its tasks' per-seed profiles, (seed, layer)
+    each (:func:`~analysis.claims.metrics.probe_seed_profile`): read from one store, or from
+    the parts' kept profiles (:mod:`analysis.claims.profiles`), the same row."""
     from analysis.stats import profile_difference_test
 
     if claim.matches is None or claim.differs_from is None:  # required by the Claim validator
         raise ClaimError(f"claim {claim.id!r}: a profile_match claim needs matches and differs_from")
-    profiles = {t: probe_seed_profile(store, probes, claim, t, arch)
-                for t in (claim.task, claim.matches, claim.differs_from)}
     for t, profile in profiles.items():
         seeds = int(np.isfinite(profile.values).any(axis=tuple(
             i for i, d in enumerate(profile.dims) if d != "seed")).sum())
         if seeds < 2:
             raise too_few(claim, seeds, f"with a {t} probe profile for {arch}")
 
+    task = str(claim.task)
+
     def test(other: str) -> xr.Dataset:
-        pair = xr.concat([profiles[claim.task], profiles[other]],
-                         dim=xr.DataArray([claim.task, other], dims="task"))
+        pair = xr.concat([profiles[task], profiles[other]], dim=xr.DataArray([task, other], dims="task"))
         return profile_difference_test(pair.transpose("task", "seed", "layer"), rng=0)
 
     same, diff = test(claim.matches), test(claim.differs_from)
@@ -283,7 +293,7 @@ def _evaluate_profile(store: Store, claim: Claim, probes: xr.Dataset, arch: str)
         "p": float(diff.p) if d_same < d_diff else 1.0,
         # the exact permutation test cannot go below this p (2 / number of seed splits)
         "min_p": float(diff.min_p),
-        "n_seeds": int(profiles[claim.task].sizes["seed"]),
+        "n_seeds": int(profiles[task].sizes["seed"]),
         "margin": np.nan, "power": np.nan, "mde": np.nan,
         "treatment_mean": d_same, "reference_mean": d_diff,
         "test": f"exact permutation over seeds of the profile-shape distance ({claim.task} vs "

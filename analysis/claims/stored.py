@@ -10,9 +10,15 @@ from collections.abc import Sequence
 import xarray as xr
 
 from analysis.claims.cells import cell_of
-from analysis.claims.evaluate import CELL_RUNS, evaluate_claims, stored_probe_profiles
+from analysis.claims.evaluate import CELL_RUNS, cell_runs, evaluate_claims, stored_probe_profiles
 from analysis.claims.metrics import seeds_words
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN, make_plan, plan_dataset
+from analysis.claims.profiles import (
+    CLAIM_PROFILES,
+    claim_profiles,
+    profile_claims,
+    profiles_dataset,
+)
 from analysis.claims.spec import Claim
 from store import Store
 
@@ -20,12 +26,30 @@ from store import Store
 def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
     """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
     store the verdicts as ``results/claims`` and their seed plan as ``results/seed_plan``
-    (:mod:`analysis.claims.planner`); returns the verdicts (see :func:`evaluate_claims`)."""
-    res = evaluate_claims(store, claims, probes=stored_probe_profiles(store), absent=absent)
+    (:mod:`analysis.claims.planner`); returns the verdicts (see :func:`evaluate_claims`).
+    With profile claims among ``claims`` and ``absent`` (the whole declared family), the
+    per-seed profiles they read of this store's tasks are kept as ``results/claim_profiles``
+    (:mod:`analysis.claims.profiles`), for deciding them across the parts of a grid."""
+    probes = stored_probe_profiles(store)
+    res = evaluate_claims(store, claims, probes=probes, absent=absent)
     store.write_result("claims", res)
+    keep_profiles(store, [*claims, *absent], probes)
     plan = make_plan(store, claims, power=PLAN_POWER, evaluated=res)
     store.write_result(SEED_PLAN, plan_dataset(plan, PLAN_POWER))  # what more seeds would decide: the report's
     return res
+
+
+def keep_profiles(store: Store, family: Sequence[Claim], probes: xr.Dataset | None = None) -> bool:
+    """Keep the per-seed profiles the profile claims of ``family`` (every declared claim, a
+    part's own and absent ones) read of this store's tasks as ``results/claim_profiles``
+    (:mod:`analysis.claims.profiles`); False, writing nothing, when it declares none."""
+    if not profile_claims(family):
+        return False
+    if probes is None:
+        probes = stored_probe_profiles(store)
+    store.write_result(CLAIM_PROFILES, profiles_dataset(claim_profiles(store, family, probes),
+                                                        cell_runs(store, profile_claims(family))))
+    return True
 
 
 def stale_table(store: Store, table: xr.Dataset) -> str | None:
@@ -33,8 +57,8 @@ def stale_table(store: Store, table: xr.Dataset) -> str | None:
     it was computed, or runs gone), in words; None when it does, or when it records no runs (a
     table from before the record was kept)."""
     recorded = table.attrs.get(CELL_RUNS)
-    if not isinstance(recorded, dict) or not table.sizes.get("claim", 0):
-        return None  # no record (an older table), or no claim to answer
+    if not isinstance(recorded, dict) or not any(table.sizes.values()):
+        return None  # no record (an older table), or no claim to answer (no row: the kept profiles)
     now: dict[str, list[str]] = {}
     for r in store.run_ids():
         a = store.run_attrs(r)
