@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from capture.device import CPU, Device
 from layerstate import present
 from layerstate.runtime import task_writer, torch_threads
-from layerstate.staleness import REQUEST_ATTR, result_request, stored_answers
+from layerstate.staleness import REQUEST_ATTR, added_runs, result_request, stored_answers
 from layerstate.work import Work
 
 if TYPE_CHECKING:
@@ -102,6 +102,11 @@ def task(item: Work, url: str, storage_options: dict | None, device: Device, *, 
 
 
 # ----------------------------------------------------------------------------- analyses
+#: The analyses whose stored rows a stage's new runs extend rather than recompute: each run's
+#: rows are computed from that run alone, and they are the costly ones (models rerun).
+EXTENDABLE = ("ablation", "patching", "interchange")
+
+
 def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
             device: Device = CPU) -> str | None:
     """Compute and store the analysis ``item`` names, unless a stored result answers it.
@@ -126,10 +131,17 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
     if stored_answers(store, name, request, say):
         return name
     t0 = time.perf_counter()
-    ds = compute(params, {REQUEST_ATTR: request})
+    if item.kind in EXTENDABLE and added_runs(store.result_attrs(name).get(REQUEST_ATTR), request):
+        # a stage's new seeds: the stored rows of the others answer (same parameters, the runs
+        # unchanged), so only the new runs are computed (analysis.interventions.intervals.extended)
+        ds = compute(params, {REQUEST_ATTR: request}, extend=True)
+    else:
+        ds = compute(params, {REQUEST_ATTR: request})
     seconds = time.perf_counter() - t0
+    reused = int(ds.attrs.get("reused_runs", 0))
     say(present.probe_summary(name, ds, seconds) if item.kind == "probes"
-        else f"{name}: stored in {seconds:.0f}s")
+        else f"{name}: stored in {seconds:.0f}s" + (
+            f" ({len(runs) - reused} new runs computed, the stored rows of {reused} reused)" if reused else ""))
     return name
 
 
@@ -146,9 +158,10 @@ def has_pairs(store: Any, runs: list[str], length: int) -> bool:
 
 
 def _analysis(item: Work, store: Any, exp: Experiment, scheduler: Any,
-              device: Device) -> tuple[dict[str, Any], Callable[[dict, dict], Any]]:
+              device: Device) -> tuple[dict[str, Any], Callable[..., Any]]:
     """The parameters a result is computed from (recorded with it) and the function that
-    computes and stores it from them and the attributes to store with it."""
+    computes and stores it from them and the attributes to store with it (the interventions'
+    also take ``extend``: compute only the runs the stored result lacks, :data:`EXTENDABLE`)."""
     cfg, task_, runs = exp.analysis, str(item.task), list(item.runs)
     if item.kind == "behaviour":
         from analysis.behaviour import CI_LEVEL, store_behaviour
@@ -171,20 +184,22 @@ def _analysis(item: Work, store: Any, exp: Experiment, scheduler: Any,
         params = dict(settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
                       fit_length=cfg.ablate_fit_length or exp.train.length,
                       mode=cfg.ablate_mode, refit_rows=cfg.ablate_refit_rows)
-        return params, lambda p, a: run_ablation(store, task_, runs=runs, **p, scheduler=scheduler, attrs=a,
-                                                 device=device)
+        return params, lambda p, a, extend=False: run_ablation(store, task_, runs=runs, **p, scheduler=scheduler,
+                                                               attrs=a, device=device, extend=extend)
     if item.kind == "patching":
         from analysis.interventions import run_patching
 
         params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
-        return params, lambda p, a: run_patching(store, p["length"], task_, runs=runs, positions=p["positions"],
-                                                 scheduler=scheduler, attrs=a, device=device)
+        return params, lambda p, a, extend=False: run_patching(
+            store, p["length"], task_, runs=runs, positions=p["positions"], scheduler=scheduler, attrs=a,
+            device=device, extend=extend)
     if item.kind == "interchange":
         from analysis.interventions import run_interchange
 
         params = dict(length=cfg.patch_length)
-        return params, lambda p, a: run_interchange(store, p["length"], task_, runs=runs,
-                                                    scheduler=scheduler, attrs=a, device=device)
+        return params, lambda p, a, extend=False: run_interchange(store, p["length"], task_, runs=runs,
+                                                                  scheduler=scheduler, attrs=a, device=device,
+                                                                  extend=extend)
     raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
 
 

@@ -73,3 +73,14 @@ def staleness(stored: dict | None, request: dict) -> str | None:
             f"{k} {stored.get('params', {}).get(k)!r} -> {request['params'].get(k)!r}"
             for k in changed))
     return "; ".join(parts) if parts else None
+
+
+def added_runs(stored: dict | None, request: dict) -> list[str]:
+    """The runs ``request`` adds to a stored result that otherwise answers it (the same
+    parameters, each of its runs unchanged and still asked for); [] when it does not."""
+    if not isinstance(stored, dict):
+        return []
+    old, new = stored.get("runs", {}), request["runs"]
+    if stored.get("params", {}) != request["params"] or any(r not in new or new[r] != old[r] for r in old):
+        return []
+    return sorted(set(new) - set(old))

@@ -134,5 +134,5 @@ def run_interchange(
             result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
         return result
 
-    return store_with_intervals(store, schema.INTERCHANGE, name, partial(interchange, store, runs, length),
-                                kwargs, finish=with_mechanism)
+    return store_with_intervals(store, schema.INTERCHANGE, name, partial(interchange, store, length=length),
+                                {**kwargs, "runs": runs}, finish=with_mechanism)

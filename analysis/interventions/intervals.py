@@ -151,17 +151,87 @@ def store_with_intervals(store: Store, kind: str, name: str, build: Callable[...
                          kwargs: Mapping[str, Any],
                          finish: Callable[[xr.Dataset], xr.Dataset] | None = None) -> xr.Dataset:
     """The ``run_<kind>`` of an intervention: build it lazily (``build(**kwargs)``, less the
-    keywords ``scheduler``, ``num_workers`` and ``attrs``), compute it on ``scheduler`` (default
-    ``"threads"``; ``"sync"``, ``"local:N"``, an address, a ``Client`` or a cluster) with
-    ``num_workers`` (`analysis.compute.compute`), ``finish`` it, add its
+    keywords ``scheduler``, ``num_workers``, ``attrs`` and ``extend``), compute it on
+    ``scheduler`` (default ``"threads"``; ``"sync"``, ``"local:N"``, an address, a ``Client``
+    or a cluster) with ``num_workers`` (`analysis.compute.compute`), ``finish`` it, add its
     seed-level intervals (:func:`add_intervals`) and store it as ``results/<kind>/<name>`` of
-    ``store`` (opened with ``mode="r+"``), ``attrs`` added to its attributes."""
+    ``store`` (opened with ``mode="r+"``), ``attrs`` added to its attributes.
+
+    ``extend=True`` says the stored result answers these parameters for the runs it holds (the
+    caller checked: `layerstate run` when a design's stage adds seeds): only ``kwargs["runs"]``
+    it lacks are computed, and their rows join the stored ones before the intervals are
+    computed again over all (:func:`extended`); a stored result that cannot be joined (other
+    runs, other lengths, layers or sequences) is computed again whole."""
     given = dict(kwargs)
     scheduler, num_workers = given.pop("scheduler", "threads"), given.pop("num_workers", None)
     attrs = given.pop("attrs", None)
-    return run_and_store(store, schema.result_name(kind, name), build(**given), scheduler=scheduler,
-                         num_workers=num_workers, attrs=attrs,
-                         finish=lambda done: add_intervals(done if finish is None else finish(done), kind, store))
+    result = schema.result_name(kind, name)
+
+    def complete(done: xr.Dataset) -> xr.Dataset:
+        return add_intervals(done if finish is None else finish(done), kind, store)
+
+    if given.pop("extend", False) and given.get("runs") is not None and result in store.results():
+        joined = extended(store, result, build, given, scheduler, num_workers)
+        if joined is not None:
+            done = complete(joined)
+            done.attrs.update(attrs or {})
+            store.write_result(result, done)
+            return done
+    return run_and_store(store, result, build(**given), scheduler=scheduler, num_workers=num_workers,
+                         attrs=attrs, finish=complete)
+
+
+#: A stored result's attribute: how many of its runs' rows an extension reused (:func:`extended`).
+REUSED = "reused_runs"
+
+
+def extended(store: Store, result: str, build: Callable[..., xr.Dataset], given: Mapping[str, Any],
+             scheduler: Any, num_workers: int | None) -> xr.Dataset | None:
+    """The per-run rows of ``given["runs"]``: those the stored ``result`` holds read back, the
+    others computed (``build(**given)`` on them alone), in ``given["runs"]``' order; before
+    :func:`add_intervals` and any ``finish``, which the caller applies to the whole. None when
+    the stored rows cannot stand for a computation of them all: it holds runs not asked for or
+    none of them, or the new rows' other dimensions (lengths, layers, settings, sequences) or
+    run-free variables differ from the stored ones.
+
+    Sound because every per-run row is computed from that run alone (its directions, refits and
+    random controls are seeded by layer and setting, never by the run's place in the list), so a
+    run's rows are the same whichever runs are computed with it; a test holds the joined result
+    equal to one computed whole."""
+    from analysis.compute import compute
+
+    runs = [str(r) for r in given["runs"]]
+    old = store.read_result(result).load()  # in memory: the stored result is about to be replaced
+    held = {str(r) for r in old["run"].values} if "run" in old.dims else set()
+    new = [r for r in runs if r not in held]
+    if not held or not held <= set(runs) or not new:
+        return None
+    (part,) = compute([build(**{**given, "runs": new})], scheduler, num_workers)
+    names = [*part.data_vars, *part.coords]
+    if any(n not in old.variables for n in names) or any(
+            part.sizes[d] != old.sizes.get(d) for d in part.dims if d != "run"):
+        return None
+    for n in names:
+        if "run" not in part[n].dims and not _same(part[n], old[n]):
+            return None
+    kept = old[list(part.data_vars)]
+    kept = kept.drop_vars([c for c in kept.coords if c not in part.coords])
+    kept = kept.sel(run=[r for r in runs if r in held])
+    joined = xr.concat([kept, part], dim="run", data_vars="minimal", coords="minimal", compat="override",
+                       join="exact")
+    joined = joined.sel(run=runs)
+    joined.attrs = {**part.attrs, REUSED: len(held)}
+    return joined
+
+
+def _same(a: xr.DataArray, b: xr.DataArray) -> bool:
+    """Two run-free variables equal, value for value (NaN equal to NaN), dims and all."""
+    if a.dims != b.dims or a.shape != b.shape:
+        return False
+    x, y = np.asarray(a.values), np.asarray(b.values)
+    if x.dtype.kind in "fc" and y.dtype.kind in "fc":
+        return bool(np.array_equal(x, y, equal_nan=True))
+    return [str(v) for v in x.ravel().tolist()] == [str(v) for v in y.ravel().tolist()]
 
 
 _CELL = ("cell_task", "cell_arch", "cell_variant")

@@ -270,4 +270,5 @@ def run_patching(
         The computed `patching` result, with its intervals
         (`analysis.interventions.intervals.add_intervals`).
     """
-    return store_with_intervals(store, schema.PATCHING, name, partial(patching, store, runs, length), kwargs)
+    return store_with_intervals(store, schema.PATCHING, name, partial(patching, store, length=length),
+                                {**kwargs, "runs": runs})

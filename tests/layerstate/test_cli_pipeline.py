@@ -252,6 +252,14 @@ def test_a_stored_result_is_reused_only_for_the_runs_and_parameters_it_came_from
     assert _staleness(req, other) == "its parameters differ: lengths [40, 80] -> [40]"
     # a result written by hand (or before runs recorded what they were computed from)
     assert "no record" in _staleness(None, req)
+    # only a result lacking runs, and nothing else, is extended by them rather than recomputed
+    from layerstate.staleness import added_runs
+
+    assert added_runs(req, more) == [f"r{i}" for i in range(5)]
+    for other_request in (req, retrained, fewer, other, {**more, "params": other["params"]}):
+        assert added_runs(req, other_request) == []
+    assert added_runs({**req, "runs": {**req["runs"], "b": {"config_hash": "h", "created": "t1"}}}, more) == []
+    assert added_runs(None, more) == []
 
 
 PART_CLAIMS = """
