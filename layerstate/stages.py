@@ -131,7 +131,8 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
     if stored_answers(store, name, request, say):
         return name
     t0 = time.perf_counter()
-    if item.kind in EXTENDABLE and added_runs(store.result_attrs(name).get(REQUEST_ATTR), request):
+    if item.kind in EXTENDABLE and name in store.results() and added_runs(
+            store.result_attrs(name).get(REQUEST_ATTR), request):
         # a stage's new seeds: the stored rows of the others answer (same parameters, the runs
         # unchanged), so only the new runs are computed (analysis.interventions.intervals.extended)
         ds = compute(params, {REQUEST_ATTR: request}, extend=True)

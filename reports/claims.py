@@ -110,7 +110,10 @@ def kept_profiles(snap: Snapshot) -> Table | None:
 
     if CLAIM_PROFILES not in snap.results():
         return None
-    data = profiles_frame(read_result(snap.store, CLAIM_PROFILES), "this store")
+    ds = read_result(snap.store, CLAIM_PROFILES)
+    if stale_table(snap.store, ds) is not None:  # seeds trained since: combining them would read fewer
+        return None
+    data = profiles_frame(ds, "this store")
     if data.empty:
         return None
     shown = (data.groupby(["claim", "task", "arch", "variant", "length", "result"], sort=False)

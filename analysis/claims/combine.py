@@ -309,14 +309,22 @@ def _tasks(claim: Claim) -> list[str]:
     return list(dict.fromkeys(str(level) for _, factor, level in claim.levels() if factor == "task"))
 
 
+#: The claims of a part that evaluated none of its own but kept the profiles the grid's profile
+#: claims read of its tasks (:mod:`analysis.claims.profiles`): no row, given to combine all the same.
+NO_CLAIMS = pd.DataFrame({"claim": pd.Series(dtype=str), "verdict": pd.Series(dtype=str)})
+
+
 def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Dataset | pd.DataFrame:
     """A part's claims: ``path`` is a report's ``claims.csv``, a report folder (its
-    ``tables/claims.csv``), or a store whose results hold ``claims``."""
+    ``tables/claims.csv``), or a store whose results hold ``claims``; no row for a part that
+    evaluated no claim of its own but kept profiles (``claim_profiles``)."""
     from store import MissingError, open_analysis
 
     p = Path(str(path))
     if p.is_dir() and (p / "tables" / "claims.csv").is_file():
         p = p / "tables" / "claims.csv"  # a report folder
+    elif p.is_dir() and (p / "tables" / f"{CLAIM_PROFILES}.csv").is_file():
+        return NO_CLAIMS.copy()  # a part whose tasks only the grid's profile claims read: it kept their profiles
     elif p.is_dir() and ((p / "report.md").is_file() or (p / "index.html").is_file()):
         raise ClaimError(f"{path} is a report without a claims table (tables/claims.csv): its store had no "
                          "evaluated claims; run `layerstate stats` on the store and report it again")
@@ -328,6 +336,8 @@ def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Da
         return pd.read_csv(p, dtype=str, keep_default_na=False)
     st = open_analysis(str(path), write=False, storage_options=storage_options,
                        results_options=storage_options)
+    if "claims" not in st.results() and CLAIM_PROFILES in st.results():
+        return NO_CLAIMS.copy()  # as a report folder holding only the kept profiles
     if "claims" not in st.results():
         raise MissingError(f"{path} holds no evaluated claims (results/claims); run `layerstate stats` "
                            "(or `layerstate run`) on it first")

@@ -126,23 +126,16 @@ def profiles_rows(claims: Sequence[Claim], todo: Sequence[str],
     row id -> (where the profiles came from, the test row of
     :func:`~analysis.claims.evaluate.profile_row`). A row whose tasks are not all kept by some
     part is left out (it stays not evaluable, saying which task is missing: :func:`missing_words`).
-
-    Raises
-    ------
-    ClaimError
-        Two parts keep the same task's profile for a claim row (give each task once), or the
-        parts read the claim at different lengths.
+    A row the kept tables cannot answer is not evaluable, saying why: two parts keep one of its
+    tasks, the parts read its tasks at different lengths, or at another length or variant than
+    the claim now declares (the tables answer another question).
     """
     from analysis.claims.evaluate import profile_row
 
-    by_row: dict[str, dict[str, tuple[str, pd.DataFrame]]] = {}
+    by_row: dict[str, dict[str, list[tuple[str, pd.DataFrame]]]] = {}
     for name, frame in parts:
         for (rid, task), rows in frame.groupby(["claim", "task"], sort=False):
-            have = by_row.setdefault(str(rid), {})
-            if task in have and have[task][0] != name:
-                raise ClaimError(f"claim {rid!r}: parts {have[task][0]} and {name} both keep task {task!r}'s "
-                                 "profiles; give each part once, each task in one part")
-            have[str(task)] = (name, rows)
+            by_row.setdefault(str(rid), {}).setdefault(str(task), []).append((name, rows))
     out: dict[str, tuple[str, dict]] = {}
     for claim in profile_claims(claims):
         archs = claim.archs or ([claim.arch] if claim.arch else [])
@@ -151,20 +144,42 @@ def profiles_rows(claims: Sequence[Claim], todo: Sequence[str],
             tasks = claim_tasks(claim)
             if rid not in todo or not all(t in have for t in tasks):
                 continue
-            lengths = {t: sorted(set(have[t][1]["length"].tolist())) for t in tasks}
-            if len({tuple(v) for v in lengths.values()}) > 1 or any(len(v) != 1 for v in lengths.values()):
-                raise ClaimError(f"claim {rid!r}: the parts read its tasks at different lengths ("
-                                 + ", ".join(f"{t} {v}" for t, v in lengths.items())
-                                 + "); add length = N to the claim and evaluate the parts again")
-            length = lengths[tasks[0]][0]
+            names = " + ".join(dict.fromkeys(n for t in tasks for n, _ in have[t]))
+            why = _unanswerable(claim, {t: have[t] for t in tasks})
+            if why:
+                out[rid] = (names, {"test": f"not evaluable: {why}", "not_evaluable": True})
+                continue
+            kept = {t: have[t][0][1] for t in tasks}
+            length = int(kept[tasks[0]]["length"].iloc[0])
             resolved = claim if claim.length is not None else claim.model_copy(update={"length": length})
             try:
-                row = profile_row(resolved, {t: _profile(have[t][1]) for t in tasks}, arch)
+                row = profile_row(resolved, {t: _profile(kept[t]) for t in tasks}, arch)
             except NotEvaluable as exc:
                 row = {"test": f"not evaluable: {exc}", "not_evaluable": True}
-            row["result"] = ", ".join(sorted({r for t in tasks for r in have[t][1]["result"] if r}))
-            out[rid] = (" + ".join(dict.fromkeys(have[t][0] for t in tasks)), row)
+            row["result"] = ", ".join(sorted({r for t in tasks for r in kept[t]["result"] if r}))
+            out[rid] = (names, row)
     return out
+
+
+def _unanswerable(claim: Claim, have: dict[str, list[tuple[str, pd.DataFrame]]]) -> str:
+    """Why the kept tables of a profile claim row's tasks cannot decide it ('' when they can)."""
+    for task, kept in have.items():
+        if len(kept) > 1:
+            return (f"parts {' and '.join(n for n, _ in kept)} both keep task {task!r}'s profiles; give each "
+                    "part once, each task in one part")
+    lengths = {t: sorted({int(v) for v in kept[0][1]["length"]}) for t, kept in have.items()}
+    if len({tuple(v) for v in lengths.values()}) > 1 or any(len(v) != 1 for v in lengths.values()):
+        return ("the parts read its tasks at different lengths (" + ", ".join(f"{t} {v}" for t, v in lengths.items())
+                + "); add length = N to the claim and evaluate the parts again")
+    length = next(iter(lengths.values()))[0]
+    if claim.length is not None and claim.length != length:
+        return (f"the parts kept its profiles at length {length}, and the claim now reads length {claim.length}; "
+                "evaluate the parts again with this file")
+    variants = {str(v) for kept in have.values() for v in kept[0][1]["variant"]}
+    if variants != {claim.variant}:
+        return (f"the parts kept its profiles of variant {', '.join(sorted(variants))}, and the claim now reads "
+                f"{claim.variant!r}; evaluate the parts again with this file")
+    return ""
 
 
 def missing_words(claim: Claim, rid: str, parts: Sequence[tuple[str, pd.DataFrame]]) -> str:

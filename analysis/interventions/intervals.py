@@ -206,14 +206,12 @@ def extended(store: Store, result: str, build: Callable[..., xr.Dataset], given:
     new = [r for r in runs if r not in held]
     if not held or not held <= set(runs) or not new:
         return None
-    (part,) = compute([build(**{**given, "runs": new})], scheduler, num_workers)
-    names = [*part.data_vars, *part.coords]
-    if any(n not in old.variables for n in names) or any(
-            part.sizes[d] != old.sizes.get(d) for d in part.dims if d != "run"):
+    lazy = build(**{**given, "runs": new})
+    if not _joinable(lazy, old):  # said before anything is computed
         return None
-    for n in names:
-        if "run" not in part[n].dims and not _same(part[n], old[n]):
-            return None
+    (part,) = compute([lazy], scheduler, num_workers)
+    if not _joinable(part, old, values=True):
+        return None
     kept = old[list(part.data_vars)]
     kept = kept.drop_vars([c for c in kept.coords if c not in part.coords])
     kept = kept.sel(run=[r for r in runs if r in held])
@@ -222,6 +220,27 @@ def extended(store: Store, result: str, build: Callable[..., xr.Dataset], given:
     joined = joined.sel(run=runs)
     joined.attrs = {**part.attrs, REUSED: len(held)}
     return joined
+
+
+#: Attributes that say when, how and where a result was made, not what it holds: the others
+#: (fit length, mode, folds, seeds, metrics...) must agree for stored rows to join new ones.
+PROVENANCE = ("created", "command", "tool_version", "device", "pipeline_request", "interval_metrics", "ci_level",
+              "bootstrap_seed", "interval_method", REUSED)
+
+
+def _joinable(part: xr.Dataset, old: xr.Dataset, *, values: bool = False) -> bool:
+    """Whether ``part``'s rows (new runs) can join ``old``'s: the same variables, the same
+    other dimensions, the same attributes but provenance; with ``values`` (``part`` computed)
+    also the same run-free variables, value for value."""
+    names = [*part.data_vars, *part.coords]
+    if any(n not in old.variables for n in names) or any(
+            part.sizes[d] != old.sizes.get(d) for d in part.dims if d != "run"):
+        return False
+    shared = (set(part.attrs) & set(old.attrs)) - set(PROVENANCE)
+    if any(str(part.attrs[k]) != str(old.attrs[k]) for k in shared):
+        return False
+    names = [n for n in names if "run" not in part[n].dims]
+    return not values or all(_same(part[n], old[n]) for n in names)
 
 
 def _same(a: xr.DataArray, b: xr.DataArray) -> bool:

@@ -109,14 +109,22 @@ def test_a_task_no_part_kept_is_named(kept):
     assert str(row.verdict.values) == "not evaluable" and "hold dyck" in str(row.test.values)
 
 
-def test_a_task_kept_by_two_parts_is_refused(kept, tmp_path):
+def test_a_task_kept_by_two_parts_or_at_another_length_leaves_the_row_not_evaluable(kept, tmp_path):
     base, reports, _ = kept
     twice = tmp_path / "again"
     shutil.copytree(reports["dyck"], twice)
     paths = [str(reports[t]) for t in SHAPES] + [str(twice)]
-    with pytest.raises(ClaimError, match="keep task 'dyck'"):
-        combine_parts(parse_claims(CLAIMS), [(p, read_part(p)) for p in paths[:3]],
-                      profiles=[(p, read_profiles(p)) for p in paths])
+    combined = combine_parts(parse_claims(CLAIMS), [(p, read_part(p)) for p in paths[:3]],
+                             profiles=[(p, read_profiles(p)) for p in paths])
+    row = combined.sel(claim=ROW)
+    assert str(row.verdict.values) == "not evaluable" and "both keep task 'dyck'" in str(row.test.values)
+    assert str(combined.sel(claim="dyck-early").verdict.values) != "not evaluable"  # the others are decided
+    # the file now reads the claim at another length than the parts kept: another question
+    other = parse_claims([{**c, "length": 20} if c["kind"] == "profile_match" else c for c in CLAIMS])
+    paths = paths[:3]
+    combined = combine_parts(other, [(p, read_part(p)) for p in paths], profiles=[(p, read_profiles(p)) for p in paths])
+    assert "kept its profiles at length 40, and the claim now reads length 20" in str(
+        combined.sel(claim=ROW).test.values)
 
 
 def test_profiles_kept_before_more_seeds_were_trained_are_not_read(kept, tmp_path):
@@ -138,3 +146,32 @@ def test_a_part_without_claims_of_its_own_keeps_the_profiles_and_its_report_writ
     folder = build_report(st, tmp_path / "report", check_chunks=False).parent
     frame = read_profiles(str(folder))
     assert frame is not None and set(frame["task"]) == {"s3"} and len(frame) == 25
+    # combine takes such a part, from its store or its report: no claim rows, its profiles
+    for where in (str(tmp_path / "s3.zarr"), str(folder)):
+        assert read_part(where).empty
+
+
+def test_combine_takes_a_part_without_claims_of_its_own(kept, tmp_path):
+    from layerstate.cli import main
+
+    base, reports, _ = kept
+    st = _part(tmp_path / "s3.zarr", "s3", np.random.default_rng(1))  # the S3 part, no claim of its own
+    keep_profiles(st, parse_claims(CLAIMS))
+    exp = tmp_path / "claims.toml"
+    exp.write_text("".join("[[claims]]\n" + "".join(
+        f"{k} = {v!r}\n".replace("'", '"') for k, v in c.items()) for c in CLAIMS))
+    res = CliRunner().invoke(main, ["combine", str(reports["parity"]), str(reports["dyck"]), str(tmp_path / "s3.zarr"),
+                                    "--claims", str(exp)])
+    assert res.exit_code == 0, res.output
+    assert f"{ROW}: supported" in res.output and "s3-late: not evaluable" in res.output
+
+
+def test_a_report_leaves_out_profiles_kept_before_more_seeds_were_trained(kept, tmp_path):
+    from reports import build_report
+
+    base, _, _ = kept
+    shutil.copytree(base / "dyck.zarr", tmp_path / "dyck.zarr")
+    st = Store.open(str(tmp_path / "dyck.zarr"), mode="r+")
+    st.add_run("dyck-lstm-5", task="dyck", arch="lstm", seed=5)
+    folder = build_report(st, tmp_path / "report", check_chunks=False).parent
+    assert not (folder / "tables" / f"{CLAIM_PROFILES}.csv").exists()

@@ -97,3 +97,31 @@ def test_patching_and_interchange_extended_by_new_runs_are_computed_whole(tmp_pa
         assert out.attrs[REUSED] == 1, kind
         _equal(staged.read_result(f"{kind}/t").drop_attrs(), whole.read_result(f"{kind}/t").drop_attrs())
     assert "mechanism" in staged.read_result("interchange/t")
+
+
+def test_the_pipeline_computes_a_first_ablation_whole_and_a_stages_new_runs_alone(three_lstms, tmp_path):
+    from types import SimpleNamespace
+
+    from layerstate import stages
+    from layerstate.work import Work
+
+    exp = SimpleNamespace(train=SimpleNamespace(length=8), analysis=SimpleNamespace(
+        ablate_settings=ABLATE["settings"], ablate_lengths=[8], ablate_fit_length=8, ablate_mode="zero",
+        ablate_refit_rows=10_000))
+
+    def unit(*runs: str) -> Work:
+        return Work("analyse", "ablation/parity", kind="ablation", task="parity", runs=runs)
+
+    staged = Store.open(str(shutil.copytree(three_lstms.location.url, tmp_path / "staged.zarr")), mode="r+")
+    whole = Store.open(str(shutil.copytree(three_lstms.location.url, tmp_path / "whole.zarr")), mode="r+")
+    lines: list[str] = []
+    assert stages.analyse(unit("r0", "r1"), staged, exp, lines.append, "sync") == "ablation/parity"  # none stored
+    assert lines[-1].startswith("ablation/parity: stored in") and "reused" not in lines[-1]
+    stages.analyse(unit("r0", "r1", "r2"), staged, exp, lines.append, "sync")
+    assert "it lacks 1 of the experiment's runs: r2" in lines[-2]
+    assert lines[-1].endswith("(1 new runs computed, the stored rows of 2 reused)")
+    stages.analyse(unit("r0", "r1", "r2"), whole, exp, lines.append, "sync")
+    assert "reused" not in lines[-1]
+    _equal(staged.read_result("ablation/parity").drop_attrs(), whole.read_result("ablation/parity").drop_attrs())
+    stages.analyse(unit("r0", "r1", "r2"), staged, exp, lines.append, "sync")
+    assert lines[-1] == "ablation/parity: already stored"  # the joined result records every run it answers
