@@ -15,7 +15,7 @@ from analysis.claims import combine_parts, evaluate_claims, parse_claims
 from analysis.claims.combine import read_part, read_profiles
 from analysis.claims.evaluate import stored_probe_profiles
 from analysis.claims.profiles import CLAIM_PROFILES, COLUMNS
-from analysis.claims.spec import ClaimError, StaleResultError
+from analysis.claims.spec import StaleResultError
 from analysis.claims.stored import evaluate_stored_claims, keep_profiles
 from store import Store
 from tests.analysis.claims.test_view import CLAIMS as VIEW_CLAIMS
