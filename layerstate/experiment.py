@@ -204,6 +204,12 @@ def parse_references(items: Any) -> list[Reference]:
     return out
 
 
+#: How the warning of a profile claim no seed split can decide begins (after its id).
+UNTESTABLE_WORDS = "a profile_match claim cannot be supported"
+#: That warning, as a pattern ``warnings.filterwarnings`` matches.
+UNTESTABLE = f"claim .*: {UNTESTABLE_WORDS}"
+
+
 class Experiment(CapturePlan):
     """A whole experiment file, validated: capture's sections, analysis settings, claims."""
 
@@ -259,6 +265,13 @@ class Experiment(CapturePlan):
             self._check_reference(i, ref, ids)
         return self
 
+    def warn_untestable(self) -> None:
+        """Say again, for the seeds the experiment now reaches (a ``--design`` given since the
+        file was read), which profile claims no seed split can decide (:meth:`_warn_if_untestable`)."""
+        for claim in self.claims:
+            if claim.kind == "profile_match":
+                self._warn_if_untestable(claim)
+
     def _warn_if_untestable(self, claim: Claim) -> None:
         """A profile_match claim is decided by an exact permutation of whole seeds between two
         tasks; with few seeds no split can give a p below the level, whatever the data. Said
@@ -268,14 +281,17 @@ class Experiment(CapturePlan):
         from analysis.claims.verdicts import family_share
         from analysis.stats.profiles import attainable_min_p, seeds_for_profile_test
 
-        n = len(self.grid.seeds)
+        archs = claim.archs or ([claim.arch] if claim.arch else [])
+        # the most seeds its cells reach: the design's maximum for the fewest-seeded architecture
+        n = min((self.design.cap(a) for a in archs), default=self.design.max_seeds) if self.design else len(
+            self.grid.seeds)
         floor = attainable_min_p(n, n)
         if floor >= ALPHA:
             # Holm's first step tests at alpha / m: below that the claim is decided whatever the
             # file's other tests give (m: the family the whole file declares)
             m = family_share([*self.claims, *self._absent_claims])[0]
             warnings.warn(
-                f"claim {claim.id!r}: a profile_match claim cannot be supported with {n} seeds per "
+                f"claim {claim.id!r}: {UNTESTABLE_WORDS} with {n} seeds per "
                 f"task (the exact permutation test's smallest p is {floor:.3f}, not below {ALPHA:g}); "
                 f"{seeds_for_profile_test(ALPHA)} or more seeds can decide it"
                 + (f", {seeds_for_profile_test(ALPHA / m)} or more whatever the file's other tests give "

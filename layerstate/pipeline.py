@@ -40,6 +40,7 @@ whatever the scheduler.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -271,11 +272,14 @@ def run_experiment(
     """
     from analysis.compute import check, connect
     from layerstate import present
-    from layerstate.experiment import load_experiment
+    from layerstate.experiment import UNTESTABLE, load_experiment
     from store import Store
 
     where = as_device(device)
-    exp = load_experiment(exp_path)
+    with warnings.catch_warnings():
+        if design is not None:  # its seeds, not the file's grid, say what a profile claim can reach: said below
+            warnings.filterwarnings("ignore", message=UNTESTABLE, category=UserWarning)
+        exp = load_experiment(exp_path)
     if tasks:
         whole = len(exp.claims)
         exp = exp.part(tasks)
@@ -290,6 +294,7 @@ def run_experiment(
             raise InvalidArgumentError(f"{design} declares no [design]; add one (first_seeds, stage_seeds, "
                                        "max_seeds, spending) before its first stage is trained")
         exp = with_design(exp, declared, str(design), say)
+        exp.warn_untestable()
     if exp.design is not None:
         check_staged(exp)
     check(scheduler)

@@ -128,16 +128,15 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
         return None
     params, compute = _analysis(item, store, exp, scheduler, device)
     request = result_request(store, runs, params)
-    if stored_answers(store, name, request, say):
+    # a stage's new seeds: the stored rows of the others answer (same parameters, the runs
+    # unchanged), so only the new runs are computed (analysis.interventions.intervals.extended)
+    extend = item.kind in EXTENDABLE and name in store.results() and bool(added_runs(
+        store.result_attrs(name).get(REQUEST_ATTR), request))
+    if stored_answers(store, name, request, say, then="computing the runs it lacks" if extend else
+                      "computing it again"):
         return name
     t0 = time.perf_counter()
-    if item.kind in EXTENDABLE and name in store.results() and added_runs(
-            store.result_attrs(name).get(REQUEST_ATTR), request):
-        # a stage's new seeds: the stored rows of the others answer (same parameters, the runs
-        # unchanged), so only the new runs are computed (analysis.interventions.intervals.extended)
-        ds = compute(params, {REQUEST_ATTR: request}, extend=True)
-    else:
-        ds = compute(params, {REQUEST_ATTR: request})
+    ds = compute(params, {REQUEST_ATTR: request}, extend=True) if extend else compute(params, {REQUEST_ATTR: request})
     seconds = time.perf_counter() - t0
     reused = int(ds.attrs.get("reused_runs", 0))
     say(present.probe_summary(name, ds, seconds) if item.kind == "probes"

@@ -32,12 +32,12 @@ def result_request(store, runs: Sequence[str], params: dict) -> dict:
     return json.loads(json.dumps({"runs": ident, "params": params}))
 
 
-def stored_answers(store, name: str, request: dict, say: Say) -> bool:
+def stored_answers(store, name: str, request: dict, say: Say, then: str = "computing it again") -> bool:
     """Whether the stored result ``name`` was computed from ``request`` (then it is reused).
 
     A result stored from other runs (an experiment given more seeds, a run trained again) or
     with other parameters is stale: this says why in one line and returns False, and the
-    caller computes it again."""
+    caller computes it again (``then`` says how)."""
     if name not in store.results():
         return False
     stored = store.result_attrs(name).get(REQUEST_ATTR)
@@ -45,7 +45,7 @@ def stored_answers(store, name: str, request: dict, say: Say) -> bool:
     if why is None:
         say(f"{name}: already stored")
         return True
-    say(f"{name}: the stored result is out of date ({why}); computing it again")
+    say(f"{name}: the stored result is out of date ({why}); {then}")
     return False
 
 

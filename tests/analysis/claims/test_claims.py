@@ -416,6 +416,32 @@ def test_reading_an_experiment_warns_of_a_profile_claim_its_seeds_cannot_decide(
         parse_experiment(both)
 
 
+def test_a_design_says_what_a_profile_claim_can_reach_not_the_files_grid():
+    """`layerstate run --design` reads the file's grid of 3 seeds quietly and warns for the seeds
+    the design reaches: none for a design of 4 or more in every cell, one at a cell capped at 3."""
+    import re
+
+    from analysis.stats.design import Design
+    from layerstate.experiment import UNTESTABLE, parse_experiment
+    from layerstate.pipeline import with_design
+
+    raw = {"experiment": {"name": "x"}, "grid": {"tasks": ["parity", "s3", "dyck"], "archs": ["lstm", "gru"],
+                                                 "seeds": [0, 1, 2]},
+           "claims": [{**PROFILE_CLAIMS[0], "archs": ["lstm", "gru"]}]}
+    with pytest.warns(UserWarning) as seen:
+        exp = parse_experiment(raw)
+    assert all(re.match(UNTESTABLE, str(w.message)) for w in seen)  # what the pipeline silences
+    design = Design(first_seeds=4, stage_seeds=4, max_seeds=11, max_seeds_by_arch={"gru": 8})
+    staged = with_design(exp, design, "d.toml", lambda _: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        staged.warn_untestable()
+    capped = exp.model_copy(update={"design": Design(first_seeds=3, stage_seeds=1, max_seeds=4,
+                                                     max_seeds_by_arch={"gru": 3})})
+    with pytest.warns(UserWarning, match=r"cannot be supported with 3 seeds per task"):
+        capped.warn_untestable()
+
+
 def _interchange_store(tmp_path, n_seeds=4, no_conv=False):
     """Transformer restores at the value (induction), Mamba at the query (direct retrieval);
     ``no_conv``: also Mamba without its convolution, restoring at the value instead."""

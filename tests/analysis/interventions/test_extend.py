@@ -118,7 +118,7 @@ def test_the_pipeline_computes_a_first_ablation_whole_and_a_stages_new_runs_alon
     assert stages.analyse(unit("r0", "r1"), staged, exp, lines.append, "sync") == "ablation/parity"  # none stored
     assert lines[-1].startswith("ablation/parity: stored in") and "reused" not in lines[-1]
     stages.analyse(unit("r0", "r1", "r2"), staged, exp, lines.append, "sync")
-    assert "it lacks 1 of the experiment's runs: r2" in lines[-2]
+    assert lines[-2].endswith("it lacks 1 of the experiment's runs: r2); computing the runs it lacks")
     assert lines[-1].endswith("(1 new runs computed, the stored rows of 2 reused)")
     stages.analyse(unit("r0", "r1", "r2"), whole, exp, lines.append, "sync")
     assert "reused" not in lines[-1]
