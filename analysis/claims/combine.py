@@ -77,6 +77,16 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
     if _text(r, "verdict") == Verdict.NOT_EVALUABLE:
         row["not_evaluable"] = True
         return row, ""
+    stage = _float(r, "sequential_stage")
+    if np.isfinite(stage) and stage > 0 and not (claim.by_share and not np.isfinite(row["beyond"])):
+        # decided by the part's group-sequential design at its stage's boundary, the other parts'
+        # tests counted at p = 1 (the worst case for it): its tests are the design's, not a fixed
+        # look's, so it is not decided again here; the combined family cannot make its levels
+        # stricter, so its verdict stands, and its own tests count with p = 1 for the others
+        row["_kept_verdict"] = (_text(r, "verdict"), _text(r, "outcome"),
+                                f"{_text(r, 'reason')} [kept from part {name}: decided by its design]")
+        row["_crosscheck_verdict"] = _text(r, "crosscheck_verdict")
+        return row, "part" if row["_crosscheck_verdict"] else ""
     if claim.by_share and not (np.isfinite(row["beyond"]) and np.isfinite(row["p_contra_exact"])):
         # a part decided by the mean's t before the share of seeds decided bound claims: its table
         # holds no counts, and its p answers another question. With fewer seeds than the exact test

@@ -447,16 +447,23 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     Holm over the rows (plus ``pad`` absent tests at p = 1), each verdict and its cross-check's.
 
     A row's ``_x`` (the cross-check model's :func:`claim_tests`) gives its cross-check verdict;
-    a row without one keeps ``_crosscheck_verdict`` (or none).
+    a row without one keeps ``_crosscheck_verdict`` (or none). A row with ``_kept_verdict``
+    (verdict, outcome, reason: a part's group-sequential decision) keeps it; its tests count
+    with p = 1 in every family.
     """
     kept = list(kept)
     rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
     for claim, row in zip(kept, rows, strict=True):
         _in_range(claim, row)
     adjusted = adjust(kept, rows, absent=pad)
+    for i, row in enumerate(rows):  # a verdict kept as decided (a part's design): counted at p = 1 above
+        if "_kept_verdict" in row:
+            adjusted[i] = {k: np.nan for k in adjusted[i]} | {"level": float(row.get("level", np.nan))}
     for claim, row, adj in zip(kept, rows, adjusted, strict=True):
-        _judge_at_level(claim, row, adj["level"])
-    decided = [decide(c, r, a) for c, r, a in zip(kept, rows, adjusted, strict=True)]
+        if "_kept_verdict" not in row:
+            _judge_at_level(claim, row, adj["level"])
+    decided = [tuple(r["_kept_verdict"]) if "_kept_verdict" in r else decide(c, r, a)
+               for c, r, a in zip(kept, rows, adjusted, strict=True)]
     cross = []
     for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
         x = row.get("_x")
