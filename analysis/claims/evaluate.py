@@ -31,7 +31,15 @@ from analysis.claims.sampling import (
     sequences_per_seed,
     share_row,
 )
-from analysis.claims.spec import ALPHA, CROSSCHECK, DEFAULT_MODEL, Claim, ClaimError, NotEvaluable
+from analysis.claims.spec import (
+    ALPHA,
+    CROSSCHECK,
+    DEFAULT_MODEL,
+    Claim,
+    ClaimError,
+    NotEvaluable,
+    claim_archs,
+)
 from analysis.claims.verdicts import (
     adjust,
     claim_tests,
@@ -378,7 +386,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             ids.append(claim.id)
             kept.append(claim)
         else:
-            for arch in claim.archs or ([claim.arch] if claim.arch else []):
+            for arch in claim_archs(claim):
                 rows.append(attempt(_evaluate_profile, store, claim, probes, arch))
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.claims.spec import Claim, ClaimError, NotEvaluable, claim_rows
+from analysis.claims.spec import Claim, ClaimError, NotEvaluable, claim_archs, claim_rows
 
 #: The stored result (and the report's table, ``tables/claim_profiles.csv``).
 CLAIM_PROFILES = "claim_profiles"
@@ -63,11 +63,10 @@ def claim_profiles(store, claims: Sequence[Claim], probes: xr.Dataset | None) ->
             claim = resolve_length(store, declared, probes)
         except ClaimError:
             continue  # no one length: the part's own evaluation says why, when the claim is its own
-        archs = declared.archs or ([declared.arch] if declared.arch else [])
-        for rid, arch in zip(claim_rows(declared), archs, strict=True):
+        for rid, arch in zip(claim_rows(declared), claim_archs(declared), strict=True):
             for task in tasks:
                 try:
-                    prof = probe_seed_profile(store, probes, claim, task, arch)
+                    prof = probe_seed_profile(store, probes, claim, task, arch).transpose("seed", "layer")
                     source = (probe_choice(store, probes, claim, [task])[task] if "result" in probes.dims else "")
                 except (ClaimError, MissingError):
                     continue
@@ -76,7 +75,7 @@ def claim_profiles(store, claims: Sequence[Claim], probes: xr.Dataset | None) ->
                         rows.append({"claim": rid, "task": task, "arch": arch, "variant": claim.variant,
                                      "length": int(claim.length or 0), "result": source, "seed": int(seed),
                                      "layer": str(layer), "layer_pos": j,
-                                     "accuracy": float(prof.transpose("seed", "layer").values[i, j])})
+                                     "accuracy": float(prof.values[i, j])})
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -138,8 +137,7 @@ def profiles_rows(claims: Sequence[Claim], todo: Sequence[str],
             by_row.setdefault(str(rid), {}).setdefault(str(task), []).append((name, rows))
     out: dict[str, tuple[str, dict]] = {}
     for claim in profile_claims(claims):
-        archs = claim.archs or ([claim.arch] if claim.arch else [])
-        for rid, arch in zip(claim_rows(claim), archs, strict=True):
+        for rid, arch in zip(claim_rows(claim), claim_archs(claim), strict=True):
             have = by_row.get(rid, {})
             tasks = claim_tasks(claim)
             if rid not in todo or not all(t in have for t in tasks):

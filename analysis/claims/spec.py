@@ -383,9 +383,14 @@ def _one_line(exc: ValidationError) -> str:
     return validation_problems(exc, Claim.model_fields)[0]
 
 
+def claim_archs(claim: Claim) -> list[str]:
+    """The architectures a claim names: its ``archs``, else its one ``arch`` (none without)."""
+    return list(claim.archs or ([claim.arch] if claim.arch else []))
+
+
 def claim_rows(claim: Claim) -> list[str]:
     """The row ids a claim evaluates to: its id, or ``id[arch]`` per architecture of a
     profile_match claim (as :func:`~analysis.claims.evaluate.evaluate_claims` names them)."""
     if claim.kind == "profile_match":
-        return [f"{claim.id}[{a}]" for a in (claim.archs or ([claim.arch] if claim.arch else []))]
+        return [f"{claim.id}[{a}]" for a in claim_archs(claim)]
     return [claim.id]
