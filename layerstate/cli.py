@@ -878,9 +878,10 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
     combined p-values can only be lower. A profile claim comparing tasks of several parts is
     decided on the part stores read as one, or else from the per-seed profiles each part kept
     (results/claim_profiles, a report's tables/claim_profiles.csv); any other claim no part
-    evaluated stays not evaluable.
+    evaluated stays not evaluable. Each undecided claim says what its part's seed planner
+    (results/seed_plan, a report's tables/seed_plan.csv) said deciding it would cost.
     """
-    from analysis.claims.combine import combine_parts, read_part, read_profiles
+    from analysis.claims.combine import combine_parts, read_part, read_plan, read_profiles
     from layerstate.experiment import load_claims
     from store.view import StoreView
 
@@ -888,7 +889,8 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
     kept = [(p, read_profiles(p, storage_options=storage_options)) for p in parts]
     res = combine_parts(claims, [(p, read_part(p, storage_options=storage_options)) for p in parts],
                         view=StoreView.open(parts, storage_options=storage_options),
-                        profiles=[(p, k) for p, k in kept if k is not None])
+                        profiles=[(p, k) for p, k in kept if k is not None],
+                        plans=[(p, k) for p in parts if (k := read_plan(p, storage_options=storage_options)) is not None])
     for line in present.claim_lines(res):
         click.echo(line)
     if out is not None:

@@ -430,9 +430,51 @@ def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
     parts = [str(p) or "–" for p in res["part"].values] if "part" in res else ["–"] * len(shown)
     for (_, r), part in zip(shown.iterrows(), parts, strict=True):
         lines.append("| " + " | ".join(cell(r[c]) for c in cols) + f" | {cell(part)} |")
+    lines += undecided_cost_lines(res)
     md = folder / "claims.md"
     md.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [str(csv), str(md)]
+
+
+#: The verdicts a combined table's seed-plan section lists.
+UNDECIDED = ("inconclusive", "not evaluable")
+
+
+def undecided_cost_lines(res: xr.Dataset) -> list[str]:
+    """The section of a combined claims table (:func:`write_claims_table`) that says, for each
+    claim still undecided, what its part's seed planner said deciding it would cost (columns
+    ``plan_*`` of :func:`analysis.claims.combine.combine_parts`); no line when no part kept a
+    plan."""
+    if "plan_note" not in res:
+        return []
+    undecided = [i for i, v in enumerate(res["verdict"].values) if str(v) in UNDECIDED]
+    if not undecided:
+        return []
+
+    def count(v: float) -> str:
+        return f"{int(v)}" if np.isfinite(v) else "–"
+
+    out = ["", "## What deciding the undecided claims would cost", "",
+           "From the seed planner of the part that evaluated each claim (its `tables/seed_plan.csv`): "
+           "the seeds at which the claim's test reaches power 0.8, how many more each cell it reads "
+           "needs, and their CPU seconds at the cells' measured training time. A claim whose estimate "
+           "lies on the wrong side of its threshold is planned towards its contradiction (the test of "
+           "the other side, at the two-sided level), at the observed distance or share taken at face "
+           "value. Each part planned at the Holm level it tested the claim at, with the other parts' "
+           "tests at p = 1; the combined family's level is as high or higher, so these are at most the "
+           "seeds it needs. Seeds past a design's declared maximum are a new design, declared before "
+           "they are trained.", "",
+           "| claim | verdict | seeds now | seeds needed | more per cell | CPU s | planned at | part |",
+           "|---|---|---|---|---|---|---|---|"]
+    for i in undecided:
+        r = res.isel(claim=i)
+        note = str(r["plan_note"].values) or "no plan kept by its part"
+        cpu = float(r["plan_cpu_s"])
+        out.append(f"| {r.claim.values} | {r.verdict.values} | {count(float(r['plan_seeds']))} | "
+                   f"{count(float(r['plan_needed']))} | {count(float(r['plan_more']))} | "
+                   f"{f'{cpu:,.0f}' if np.isfinite(cpu) else '–'} | {note.replace('|', '/')} | "
+                   f"{str(r['part'].values) or '–'} |")
+    return out
 
 
 def validation_notes(rep: Any) -> Iterator[str]:

@@ -24,6 +24,7 @@ direction or test) is refused: its p-values answer another question.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,15 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.claims.cells import cell_costs, declared_cells, seeds_held
 from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
+from analysis.claims.planner import SEED_PLAN, WRONG_SIDE, contra_plan
 from analysis.claims.profiles import CLAIM_PROFILES, missing_words, profiles_frame, profiles_rows
 from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_rows
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 from analysis.stats.decision import Verdict
+from analysis.stats.design import Cell
+from analysis.stats.planning import ClaimPlan, PlanRow
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
 #: verdict reads the interval, so such a row can only be combined from the part's store.
@@ -136,7 +141,8 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
 
 
 def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset | pd.DataFrame]], *,
-                  view: Any = None, profiles: Sequence[tuple[str, xr.Dataset | pd.DataFrame]] = ()) -> xr.Dataset:
+                  view: Any = None, profiles: Sequence[tuple[str, xr.Dataset | pd.DataFrame]] = (),
+                  plans: Sequence[tuple[str, PartPlan]] = ()) -> xr.Dataset:
     """Combine the claims evaluated by the parts of one grid into one verdict table.
 
     Parameters
@@ -165,6 +171,13 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
         :mod:`analysis.claims.profiles`): a profile claim no part and no view evaluated is
         decided from them when they hold its three tasks (its row's ``part`` names the parts
         read, after ``profiles:``), by the test a store holding every task runs.
+    plans : list of (name, seed plan), optional
+        Each part's seed plan (:func:`read_plan`): every row from that part carries its plan
+        (``plan_seeds``, ``plan_needed``, ``plan_more``, ``plan_cpu_s``, ``plan_note``), so that
+        a claim still undecided says what the planner said deciding it would cost. The part
+        planned it at the Holm level it tested it at, with the other parts' tests at p = 1;
+        the combined family's level can only be as high or higher, so the seeds are at most
+        what the combined level needs.
 
     Raises
     ------
@@ -243,7 +256,121 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
                         attrs={"parts": [name for name, _ in parts], "absent_claims": gone})
     res["part"] = ("claim", np.array(sources, dtype=str))
     res["crosscheck_from"] = ("claim", np.array(cross_from, dtype=str))
+    if plans:
+        _attach_plans(res, kept, ids, sources, plans)
     return res
+
+
+#: The columns of a part's seed plan a combined row carries, as ``plan_<column>``.
+PLAN_NUMERIC = ("seeds", "needed", "more", "cpu_s")
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """A part's seed plan (:func:`read_plan`): one row per claim (claim, seeds, needed, more,
+    cpu_s, note, ...), and what it was costed from: each cell's CPU seconds per seed and the
+    seeds it holds."""
+
+    rows: pd.DataFrame
+    costs: dict[Cell, float]
+    held: dict[Cell, int]
+
+
+def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sources: list[str],
+                  plans: Sequence[tuple[str, PartPlan]]) -> None:
+    """Give each row of ``res`` the plan of the part it came from (:func:`combine_parts`):
+    NaN and '' where that part kept no plan of it. A row the part could not plan (its estimate
+    on the wrong side of its threshold, planned before plans went towards a contradiction) is
+    planned here towards its contradiction, at the combined family's level, from the part's
+    costs (:func:`analysis.claims.planner.contra_plan`)."""
+    by_part = {name: (plan, {str(r["claim"]): r for _, r in plan.rows.iterrows()}) for name, plan in plans}
+    by_id = {c.id: c for c in claims}
+    num = {k: np.full(len(ids), np.nan) for k in PLAN_NUMERIC}
+    notes = [""] * len(ids)
+    for i, (rid, source) in enumerate(zip(ids, sources, strict=True)):
+        plan, rows = by_part.get(source, (None, {}))
+        r = rows.get(rid)
+        if plan is None or r is None:
+            continue
+        vals = {k: _float(r, k) for k in PLAN_NUMERIC}
+        note = _text(r, "note")
+        undecided = str(res["verdict"].values[i]) in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE)
+        if note == WRONG_SIDE and undecided:
+            again = _contra_again(by_id[rid.split("[", 1)[0]], res.isel(claim=i), plan)
+            if again is not None:
+                vals = {"seeds": float(again.seeds), "needed": np.nan if again.needed is None else float(again.needed),
+                        "more": np.nan if again.more is None else float(again.more), "cpu_s": again.cpu_s}
+                note = again.reason
+        for k in PLAN_NUMERIC:
+            num[k][i] = vals[k]
+        notes[i] = note
+    for k, a in num.items():
+        res[f"plan_{k}"] = ("claim", a)
+    res["plan_note"] = ("claim", np.array(notes, dtype=str))
+
+
+def _contra_again(claim: Claim, row: xr.Dataset, plan: PartPlan) -> PlanRow | None:
+    """The plan towards its contradiction of a combined ``row`` whose part said only that its
+    estimate lies on the wrong side; None where its cells cannot be told from the claim."""
+    cells = declared_cells(claim)
+    n = int(float(row.n_seeds)) if np.isfinite(float(row.n_seeds)) else 0
+    if cells is None or n < 1:
+        return None
+    effect = float(row.estimate) - float(claim.threshold or 0.0)
+    if claim.kind == "bound" and claim.direction == "less":
+        effect = -effect
+    c = ClaimPlan(id=str(row.claim.values), cells=cells, sd=np.nan, effect=effect, level=float(row.level), seeds=n)
+    return contra_plan(claim, c, estimate=float(row.estimate), se=float(row.se), short=float(row.short),
+                       level=float(row.contra_level), costs=plan.costs, held={cell: plan.held.get(cell, n)
+                                                                               for cell in cells})
+
+
+def read_plan(path: str | Path, *, storage_options: dict | None = None) -> PartPlan | None:
+    """A part's seed plan (:mod:`analysis.claims.planner`): a store's ``results/seed_plan``, or
+    the ``seed_plan.csv`` beside a report's claims table, with the cells' costs and seeds (the
+    store's runs, or the report's ``runs.csv``: training seconds, plus capture where recorded).
+    None where the part kept none (a report of a store evaluated before plans were stored, or
+    of a part without claims of its own)."""
+    from store import open_analysis
+
+    p = Path(str(path))
+    if p.is_dir() and (p / "tables").is_dir():
+        p = p / "tables" / "claims.csv"
+    if p.suffix == ".csv":
+        kept = p.with_name(f"{SEED_PLAN}.csv")
+        if not kept.is_file():
+            return None
+        costs, held = _report_costs(p.with_name("runs.csv"))
+        return PartPlan(pd.read_csv(kept, dtype=str, keep_default_na=False), costs, held)
+    st = open_analysis(str(path), write=False, storage_options=storage_options, results_options=storage_options)
+    if SEED_PLAN not in st.results():
+        return None
+    ds = st.read_result(SEED_PLAN)
+    per_claim = [v for v in ds.data_vars if ds[v].dims == ("claim",)]
+    return PartPlan(ds[per_claim].to_dataframe().reset_index(), cell_costs(st), seeds_held(st))
+
+
+def _report_costs(runs: Path) -> tuple[dict[Cell, float], dict[Cell, int]]:
+    """Each cell's mean CPU seconds per seed and its seeds 0..n-1, from a report's runs table
+    (:func:`analysis.claims.cells.cell_costs` and ``seeds_held`` of the store it was made of)."""
+    if not runs.is_file():
+        return {}, {}
+    frame = pd.read_csv(runs)
+    spent: dict[Cell, list[float]] = {}
+    seeds: dict[Cell, set[int]] = {}
+    for _, r in frame.iterrows():
+        cell = (str(r["task"]), str(r["arch"]), str(r.get("variant", "default")))
+        seeds.setdefault(cell, set()).add(int(r["seed"]))
+        secs = float(r.get("train_seconds", np.nan)) + float(r.get("capture_seconds", 0.0) or 0.0)
+        if np.isfinite(secs):
+            spent.setdefault(cell, []).append(secs)
+    held = {}
+    for cell, got in seeds.items():
+        n = 0
+        while n in got:
+            n += 1
+        held[cell] = n
+    return {cell: float(np.mean(v)) for cell, v in spent.items()}, held
 
 
 def _across_parts(claims: Sequence[Claim], found: dict[str, tuple[str, pd.Series]], view: Any

@@ -494,6 +494,8 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     # the opposite side's test: a claim is contradicted only when its adjusted p is below alpha
     data["p_contra"] = ("claim", np.array([contra_p(c, r) for c, r in zip(kept, rows, strict=True)]))
     data["p_contra_adjusted"] = ("claim", np.array([a.get("contra", np.nan) for a in adjusted]))
+    # the Holm level of that test's step (two-sided): what planning a contradiction plans at
+    data["contra_level"] = ("claim", np.array([a.get("contra_level", np.nan) for a in adjusted]))
     data["verdict"] = ("claim", np.array([d[0] for d in decided], dtype=str))
     data["outcome"] = ("claim", np.array([d[1] for d in decided], dtype=str))
     data["reason"] = ("claim", np.array([d[2] for d in decided], dtype=str))

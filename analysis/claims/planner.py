@@ -109,8 +109,14 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
     costs, held = cell_costs(store), seeds_held(store)
-    rows = [_unreachable(c, r) if c.id in wrong else _share_plan(c, shares[c.id], costs, held, power)
-            if c.id in shares else r for c, r in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
+    rows = [_share_plan(c, shares[c.id], costs, held, power) if c.id in shares
+            else pr for c, pr in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
+    for i, (c, pr) in enumerate(zip(plans, rows, strict=True)):
+        if c.id in wrong or pr.reason == WRONG_SIDE:  # planned towards the other side: contradicted
+            got = res.sel(claim=c.id)
+            rows[i] = contra_plan(by_id[c.id.split("[", 1)[0]], c, estimate=float(got.estimate), se=float(got.se),
+                                  short=_num(got, "short"), level=_num(got, "contra_level"), costs=costs,
+                                  held=held, power=power)
     return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs, held), observed)
 
 
@@ -138,10 +144,64 @@ def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell
                  if share_power((m,), share, c.level, q=claim.q, n_max=m, top=c.level) >= power), None)
     if need is None:
         return PlanRow(c.id, n, None, None, math.nan, now, f"more than {SHARE_MAX} seeds")
-    more = max((max(need - held.get(cell, 0), 0) for cell in c.cells), default=0)
-    missing = any(cell not in costs for cell in c.cells if need > held.get(cell, 0))
-    cpu = math.nan if missing else float(sum(max(need - held.get(cell, 0), 0) * costs[cell] for cell in c.cells))
+    more, cpu = _missing(c.cells, need, costs, held)
     return PlanRow(c.id, n, need, more, cpu, now, "")
+
+
+def _num(row: Any, key: str) -> float:
+    return float(row[key]) if key in row else math.nan
+
+
+#: Said of a claim planned towards its contradiction (:func:`contra_plan`).
+CONTRA = "planned to contradict it"
+
+
+def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short: float, level: float,
+                costs: dict[Cell, float], held: dict[Cell, int], power: float = PLAN_POWER) -> PlanRow:
+    """The plan of a claim whose estimate lies on the wrong side of its threshold (``c``, planned
+    at that signed effect): no seed count supports it, but enough seeds decide it the other way,
+    ``contradicted``. The seeds at which the test of the opposite side (two-sided, at ``level``,
+    the Holm level of its step in that family; the claim's own level where none is known)
+    reaches ``power`` if the distance (a t test) or the share of seeds short of the threshold
+    (the exact sign test) stays what it is now, taken at face value; what the missing seeds
+    cost. Its note says so (:data:`CONTRA`). Not reachable either way when the estimate sits on
+    the threshold (a share short not above ``1 - q``)."""
+    lv = (level if np.isfinite(level) else c.level) / 2  # the opposite side is tested at the two-sided level
+    if claim.by_share:
+        from analysis.stats.seedshare import share_power
+
+        n = c.seeds
+        share = short / n if n and np.isfinite(short) else math.nan
+        q = 1.0 - claim.q
+        if not (np.isfinite(share) and share > q):
+            return _unreachable(c, PlanRow(c.id, n, None, None, math.nan, math.nan, WRONG_SIDE))
+        now = share_power((n,), share, lv, q=q, n_max=n, top=lv)
+        need = next((m for m in range(max(n, 2), SHARE_MAX + 1)
+                     if share_power((m,), share, lv, q=q, n_max=m, top=lv) >= power), None)
+        if need is None:
+            return PlanRow(c.id, n, None, None, math.nan, now, f"{CONTRA}: more than {SHARE_MAX} seeds")
+        more, cpu = _missing(c.cells, need, costs, held)
+        return PlanRow(c.id, n, need, more, cpu, now, f"{CONTRA}: the exact sign test of the seeds short of its "
+                       f"threshold (share {share:.2f}) at the two-sided level {2 * lv:.2g}")
+    other = ClaimPlan(id=c.id, cells=c.cells, sd=sd_per_seed(se=se, n_seeds=c.seeds) if np.isfinite(se) else c.sd,
+                      effect=-c.effect, level=lv, seeds=c.seeds, alternative="one-sided")
+    r = plan([other], costs, power=power, held=held)[0]
+    if r.needed is None:
+        return PlanRow(c.id, r.seeds, None, None, math.nan, r.power_now,
+                       f"{CONTRA}: {r.reason}" if r.reason else WRONG_SIDE)
+    return PlanRow(c.id, r.seeds, r.needed, r.more, r.cpu_s, r.power_now, (
+        f"{CONTRA}: the test of the other side at the observed distance {abs(estimate - float(claim.threshold or 0)):.3g} "
+        f"to its threshold, at the two-sided level {2 * lv:.2g}") + (f"; {r.reason}" if r.reason else ""))
+
+
+def _missing(cells: Sequence[Cell], need: int, costs: dict[Cell, float], held: dict[Cell, int]
+             ) -> tuple[int, float]:
+    """How many more seeds the cells need to hold ``need`` each (the most any lacks), and their
+    CPU seconds (NaN where a cell that lacks seeds has no measured cost)."""
+    more = max((max(need - held.get(cell, 0), 0) for cell in cells), default=0)
+    missing = any(cell not in costs for cell in cells if need > held.get(cell, 0))
+    cpu = math.nan if missing else float(sum(max(need - held.get(cell, 0), 0) * costs[cell] for cell in cells))
+    return more, cpu
 
 
 def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:

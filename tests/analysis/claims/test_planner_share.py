@@ -43,7 +43,16 @@ def test_a_share_claim_is_planned_with_the_exact_tests_power(store):
     assert "observed share of seeds beyond" in plan_note(p, p.claims[0], row)
 
 
-def test_a_share_on_the_wrong_side_is_not_reachable(store):
+def test_a_share_on_the_wrong_side_is_planned_towards_its_contradiction(store):
+    """Every seed lies below 0.99: no seed count supports "above 0.99", but enough seeds decide
+    it contradicted: the exact sign test of the seeds short of it, at the two-sided level
+    (0.025 a side for one claim), needs 6 seeds all short (2^-6 < 0.025 < 2^-5)."""
+    from analysis.claims.planner import CONTRA
+
     p = make_plan(store, parse_claims([_claim("too-high", 0.99)]))
     row = next(r for r in p.rows if r.id == "too-high")
-    assert row.needed is None and row.reason == "not reachable (estimate on the wrong side)"
+    assert row.needed == seeds_to_decide(0.025) == 6
+    assert row.more == 3 and row.cpu_s == pytest.approx(30.0)
+    assert row.power_now == pytest.approx(share_power((3,), 1.0, 0.025, q=0.5, n_max=3, top=0.025)) == 0.0
+    assert row.reason.startswith(CONTRA) and "two-sided level 0.05" in row.reason
+    assert p.total["cells"][("s3", "mamba", "default")][1] == 6  # its seeds are in the cells' plan
