@@ -6,6 +6,7 @@ never read alike.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -474,6 +475,17 @@ def undecided_cost_lines(res: xr.Dataset) -> list[str]:
                    f"{count(float(r['plan_needed']))} | {count(float(r['plan_more']))} | "
                    f"{f'{cpu:,.0f}' if np.isfinite(cpu) else '–'} | {note.replace('|', '/')} | "
                    f"{str(r['part'].values) or '–'} |")
+    cells = json.loads(res.attrs.get("plan_cells", "[]"))
+    if cells:
+        out += ["", "Per cell, trained once to the most any undecided claim reading it needs:", "",
+                "| cell | seeds now | seeds needed | more | CPU s |", "|---|---|---|---|---|"]
+        for c in cells:
+            cost = "–" if c["cpu_s"] is None else f"{c['cpu_s']:,.0f}"
+            out.append(f"| {c['cell']} | {c['seeds']} | {c['needed']} | {c['more']} | {cost} |")
+        known = [c["cpu_s"] for c in cells if c["cpu_s"] is not None]
+        out += ["", f"In all: {sum(known):,.0f} CPU s ({sum(known) / 3600:.1f} CPU hours) of training"
+                + (f", and {len(cells) - len(known)} cells with no measured time" if len(known) < len(cells) else "")
+                + " to give every undecided claim the seeds its plan names."]
     return out
 
 

@@ -66,19 +66,21 @@ def _runs_table(snap: Snapshot) -> Table:
         rows.append({
             "run": rid, "task": a.get("task"), "arch": a.get("arch"), "variant": a.get("variant"),
             "seed": a.get("seed"), "parameters": a.get("n_parameters"), "steps": m.get("steps"),
-            "train_seconds": m.get("train_seconds"), "status": a.get("status", "not trained"),
+            "train_seconds": m.get("train_seconds"), "capture_seconds": a.get("capture_seconds"),
+            "status": a.get("status", "not trained"),
             "weights": snap.store.has_weights(rid),
             "lengths_complete": " ".join(map(str, snap.complete.get(rid, []))),
             "lengths_incomplete": " ".join(map(str, snap.incomplete.get(rid, []))),
             "config_hash": a.get("config_hash"),
         })
     data = pd.DataFrame(rows, columns=["run", "task", "arch", "variant", "seed", "parameters", "steps",
-                                       "train_seconds", "status", "weights", "lengths_complete",
+                                       "train_seconds", "capture_seconds", "status", "weights", "lengths_complete",
                                        "lengths_incomplete", "config_hash"])
     shown = data.drop(columns=["config_hash"]).copy()
     shown["parameters"] = [f"{int(p):,}" if is_number(p) else "–" for p in data["parameters"]]
     shown["steps"] = [str(int(s)) if is_number(s) else "–" for s in data["steps"]]
-    shown["train_seconds"] = [f"{float(s):.1f}" if is_number(s) else "–" for s in data["train_seconds"]]
+    for col in ("train_seconds", "capture_seconds"):
+        shown[col] = [f"{float(s):.1f}" if is_number(s) else "–" for s in data[col]]
     return Table("runs", "Runs: one trained model each (task x architecture x variant x seed).", data, shown)
 
 

@@ -23,6 +23,7 @@ direction or test) is refused: its p-values answer another question.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,6 +308,30 @@ def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sour
     for k, a in num.items():
         res[f"plan_{k}"] = ("claim", a)
     res["plan_note"] = ("claim", np.array(notes, dtype=str))
+    res.attrs["plan_cells"] = json.dumps(_plan_cells(res, by_id, ids, sources, dict(plans)))
+
+
+def _plan_cells(res: xr.Dataset, by_id: dict[str, Claim], ids: list[str], sources: list[str],
+                plans: dict[str, PartPlan]) -> list[dict[str, Any]]:
+    """Per cell the undecided claims read: the seeds it holds, the most any of them needs, and
+    what training it once to that costs (each cell trained once for all its claims, as the
+    planner's total): what deciding every undecided claim would take."""
+    reach: dict[Cell, tuple[int, float]] = {}
+    for i, (rid, source) in enumerate(zip(ids, sources, strict=True)):
+        need = float(res["plan_needed"].values[i])
+        if str(res["verdict"].values[i]) not in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE) or not np.isfinite(need):
+            continue
+        plan = plans[source]
+        for cell in declared_cells(by_id[rid.split("[", 1)[0]]) or ():
+            have = plan.held.get(cell, 0)
+            if need > have and need > reach.get(cell, (0, 0.0))[0]:
+                reach[cell] = (int(need), plan.costs.get(cell, np.nan))
+    out = []
+    for cell, (need, cost) in sorted(reach.items()):
+        have = next(p.held[cell] for p in plans.values() if cell in p.held)
+        out.append({"cell": "/".join(cell), "seeds": have, "needed": need, "more": need - have,
+                    "cpu_s": (need - have) * cost if np.isfinite(cost) else None})
+    return out
 
 
 def _contra_again(claim: Claim, row: xr.Dataset, plan: PartPlan) -> PlanRow | None:
@@ -361,7 +386,8 @@ def _report_costs(runs: Path) -> tuple[dict[Cell, float], dict[Cell, int]]:
     for _, r in frame.iterrows():
         cell = (str(r["task"]), str(r["arch"]), str(r.get("variant", "default")))
         seeds.setdefault(cell, set()).add(int(r["seed"]))
-        secs = float(r.get("train_seconds", np.nan)) + float(r.get("capture_seconds", 0.0) or 0.0)
+        capture = float(r.get("capture_seconds", np.nan))  # absent from reports made before it was shown
+        secs = float(r.get("train_seconds", np.nan)) + (capture if np.isfinite(capture) else 0.0)
         if np.isfinite(secs):
             spent.setdefault(cell, []).append(secs)
     held = {}

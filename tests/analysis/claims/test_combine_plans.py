@@ -53,6 +53,15 @@ def test_the_combined_table_lists_each_undecided_claim_with_its_cost(kept, tmp_p
     bare = tmp_path / "dyck-report"
     shutil.copytree(reports["dyck"], bare)
     (bare / "tables" / "seed_plan.csv").unlink()
+    # the parts' runs as a report records them: training and capture seconds per run
+    import pandas as pd
+
+    for t in ("parity", "s3"):
+        shutil.copytree(reports[t], tmp_path / t)
+        runs = pd.read_csv(tmp_path / t / "tables" / "runs.csv")
+        runs["train_seconds"], runs["capture_seconds"] = 10.0 + runs["seed"], 2.0
+        runs.to_csv(tmp_path / t / "tables" / "runs.csv", index=False)
+    reports = {**reports, "parity": tmp_path / "parity", "s3": tmp_path / "s3"}
     out = tmp_path / "combined"
     res = CliRunner().invoke(main, ["combine", str(reports["parity"]), str(reports["s3"]), str(bare),
                                     "--claims", str(exp), "--out", str(out)])
@@ -68,6 +77,25 @@ def test_the_combined_table_lists_each_undecided_claim_with_its_cost(kept, tmp_p
         line = lines[str(r["claim"])]
         assert f"| {int(float(r['needed']))} |" in line and str(reports[t]) in line
     assert "no plan kept by its part" in lines["dyck-early"]
+    # each cell an undecided claim reads, trained once to the most they need, at its runs' mean cost
+
+    cells = {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ") for ln in section.splitlines()
+             if ln.startswith("| ") and "/default" in ln.split(" | ")[0]}
+    total = 0.0
+    for t in ("parity", "s3"):
+        plan = read_plan(str(reports[t]))
+        assert plan is not None
+        need = max(float(v) for v in plan.rows["needed"] if v != "")
+        runs = pd.read_csv(reports[t] / "tables" / "runs.csv")
+        held = runs["seed"].nunique()
+        if need <= held:
+            continue
+        got = cells[f"{t}/lstm/default"]
+        cost = (runs["train_seconds"] + runs["capture_seconds"]).mean() * (need - held)
+        assert got[1:4] == [str(held), str(int(need)), str(int(need) - held)]
+        assert float(got[4].replace(",", "")) == pytest.approx(cost, abs=0.5)
+        total += cost
+    assert total > 0 and f"In all: {total:,.0f} CPU s" in section
     assert ROW not in lines  # decided from the kept profiles: not listed
     # combined without any plan, the table has no such section
     res = CliRunner().invoke(main, ["combine", str(bare), "--claims", str(exp), "--out", str(tmp_path / "c2")])
