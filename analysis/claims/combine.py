@@ -24,6 +24,7 @@ direction or test) is refused: its p-values answer another question.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,7 +259,7 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
     res["part"] = ("claim", np.array(sources, dtype=str))
     res["crosscheck_from"] = ("claim", np.array(cross_from, dtype=str))
     if plans:
-        _attach_plans(res, kept, ids, sources, plans)
+        _attach_plans(res, kept, ids, sources, plans, kept_profiles)
     return res
 
 
@@ -278,12 +279,14 @@ class PartPlan:
 
 
 def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sources: list[str],
-                  plans: Sequence[tuple[str, PartPlan]]) -> None:
+                  plans: Sequence[tuple[str, PartPlan]], kept_profiles: Sequence[tuple[str, pd.DataFrame]] = ()
+                  ) -> None:
     """Give each row of ``res`` the plan of the part it came from (:func:`combine_parts`):
     NaN and '' where that part kept no plan of it. A row the part could not plan (its estimate
     on the wrong side of its threshold, planned before plans went towards a contradiction) is
     planned here towards its contradiction, at the combined family's level, from the part's
-    costs (:func:`analysis.claims.planner.contra_plan`)."""
+    costs (:func:`analysis.claims.planner.contra_plan`). A profile claim decided from the kept
+    profiles and still undecided is planned by resampling them (:func:`_profile_plan`)."""
     by_part = {name: (plan, {str(r["claim"]): r for _, r in plan.rows.iterrows()}) for name, plan in plans}
     by_id = {c.id: c for c in claims}
     num = {k: np.full(len(ids), np.nan) for k in PLAN_NUMERIC}
@@ -305,6 +308,16 @@ def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sour
         for k in PLAN_NUMERIC:
             num[k][i] = vals[k]
         notes[i] = note
+    for i, (rid, source) in enumerate(zip(ids, sources, strict=True)):
+        claim = by_id[rid.split("[", 1)[0]]
+        undecided = str(res["verdict"].values[i]) in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE)
+        if claim.kind == "profile_match" and undecided and source.startswith("profiles: "):
+            got = _profile_plan(claim, rid, res.isel(claim=i), kept_profiles, [p for _, p in plans])
+            if got is not None:
+                for k in PLAN_NUMERIC:
+                    v = getattr(got, k)
+                    num[k][i] = np.nan if v is None else float(v)
+                notes[i] = got.reason
     for k, a in num.items():
         res[f"plan_{k}"] = ("claim", a)
     res["plan_note"] = ("claim", np.array(notes, dtype=str))
@@ -316,22 +329,79 @@ def _plan_cells(res: xr.Dataset, by_id: dict[str, Claim], ids: list[str], source
     """Per cell the undecided claims read: the seeds it holds, the most any of them needs, and
     what training it once to that costs (each cell trained once for all its claims, as the
     planner's total): what deciding every undecided claim would take."""
-    reach: dict[Cell, tuple[int, float]] = {}
-    for i, (rid, source) in enumerate(zip(ids, sources, strict=True)):
+    held = {cell: n for p in plans.values() for cell, n in p.held.items()}
+    costs = {cell: c for p in plans.values() for cell, c in p.costs.items()}
+    reach: dict[Cell, int] = {}
+    for i, rid in enumerate(ids):
         need = float(res["plan_needed"].values[i])
         if str(res["verdict"].values[i]) not in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE) or not np.isfinite(need):
             continue
-        plan = plans[source]
-        for cell in declared_cells(by_id[rid.split("[", 1)[0]]) or ():
-            have = plan.held.get(cell, 0)
-            if need > have and need > reach.get(cell, (0, 0.0))[0]:
-                reach[cell] = (int(need), plan.costs.get(cell, np.nan))
+        for cell in _row_cells(by_id[rid.split("[", 1)[0]], rid):
+            if need > held.get(cell, 0) and need > reach.get(cell, 0):
+                reach[cell] = int(need)
     out = []
-    for cell, (need, cost) in sorted(reach.items()):
-        have = next(p.held[cell] for p in plans.values() if cell in p.held)
+    for cell, need in sorted(reach.items()):
+        have, cost = held.get(cell, 0), costs.get(cell, np.nan)
         out.append({"cell": "/".join(cell), "seeds": have, "needed": need, "more": need - have,
                     "cpu_s": (need - have) * cost if np.isfinite(cost) else None})
     return out
+
+
+def _row_cells(claim: Claim, rid: str) -> tuple[Cell, ...]:
+    """The cells a claim row reads: its declared cells, or a profile claim's three tasks for the
+    row's architecture."""
+    if claim.kind == "profile_match":
+        arch = rid.split("[", 1)[1].rstrip("]") if "[" in rid else str(claim.arch)
+        return tuple((str(t), arch, str(claim.variant or "default"))
+                     for t in (claim.task, claim.differs_from, claim.matches) if t is not None)
+    return declared_cells(claim) or ()
+
+
+#: The most seeds a task's cell is planned to for a profile claim.
+PROFILE_MAX = 30
+
+
+def _profile_plan(claim: Claim, rid: str, row: xr.Dataset, kept: Sequence[tuple[str, pd.DataFrame]],
+                  plans: Sequence[PartPlan], power: float = 0.8) -> PlanRow | None:
+    """A profile claim row's plan: the fewest seeds per task (each task's cell keeping at least
+    the seeds it holds) at which the claim is supported with probability ``power`` when seeds
+    are drawn like the observed ones (:func:`analysis.stats.profiles.shape_test_power`, at the
+    level of its Holm step), below that only where the exact test can reach the level at all;
+    what training the missing seeds costs, from the parts' cell costs. None where the kept
+    profiles do not hold its three tasks."""
+    from analysis.claims.profiles import row_profiles
+    from analysis.stats.profiles import attainable_min_p, shape_test_power
+
+    if claim.differs_from is None or claim.matches is None:
+        return None
+    profiles = row_profiles(claim, rid, kept)
+    tasks = (str(claim.task), str(claim.differs_from), str(claim.matches))
+    if not all(t in profiles for t in tasks):
+        return None
+    arrays = [profiles[t].values for t in tasks]
+    held = [int(np.isfinite(a).all(axis=1).sum()) for a in arrays]
+    level = float(row.level) if np.isfinite(float(row.level)) else ALPHA
+    cells = list(_row_cells(claim, rid))
+    costs = {cell: c for p in plans for cell, c in p.costs.items()}
+    claimed, other, matches = arrays
+    now = shape_test_power(claimed, other, matches, (held[0], held[1], held[2]), level)
+    for m in range(min(held), PROFILE_MAX + 1):
+        sizes = (max(m, held[0]), max(m, held[1]), max(m, held[2]))
+        if attainable_min_p(sizes[0], sizes[1]) >= level:
+            continue
+        pw = shape_test_power(claimed, other, matches, sizes, level)
+        if pw >= power:
+            more = max(n - h for n, h in zip(sizes, held, strict=True))
+            lacking = [c for c, n, h in zip(cells, sizes, held, strict=True) if n > h and c not in costs]
+            cpu = math.nan if lacking else float(sum((n - h) * costs.get(c, 0.0)
+                                                     for c, n, h in zip(cells, sizes, held, strict=True)))
+            return PlanRow(rid, min(held), m, more, cpu, now, (
+                f"planned by resampling the kept per-seed profiles: supported in {pw:.0%} of draws with {m} seeds "
+                f"a task ({', '.join(f'{t} {h}' for t, h in zip(tasks, held, strict=True))} now), the exact "
+                f"permutation test at its Holm level {level:.2g}"))
+    return PlanRow(rid, min(held), None, None, math.nan, now,
+                   f"planned by resampling the kept per-seed profiles: not supported in {power:.0%} of draws "
+                   f"with up to {PROFILE_MAX} seeds a task")
 
 
 def _contra_again(claim: Claim, row: xr.Dataset, plan: PartPlan) -> PlanRow | None:

@@ -288,7 +288,9 @@ def profile_row(claim: Claim, profiles: dict[str, xr.DataArray], arch: str) -> d
     task = str(claim.task)
 
     def test(other: str) -> xr.Dataset:
-        pair = xr.concat([profiles[task], profiles[other]], dim=xr.DataArray([task, other], dims="task"))
+        # tasks may hold different seeds: the union, a seed a task lacks all-NaN (the test drops it)
+        pair = xr.concat([profiles[task], profiles[other]], dim=xr.DataArray([task, other], dims="task"),
+                         join="outer")
         return profile_difference_test(pair.transpose("task", "seed", "layer"), rng=0)
 
     same, diff = test(claim.matches), test(claim.differs_from)

@@ -159,6 +159,17 @@ def profiles_rows(claims: Sequence[Claim], todo: Sequence[str],
     return out
 
 
+def row_profiles(claim: Claim, rid: str, parts: Sequence[tuple[str, pd.DataFrame]]) -> dict[str, xr.DataArray]:
+    """The per-seed (seed, layer) profiles of each task of the profile claim row ``rid`` that the
+    parts kept (as :func:`profiles_rows` decides it from them); empty where a task is not kept."""
+    have: dict[str, pd.DataFrame] = {}
+    for _, frame in parts:
+        for (row, task), rows in frame.groupby(["claim", "task"], sort=False):
+            if str(row) == rid:
+                have.setdefault(str(task), rows)
+    return {t: _profile(have[t]) for t in claim_tasks(claim) if t in have}
+
+
 def _unanswerable(claim: Claim, have: dict[str, list[tuple[str, pd.DataFrame]]]) -> str:
     """Why the kept tables of a profile claim row's tasks cannot decide it ('' when they can)."""
     for task, kept in have.items():

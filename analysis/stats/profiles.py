@@ -34,6 +34,7 @@ statistic's spread, and the p as the test.
 from __future__ import annotations
 
 import itertools
+import math
 from math import comb
 from typing import Any
 
@@ -130,6 +131,31 @@ def permutation_shape_test_np(a, b, rng, max_exact=20000, n_permutations=9999):
     hits = int(np.sum(null >= stat - 1e-12 * max(1.0, stat)))
     p = hits / len(null) if exact else (1 + hits) / (1 + len(null))
     return stat, p, exact, len(null)
+
+
+def shape_test_power(claimed: np.ndarray, other: np.ndarray, matches: np.ndarray, sizes: tuple[int, int, int],
+                     level: float, *, rng: np.random.Generator | int = 0, n_resamples: int = 200,
+                     max_exact: int = 20000, n_permutations: int = 4999) -> float:
+    """The chance that a profile claim is supported with ``sizes`` seeds of its three tasks (the
+    claimed task, the one its profile must differ from, the one it must lie closer to), if seeds
+    are drawn like the observed ones: each resample draws that many seeds with replacement from
+    each task's observed per-seed profiles (seed, layer), and counts a success when the
+    permutation shape test of ``claimed`` against ``other`` (:func:`permutation_shape_test_np`)
+    gives p below ``level`` and the claimed task's mean profile lies closer to ``matches``'.
+    The observed seeds are taken as the population (face value, as the seed planner takes an
+    observed effect); random splits beyond ``max_exact`` resolve p to ``1 / (n_permutations + 1)``."""
+    gen = np.random.default_rng(rng)
+    groups = [np.asarray(g, dtype=float) for g in (claimed, other, matches)]
+    groups = [g[np.isfinite(g).all(axis=1)] for g in groups]
+    if any(len(g) < 2 for g in groups) or min(sizes) < 2:
+        return math.nan
+    hits = 0
+    for _ in range(n_resamples):
+        a, b, m = (g[gen.integers(0, len(g), n)] for g, n in zip(groups, sizes, strict=True))
+        _, p, _, _ = permutation_shape_test_np(a, b, gen, max_exact=max_exact, n_permutations=n_permutations)
+        closer = float(shape_distance_np(a.mean(0), m.mean(0))) < float(shape_distance_np(a.mean(0), b.mean(0)))
+        hits += bool(p < level and closer)
+    return hits / n_resamples
 
 
 def attainable_min_p(n_a: int, n_b: int) -> float:

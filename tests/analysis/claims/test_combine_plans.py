@@ -136,3 +136,51 @@ def test_a_part_plan_that_said_only_wrong_side_is_planned_towards_its_contradict
     # read from the store, the plan is the new one already
     stored = read_plan(str(tmp_path / "s.zarr"))
     assert stored is not None and stored.rows.set_index("claim").loc["too-high", "note"] == now.reason
+
+
+def test_an_undecided_profile_claim_is_planned_by_resampling_its_kept_profiles(kept, tmp_path):  # noqa: F811
+    """With 3 seeds a task the exact permutation test cannot reach the claim's level (smallest p
+    2 / C(6, 3) = 0.1); its plan is the fewest seeds a task at which resampled seeds support it
+    in 80% of draws, no fewer than the test can decide with, and what they cost per task."""
+    import pandas as pd
+
+    from analysis.claims.combine import PartPlan, read_profiles
+    from analysis.stats.profiles import attainable_min_p
+
+    base, reports, _ = kept
+    paths = {t: str(base / f"{t}.zarr") for t in TASKS}
+    three = []
+    for p in paths.values():
+        frame = read_profiles(p)
+        assert frame is not None
+        three.append((p, frame[pd.to_numeric(frame["seed"]) < 3]))
+    plans = []
+    for i, (t, p) in enumerate(paths.items()):  # the parts as if they held 3 seeds, 10, 20, 30 s a seed
+        plan = read_plan(p)
+        assert plan is not None
+        plans.append((p, PartPlan(plan.rows, {(t, "lstm", "default"): 10.0 * (i + 1)}, {(t, "lstm", "default"): 3})))
+    combined = combine_parts(parse_claims(CLAIMS), [(p, read_part(p)) for p in paths.values()],
+                             profiles=three, plans=plans)
+    row = combined.sel(claim=ROW)
+    assert str(row.verdict.values) == "inconclusive" and str(row.part.values).startswith("profiles: ")
+    level = float(row.level)
+    fewest = next(m for m in range(3, 30) if attainable_min_p(m, m) < level)
+    assert int(row.plan_needed) == fewest  # the planted profiles differ clearly: power 1 once the test can decide
+    assert int(row.plan_more) == fewest - 3 and int(row.plan_seeds) == 3
+    assert float(row.plan_cpu_s) == pytest.approx((fewest - 3) * (10.0 + 20.0 + 30.0))
+    assert str(row.plan_note.values).startswith("planned by resampling the kept per-seed profiles")
+
+
+def test_the_resampled_power_of_the_shape_test_is_its_level_under_the_null_and_one_far_from_it():
+    from analysis.stats.profiles import shape_test_power
+
+    rng = np.random.default_rng(5)
+    rising = np.linspace(0.5, 1.0, 5)
+    same = [rising + rng.normal(0, 0.05, (12, 5)) for _ in range(3)]
+    # one population: the test's rejections stay near its level (0.05; 400 draws, 3 SE = 0.033)
+    assert shape_test_power(same[0], same[1], same[2], (8, 8, 8), 0.05, n_resamples=400) < 0.05 + 0.033
+    late = np.array([0.5, 0.5, 0.5, 0.55, 1.0]) + rng.normal(0, 0.02, (12, 5))
+    assert shape_test_power(same[0], late, same[2], (6, 6, 6), 0.01) == 1.0
+    # the claim also needs its profile closer to `matches`: never supported when it is not
+    falling = np.linspace(1.0, 0.5, 5) + rng.normal(0, 0.02, (12, 5))
+    assert shape_test_power(same[0], late, falling, (6, 6, 6), 0.01) == 0.0
