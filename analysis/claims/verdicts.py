@@ -303,7 +303,8 @@ def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, st
             return Verdict.INCONCLUSIVE, "", (
                 f"cannot be supported with {n_seeds} seeds per task: the exact permutation test's smallest "
                 f"attainable p is {floor:.3f}, above the level of its Holm step ({_level_text(level)}): "
-                f"{seeds_for_profile_test(level)} seeds per task would be needed")
+                f"{seeds_for_profile_test(level)} seeds per task would be needed with as many in each (fewer in one "
+                "task where the other holds more)")
         return Verdict.INCONCLUSIVE, "", (f"not shown to differ from {claim.differs_from}'s profile while lying "
                                     f"closer to {claim.matches}'s (Holm p = {fmt_p(p)})")
 

@@ -394,7 +394,8 @@ def test_a_profile_claim_that_three_seeds_cannot_decide_says_so(tmp_path):
     assert str(row.verdict.values) == "inconclusive"
     assert float(row.min_p) == pytest.approx(0.1)
     assert ("cannot be supported with 3 seeds per task: the exact permutation test's smallest "
-            "attainable p is 0.100, above the level of its Holm step (0.05): 4 seeds per task would be needed") in str(row.reason.values)
+            "attainable p is 0.100, above the level of its Holm step (0.05): 4 seeds per task would be needed with "
+            "as many in each") in str(row.reason.values)
 
 
 def test_reading_an_experiment_warns_of_a_profile_claim_its_seeds_cannot_decide(tmp_path):
