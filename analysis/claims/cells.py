@@ -53,13 +53,15 @@ def seeds_held(store: Any) -> dict[Cell, int]:
     for rid in store.run_ids():
         a = store.run_attrs(rid)
         seeds.setdefault(cell_of(a), set()).add(int(a.get("seed", 0)))
-    out = {}
-    for cell, got in seeds.items():
-        n = 0
-        while n in got:
-            n += 1
-        out[cell] = n
-    return out
+    return {cell: first_seeds(got) for cell, got in seeds.items()}
+
+
+def first_seeds(got: set[int]) -> int:
+    """How many seeds 0..n-1 ``got`` holds: a gap ends the count."""
+    n = 0
+    while n in got:
+        n += 1
+    return n
 
 
 def run_seconds(attrs: dict) -> float | None:

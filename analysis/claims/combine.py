@@ -34,11 +34,17 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.claims.cells import cell_costs, declared_cells, seeds_held
+from analysis.claims.cells import cell_costs, declared_cells, first_seeds, seeds_held
 from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
-from analysis.claims.planner import SEED_PLAN, WRONG_SIDE, contra_plan
+from analysis.claims.planner import (
+    SEED_PLAN,
+    WRONG_SIDE,
+    contra_plan,
+    missing_seeds,
+    signed_distance,
+)
 from analysis.claims.profiles import CLAIM_PROFILES, missing_words, profiles_frame, profiles_rows
-from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_rows
+from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_archs, claim_rows
 from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Cell
@@ -281,62 +287,53 @@ class PartPlan:
 def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sources: list[str],
                   plans: Sequence[tuple[str, PartPlan]], kept_profiles: Sequence[tuple[str, pd.DataFrame]] = ()
                   ) -> None:
-    """Give each row of ``res`` the plan of the part it came from (:func:`combine_parts`):
-    NaN and '' where that part kept no plan of it. A row the part could not plan (its estimate
-    on the wrong side of its threshold, planned before plans went towards a contradiction) is
-    planned here towards its contradiction, at the combined family's level, from the part's
-    costs (:func:`analysis.claims.planner.contra_plan`). A profile claim decided from the kept
-    profiles and still undecided is planned by resampling them (:func:`_profile_plan`)."""
+    """Give each row of ``res`` (``claims``: each row's claim) the plan of the part it came from
+    (:func:`combine_parts`): NaN and '' where that part kept no plan of it. A row the part could
+    not plan (its estimate on the wrong side of its threshold, planned before plans went towards
+    a contradiction) is planned here towards its contradiction, at the combined family's level,
+    from the part's costs (:func:`analysis.claims.planner.contra_plan`). A profile claim decided
+    from the kept profiles and still undecided is planned by resampling them
+    (:func:`_profile_plan`)."""
     by_part = {name: (plan, {str(r["claim"]): r for _, r in plan.rows.iterrows()}) for name, plan in plans}
-    by_id = {c.id: c for c in claims}
     num = {k: np.full(len(ids), np.nan) for k in PLAN_NUMERIC}
     notes = [""] * len(ids)
-    for i, (rid, source) in enumerate(zip(ids, sources, strict=True)):
+    for i, (claim, rid, source) in enumerate(zip(claims, ids, sources, strict=True)):
+        undecided = str(res["verdict"].values[i]) in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE)
         plan, rows = by_part.get(source, (None, {}))
         r = rows.get(rid)
-        if plan is None or r is None:
-            continue
-        vals = {k: _float(r, k) for k in PLAN_NUMERIC}
-        note = _text(r, "note")
-        undecided = str(res["verdict"].values[i]) in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE)
-        if note == WRONG_SIDE and undecided:
-            again = _contra_again(by_id[rid.split("[", 1)[0]], res.isel(claim=i), plan)
-            if again is not None:
-                vals = {"seeds": float(again.seeds), "needed": np.nan if again.needed is None else float(again.needed),
-                        "more": np.nan if again.more is None else float(again.more), "cpu_s": again.cpu_s}
-                note = again.reason
-        for k in PLAN_NUMERIC:
-            num[k][i] = vals[k]
-        notes[i] = note
-    for i, (rid, source) in enumerate(zip(ids, sources, strict=True)):
-        claim = by_id[rid.split("[", 1)[0]]
-        undecided = str(res["verdict"].values[i]) in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE)
+        got: PlanRow | None = None
         if claim.kind == "profile_match" and undecided and source.startswith("profiles: "):
             got = _profile_plan(claim, rid, res.isel(claim=i), kept_profiles, [p for _, p in plans])
-            if got is not None:
-                for k in PLAN_NUMERIC:
-                    v = getattr(got, k)
-                    num[k][i] = np.nan if v is None else float(v)
-                notes[i] = got.reason
+        elif plan is not None and r is not None and _text(r, "note") == WRONG_SIDE and undecided:
+            got = _contra_again(claim, res.isel(claim=i), plan)
+        if got is not None:
+            for k in PLAN_NUMERIC:
+                v = getattr(got, k)
+                num[k][i] = np.nan if v is None else float(v)
+            notes[i] = got.reason
+        elif r is not None:
+            for k in PLAN_NUMERIC:
+                num[k][i] = _float(r, k)
+            notes[i] = _text(r, "note")
     for k, a in num.items():
         res[f"plan_{k}"] = ("claim", a)
     res["plan_note"] = ("claim", np.array(notes, dtype=str))
-    res.attrs["plan_cells"] = json.dumps(_plan_cells(res, by_id, ids, sources, dict(plans)))
+    res.attrs["plan_cells"] = json.dumps(_plan_cells(res, claims, ids, [p for _, p in plans]))
 
 
-def _plan_cells(res: xr.Dataset, by_id: dict[str, Claim], ids: list[str], sources: list[str],
-                plans: dict[str, PartPlan]) -> list[dict[str, Any]]:
+def _plan_cells(res: xr.Dataset, claims: Sequence[Claim], ids: list[str],
+                plans: Sequence[PartPlan]) -> list[dict[str, Any]]:
     """Per cell the undecided claims read: the seeds it holds, the most any of them needs, and
     what training it once to that costs (each cell trained once for all its claims, as the
     planner's total): what deciding every undecided claim would take."""
-    held = {cell: n for p in plans.values() for cell, n in p.held.items()}
-    costs = {cell: c for p in plans.values() for cell, c in p.costs.items()}
+    held = {cell: n for p in plans for cell, n in p.held.items()}
+    costs = {cell: c for p in plans for cell, c in p.costs.items()}
     reach: dict[Cell, int] = {}
-    for i, rid in enumerate(ids):
+    for i, (claim, rid) in enumerate(zip(claims, ids, strict=True)):
         need = float(res["plan_needed"].values[i])
         if str(res["verdict"].values[i]) not in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE) or not np.isfinite(need):
             continue
-        for cell in _row_cells(by_id[rid.split("[", 1)[0]], rid):
+        for cell in _row_cells(claim, rid):
             if need > held.get(cell, 0) and need > reach.get(cell, 0):
                 reach[cell] = int(need)
     out = []
@@ -351,7 +348,7 @@ def _row_cells(claim: Claim, rid: str) -> tuple[Cell, ...]:
     """The cells a claim row reads: its declared cells, or a profile claim's three tasks for the
     row's architecture."""
     if claim.kind == "profile_match":
-        arch = rid.split("[", 1)[1].rstrip("]") if "[" in rid else str(claim.arch)
+        arch = dict(zip(claim_rows(claim), claim_archs(claim), strict=True)).get(rid, str(claim.arch))
         return tuple((str(t), arch, str(claim.variant or "default"))
                      for t in (claim.task, claim.differs_from, claim.matches) if t is not None)
     return declared_cells(claim) or ()
@@ -391,10 +388,7 @@ def _profile_plan(claim: Claim, rid: str, row: xr.Dataset, kept: Sequence[tuple[
             continue
         pw = shape_test_power(claimed, other, matches, sizes, level)
         if pw >= power:
-            more = max(n - h for n, h in zip(sizes, held, strict=True))
-            lacking = [c for c, n, h in zip(cells, sizes, held, strict=True) if n > h and c not in costs]
-            cpu = math.nan if lacking else float(sum((n - h) * costs.get(c, 0.0)
-                                                     for c, n, h in zip(cells, sizes, held, strict=True)))
+            more, cpu = missing_seeds(cells, m, costs, dict(zip(cells, held, strict=True)))
             return PlanRow(rid, min(held), m, more, cpu, now, (
                 f"planned by resampling the kept per-seed profiles: supported in {pw:.0%} of draws with {m} seeds "
                 f"a task ({', '.join(f'{t} {h}' for t, h in zip(tasks, held, strict=True))} now), the exact "
@@ -411,10 +405,8 @@ def _contra_again(claim: Claim, row: xr.Dataset, plan: PartPlan) -> PlanRow | No
     n = int(float(row.n_seeds)) if np.isfinite(float(row.n_seeds)) else 0
     if cells is None or n < 1:
         return None
-    effect = float(row.estimate) - float(claim.threshold or 0.0)
-    if claim.kind == "bound" and claim.direction == "less":
-        effect = -effect
-    c = ClaimPlan(id=str(row.claim.values), cells=cells, sd=np.nan, effect=effect, level=float(row.level), seeds=n)
+    c = ClaimPlan(id=str(row.claim.values), cells=cells, sd=np.nan, effect=signed_distance(claim, float(row.estimate)),
+                  level=float(row.level), seeds=n)
     return contra_plan(claim, c, estimate=float(row.estimate), se=float(row.se), short=float(row.short),
                        level=float(row.contra_level), costs=plan.costs, held={cell: plan.held.get(cell, n)
                                                                                for cell in cells})
@@ -428,14 +420,12 @@ def read_plan(path: str | Path, *, storage_options: dict | None = None) -> PartP
     of a part without claims of its own)."""
     from store import open_analysis
 
-    p = Path(str(path))
-    if p.is_dir() and (p / "tables").is_dir():
-        p = p / "tables" / "claims.csv"
-    if p.suffix == ".csv":
-        kept = p.with_name(f"{SEED_PLAN}.csv")
+    beside = _report_table(path)
+    if beside is not None:
+        kept = beside.with_name(f"{SEED_PLAN}.csv")
         if not kept.is_file():
             return None
-        costs, held = _report_costs(p.with_name("runs.csv"))
+        costs, held = _report_costs(beside.with_name("runs.csv"))
         return PartPlan(pd.read_csv(kept, dtype=str, keep_default_na=False), costs, held)
     st = open_analysis(str(path), write=False, storage_options=storage_options, results_options=storage_options)
     if SEED_PLAN not in st.results():
@@ -443,6 +433,15 @@ def read_plan(path: str | Path, *, storage_options: dict | None = None) -> PartP
     ds = st.read_result(SEED_PLAN)
     per_claim = [v for v in ds.data_vars if ds[v].dims == ("claim",)]
     return PartPlan(ds[per_claim].to_dataframe().reset_index(), cell_costs(st), seeds_held(st))
+
+
+def _report_table(path: str | Path) -> Path | None:
+    """The claims table a report-side path names (a report folder: its ``tables/claims.csv``; a
+    CSV: itself), beside which the report's other tables lie; None for a store."""
+    p = Path(str(path))
+    if p.is_dir() and (p / "tables").is_dir():
+        return p / "tables" / "claims.csv"
+    return p if p.suffix == ".csv" else None
 
 
 def _report_costs(runs: Path) -> tuple[dict[Cell, float], dict[Cell, int]]:
@@ -460,13 +459,8 @@ def _report_costs(runs: Path) -> tuple[dict[Cell, float], dict[Cell, int]]:
         secs = float(r.get("train_seconds", np.nan)) + (capture if np.isfinite(capture) else 0.0)
         if np.isfinite(secs):
             spent.setdefault(cell, []).append(secs)
-    held = {}
-    for cell, got in seeds.items():
-        n = 0
-        while n in got:
-            n += 1
-        held[cell] = n
-    return {cell: float(np.mean(v)) for cell, v in spent.items()}, held
+    return ({cell: float(np.mean(v)) for cell, v in spent.items()},
+            {cell: first_seeds(got) for cell, got in seeds.items()})
 
 
 def _across_parts(claims: Sequence[Claim], found: dict[str, tuple[str, pd.Series]], view: Any
@@ -493,11 +487,9 @@ def read_profiles(path: str | Path, *, storage_options: dict | None = None) -> p
     kept)."""
     from store import open_analysis
 
-    p = Path(str(path))
-    if p.is_dir() and (p / "tables").is_dir():
-        p = p / "tables" / "claims.csv"
-    if p.suffix == ".csv":
-        kept = p.with_name(f"{CLAIM_PROFILES}.csv")
+    beside = _report_table(path)
+    if beside is not None:
+        kept = beside.with_name(f"{CLAIM_PROFILES}.csv")
         return pd.read_csv(kept, dtype=str, keep_default_na=False) if kept.is_file() else None
     st = open_analysis(str(path), write=False, storage_options=storage_options, results_options=storage_options)
     if CLAIM_PROFILES not in st.results():

@@ -94,9 +94,7 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         if claim.kind == "equivalence":
             alternative, effect = "equivalence", 0.0
         elif claim.kind in ("bound", "readable_by"):
-            alternative, effect = "one-sided", float(r.estimate) - float(claim.threshold or 0.0)
-            if claim.kind == "bound" and claim.direction == "less":
-                effect = -effect  # the effect in the claim's direction: below the threshold
+            alternative, effect = "one-sided", signed_distance(claim, float(r.estimate))
             observed.add(cid)
             if effect < 0:
                 wrong.add(cid)
@@ -144,8 +142,15 @@ def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell
                  if share_power((m,), share, c.level, q=claim.q, n_max=m, top=c.level) >= power), None)
     if need is None:
         return PlanRow(c.id, n, None, None, math.nan, now, f"more than {SHARE_MAX} seeds")
-    more, cpu = _missing(c.cells, need, costs, held)
+    more, cpu = missing_seeds(c.cells, need, costs, held)
     return PlanRow(c.id, n, need, more, cpu, now, "")
+
+
+def signed_distance(claim: Claim, estimate: float) -> float:
+    """A bound or readable_by claim's estimate less its threshold, in the claim's direction
+    (positive: on the side it claims; a bound "less" claims below the threshold)."""
+    effect = estimate - float(claim.threshold or 0.0)
+    return -effect if claim.kind == "bound" and claim.direction == "less" else effect
 
 
 def _num(row: Any, key: str) -> float:
@@ -180,7 +185,7 @@ def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short
                      if share_power((m,), share, lv, q=q, n_max=m, top=lv) >= power), None)
         if need is None:
             return PlanRow(c.id, n, None, None, math.nan, now, f"{CONTRA}: more than {SHARE_MAX} seeds")
-        more, cpu = _missing(c.cells, need, costs, held)
+        more, cpu = missing_seeds(c.cells, need, costs, held)
         return PlanRow(c.id, n, need, more, cpu, now, f"{CONTRA}: the exact sign test of the seeds short of its "
                        f"threshold (share {share:.2f}) at the two-sided level {2 * lv:.2g}")
     other = ClaimPlan(id=c.id, cells=c.cells, sd=sd_per_seed(se=se, n_seeds=c.seeds) if np.isfinite(se) else c.sd,
@@ -194,7 +199,7 @@ def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short
         f"to its threshold, at the two-sided level {2 * lv:.2g}") + (f"; {r.reason}" if r.reason else ""))
 
 
-def _missing(cells: Sequence[Cell], need: int, costs: dict[Cell, float], held: dict[Cell, int]
+def missing_seeds(cells: Sequence[Cell], need: int, costs: dict[Cell, float], held: dict[Cell, int]
              ) -> tuple[int, float]:
     """How many more seeds the cells need to hold ``need`` each (the most any lacks), and their
     CPU seconds (NaN where a cell that lacks seeds has no measured cost)."""
