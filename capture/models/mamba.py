@@ -82,10 +82,43 @@ def _causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
     """Depthwise causal convolution through the module (so hooks fire).
 
     x: (batch, position, channel) -> (batch, position, channel). The module pads k-1 steps
-    on both sides; the first `position` outputs are the causal ones.
+    on both sides; the first `position` outputs are the causal ones. On the fused path, with
+    no hook that would see the module (training), the fused kernels compute just those
+    outputs in this layout (`_FusedCausalConv`: the same bits as through the module, without
+    its transposing copies, padding and slicing).
     """
+    if "forward" in conv.__dict__:  # set_fused_path's instance forward
+        return _fused_causal_conv(conv, x)
     length = x.shape[1]
     return conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether calling `module` would run a hook (its own or a global one)."""
+    from torch.nn.modules import module as nn_module
+
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+        or module._backward_pre_hooks or nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    )
+
+
+@torch.compiler.disable
+def _fused_causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """`_causal_conv` on the fused path (kept out of ``torch.compile``, as the kernels are)."""
+    if not _hooked(conv) and _fused_conv_applies(conv, x.transpose(1, 2)):
+        return _FusedCausalConv.apply(x, conv.weight, conv.bias)
+    length = x.shape[1]
+    return conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+
+
+def _conv_operands(weight: torch.Tensor, bias: torch.Tensor | None, like: torch.Tensor):
+    """The kernels' (k, channels) weight and a bias (zeros when the module has none)."""
+    Wt = weight.detach()[:, 0, :].t().contiguous()
+    b = bias.detach().contiguous() if bias is not None else like.new_zeros(Wt.shape[1])
+    return Wt, b
 
 
 class _FusedConv(torch.autograd.Function):
@@ -98,8 +131,7 @@ class _FusedConv(torch.autograd.Function):
         kernels = fused_kernels()
         assert kernels is not None
         x_t = x.detach().transpose(1, 2).contiguous()  # (batch, length, channels)
-        Wt = weight.detach()[:, 0, :].t().contiguous()  # (k, channels)
-        b = bias.detach().contiguous() if bias is not None else x.new_zeros(x.shape[1])
+        Wt, b = _conv_operands(weight, bias, x_t)  # (k, channels), (channels,)
         batch, length, channels = x_t.shape
         y = x.new_empty(batch, length + Wt.shape[0] - 1, channels)
         kernels.conv_forward(x_t.numpy(), Wt.numpy(), b.numpy(), y.numpy())
@@ -120,6 +152,37 @@ class _FusedConv(torch.autograd.Function):
                               grad_bias.numpy())
         grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
         return grad_x.transpose(1, 2), grad_weight, grad_bias if ctx.has_bias else None
+
+
+class _FusedCausalConv(torch.autograd.Function):
+    """`_FusedConv`'s causal outputs in (batch, length, channels) layout, in and out: what
+    `_causal_conv` takes from the module, through the same kernels (an output of ``length``
+    positions), so with the same bits, and none of the module layout's copies."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        kernels = fused_kernels()
+        assert kernels is not None
+        x_c = x.detach().contiguous()
+        Wt, b = _conv_operands(weight, bias, x_c)
+        y = torch.empty_like(x_c)
+        kernels.conv_forward(x_c.numpy(), Wt.numpy(), b.numpy(), y.numpy())
+        ctx.save_for_backward(x_c, Wt)
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        kernels = fused_kernels()
+        assert kernels is not None
+        x_c, Wt = ctx.saved_tensors
+        grad_x, grad_Wt = torch.empty_like(x_c), torch.empty_like(Wt)
+        grad_bias = x_c.new_empty(x_c.shape[2])
+        kernels.conv_backward(x_c.numpy(), Wt.numpy(), grad_y.contiguous().numpy(), grad_x.numpy(),
+                              grad_Wt.numpy(), grad_bias.numpy())
+        grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
+        return grad_x, grad_weight, grad_bias if ctx.has_bias else None
 
 
 def _fused_conv_applies(conv: nn.Conv1d, x: torch.Tensor) -> bool:

@@ -27,7 +27,8 @@ sums, then added in order.
 The convolution (`conv_forward`, `conv_backward`) is `torch.nn.Conv1d` with one filter per
 channel and k - 1 zeros of padding on each side, computed in (batch, position, channel) layout
 so that its inner loops run over channels; mkldnn's depthwise backward took 2.5-3x its time
-(docs/measured.md, "Training speed").
+(docs/measured.md, "Training speed"). Given an output of only the first ``length`` positions
+(the causal ones a mixer keeps), it computes just those, with the same bits.
 
 Compiled on first import, for float32 and float64, with ``cache=True``: numba writes the
 machine code next to this file (``__pycache__``) or, where that is read-only, to its user
@@ -218,12 +219,14 @@ def conv_forward(x, Wt, bias, y):  # pragma: no cover - compiled
 
     x: (batch, length, channels); Wt: (k, channels), the weight transposed; bias:
     (channels,); y: (batch, length + k - 1, channels), y[b, t] = bias + sum_j Wt[j]
-    x[b, t + j - (k - 1)] over the positions inside x, j ascending.
+    x[b, t + j - (k - 1)] over the positions inside x, j ascending. A shorter y gets the
+    first y.shape[1] of those outputs (the causal ones: y.shape[1] = length), each computed
+    exactly as in the full output.
     """
     batch, length, channels = x.shape
     k = Wt.shape[0]
     for b in range(batch):
-        for t in range(length + k - 1):
+        for t in range(y.shape[1]):
             for c in range(channels):
                 y[b, t, c] = bias[c]
             for j in range(k):
@@ -243,13 +246,16 @@ _SIG_CONV_BWD = [
 @njit(cache=True)
 def conv_backward(x, Wt, gy, grad_x, grad_Wt, grad_bias):  # pragma: no cover - compiled
     """The gradients of ``sum(gy * y)`` for `conv_forward`'s y, written into the ``grad_*``
-    (shapes of x, Wt and bias); sums over batch rows and positions in ascending order."""
+    (shapes of x, Wt and bias); sums over batch rows and positions in ascending order. gy may
+    be shorter, as y may: the outputs past it count as having gradient 0, so the terms they
+    would add (each an exact 0) are left out and the sums keep their bits."""
     batch, length, channels = x.shape
     k = Wt.shape[0]
+    outputs = gy.shape[1]
     grad_Wt[:] = 0
     grad_bias[:] = 0
     for b in range(batch):
-        for t in range(length + k - 1):
+        for t in range(outputs):
             for c in range(channels):
                 grad_bias[c] += gy[b, t, c]
         for s in range(length):
@@ -257,6 +263,8 @@ def conv_backward(x, Wt, gy, grad_x, grad_Wt, grad_bias):  # pragma: no cover - 
                 grad_x[b, s, c] = 0
             for j in range(k):
                 t = s + (k - 1) - j  # the output position x[s] meets tap j at
+                if t >= outputs:
+                    continue
                 for c in range(channels):
                     grad_x[b, s, c] += Wt[j, c] * gy[b, t, c]
                 for c in range(channels):

@@ -214,6 +214,47 @@ def test_fused_conv_equals_the_module_outputs_and_gradients(k):
     assert torch.autograd.gradcheck(mamba_paths._FusedConv.apply, inputs)
 
 
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_fused_causal_conv_is_the_modules_causal_outputs(k):
+    g = torch.Generator().manual_seed(k)
+    conv = torch.nn.Conv1d(21, 21, k, groups=21, padding=k - 1).double()
+    wide = torch.randn(3, 9, 30, generator=g, dtype=torch.float64)
+    x = wide[..., 4:25].requires_grad_()  # a slice of a wider tensor, as in_proj's output is
+    fused = mamba_paths._FusedCausalConv.apply(x, conv.weight, conv.bias)
+    reference = conv(x.transpose(1, 2))[..., :9].transpose(1, 2)
+    torch.testing.assert_close(fused, reference, atol=1e-12, rtol=0)
+    inputs = [x, conv.weight, conv.bias]
+    weights = torch.randn(fused.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((fused * weights).sum(), inputs)
+    for a, b in zip(grads, torch.autograd.grad((reference * weights).sum(), inputs), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    assert torch.autograd.gradcheck(mamba_paths._FusedCausalConv.apply, inputs)
+
+
+@pytest.mark.parametrize("arch", ["mamba", "mamba2"])
+def test_training_without_hooks_takes_the_causal_conv_with_the_same_bits(arch, monkeypatch):
+    # the fused path's training call (no hooks: the causal outputs straight from the kernels)
+    # gives the bits of the call through the module (a hook on it: what capture does)
+    model = build_model(ModelConfig(arch=arch, d_model=32, n_layers=2), vocab_size=5,
+                        n_classes=3, seed=0).train()
+    mamba_paths.set_fused_path(model, True)
+    tokens = torch.randint(0, 5, (4, 40), generator=torch.Generator().manual_seed(0))
+    calls: list[str] = []
+    original = mamba_paths._FusedCausalConv.apply
+    monkeypatch.setattr(mamba_paths._FusedCausalConv, "apply",
+                        lambda *a: calls.append("causal") or original(*a))
+    logits, grads = _logits_and_grads(model, tokens)
+    assert calls == ["causal"] * 2  # one per layer, no module call
+    seen = []
+    hooks = [m.conv1d.register_forward_hook(lambda m, i, o: seen.append(o.shape)) for m in model._mixers()]
+    logits_hooked, grads_hooked = _logits_and_grads(model, tokens)
+    for hook in hooks:
+        hook.remove()
+    assert len(seen) == 2 and calls == ["causal"] * 2  # hooked: through the module
+    assert torch.equal(logits, logits_hooked)
+    assert all(torch.equal(a, b) for a, b in zip(grads, grads_hooked, strict=True))
+
+
 def test_without_the_kernels_the_torch_scan_runs_after_one_warning(monkeypatch):
     inputs = [x.detach() for x in _inputs(torch.float32)]
     monkeypatch.delattr(capture.models, "scan_kernels", raising=False)
