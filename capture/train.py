@@ -142,7 +142,17 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
         set_fused_path(model, True)
     if not cfg.compile:
         return model
+    # A worker process trains run after run, and every (architecture, task) shape is compiled
+    # once more for the frames the models share (their embeddings and heads differ in size):
+    # past dynamo's default 8 entries per frame, a later run's frame would run eager, silently
+    # slower. A grid has 20 cells; 64 leaves room for capture lengths and batch sizes too.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_VARIANTS)
     return cast(Callable[[torch.Tensor], torch.Tensor], torch.compile(model, dynamic=False))
+
+
+#: Compiled variants kept per code frame in a process with ``[train] compile`` (dynamo's
+#: ``recompile_limit``, 8 by default).
+COMPILED_VARIANTS = 64
 
 
 class Stopping:
