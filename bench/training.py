@@ -26,8 +26,10 @@ its recorded training seconds (``docs/results/jiang2026_cpu/<task>/tables/runs.c
 ``per_run``: seconds per training run to the stopping rule, estimated per cell as steps
 (seed 0's recorded count) x the measured step + that run's batches + its evaluations, under each
 setting side by side: ``before`` (the default path, what the committed runs used) and
-``after`` (the ``[train]`` options of ``AFTER`` for that architecture: ``fused_kernels`` for
-Mamba, ``fused_kernels`` and ``compile`` for Mamba-2).
+``after`` (the ``[train]`` options of ``AFTER`` for that architecture: ``compile`` for GPT-NeoX,
+``fused_kernels`` and ``compile`` for Mamba and Mamba-2; a compiling run's first step, its
+compile time, is counted). ``step_ratio_to_transformer``: each step over GPT-NeoX's eager
+step, and (``after_to_after``) the "after" steps over GPT-NeoX's own "after" step.
 ``seed_sum``: the sum over the 20 cells of one seed, before and after, and their ratio
 (goal: at most 0.5). Steps-to-stop are the recorded ones, so a rule that ends runs earlier
 (``plateau_delta``) is not in the estimate: it has to be measured by training.

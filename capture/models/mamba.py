@@ -17,7 +17,9 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   (`set_fused_path`, the ``[train] fused_kernels`` option), CPU tensors only: the torch paths
   with the depthwise Conv1D, Mamba's selective scan and Mamba-2's one-block weights computed
   by fused numba kernels (`capture.models.scan_kernels`), where they compiled. Same function,
-  other float rounding, so it is opt-in and recorded. (Mamba-2's scan as a fused recurrence
+  other float rounding, so it is opt-in and recorded. With no hook on the Conv1D (training)
+  its causal outputs come straight from the kernels in the mixer's layout, with the same bits
+  as through the module (`_causal_conv`). (Mamba-2's scan as a fused recurrence
   was slower than the block; docs/measured.md, "Training speed".)
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
