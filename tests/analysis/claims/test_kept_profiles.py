@@ -5,6 +5,7 @@ holding every task, after the stores themselves are gone."""
 from __future__ import annotations
 
 import shutil
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from analysis.claims.evaluate import stored_probe_profiles
 from analysis.claims.profiles import CLAIM_PROFILES, COLUMNS
 from analysis.claims.spec import StaleResultError
 from analysis.claims.stored import evaluate_stored_claims, keep_profiles
+from layerstate.experiment import load_claims
 from store import Store
 from tests.analysis.claims.test_view import CLAIMS as VIEW_CLAIMS
 from tests.analysis.claims.test_view import SHAPES, _part
@@ -98,6 +100,26 @@ def test_the_combine_command_reads_report_folders(kept, tmp_path):
     res = CliRunner().invoke(main, ["combine", *map(str, reports.values()), "--claims", str(exp)])
     assert res.exit_code == 0, res.output
     assert f"{ROW}: supported" in res.output
+
+
+def test_combine_does_not_repeat_what_the_files_grid_of_3_seeds_can_reach(kept, tmp_path):
+    # the experiment's [grid] holds 3 seeds, which cannot decide a profile claim; the parts hold
+    # 5 each and decide it, so the file's warning would be noise here
+    from layerstate.cli import main
+
+    _, reports, _ = kept
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[experiment]\nname = "x"\n[grid]\ntasks = ["parity", "s3", "dyck"]\narchs = ["lstm"]\n'
+                   'seeds = [0, 1, 2]\n' + "".join("[[claims]]\n" + "".join(
+                       f"{k} = {v!r}\n".replace("'", '"') for k, v in c.items()) for c in CLAIMS))
+    with pytest.warns(UserWarning, match="cannot be supported with 3 seeds"):
+        load_claims(exp)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = CliRunner().invoke(main, ["combine", *map(str, reports.values()), "--claims", str(exp)])
+    assert res.exit_code == 0, res.output
+    assert f"{ROW}: supported" in res.output
+    assert not [w for w in seen if "cannot be supported" in str(w.message)]
 
 
 def test_a_task_no_part_kept_is_named(kept):
