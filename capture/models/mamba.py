@@ -144,16 +144,8 @@ class _FusedConv(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y):
-        kernels = fused_kernels()
-        assert kernels is not None
-        x_t, Wt = ctx.saved_tensors
-        grad_x, grad_Wt = torch.empty_like(x_t), torch.empty_like(Wt)
-        grad_bias = x_t.new_empty(x_t.shape[2])
-        gy = grad_y.transpose(1, 2).contiguous()
-        kernels.conv_backward(x_t.numpy(), Wt.numpy(), gy.numpy(), grad_x.numpy(), grad_Wt.numpy(),
-                              grad_bias.numpy())
-        grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
-        return grad_x.transpose(1, 2), grad_weight, grad_bias if ctx.has_bias else None
+        grad_x, grad_weight, grad_bias = _conv_grads(ctx, grad_y.transpose(1, 2))
+        return grad_x.transpose(1, 2), grad_weight, grad_bias
 
 
 class _FusedCausalConv(torch.autograd.Function):
@@ -176,15 +168,22 @@ class _FusedCausalConv(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y):
-        kernels = fused_kernels()
-        assert kernels is not None
-        x_c, Wt = ctx.saved_tensors
-        grad_x, grad_Wt = torch.empty_like(x_c), torch.empty_like(Wt)
-        grad_bias = x_c.new_empty(x_c.shape[2])
-        kernels.conv_backward(x_c.numpy(), Wt.numpy(), grad_y.contiguous().numpy(), grad_x.numpy(),
-                              grad_Wt.numpy(), grad_bias.numpy())
-        grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
-        return grad_x, grad_weight, grad_bias if ctx.has_bias else None
+        return _conv_grads(ctx, grad_y)
+
+
+def _conv_grads(ctx, gy: torch.Tensor):
+    """The fused convolution's gradients for output gradient ``gy`` in (batch, position,
+    channel) layout (the module's whole output, or its causal part): those of x in that
+    layout, of the module's weight, and of its bias (None without one)."""
+    kernels = fused_kernels()
+    assert kernels is not None
+    x_c, Wt = ctx.saved_tensors
+    grad_x, grad_Wt = torch.empty_like(x_c), torch.empty_like(Wt)
+    grad_bias = x_c.new_empty(x_c.shape[2])
+    kernels.conv_backward(x_c.numpy(), Wt.numpy(), gy.contiguous().numpy(), grad_x.numpy(), grad_Wt.numpy(),
+                          grad_bias.numpy())
+    grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
+    return grad_x, grad_weight, grad_bias if ctx.has_bias else None
 
 
 def _fused_conv_applies(conv: nn.Conv1d, x: torch.Tensor) -> bool:
