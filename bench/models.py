@@ -196,7 +196,7 @@ def mamba_fused_scan(rounds: int = 7) -> dict:
         B, C = (torch.randn(batch, length, d_state, generator=g) for _ in range(2))
         grad_y = torch.randn(batch, length, d_inner, generator=g)
         inputs = [x.requires_grad_() for x in (u, delta, A, B, C)]
-        paths = {"torch": lambda *x: _SelectiveScan.apply(*x, 8), "fused": _FusedScan.apply}
+        paths = {"torch": lambda *x: _SelectiveScan.apply(*x, 8), "fused": lambda *x: _FusedScan.apply(*x, False)}
         times: dict[str, dict[str, list[float]]] = {p: {"forward": [], "backward": []} for p in paths}
         results = {}
         for i in range(rounds + 1):  # the first round warms up

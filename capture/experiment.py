@@ -144,12 +144,32 @@ class TrainConfig(BaseModel):
                     "the default path; still deterministic, and a resumed run bit-identical. Other "
                     "architectures are unaffected.",
     )
+    fused_kernels_fma: bool = Field(
+        default=False,
+        description="With fused_kernels: Mamba's selective scan through the kernels' twins "
+                    "compiled with fused multiply-adds (each a * b + c rounded once): faster steps "
+                    "(docs/measured.md), another float rounding again; deterministic on a given CPU. "
+                    "Mamba-2 and other architectures are unaffected.",
+    )
+    fused_adamw: bool = Field(
+        default=False,
+        description="AdamW through torch's fused kernel (one pass over all parameters instead of "
+                    "a loop of tensor operations): a faster optimiser step (docs/measured.md), "
+                    "float rounding differs; deterministic, and a resumed run bit-identical.",
+    )
     plateau_delta: float = Field(
         default=0.0, ge=0, lt=1,
         description="A plateau rule: an evaluation resets `patience` only when it beats the best "
                     "held-out accuracy so far by more than this (0: by anything, the old rule); "
                     "the best weights are kept either way.",
     )
+
+    @model_validator(mode="after")
+    def _fma_needs_the_kernels(self) -> TrainConfig:
+        if self.fused_kernels_fma and not self.fused_kernels:
+            raise ValueError("fused_kernels_fma = true needs fused_kernels = true (it picks among the "
+                             "fused kernels): set both, or drop fused_kernels_fma")
+        return self
 
 
 class CaptureConfig(BaseModel):

@@ -16,7 +16,9 @@ interrupted. A checkpoint left by a different ``[train]`` config is discarded.
 Speed options, each off unless the experiment's ``[train]`` sets it (so a file that does not
 trains as before, bit for bit, and records the same ``train_config``): ``compile`` trains
 through ``torch.compile`` (:func:`training_forward`), ``fused_kernels`` runs Mamba and Mamba-2
-through fused CPU kernels (:func:`training_forward`), ``plateau_delta`` stops a run whose
+through fused CPU kernels (:func:`training_forward`), ``fused_kernels_fma`` takes Mamba's scan
+through their twins with fused multiply-adds, ``fused_adamw`` steps AdamW with torch's fused
+kernel (:func:`adamw`), ``plateau_delta`` stops a run whose
 held-out accuracy has stopped gaining more than that (:class:`Stopping`). Each is recorded
 in the run's ``train_config``, and a resumed run ends as one never interrupted.
 
@@ -139,7 +141,7 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
     if cfg.fused_kernels:
         from capture.models.mamba import set_fused_path
 
-        set_fused_path(model, True)
+        set_fused_path(model, True, fma=cfg.fused_kernels_fma)
     if not cfg.compile:
         return model
     # A worker process trains run after run, and every (architecture, task) shape is compiled
@@ -148,6 +150,16 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
     # slower. A grid has 20 cells; 64 leaves room for capture lengths and batch sizes too.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_VARIANTS)
     return cast(Callable[[torch.Tensor], torch.Tensor], torch.compile(model, dynamic=False))
+
+
+def adamw(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """The run's AdamW: torch's default implementation (a loop of tensor operations over the
+    parameters, what runs trained before ``[train] fused_adamw`` record), or with that option
+    its fused kernel, one pass over every parameter (0.3x the optimiser's time at the Jiang
+    shapes, docs/measured.md; other rounding, deterministic). Its state, and so a checkpoint,
+    is the same either way."""
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             fused=True if cfg.fused_adamw else None)
 
 
 #: Compiled variants kept per code frame in a process with ``[train] compile`` (dynamo's
@@ -208,7 +220,7 @@ def fit(
     """
     device = model_device(model)
     forward = training_forward(model, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = adamw(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
     train_task, valid_task = split_config(task, "train"), split_config(task, "eval")
     valid = valid_task.generate(rng_for(seed, STREAM_VALID), cfg.n_eval, cfg.length)
@@ -494,7 +506,8 @@ _TRAIN_FIELDS_IGNORED = frozenset({"threads", "checkpoint_seconds"})
 
 #: Opt-in [train] fields and the value that means "off": a run recorded without one was
 #: trained with it off, and one trained with it off records no such field (as before it existed).
-_OPT_IN_DEFAULTS = {"compile": False, "fused_kernels": False, "plateau_delta": 0.0}
+_OPT_IN_DEFAULTS = {"compile": False, "fused_kernels": False, "fused_kernels_fma": False,
+                    "fused_adamw": False, "plateau_delta": 0.0}
 
 
 def recorded_config(cfg: TrainConfig) -> dict:

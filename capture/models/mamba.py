@@ -19,7 +19,9 @@ gets its own ``forward`` (`install_mixer_paths`), which picks one path per call:
   by fused numba kernels (`capture.models.scan_kernels`), where they compiled. Same function,
   other float rounding, so it is opt-in and recorded. With no hook on the Conv1D (training)
   its causal outputs come straight from the kernels in the mixer's layout, with the same bits
-  as through the module (`_causal_conv`). (Mamba-2's scan as a fused recurrence
+  as through the module (`_causal_conv`). ``"torch-fused-scan-fma"`` (Mamba, ``[train]
+  fused_kernels_fma`` as well): the scan's kernels compiled with fused multiply-adds, another
+  rounding again. (Mamba-2's scan as a fused recurrence
   was slower than the block; docs/measured.md, "Training speed".)
 - ``"torch-reference"``: `transformers`' forward as written, on request
   (`set_reference_path`): the reference the tests and the benchmark hold the fast path to.
@@ -216,8 +218,8 @@ def mamba_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor
     dt, B, C = mixer.x_proj(x).split(sizes, dim=-1)  # B, C: (batch, position, d_state)
     delta = F.softplus(mixer.dt_proj(dt))  # (batch, position, d_inner)
     A = -torch.exp(mixer.A_log.float())  # (d_inner, d_state)
-    fused = getattr(mixer, "layerstate_fused", False)
-    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate, fused=fused)
+    fused, fma = getattr(mixer, "layerstate_fused", False), getattr(mixer, "layerstate_fma", False)
+    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate, fused=fused, fma=fma)
     return mixer.out_proj(y.to(hidden_states.dtype))
 
 
@@ -291,7 +293,7 @@ def _mixer_forward(mixer, hidden_states, cache=None, attention_mask=None, **kwar
     return mamba2_torch_forward(mixer, hidden_states)
 
 
-_TORCH_PATHS = ("torch-fast-scan", "torch-fused-scan", "torch-ssd", "torch-ssd-fused")
+_TORCH_PATHS = ("torch-fast-scan", "torch-fused-scan", "torch-fused-scan-fma", "torch-ssd", "torch-ssd-fused")
 
 
 def _torch_path(mixer: Any, device: torch.device | None = None) -> str:
@@ -299,6 +301,8 @@ def _torch_path(mixer: Any, device: torch.device | None = None) -> str:
     # torch.compile traces no import
     fused = getattr(mixer, "layerstate_fused", False) and (device is None or device.type == "cpu")
     if _is_mamba1(mixer):
+        if fused and getattr(mixer, "layerstate_fma", False):
+            return "torch-fused-scan-fma"
         return "torch-fused-scan" if fused else "torch-fast-scan"
     return "torch-ssd-fused" if fused else "torch-ssd"
 
@@ -309,18 +313,22 @@ def install_mixer_paths(mixers: list[Any]) -> None:
         mixer.forward = types.MethodType(_mixer_forward, mixer)
         mixer.layerstate_reference = False
         mixer.layerstate_fused = False
+        mixer.layerstate_fma = False
 
 
-def set_fused_path(model: nn.Module, enabled: bool) -> int:
+def set_fused_path(model: nn.Module, enabled: bool, fma: bool = False) -> int:
     """Run the Mamba and Mamba-2 mixers in `model` through the fused CPU kernels (True: their
     Conv1D, and Mamba's scan) or the torch paths (False, or True where the kernels did not
     compile: `fused_kernels` warns once); returns the number of mixers set (0: none in
-    `model`). The Conv1D modules stay modules (hooks see them): each gets an instance
-    ``forward`` that uses the kernels, removed again by ``enabled=False``."""
+    `model`). ``fma`` (``[train] fused_kernels_fma``): Mamba's scan through the kernels' twins
+    with fused multiply-adds (path "torch-fused-scan-fma"; Mamba-2 is unchanged). The Conv1D
+    modules stay modules (hooks see them): each gets an instance ``forward`` that uses the
+    kernels, removed again by ``enabled=False``."""
     mixers: list[Any] = [m for m in model.modules() if hasattr(m, "layerstate_reference")]
     on = bool(enabled) and bool(mixers) and fused_kernels() is not None  # else one warning: off
     for mixer in mixers:
         mixer.layerstate_fused = on
+        mixer.layerstate_fma = on and bool(fma)
         if on:
             mixer.conv1d.forward = types.MethodType(_fused_conv_forward, mixer.conv1d)
         else:

@@ -26,7 +26,9 @@ obvious autograd loop; the tests hold the two equal, outputs and gradients.
 
 ``selective_scan(..., fused=True)`` (the ``[train] fused_kernels`` option) computes the same
 function with compiled loops instead (`capture.models.scan_kernels`, through `_FusedScan`):
-0.37x this path's time, equal to it up to float rounding, so opt-in.
+0.37x this path's time, equal to it up to float rounding, so opt-in. ``fma=True`` as well
+(``[train] fused_kernels_fma``) uses the kernels' twins with fused multiply-adds, faster again
+and rounded differently again.
 """
 
 from __future__ import annotations
@@ -161,28 +163,33 @@ class _FusedScan(torch.autograd.Function):
     a time. Its backward is not itself differentiable (``once_differentiable``)."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C):
-        kernels = fused_kernels()
-        assert kernels is not None  # selective_scan only comes here when they compiled
+    def forward(ctx, u, delta, A, B, C, fma):
+        forward, _ = _scan_kernels(fma)
         u, delta, B, C = (x.detach().contiguous() for x in (u, delta, B, C))
         At = A.detach().t().contiguous()  # (d_state, d_inner): the kernels' inner loop is d_inner
         y = torch.empty_like(u)
-        kernels.scan_forward(u.numpy(), delta.numpy(), At.numpy(), B.numpy(), C.numpy(), y.numpy())
+        forward(u.numpy(), delta.numpy(), At.numpy(), B.numpy(), C.numpy(), y.numpy())
         ctx.save_for_backward(u, delta, At, B, C)
+        ctx.fma = fma
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y):
-        kernels = fused_kernels()
-        assert kernels is not None
+        _, backward = _scan_kernels(ctx.fma)
         u, delta, At, B, C = ctx.saved_tensors
         grads = [torch.empty_like(x) for x in (u, delta, At, B, C)]
-        kernels.scan_backward(
-            *(x.numpy() for x in (u, delta, At, B, C)), _numpy(grad_y), *(g.numpy() for g in grads)
-        )
+        backward(*(x.numpy() for x in (u, delta, At, B, C)), _numpy(grad_y), *(g.numpy() for g in grads))
         grad_u, grad_delta, grad_At, grad_B, grad_C = grads
-        return grad_u, grad_delta, grad_At.t(), grad_B, grad_C
+        return grad_u, grad_delta, grad_At.t(), grad_B, grad_C, None
+
+
+def _scan_kernels(fma: bool):
+    """The fused scan's (forward, backward) kernels: as declared by ``fused_kernels``, or
+    (``fma``) their twins with fused multiply-adds (``fused_kernels_fma``)."""
+    kernels = fused_kernels()
+    assert kernels is not None  # selective_scan only comes here when they compiled
+    return kernels.contracted_scan() if fma else (kernels.scan_forward, kernels.scan_backward)
 
 
 def fused_usable(*tensors: torch.Tensor) -> bool:
@@ -206,6 +213,7 @@ def selective_scan(
     z: torch.Tensor,
     chunk: int = CHUNK,
     fused: bool = False,
+    fma: bool = False,
 ) -> torch.Tensor:
     """Mamba-1's gated selective scan, fast on the CPU (runs on any device).
 
@@ -230,6 +238,10 @@ def selective_scan(
         Compute the scan with the fused numba kernels (`capture.models.scan_kernels`) where
         `fused_usable` says they apply; the same function, other float rounding (~1e-7
         relative). Elsewhere, and by default, the chunked torch scan.
+    fma : bool
+        With ``fused``: the kernels' twins compiled with fused multiply-adds
+        (`scan_kernels.contracted_scan`, the ``[train] fused_kernels_fma`` option): faster,
+        another rounding again.
 
     Returns
     -------
@@ -237,17 +249,17 @@ def selective_scan(
     """
     # at least float32: products of decays underflow quickly in half precision
     dtype = torch.promote_types(u.dtype, torch.float32)
-    y = _scan(*(x.to(dtype) for x in (u, delta, A, B, C)), chunk, fused)
+    y = _scan(*(x.to(dtype) for x in (u, delta, A, B, C)), chunk, fused, fma)
     return (y + u * D) * F.silu(z)
 
 
 @torch.compiler.disable
-def _scan(u, delta, A, B, C, chunk, fused=False):
+def _scan(u, delta, A, B, C, chunk, fused=False, fma=False):
     """The custom function, kept out of ``torch.compile``: traced, its per-step loops unroll
     into a graph whose compiled training step was 4.6x slower than eager (docs/measured.md,
     "Training speed"); around it the rest of the model compiles. Eager calls are unchanged."""
     if fused and fused_usable(u, delta, A, B, C):
-        return _FusedScan.apply(u, delta, A, B, C)
+        return _FusedScan.apply(u, delta, A, B, C, fma)
     return _SelectiveScan.apply(u, delta, A, B, C, chunk)
 
 

@@ -40,7 +40,10 @@ path is asked for.
 
 from __future__ import annotations
 
+import functools
 import math
+from types import FunctionType
+from typing import Any
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -145,7 +148,6 @@ def scan_backward(u, delta, At, B, C, gy, grad_u, grad_delta, grad_At, grad_B, g
     du = np.empty(d_inner, dtype)
     g_du = np.empty(d_inner, dtype)  # dL/d(delta u) at t
     g_log = np.empty(d_inner, dtype)  # sum_n dL/d(delta A)[n] A[n] at t
-    g_logn = np.empty(d_inner, dtype)  # dL/d(delta A)[n] at t
     lanes_b = np.empty(LANES, dtype)
     lanes_c = np.empty(LANES, dtype)
     whole = d_inner - d_inner % LANES
@@ -158,9 +160,9 @@ def scan_backward(u, delta, At, B, C, gy, grad_u, grad_delta, grad_At, grad_B, g
             for n in range(d_state):
                 bn = B[b, t, n]
                 for i in range(d_inner):
-                    decays[t, n, i] = _exp(delta[b, t, i] * At[n, i])
-                for i in range(d_inner):
-                    states[t + 1, n, i] = decays[t, n, i] * states[t, n, i] + du[i] * bn
+                    d = _exp(delta[b, t, i] * At[n, i])
+                    decays[t, n, i] = d
+                    states[t + 1, n, i] = d * states[t, n, i] + du[i] * bn
         G[:] = 0
         for t in range(length - 1, -1, -1):
             for i in range(d_inner):
@@ -169,35 +171,38 @@ def scan_backward(u, delta, At, B, C, gy, grad_u, grad_delta, grad_At, grad_B, g
                 g_log[i] = 0
             for n in range(d_state):
                 bn, cn = B[b, t, n], C[b, t, n]
-                # G[t] = gy[t] C[t] + (the carry from t + 1, already through its decay)
-                for i in range(d_inner):
-                    g = G[n, i] + gy[b, t, i] * cn
-                    G[n, i] = g
-                    g_du[i] += g * bn
-                # grad_C[t, n] = sum_i gy[t, i] h[t, i, n]; grad_B[t, n] = sum_i G[t, i, n] du[t, i]
+                # one pass over d_inner per (t, n), LANES at a time, for every term:
+                # G[t] = gy[t] C[t] + (the carry from t + 1, already through its decay);
+                # grad_C[t, n] = sum_i gy[t, i] h[t, i, n]; grad_B[t, n] = sum_i G[t, i, n] du[t, i];
+                # dL/d(delta A)[i, n] = G h[t-1] exp(delta A); G carried back through the decay
                 lanes_b[:] = 0
                 lanes_c[:] = 0
                 for i0 in range(0, whole, LANES):
                     for k in range(LANES):
-                        lanes_c[k] += gy[b, t, i0 + k] * states[t + 1, n, i0 + k]
-                        lanes_b[k] += G[n, i0 + k] * du[i0 + k]
+                        i = i0 + k
+                        g = G[n, i] + gy[b, t, i] * cn
+                        g_du[i] += g * bn
+                        lanes_c[k] += gy[b, t, i] * states[t + 1, n, i]
+                        lanes_b[k] += g * du[i]
+                        x = g * states[t, n, i] * decays[t, n, i]
+                        g_log[i] += x * At[n, i]
+                        G[n, i] = g * decays[t, n, i]
+                        grad_At[n, i] += x * delta[b, t, i]
                 total_b, total_c = lanes_b[0], lanes_c[0]
                 for k in range(1, LANES):
                     total_b += lanes_b[k]
                     total_c += lanes_c[k]
-                for i in range(whole, d_inner):
-                    total_b += G[n, i] * du[i]
+                for i in range(whole, d_inner):  # the ragged rest, added after the lanes
+                    g = G[n, i] + gy[b, t, i] * cn
+                    g_du[i] += g * bn
                     total_c += gy[b, t, i] * states[t + 1, n, i]
+                    total_b += g * du[i]
+                    x = g * states[t, n, i] * decays[t, n, i]
+                    g_log[i] += x * At[n, i]
+                    G[n, i] = g * decays[t, n, i]
+                    grad_At[n, i] += x * delta[b, t, i]
                 grad_B[b, t, n] = total_b
                 grad_C[b, t, n] = total_c
-                # dL/d(delta A)[i, n] = G h[t-1] exp(delta A); G carried back through the decay
-                for i in range(d_inner):
-                    x = G[n, i] * states[t, n, i] * decays[t, n, i]
-                    g_logn[i] = x
-                    g_log[i] += x * At[n, i]
-                    G[n, i] *= decays[t, n, i]
-                for i in range(d_inner):
-                    grad_At[n, i] += g_logn[i] * delta[b, t, i]
             for i in range(d_inner):
                 grad_u[b, t, i] = g_du[i] * delta[b, t, i]
                 grad_delta[b, t, i] = g_du[i] * u[b, t, i] + g_log[i]
@@ -445,9 +450,9 @@ def ssd_weights_backward(dt, A, B, C, GW, grad_dt, grad_A, grad_B, grad_C):  # p
                         grad_B[b, g, s, m] += v * C[b, g, t, m]
 
 
-def _compile() -> None:
-    """Compile (or load from numba's cache) every kernel for its float64 and float32
-    signatures, then allow no others (a call with other types is a TypeError, not a compile).
+def _compile(scans, convs=()) -> None:
+    """Compile (or load from numba's cache) each ``(kernel, (float32, float64 signature))`` for
+    both signatures, then allow no others (a call with other types is a TypeError, not a compile).
 
     The scans' float32 code is compiled with LLVM's loop vectoriser held to 16 lanes (one 512-bit
     register of float32): on AVX-512 CPUs LLVM otherwise prefers 256-bit vectors, and the
@@ -458,9 +463,6 @@ def _compile() -> None:
     (loops that cannot be vectorised, such as float64's ``math.exp`` calls, are reported on
     stderr by LLVM under a forced width).
     """
-    scans = ((scan_forward, _SIG_FWD), (scan_backward, _SIG_BWD),
-             (ssd_weights, _SIG_SSD), (ssd_weights_backward, _SIG_SSD_BWD))
-    convs = ((conv_forward, _SIG_CONV), (conv_backward, _SIG_CONV_BWD))
     for kernel, (_, float64) in (*scans, *convs):
         kernel.compile(float64)
     for kernel, (float32, _) in convs:  # a loop of conv_backward's would be reported too
@@ -475,4 +477,37 @@ def _compile() -> None:
         kernel.disable_compile()
 
 
-_compile()
+_compile(scans=((scan_forward, _SIG_FWD), (scan_backward, _SIG_BWD),
+                (ssd_weights, _SIG_SSD), (ssd_weights_backward, _SIG_SSD_BWD)),
+         convs=((conv_forward, _SIG_CONV), (conv_backward, _SIG_CONV_BWD)))
+
+
+# -- Mamba-1's scan with fused multiply-adds (the ``[train] fused_kernels_fma`` option) --------
+
+
+@functools.cache
+def contracted_scan() -> tuple[Any, Any]:
+    """`scan_forward` and `scan_backward` compiled with fused multiply-adds: the same loops
+    under numba's ``fastmath={"contract"}`` (and no other fastmath flag), so each ``a * b + c``
+    in them may become one instruction, rounded once instead of twice. No sum is reordered and
+    the result is still fixed by the inputs, on a given CPU; but it is another rounding than
+    the kernels above (~1e-7 relative), so it is its own option, recorded. Measured at the
+    Jiang shapes (batch 64, L = 40, d_inner 256, d_state 16): forward 0.7x, backward 0.8x of
+    the kernels above (docs/measured.md). Mamba-2's kernels gained at most 0.3 ms a layer
+    this way and are left as they are.
+
+    Compiled on first call (about 4 s; loaded from numba's cache later), in separate cache
+    files (their own names), for float32 and float64."""
+    pair = (_contracted(scan_forward), _contracted(scan_backward))
+    _compile(scans=((pair[0], _SIG_FWD), (pair[1], _SIG_BWD)))
+    return pair
+
+
+def _contracted(kernel):
+    """A twin of a kernel, compiled with ``fastmath={"contract"}`` under the name
+    ``<name>_fma`` (numba keys its cache files by name, not by compile flags)."""
+    f = kernel.py_func
+    twin = FunctionType(f.__code__, f.__globals__, f.__name__ + "_fma", f.__defaults__, f.__closure__)
+    twin.__qualname__ = f.__qualname__ + "_fma"
+    twin.__doc__ = f.__doc__
+    return njit(cache=True, fastmath={"contract"})(twin)

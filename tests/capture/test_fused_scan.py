@@ -61,17 +61,35 @@ def test_fused_scan_in_float64_agrees_with_the_chunked_scan_to_float64_rounding(
         torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-11)
 
 
-def test_fused_backward_is_the_exact_gradient():
+@pytest.mark.parametrize("fma", [False, True])
+def test_fused_backward_is_the_exact_gradient(fma):
     inputs = _inputs(torch.float64, length=6, d_inner=18, d_state=3)[:5]
-    assert torch.autograd.gradcheck(_FusedScan.apply, inputs)
+    assert torch.autograd.gradcheck(lambda *x: _FusedScan.apply(*x, fma), inputs)
 
 
-def test_fused_scan_is_deterministic_bit_for_bit():
+@pytest.mark.parametrize("fma", [False, True])
+def test_fused_scan_is_deterministic_bit_for_bit(fma):
     inputs = _inputs(torch.float32, batch=4, length=20, d_inner=48, d_state=16, seed=2)
-    first, grads = _output_and_grads(selective_scan, inputs, fused=True)
-    again, grads_again = _output_and_grads(selective_scan, inputs, fused=True)
+    first, grads = _output_and_grads(selective_scan, inputs, fused=True, fma=fma)
+    again, grads_again = _output_and_grads(selective_scan, inputs, fused=True, fma=fma)
     assert torch.equal(first, again)
     assert all(torch.equal(a, b) for a, b in zip(grads, grads_again, strict=True))
+
+
+@pytest.mark.parametrize(("length", "d_inner", "d_state"), [(13, 5, 4), (9, 37, 16)])
+def test_the_fma_scan_matches_the_reference_and_rounds_differently(length, d_inner, d_state):
+    """The kernels' twins with fused multiply-adds compute the same function (held to the
+    reference loop as the kernels are) with another rounding: were the flag lost, the option
+    would record a rounding that did not happen."""
+    inputs = _inputs(torch.float32, batch=8, length=length, d_inner=d_inner, d_state=d_state, seed=3)
+    fma, grads = _output_and_grads(selective_scan, inputs, fused=True, fma=True)
+    reference, grads_ref = _output_and_grads(selective_scan_reference, inputs)
+    torch.testing.assert_close(fma, reference, atol=1e-5, rtol=0)
+    for name, a, b in zip("u delta A B C D z".split(), grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=0, msg=name)
+    exact, grads_exact = _output_and_grads(selective_scan, inputs, fused=True)
+    assert not torch.equal(fma, exact)
+    assert not all(torch.equal(a, b) for a, b in zip(grads, grads_exact, strict=True))
 
 
 def test_fused_scan_applies_only_to_cpu_float32_and_float64():
@@ -287,13 +305,29 @@ def test_the_train_option_is_off_unless_set_and_recorded_when_set(tmp_path):
     on = tiny_experiment(arch="mamba", steps=10, train={**spec.train.model_dump(), "fused_kernels": True})
     with pytest.raises(RunConflictError, match="fused_kernels: False stored, True now"):
         check_trained_with(st, spec.run_id, on.runs()[0].train)
+    assert not {"fused_kernels_fma", "fused_adamw"} & set(attrs["train_config"])
+    for option in ("fused_kernels_fma", "fused_adamw"):
+        on = tiny_experiment(arch="mamba", steps=10,
+                             train={**spec.train.model_dump(), "fused_kernels": True, option: True})
+        with pytest.raises(RunConflictError, match=f"{option}: False stored, True now"):
+            check_trained_with(st, spec.run_id, on.runs()[0].train)
+    training_forward(model, TrainConfig(fused_kernels=True, fused_kernels_fma=True))
+    assert model.implementation == "torch-fused-scan-fma"
 
 
-@pytest.mark.parametrize(("arch", "path"), [("mamba", "torch-fused-scan"), ("mamba2", "torch-ssd-fused")])
-def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch, path):
+def test_fma_without_the_fused_kernels_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="fused_kernels_fma = true needs fused_kernels = true"):
+        TrainConfig(fused_kernels_fma=True)
+
+
+@pytest.mark.parametrize(("arch", "path", "more"), [
+    ("mamba", "torch-fused-scan", {}), ("mamba2", "torch-ssd-fused", {}),
+    ("mamba", "torch-fused-scan-fma", {"fused_kernels_fma": True, "fused_adamw": True}),
+])
+def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch, path, more):
     options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
                "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0,
-               "fused_kernels": True}
+               "fused_kernels": True, **more}
     base = tiny_experiment(arch=arch, steps=40, train=options)
     whole, again = Store.create(str(tmp_path / "whole.zarr")), Store.create(str(tmp_path / "again.zarr"))
     train_run(whole, base.runs()[0])
@@ -311,6 +345,7 @@ def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch,
     assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
     attrs = whole.run_attrs(spec.run_id)
     assert attrs["train_config"]["fused_kernels"] is True and attrs["implementation"] == path
+    assert all(attrs["train_config"][k] is True for k in more)
 
 
 def test_the_fused_kernels_run_under_compile_and_agree_with_eager():
