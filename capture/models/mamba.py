@@ -230,6 +230,8 @@ def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tenso
     gate, xbc, dt = mixer.in_proj(hidden_states).split(
         [mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1
     )
+    if getattr(mixer, "layerstate_fused", False):
+        gate, xbc, dt = gate.contiguous(), xbc.contiguous(), dt.contiguous()
     # Mamba-2 convolves x, B and C together: no_conv un-convolves all three
     xbc = mixer.act(_causal_conv(mixer.conv1d, xbc))
     x, B, C = xbc.split([mixer.intermediate_size, groups_state, groups_state], dim=-1)

@@ -70,8 +70,14 @@ def ssd_block(
     x = x.float()
     A, B, C = A.float(), B.float(), C.float()
     if fused and fused_block_usable(x, dt, A, B, C):
-        y = _fused_block(x, dt, A, B, C)
-        return y + D.float()[:, None] * x if D is not None else y
+        # in (batch, heads, length, head_dim) layout throughout, the products' own: x is laid
+        # out so once, where it is computed (compiled: inside the producing kernel), and the
+        # block's output and the gradients that come back need no further transposing copies
+        xh = x.transpose(1, 2).contiguous()
+        y = _fused_block(xh, dt, A, B, C)
+        if D is not None:
+            y = y + D.float()[:, None, None] * xh
+        return y.transpose(1, 2).contiguous()
     # log-decay from s to t as a difference of running sums, in float64: in float32 the
     # difference of two sums of a few hundred terms loses digits the exponent then keeps
     total = torch.cumsum((dt * A.float()).double(), dim=1).transpose(1, 2)  # (b, h, l)
@@ -103,24 +109,25 @@ def _kernels_compiled() -> bool:
 
 
 @torch.compiler.disable
-def _fused_block(x, dt, A, B, C):
+def _fused_block(xh, dt, A, B, C):
     """`_FusedBlock`, kept out of ``torch.compile`` (its kernels are opaque to it)."""
-    return _FusedBlock.apply(x, dt, A, B, C)
+    return _FusedBlock.apply(xh, dt, A, B, C)
 
 
 class _FusedBlock(torch.autograd.Function):
     """The scan from a zero state with its weights W built by `scan_kernels.ssd_weights`:
-    y[b, :, h] = W[b, h] x[b, :, h], a batched matrix product. Float32, or float64 (one dtype;
-    the tests check its gradients in float64). x: (batch, length, heads, head_dim); dt:
-    (batch, length, heads), after bias, softplus and clamp; A: (heads,); B, C: (batch, length,
-    groups, d_state). Keeps its inputs and W (batch x heads x length^2 floats, 6.5 MB at the
-    Jiang shapes) for the backward; not itself differentiable twice."""
+    y[b, h] = W[b, h] x[b, h], a batched matrix product. Float32, or float64 (one dtype;
+    the tests check its gradients in float64). x: (batch, heads, length, head_dim),
+    contiguous; dt: (batch, length, heads), after bias, softplus and clamp; A: (heads,); B, C:
+    (batch, length, groups, d_state). Returns y like x, and x's gradient in the same layout.
+    Keeps its inputs and W (batch x heads x length^2 floats, 6.5 MB at the Jiang shapes) for
+    the backward; not itself differentiable twice."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C):
+    def forward(ctx, xh, dt, A, B, C):
         kernels = fused_kernels()
         assert kernels is not None
-        xh = x.detach().transpose(1, 2).contiguous()  # (batch, heads, length, head_dim)
+        xh = xh.detach().contiguous()  # (batch, heads, length, head_dim)
         dth = dt.detach().transpose(1, 2).contiguous()  # (batch, heads, length)
         Bg, Cg = (t.detach().transpose(1, 2).contiguous() for t in (B, C))  # (b, groups, l, n)
         A_ = A.detach().contiguous()
@@ -128,7 +135,7 @@ class _FusedBlock(torch.autograd.Function):
         W = xh.new_empty(batch, heads, length, length)
         kernels.ssd_weights(dth.numpy(), A_.numpy(), Bg.numpy(), Cg.numpy(), W.numpy())
         ctx.save_for_backward(xh, dth, A_, Bg, Cg, W)
-        return torch.matmul(W, xh).transpose(1, 2)
+        return torch.matmul(W, xh)
 
     @staticmethod
     @once_differentiable
@@ -136,8 +143,8 @@ class _FusedBlock(torch.autograd.Function):
         kernels = fused_kernels()
         assert kernels is not None
         xh, dth, A_, Bg, Cg, W = ctx.saved_tensors
-        gy = grad_y.transpose(1, 2).contiguous()  # (batch, heads, length, head_dim)
-        grad_x = torch.matmul(W.transpose(-1, -2), gy).transpose(1, 2)
+        gy = grad_y.contiguous()  # (batch, heads, length, head_dim)
+        grad_x = torch.matmul(W.transpose(-1, -2), gy)
         GW = torch.matmul(gy, xh.transpose(-1, -2))  # (batch, heads, length, length), contiguous
         grads = [torch.empty_like(t) for t in (dth, A_, Bg, Cg)]
         kernels.ssd_weights_backward(dth.numpy(), A_.numpy(), Bg.numpy(), Cg.numpy(), GW.numpy(),

@@ -137,7 +137,8 @@ def test_fused_block_matches_the_torch_block_outputs_and_gradients(length, heads
 def test_fused_block_backward_is_the_exact_gradient():
     x, dt, A, B, C, _, _ = _block_inputs(torch.float64, length=7, heads=4, head_dim=3, groups=2, d_state=2)
     dt = F.softplus(dt.detach()).requires_grad_()  # the kernels take dt after softplus
-    assert torch.autograd.gradcheck(ssd._FusedBlock.apply, (x, dt, A, B, C))
+    xh = x.detach().transpose(1, 2).contiguous().requires_grad_()  # the block's (b, h, l, d) layout
+    assert torch.autograd.gradcheck(ssd._FusedBlock.apply, (xh, dt, A, B, C))
 
 
 def test_fused_block_is_deterministic_and_free_of_subnormal_products():
