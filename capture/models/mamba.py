@@ -213,12 +213,17 @@ def mamba_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor
     """Mamba-1 mixer, pure PyTorch with the fast scan: (batch, position, d_model) -> same."""
     # (batch, position, d_inner) each
     x, gate = mixer.in_proj(hidden_states).chunk(2, dim=-1)
+    fused = getattr(mixer, "layerstate_fused", False)
+    if fused:  # see mamba2_torch_forward
+        x, gate = x.contiguous(), gate.contiguous()
     x = mixer.act(_causal_conv(mixer.conv1d, x))
     sizes = [mixer.time_step_rank, mixer.ssm_state_size, mixer.ssm_state_size]
     dt, B, C = mixer.x_proj(x).split(sizes, dim=-1)  # B, C: (batch, position, d_state)
+    if fused:
+        dt, B, C = dt.contiguous(), B.contiguous(), C.contiguous()
     delta = F.softplus(mixer.dt_proj(dt))  # (batch, position, d_inner)
     A = -torch.exp(mixer.A_log.float())  # (d_inner, d_state)
-    fused, fma = getattr(mixer, "layerstate_fused", False), getattr(mixer, "layerstate_fma", False)
+    fma = getattr(mixer, "layerstate_fma", False)
     y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate, fused=fused, fma=fma)
     return mixer.out_proj(y.to(hidden_states.dtype))
 
@@ -231,6 +236,9 @@ def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tenso
         [mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1
     )
     if getattr(mixer, "layerstate_fused", False):
+        # contiguous where they are made: the kernels take contiguous inputs, and under
+        # torch.compile the gradients of strided slices crossing a graph break are copied to
+        # their strides (AOTAutograd); the same values, so the same bits
         gate, xbc, dt = gate.contiguous(), xbc.contiguous(), dt.contiguous()
     # Mamba-2 convolves x, B and C together: no_conv un-convolves all three
     xbc = mixer.act(_causal_conv(mixer.conv1d, xbc))
