@@ -17,7 +17,8 @@ Speed options, each off unless the experiment's ``[train]`` sets it (so a file t
 trains as before, bit for bit, and records the same ``train_config``): ``compile`` trains
 through ``torch.compile`` (:func:`training_forward`), ``fused_kernels`` runs Mamba and Mamba-2
 through fused CPU kernels (:func:`training_forward`), ``fused_kernels_fma`` takes Mamba's scan
-through their twins with fused multiply-adds, ``fused_adamw`` steps AdamW with torch's fused
+through their twins with fused multiply-adds, ``compile_through_kernels`` lets
+``torch.compile`` trace through the fused kernels (as torch operators), ``fused_adamw`` steps AdamW with torch's fused
 kernel (:func:`adamw`), ``plateau_delta`` stops a run whose
 held-out accuracy has stopped gaining more than that (:class:`Stopping`). Each is recorded
 in the run's ``train_config``, and a resumed run ends as one never interrupted.
@@ -141,7 +142,7 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
     if cfg.fused_kernels:
         from capture.models.mamba import set_fused_path
 
-        set_fused_path(model, True, fma=cfg.fused_kernels_fma)
+        set_fused_path(model, True, fma=cfg.fused_kernels_fma, traced=cfg.compile_through_kernels)
     if not cfg.compile:
         return model
     # A worker process trains run after run, and every (architecture, task) shape is compiled
@@ -507,7 +508,7 @@ _TRAIN_FIELDS_IGNORED = frozenset({"threads", "checkpoint_seconds"})
 #: Opt-in [train] fields and the value that means "off": a run recorded without one was
 #: trained with it off, and one trained with it off records no such field (as before it existed).
 _OPT_IN_DEFAULTS = {"compile": False, "fused_kernels": False, "fused_kernels_fma": False,
-                    "fused_adamw": False, "plateau_delta": 0.0}
+                    "compile_through_kernels": False, "fused_adamw": False, "plateau_delta": 0.0}
 
 
 def recorded_config(cfg: TrainConfig) -> dict:

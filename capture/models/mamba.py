@@ -43,11 +43,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 from transformers.models.mamba2 import modeling_mamba2
 
 from capture.models import ssd
-from capture.models.scan import fused_kernels, selective_scan
+from capture.models.fused_ops import (
+    fused_call,
+    fused_depthwise_conv,
+    fused_kernels,
+    kernels_compiled,
+)
+from capture.models.scan import selective_scan
 
 # The widths the causal-conv1d CUDA kernel accepts (docs/measured.md, "Models"); others use
 # the torch path.
@@ -82,17 +87,17 @@ def _is_mamba1(mixer: Any) -> bool:
     return hasattr(mixer, "x_proj")
 
 
-def _causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+def _causal_conv(conv: nn.Conv1d, x: torch.Tensor, traced: bool = False) -> torch.Tensor:
     """Depthwise causal convolution through the module (so hooks fire).
 
     x: (batch, position, channel) -> (batch, position, channel). The module pads k-1 steps
     on both sides; the first `position` outputs are the causal ones. On the fused path, with
     no hook that would see the module (training), the fused kernels compute just those
-    outputs in this layout (`_FusedCausalConv`: the same bits as through the module, without
-    its transposing copies, padding and slicing).
+    outputs in this layout (`fused_ops.fused_depthwise_conv`: the same bits as through the module, without
+    its transposing copies, padding and slicing); ``traced``: as `fused_ops.fused_call` says.
     """
     if "forward" in conv.__dict__:  # set_fused_path's instance forward
-        return _fused_causal_conv(conv, x)
+        return fused_call(traced, _fused_causal_conv, conv, x)
     length = x.shape[1]
     return conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
 
@@ -109,83 +114,13 @@ def _hooked(module: nn.Module) -> bool:
     )
 
 
-@torch.compiler.disable
 def _fused_causal_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
-    """`_causal_conv` on the fused path (kept out of ``torch.compile``, as the kernels are)."""
-    if not _hooked(conv) and _fused_conv_applies(conv, x.transpose(1, 2)):
-        return _FusedCausalConv.apply(x, conv.weight, conv.bias)
+    """`_causal_conv` on the fused path: the fused operator, which ``torch.compile`` traces
+    through, unless a hook would see the module (capture)."""
     length = x.shape[1]
+    if not _hooked(conv) and _fused_conv_applies(conv, x.transpose(1, 2)):
+        return fused_depthwise_conv(x, conv.weight, conv.bias, length)
     return conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
-
-
-def _conv_operands(weight: torch.Tensor, bias: torch.Tensor | None, like: torch.Tensor):
-    """The kernels' (k, channels) weight and a bias (zeros when the module has none)."""
-    Wt = weight.detach()[:, 0, :].t().contiguous()
-    b = bias.detach().contiguous() if bias is not None else like.new_zeros(Wt.shape[1])
-    return Wt, b
-
-
-class _FusedConv(torch.autograd.Function):
-    """A depthwise ``nn.Conv1d`` (``padding = k - 1``) through `scan_kernels.conv_forward` and
-    `scan_kernels.conv_backward`: (batch, channels, length) -> (batch, channels, length + k - 1),
-    as the module returns it. Not itself differentiable twice."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        kernels = fused_kernels()
-        assert kernels is not None
-        x_t = x.detach().transpose(1, 2).contiguous()  # (batch, length, channels)
-        Wt, b = _conv_operands(weight, bias, x_t)  # (k, channels), (channels,)
-        batch, length, channels = x_t.shape
-        y = x.new_empty(batch, length + Wt.shape[0] - 1, channels)
-        kernels.conv_forward(x_t.numpy(), Wt.numpy(), b.numpy(), y.numpy())
-        ctx.save_for_backward(x_t, Wt)
-        ctx.has_bias = bias is not None
-        return y.transpose(1, 2)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y):
-        grad_x, grad_weight, grad_bias = _conv_grads(ctx, grad_y.transpose(1, 2))
-        return grad_x.transpose(1, 2), grad_weight, grad_bias
-
-
-class _FusedCausalConv(torch.autograd.Function):
-    """`_FusedConv`'s causal outputs in (batch, length, channels) layout, in and out: what
-    `_causal_conv` takes from the module, through the same kernels (an output of ``length``
-    positions), so with the same bits, and none of the module layout's copies."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        kernels = fused_kernels()
-        assert kernels is not None
-        x_c = x.detach().contiguous()
-        Wt, b = _conv_operands(weight, bias, x_c)
-        y = torch.empty_like(x_c)
-        kernels.conv_forward(x_c.numpy(), Wt.numpy(), b.numpy(), y.numpy())
-        ctx.save_for_backward(x_c, Wt)
-        ctx.has_bias = bias is not None
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y):
-        return _conv_grads(ctx, grad_y)
-
-
-def _conv_grads(ctx, gy: torch.Tensor):
-    """The fused convolution's gradients for output gradient ``gy`` in (batch, position,
-    channel) layout (the module's whole output, or its causal part): those of x in that
-    layout, of the module's weight, and of its bias (None without one)."""
-    kernels = fused_kernels()
-    assert kernels is not None
-    x_c, Wt = ctx.saved_tensors
-    grad_x, grad_Wt = torch.empty_like(x_c), torch.empty_like(Wt)
-    grad_bias = x_c.new_empty(x_c.shape[2])
-    kernels.conv_backward(x_c.numpy(), Wt.numpy(), gy.contiguous().numpy(), grad_x.numpy(), grad_Wt.numpy(),
-                          grad_bias.numpy())
-    grad_weight = grad_Wt.t().unsqueeze(1).contiguous()
-    return grad_x, grad_weight, grad_bias if ctx.has_bias else None
 
 
 def _fused_conv_applies(conv: nn.Conv1d, x: torch.Tensor) -> bool:
@@ -196,35 +131,43 @@ def _fused_conv_applies(conv: nn.Conv1d, x: torch.Tensor) -> bool:
         and conv.padding_mode == "zeros" and x.dim() == 3
         and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
         and conv.weight.dtype == x.dtype
-        and fused_kernels() is not None
+        and kernels_compiled()
     )
 
 
-@torch.compiler.disable
 def _fused_conv_forward(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
     """The instance ``forward`` a mixer's Conv1D gets on the fused path: the same output
-    through the fused kernels where they apply, the module's own forward elsewhere."""
+    through the fused operator where it applies, the module's own forward elsewhere."""
     if _fused_conv_applies(conv, x):
-        return _FusedConv.apply(x, conv.weight, conv.bias)
+        outputs = x.shape[2] + conv.kernel_size[0] - 1
+        return fused_depthwise_conv(x.transpose(1, 2), conv.weight, conv.bias, outputs).transpose(1, 2)
     return type(conv).forward(conv, x)
+
+
+def _fused_layout(mixer: Any, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """On the fused path, the parts of a projection's output each made contiguous where they
+    are made: the kernels take contiguous inputs, and under torch.compile the gradients of
+    strided slices crossing a graph break are copied to their strides (AOTAutograd). The same
+    values, so the same bits. Elsewhere the parts as they are."""
+    if getattr(mixer, "layerstate_fused", False):
+        return tuple(part.contiguous() for part in parts)
+    return parts
 
 
 def mamba_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tensor:
     """Mamba-1 mixer, pure PyTorch with the fast scan: (batch, position, d_model) -> same."""
-    # (batch, position, d_inner) each
-    x, gate = mixer.in_proj(hidden_states).chunk(2, dim=-1)
     fused = getattr(mixer, "layerstate_fused", False)
-    if fused:  # see mamba2_torch_forward
-        x, gate = x.contiguous(), gate.contiguous()
-    x = mixer.act(_causal_conv(mixer.conv1d, x))
+    traced = getattr(mixer, "layerstate_traced", False)
+    # (batch, position, d_inner) each
+    x, gate = _fused_layout(mixer, *mixer.in_proj(hidden_states).chunk(2, dim=-1))
+    x = mixer.act(_causal_conv(mixer.conv1d, x, traced))
     sizes = [mixer.time_step_rank, mixer.ssm_state_size, mixer.ssm_state_size]
-    dt, B, C = mixer.x_proj(x).split(sizes, dim=-1)  # B, C: (batch, position, d_state)
-    if fused:
-        dt, B, C = dt.contiguous(), B.contiguous(), C.contiguous()
+    # B, C: (batch, position, d_state)
+    dt, B, C = _fused_layout(mixer, *mixer.x_proj(x).split(sizes, dim=-1))
     delta = F.softplus(mixer.dt_proj(dt))  # (batch, position, d_inner)
     A = -torch.exp(mixer.A_log.float())  # (d_inner, d_state)
     fma = getattr(mixer, "layerstate_fma", False)
-    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate, fused=fused, fma=fma)
+    y = selective_scan(x, delta, A, B, C, mixer.D.float(), gate, fused=fused, fma=fma, traced=traced)
     return mixer.out_proj(y.to(hidden_states.dtype))
 
 
@@ -232,16 +175,12 @@ def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tenso
     """Mamba-2 mixer, pure PyTorch: (batch, position, d_model) -> same."""
     batch, length, _ = hidden_states.shape
     groups_state = mixer.n_groups * mixer.ssm_state_size
-    gate, xbc, dt = mixer.in_proj(hidden_states).split(
+    traced = getattr(mixer, "layerstate_traced", False)
+    gate, xbc, dt = _fused_layout(mixer, *mixer.in_proj(hidden_states).split(
         [mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1
-    )
-    if getattr(mixer, "layerstate_fused", False):
-        # contiguous where they are made: the kernels take contiguous inputs, and under
-        # torch.compile the gradients of strided slices crossing a graph break are copied to
-        # their strides (AOTAutograd); the same values, so the same bits
-        gate, xbc, dt = gate.contiguous(), xbc.contiguous(), dt.contiguous()
+    ))
     # Mamba-2 convolves x, B and C together: no_conv un-convolves all three
-    xbc = mixer.act(_causal_conv(mixer.conv1d, xbc))
+    xbc = mixer.act(_causal_conv(mixer.conv1d, xbc, traced))
     x, B, C = xbc.split([mixer.intermediate_size, groups_state, groups_state], dim=-1)
     args = (
         x.view(batch, length, mixer.num_heads, mixer.head_dim),
@@ -252,7 +191,7 @@ def mamba2_torch_forward(mixer: Any, hidden_states: torch.Tensor) -> torch.Tenso
     )
     common = {"D": mixer.D, "dt_bias": mixer.dt_bias, "dt_softplus": True, "dt_limit": mixer.time_step_limit}
     if length <= ssd.BLOCK_MAX:
-        y = ssd.ssd_block(*args, **common, fused=getattr(mixer, "layerstate_fused", False))
+        y = ssd.ssd_block(*args, **common, fused=getattr(mixer, "layerstate_fused", False), traced=traced)
     else:
         y = torch_chunk_scan()(*args, chunk_size=mixer.chunk_size, **common)
     y = mixer.norm(y.reshape(batch, length, -1), gate)  # (batch, position, d_inner)
@@ -324,14 +263,17 @@ def install_mixer_paths(mixers: list[Any]) -> None:
         mixer.layerstate_reference = False
         mixer.layerstate_fused = False
         mixer.layerstate_fma = False
+        mixer.layerstate_traced = False
 
 
-def set_fused_path(model: nn.Module, enabled: bool, fma: bool = False) -> int:
+def set_fused_path(model: nn.Module, enabled: bool, fma: bool = False, traced: bool = False) -> int:
     """Run the Mamba and Mamba-2 mixers in `model` through the fused CPU kernels (True: their
     Conv1D, and Mamba's scan) or the torch paths (False, or True where the kernels did not
     compile: `fused_kernels` warns once); returns the number of mixers set (0: none in
     `model`). ``fma`` (``[train] fused_kernels_fma``): Mamba's scan through the kernels' twins
-    with fused multiply-adds (path "torch-fused-scan-fma"; Mamba-2 is unchanged). The Conv1D
+    with fused multiply-adds (path "torch-fused-scan-fma"; Mamba-2 is unchanged). ``traced``
+    (``[train] compile_through_kernels``): ``torch.compile`` traces through the kernels'
+    operators instead of breaking its graphs around them (`fused_ops.fused_call`). The Conv1D
     modules stay modules (hooks see them): each gets an instance ``forward`` that uses the
     kernels, removed again by ``enabled=False``."""
     mixers: list[Any] = [m for m in model.modules() if hasattr(m, "layerstate_reference")]
@@ -339,6 +281,7 @@ def set_fused_path(model: nn.Module, enabled: bool, fma: bool = False) -> int:
     for mixer in mixers:
         mixer.layerstate_fused = on
         mixer.layerstate_fma = on and bool(fma)
+        mixer.layerstate_traced = on and bool(traced)
         if on:
             mixer.conv1d.forward = types.MethodType(_fused_conv_forward, mixer.conv1d)
         else:

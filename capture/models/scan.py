@@ -25,7 +25,7 @@ the loop, 2.2x (L = 40) to 3x (L = 120); the same custom function over whole mat
 obvious autograd loop; the tests hold the two equal, outputs and gradients.
 
 ``selective_scan(..., fused=True)`` (the ``[train] fused_kernels`` option) computes the same
-function with compiled loops instead (`capture.models.scan_kernels`, through `_FusedScan`):
+function with compiled loops instead (`capture.models.scan_kernels`, through the `fused_ops.fused_scan` operator):
 0.37x this path's time, equal to it up to float rounding, so opt-in. ``fma=True`` as well
 (``[train] fused_kernels_fma``) uses the kernels' twins with fused multiply-adds, faster again
 and rounded differently again.
@@ -33,13 +33,10 @@ and rounded differently again.
 
 from __future__ import annotations
 
-import functools
-import warnings
-from types import ModuleType
-
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
+
+from capture.models.fused_ops import fused_call, fused_scan, kernels_compiled
 
 # Steps per chunk: 8 was fastest of 2-32 at batch 64, d_inner 256, d_state 16 (bench/models.py).
 CHUNK = 8
@@ -135,71 +132,14 @@ class _SelectiveScan(torch.autograd.Function):
         return grad_u, grad_delta, grad_A, grad_B, grad_C, None
 
 
-@functools.cache
-def fused_kernels() -> ModuleType | None:
-    """`capture.models.scan_kernels`, compiled (or loaded from numba's cache) on first call;
-    None, after one warning, where numba is missing or cannot compile it."""
-    try:
-        from capture.models import scan_kernels
-    except Exception as exc:  # no numba, no writable cache, a compiler error: all mean no
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        warnings.warn(
-            f"fused CPU kernels unavailable ({type(exc).__name__}: {reason}); the torch scan "
-            "runs instead -- install numba (pip install numba) or leave [train] fused_kernels off",
-            RuntimeWarning, stacklevel=2,
-        )
-        return None
-    return scan_kernels
-
-
-def _numpy(x: torch.Tensor):
-    return x.detach().contiguous().numpy()
-
-
-class _FusedScan(torch.autograd.Function):
-    """`_SelectiveScan`'s function through `capture.models.scan_kernels` (CPU, float32/64).
-
-    Keeps only its inputs for the backward pass, which recomputes the states a batch row at
-    a time. Its backward is not itself differentiable (``once_differentiable``)."""
-
-    @staticmethod
-    def forward(ctx, u, delta, A, B, C, fma):
-        forward, _ = _scan_kernels(fma)
-        u, delta, B, C = (x.detach().contiguous() for x in (u, delta, B, C))
-        At = A.detach().t().contiguous()  # (d_state, d_inner): the kernels' inner loop is d_inner
-        y = torch.empty_like(u)
-        forward(u.numpy(), delta.numpy(), At.numpy(), B.numpy(), C.numpy(), y.numpy())
-        ctx.save_for_backward(u, delta, At, B, C)
-        ctx.fma = fma
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y):
-        _, backward = _scan_kernels(ctx.fma)
-        u, delta, At, B, C = ctx.saved_tensors
-        grads = [torch.empty_like(x) for x in (u, delta, At, B, C)]
-        backward(*(x.numpy() for x in (u, delta, At, B, C)), _numpy(grad_y), *(g.numpy() for g in grads))
-        grad_u, grad_delta, grad_At, grad_B, grad_C = grads
-        return grad_u, grad_delta, grad_At.t(), grad_B, grad_C, None
-
-
-def _scan_kernels(fma: bool):
-    """The fused scan's (forward, backward) kernels: as declared by ``fused_kernels``, or
-    (``fma``) their twins with fused multiply-adds (``fused_kernels_fma``)."""
-    kernels = fused_kernels()
-    assert kernels is not None  # selective_scan only comes here when they compiled
-    return kernels.contracted_scan() if fma else (kernels.scan_forward, kernels.scan_backward)
-
-
 def fused_usable(*tensors: torch.Tensor) -> bool:
-    """Whether `_FusedScan` can take these (promoted) inputs: CPU, float32 or float64, one
+    """Whether `fused_ops.fused_scan` can take these (promoted) inputs: CPU, float32 or float64, one
     dtype, and the kernels compiled."""
     dtype = tensors[0].dtype
     return (
         dtype in (torch.float32, torch.float64)
         and all(x.device.type == "cpu" and x.dtype == dtype for x in tensors)
-        and fused_kernels() is not None
+        and kernels_compiled()
     )
 
 
@@ -214,6 +154,7 @@ def selective_scan(
     chunk: int = CHUNK,
     fused: bool = False,
     fma: bool = False,
+    traced: bool = False,
 ) -> torch.Tensor:
     """Mamba-1's gated selective scan, fast on the CPU (runs on any device).
 
@@ -242,6 +183,10 @@ def selective_scan(
         With ``fused``: the kernels' twins compiled with fused multiply-adds
         (`scan_kernels.contracted_scan`, the ``[train] fused_kernels_fma`` option): faster,
         another rounding again.
+    traced : bool
+        With ``fused``: let ``torch.compile`` trace through the fused operator
+        (``[train] compile_through_kernels``; `fused_ops.fused_call`) instead of breaking the
+        graph around it. Eager, no difference.
 
     Returns
     -------
@@ -249,17 +194,23 @@ def selective_scan(
     """
     # at least float32: products of decays underflow quickly in half precision
     dtype = torch.promote_types(u.dtype, torch.float32)
-    y = _scan(*(x.to(dtype) for x in (u, delta, A, B, C)), chunk, fused, fma)
+    su, sdelta, sA, sB, sC = (x.to(dtype) for x in (u, delta, A, B, C))
+    y = _scan(su, sdelta, sA, sB, sC, chunk, fused, fma, traced)
     return (y + u * D) * F.silu(z)
 
 
+def _scan(u, delta, A, B, C, chunk, fused=False, fma=False, traced=False):
+    """The fused operator where it applies (`fused_ops.fused_call`), else the chunked torch scan."""
+    if fused and fused_usable(u, delta, A, B, C):
+        return fused_call(traced, fused_scan, u, delta, A, B, C, fma)
+    return _chunked_scan(u, delta, A, B, C, chunk)
+
+
 @torch.compiler.disable
-def _scan(u, delta, A, B, C, chunk, fused=False, fma=False):
+def _chunked_scan(u, delta, A, B, C, chunk):
     """The custom function, kept out of ``torch.compile``: traced, its per-step loops unroll
     into a graph whose compiled training step was 4.6x slower than eager (docs/measured.md,
     "Training speed"); around it the rest of the model compiles. Eager calls are unchanged."""
-    if fused and fused_usable(u, delta, A, B, C):
-        return _FusedScan.apply(u, delta, A, B, C, fma)
     return _SelectiveScan.apply(u, delta, A, B, C, chunk)
 
 

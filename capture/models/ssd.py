@@ -21,7 +21,7 @@ length, so longer sequences keep the chunked scan (`BLOCK_MAX`).
 
 ``ssd_block(..., fused=True)`` (the ``[train] fused_kernels`` option) builds the block's
 weights and their gradients with compiled loops instead (`capture.models.scan_kernels`,
-through `_FusedBlock`), and keeps the products with ``x`` as batched matrix products: the same
+through the `fused_ops.fused_block` operator), and keeps the products with ``x`` as batched matrix products: the same
 function up to float rounding, so opt-in and recorded.
 """
 
@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
-from capture.models.scan import fused_kernels
+from capture.models.fused_ops import fused_block, fused_call, kernels_compiled
 
 #: Longest sequence computed as one block; longer ones go to the chunked scan. The block's
 #: (batch, heads, length, length) decay tensor is 4 MB per batch row at 256 positions and 16 heads.
@@ -50,6 +49,7 @@ def ssd_block(
     dt_softplus: bool = False,
     dt_limit: tuple[float, float] = (0.0, float("inf")),
     fused: bool = False,
+    traced: bool = False,
 ) -> torch.Tensor:
     """The Mamba-2 scan from a zero state, as one masked block.
 
@@ -58,7 +58,8 @@ def ssd_block(
     groups (head ``j`` reads group ``j // (heads // groups)``); D: (heads,). Returns
     (batch, length, heads, head_dim) in float32, as `transformers`' scan does. ``fused``:
     the weights through the fused CPU kernels where they apply (`fused_block_usable`), the
-    torch operations elsewhere.
+    torch operations elsewhere; ``traced``: ``torch.compile`` traces through them
+    (`fused_ops.fused_call`).
     """
     batch, length, heads, _ = x.shape
     groups = B.shape[2]
@@ -74,7 +75,7 @@ def ssd_block(
         # out so once, where it is computed (compiled: inside the producing kernel), and the
         # block's output and the gradients that come back need no further transposing copies
         xh = x.transpose(1, 2).contiguous()
-        y = _fused_block(xh, dt, A, B, C)
+        y = fused_call(traced, fused_block, xh, dt, A, B, C)
         if D is not None:
             y = y + D.float()[:, None, None] * xh
         return y.transpose(1, 2).contiguous()
@@ -96,58 +97,6 @@ def ssd_block(
 
 
 def fused_block_usable(*tensors: torch.Tensor) -> bool:
-    """Whether `_FusedBlock` can take these inputs (`ssd_block` passes x, dt, A, B, C):
-    all on the CPU in float32, what `ssd_block` computes in, and the kernels compiled."""
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and _kernels_compiled()
-
-
-@torch.compiler.assume_constant_result
-def _kernels_compiled() -> bool:
-    """Whether the fused kernels compiled: fixed for the process, so ``torch.compile`` takes it
-    as a constant instead of tracing into `fused_kernels`' cache (which it warns about)."""
-    return fused_kernels() is not None
-
-
-@torch.compiler.disable
-def _fused_block(xh, dt, A, B, C):
-    """`_FusedBlock`, kept out of ``torch.compile`` (its kernels are opaque to it)."""
-    return _FusedBlock.apply(xh, dt, A, B, C)
-
-
-class _FusedBlock(torch.autograd.Function):
-    """The scan from a zero state with its weights W built by `scan_kernels.ssd_weights`:
-    y[b, h] = W[b, h] x[b, h], a batched matrix product. Float32, or float64 (one dtype;
-    the tests check its gradients in float64). x: (batch, heads, length, head_dim),
-    contiguous; dt: (batch, length, heads), after bias, softplus and clamp; A: (heads,); B, C:
-    (batch, length, groups, d_state). Returns y like x, and x's gradient in the same layout.
-    Keeps its inputs and W (batch x heads x length^2 floats, 6.5 MB at the Jiang shapes) for
-    the backward; not itself differentiable twice."""
-
-    @staticmethod
-    def forward(ctx, xh, dt, A, B, C):
-        kernels = fused_kernels()
-        assert kernels is not None
-        xh = xh.detach().contiguous()  # (batch, heads, length, head_dim)
-        dth = dt.detach().transpose(1, 2).contiguous()  # (batch, heads, length)
-        Bg, Cg = (t.detach().transpose(1, 2).contiguous() for t in (B, C))  # (b, groups, l, n)
-        A_ = A.detach().contiguous()
-        batch, heads, length, _ = xh.shape
-        W = xh.new_empty(batch, heads, length, length)
-        kernels.ssd_weights(dth.numpy(), A_.numpy(), Bg.numpy(), Cg.numpy(), W.numpy())
-        ctx.save_for_backward(xh, dth, A_, Bg, Cg, W)
-        return torch.matmul(W, xh)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y):
-        kernels = fused_kernels()
-        assert kernels is not None
-        xh, dth, A_, Bg, Cg, W = ctx.saved_tensors
-        gy = grad_y.contiguous()  # (batch, heads, length, head_dim)
-        grad_x = torch.matmul(W.transpose(-1, -2), gy)
-        GW = torch.matmul(gy, xh.transpose(-1, -2))  # (batch, heads, length, length), contiguous
-        grads = [torch.empty_like(t) for t in (dth, A_, Bg, Cg)]
-        kernels.ssd_weights_backward(dth.numpy(), A_.numpy(), Bg.numpy(), Cg.numpy(), GW.numpy(),
-                                     *(g.numpy() for g in grads))
-        grad_dt, grad_A, grad_B, grad_C = grads
-        return grad_x, grad_dt.transpose(1, 2), grad_A, grad_B.transpose(1, 2), grad_C.transpose(1, 2)
+    """Whether `fused_ops.fused_block` can take these inputs (`ssd_block` passes x, dt, A, B,
+    C): all on the CPU in float32, what `ssd_block` computes in, and the kernels compiled."""
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and kernels_compiled()

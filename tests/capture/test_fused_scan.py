@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 import capture.models
 from capture.experiment import TrainConfig
-from capture.models import ModelConfig, build_model, scan, ssd
+from capture.models import ModelConfig, build_model, fused_ops, scan, ssd
 from capture.models import mamba as mamba_paths
-from capture.models.scan import _FusedScan, selective_scan, selective_scan_reference
+from capture.models.scan import selective_scan, selective_scan_reference
 from capture.train import check_trained_with, train_run, training_forward
 from store import RunConflictError, Store
 from tests.capture.test_train import _every_eval, _Stop, _stop_at, tiny_experiment
@@ -64,7 +64,7 @@ def test_fused_scan_in_float64_agrees_with_the_chunked_scan_to_float64_rounding(
 @pytest.mark.parametrize("fma", [False, True])
 def test_fused_backward_is_the_exact_gradient(fma):
     inputs = _inputs(torch.float64, length=6, d_inner=18, d_state=3)[:5]
-    assert torch.autograd.gradcheck(lambda *x: _FusedScan.apply(*x, fma), inputs)
+    assert torch.autograd.gradcheck(lambda *x: fused_ops.fused_scan(*x, fma), inputs)
 
 
 @pytest.mark.parametrize("fma", [False, True])
@@ -138,7 +138,7 @@ def test_fused_block_backward_is_the_exact_gradient():
     x, dt, A, B, C, _, _ = _block_inputs(torch.float64, length=7, heads=4, head_dim=3, groups=2, d_state=2)
     dt = F.softplus(dt.detach()).requires_grad_()  # the kernels take dt after softplus
     xh = x.detach().transpose(1, 2).contiguous().requires_grad_()  # the block's (b, h, l, d) layout
-    assert torch.autograd.gradcheck(ssd._FusedBlock.apply, (xh, dt, A, B, C))
+    assert torch.autograd.gradcheck(fused_ops.fused_block, (xh, dt, A, B, C))
 
 
 def test_fused_block_is_deterministic_and_free_of_subnormal_products():
@@ -221,7 +221,7 @@ def test_fused_conv_equals_the_module_outputs_and_gradients(k):
     g = torch.Generator().manual_seed(k)
     conv = torch.nn.Conv1d(21, 21, k, groups=21, padding=k - 1).double()
     x = torch.randn(3, 21, 9, generator=g, dtype=torch.float64, requires_grad=True)
-    fused = mamba_paths._FusedConv.apply(x, conv.weight, conv.bias)
+    fused = mamba_paths._fused_conv_forward(conv, x)  # the Conv1D's forward on the fused path
     assert fused.shape == conv(x).shape == (3, 21, 9 + k - 1)
     inputs = [x, conv.weight, conv.bias]
     weights = torch.randn(fused.shape, generator=g, dtype=torch.float64)
@@ -230,7 +230,8 @@ def test_fused_conv_equals_the_module_outputs_and_gradients(k):
     torch.testing.assert_close(fused, conv(x), atol=1e-12, rtol=0)
     for a, b in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
-    assert torch.autograd.gradcheck(mamba_paths._FusedConv.apply, inputs)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: fused_ops.fused_depthwise_conv(x.transpose(1, 2), w, b, 9 + k - 1), inputs)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
@@ -239,7 +240,7 @@ def test_fused_causal_conv_is_the_modules_causal_outputs(k):
     conv = torch.nn.Conv1d(21, 21, k, groups=21, padding=k - 1).double()
     wide = torch.randn(3, 9, 30, generator=g, dtype=torch.float64)
     x = wide[..., 4:25].requires_grad_()  # a slice of a wider tensor, as in_proj's output is
-    fused = mamba_paths._FusedCausalConv.apply(x, conv.weight, conv.bias)
+    fused = fused_ops.fused_depthwise_conv(x, conv.weight, conv.bias, 9)
     reference = conv(x.transpose(1, 2))[..., :9].transpose(1, 2)
     torch.testing.assert_close(fused, reference, atol=1e-12, rtol=0)
     inputs = [x, conv.weight, conv.bias]
@@ -247,7 +248,7 @@ def test_fused_causal_conv_is_the_modules_causal_outputs(k):
     grads = torch.autograd.grad((fused * weights).sum(), inputs)
     for a, b in zip(grads, torch.autograd.grad((reference * weights).sum(), inputs), strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
-    assert torch.autograd.gradcheck(mamba_paths._FusedCausalConv.apply, inputs)
+    assert torch.autograd.gradcheck(lambda *a: fused_ops.fused_depthwise_conv(*a, 9), inputs)
 
 
 @pytest.mark.parametrize("arch", ["mamba", "mamba2"])
@@ -259,9 +260,9 @@ def test_training_without_hooks_takes_the_causal_conv_with_the_same_bits(arch, m
     mamba_paths.set_fused_path(model, True)
     tokens = torch.randint(0, 5, (4, 40), generator=torch.Generator().manual_seed(0))
     calls: list[str] = []
-    original = mamba_paths._FusedCausalConv.apply
-    monkeypatch.setattr(mamba_paths._FusedCausalConv, "apply",
-                        lambda *a: calls.append("causal") or original(*a))
+    original = mamba_paths.fused_depthwise_conv
+    monkeypatch.setattr(mamba_paths, "fused_depthwise_conv",  # (x, weight, bias, outputs)
+                        lambda *a: calls.append("causal" if a[3] == a[0].shape[1] else "module") or original(*a))
     logits, grads = _logits_and_grads(model, tokens)
     assert calls == ["causal"] * 2  # one per layer, no module call
     seen = []
@@ -269,7 +270,7 @@ def test_training_without_hooks_takes_the_causal_conv_with_the_same_bits(arch, m
     logits_hooked, grads_hooked = _logits_and_grads(model, tokens)
     for hook in hooks:
         hook.remove()
-    assert len(seen) == 2 and calls == ["causal"] * 2  # hooked: through the module
+    assert len(seen) == 2 and calls == ["causal"] * 2 + ["module"] * 2  # hooked: through the module
     assert torch.equal(logits, logits_hooked)
     assert all(torch.equal(a, b) for a, b in zip(grads, grads_hooked, strict=True))
 
@@ -278,7 +279,7 @@ def test_without_the_kernels_the_torch_scan_runs_after_one_warning(monkeypatch):
     inputs = [x.detach() for x in _inputs(torch.float32)]
     monkeypatch.delattr(capture.models, "scan_kernels", raising=False)
     monkeypatch.setitem(sys.modules, "capture.models.scan_kernels", None)  # the import fails
-    scan.fused_kernels.cache_clear()
+    fused_ops.fused_kernels.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match=r"fused CPU kernels unavailable .*install numba") as caught:
             out = selective_scan(*inputs, fused=True)
@@ -289,7 +290,7 @@ def test_without_the_kernels_the_torch_scan_runs_after_one_warning(monkeypatch):
         mamba_paths.set_fused_path(model, True)
         assert model.implementation == "torch-fast-scan"  # what actually runs is recorded
     finally:
-        scan.fused_kernels.cache_clear()
+        fused_ops.fused_kernels.cache_clear()
 
 
 def test_the_train_option_is_off_unless_set_and_recorded_when_set(tmp_path):
@@ -324,6 +325,7 @@ def test_fma_without_the_fused_kernels_is_refused_in_one_line():
 @pytest.mark.parametrize(("arch", "path", "more"), [
     ("mamba", "torch-fused-scan", {}), ("mamba2", "torch-ssd-fused", {}),
     ("mamba", "torch-fused-scan-fma", {"fused_kernels_fma": True, "fused_adamw": True}),
+    ("mamba2", "torch-ssd-fused", {"compile": True, "compile_through_kernels": True, "fused_adamw": True}),
 ])
 def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch, path, more):
     options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
@@ -349,14 +351,15 @@ def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch,
     assert all(attrs["train_config"][k] is True for k in more)
 
 
-def test_the_fused_kernels_run_under_compile_and_agree_with_eager():
-    model = _tiny("mamba2").train()
+@pytest.mark.parametrize(("arch", "through"), [("mamba2", False), ("mamba2", True), ("mamba", True)])
+def test_the_fused_kernels_run_under_compile_and_agree_with_eager(arch, through):
+    model = _tiny(arch).train()
     tokens = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(1))
     eager = training_forward(model, TrainConfig(fused_kernels=True))
     logits, grads = _logits_and_grads(eager, tokens, model)
-    compiled = training_forward(model, TrainConfig(fused_kernels=True, compile=True))
+    compiled = training_forward(model, TrainConfig(fused_kernels=True, compile=True, compile_through_kernels=through))
     logits_c, grads_c = _logits_and_grads(compiled, tokens, model)
-    assert model.implementation == "torch-ssd-fused"
+    assert model.implementation == {"mamba2": "torch-ssd-fused", "mamba": "torch-fused-scan"}[arch]
     torch.testing.assert_close(logits_c, logits, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads_c, grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,103 @@
+"""The fused kernels as torch operators (`capture.models.fused_ops`): registered correctly
+(torch's own operator checks), traced by ``torch.compile`` into one graph with
+``[train] compile_through_kernels`` and split around as before without it, the option refused
+without its bases and recorded only when set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from capture.experiment import TrainConfig
+from capture.models import ModelConfig, build_model
+from capture.models import mamba as mamba_paths
+from capture.train import check_trained_with, train_run
+from store import RunConflictError, Store
+from tests.capture.test_train import tiny_experiment
+
+pytest.importorskip("numba")
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _operator_cases():
+    u, delta, B, C = _randn(2, 6, 5), F.softplus(_randn(2, 6, 5, seed=1)), _randn(2, 6, 3, seed=2), _randn(2, 6, 3, seed=3)
+    At = -2 * torch.rand(3, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    ops = torch.ops.layerstate
+    yield "scan", ops.selective_scan.default, (u, delta, At, B, C, False)
+    yield "scan-fma", ops.selective_scan.default, (u, delta, At, B, C, True)
+    x, Wt, bias = _randn(2, 7, 4), _randn(3, 4, seed=5), _randn(4, seed=6)
+    yield "conv-causal", ops.depthwise_conv.default, (x, Wt, bias, 7)
+    yield "conv-full", ops.depthwise_conv.default, (x, Wt, bias, 9)
+    xh, dth = _randn(2, 4, 6, 3), F.softplus(_randn(2, 4, 6, seed=7))
+    A = -torch.rand(4, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    Bg, Cg = _randn(2, 2, 6, 3, seed=9), _randn(2, 2, 6, 3, seed=10)
+    yield "block", ops.ssd_block.default, (xh, dth, A, Bg, Cg)
+
+
+@pytest.mark.parametrize(("op", "args"), [pytest.param(op, args, id=name) for name, op, args in _operator_cases()])
+def test_each_operator_passes_torchs_operator_checks(op, args):
+    # schema, fake (shape-only) implementation, autograd registration, and AOTAutograd's
+    # tracing of forward and backward, each against the real kernels' outputs
+    args = tuple(a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args)
+    torch.library.opcheck(op, args)
+
+
+class _Graphs:
+    """A ``torch.compile`` backend that counts the graphs it is given and runs them as traced."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, gm, example_inputs):
+        self.count += 1
+        return gm.forward
+
+
+@pytest.mark.parametrize("arch", ["mamba", "mamba2"])
+def test_compile_traces_through_the_kernels_only_when_asked(arch):
+    model = build_model(ModelConfig(arch=arch, d_model=16, n_layers=2), vocab_size=5, n_classes=3, seed=0).train()
+    tokens = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(0))
+    weights = torch.randn(3, 12, 3, generator=torch.Generator().manual_seed(1))
+
+    def run(forward):
+        logits = forward(tokens)
+        return [logits, *torch.autograd.grad((logits * weights).sum(), list(model.parameters()))]
+
+    mamba_paths.set_fused_path(model, True)
+    eager = run(model)
+    counts = {}
+    for traced in (False, True):
+        mamba_paths.set_fused_path(model, True, traced=traced)
+        torch._dynamo.reset()
+        graphs = _Graphs()
+        out = run(torch.compile(model, backend=graphs, dynamic=False))
+        counts[traced] = graphs.count
+        assert all(torch.equal(a, b) for a, b in zip(out, eager, strict=True))  # the same operations
+    # traced: the whole forward one graph; otherwise split at each layer's Conv1D and scan
+    assert counts == {True: 1, False: counts[False]} and counts[False] > 2
+    torch._dynamo.reset()
+
+
+def test_the_option_needs_compile_and_the_kernels_and_says_so_in_one_line():
+    for options in ({}, {"compile": True}, {"fused_kernels": True}):
+        with pytest.raises(ValueError, match="compile_through_kernels = true needs compile = true and "
+                                             "fused_kernels = true") as caught:
+            TrainConfig(compile_through_kernels=True, **options)
+        assert "\n" not in str(caught.value).split("\n  ")[0]
+    assert TrainConfig(compile=True, fused_kernels=True, compile_through_kernels=True).compile_through_kernels
+
+
+def test_the_option_is_recorded_only_when_set(tmp_path):
+    st = Store.create(str(tmp_path / "a.zarr"))
+    train = {"steps": 6, "batch_size": 8, "eval_every": 3, "n_eval": 16, "eval_lengths": [8], "n_test": 16,
+             "length": 8, "warmup": 1, "checkpoint_seconds": 0, "fused_kernels": True, "compile": True}
+    spec = tiny_experiment(arch="mamba2", steps=6, train=train).runs()[0]
+    train_run(st, spec)
+    assert "compile_through_kernels" not in st.run_attrs(spec.run_id)["train_config"]
+    on = tiny_experiment(arch="mamba2", steps=6, train={**train, "compile_through_kernels": True}).runs()[0]
+    with pytest.raises(RunConflictError, match="compile_through_kernels: False stored, True now"):
+        check_trained_with(st, spec.run_id, on.train)
