@@ -27,8 +27,8 @@ its recorded training seconds (``docs/results/jiang2026_cpu/<task>/tables/runs.c
 (seed 0's recorded count) x the measured step + that run's batches + its evaluations, under each
 setting side by side: ``before`` (the default path, what the committed runs used) and
 ``after`` (the ``[train]`` options of ``AFTER`` for that architecture: ``fused_adamw`` for all,
-``compile`` for GPT-NeoX, Mamba and Mamba-2, ``fused_kernels`` for both Mambas and
-``fused_kernels_fma`` for Mamba; a run's first step, a compiling run's compile time, is counted). ``step_ratio_to_transformer``: each step over GPT-NeoX's eager
+``compile`` for GPT-NeoX, Mamba and Mamba-2, ``fused_kernels`` and ``compile_through_kernels``
+for both Mambas and ``fused_kernels_fma`` for Mamba; a run's first step, a compiling run's compile time, is counted). ``step_ratio_to_transformer``: each step over GPT-NeoX's eager
 step, and (``after_to_after``) the "after" steps over GPT-NeoX's own "after" step.
 ``seed_sum``: the sum over the 20 cells of one seed, before and after, and their ratio
 (goal: at most 0.5). Steps-to-stop are the recorded ones, so a rule that ends runs earlier
@@ -71,7 +71,8 @@ RESULTS = ROOT / "docs" / "results" / "jiang2026_cpu"
 
 #: The default path: the speed options off (the Jiang file opts its Mamba cells in since
 #: 2026-12-05; the committed runs were trained without them).
-BEFORE: dict[str, Any] = {"fused_kernels": False, "fused_kernels_fma": False, "compile": False, "fused_adamw": False}
+BEFORE: dict[str, Any] = {"fused_kernels": False, "fused_kernels_fma": False, "compile": False,
+                          "compile_through_kernels": False, "fused_adamw": False}
 
 #: The opt-in [train] options the "after" setting uses per architecture: the ones that made
 #: its step faster when measured here (docs/measured.md, "Training speed").
@@ -80,9 +81,11 @@ AFTER: dict[str, dict[str, Any]] = {
     "transformer": {"compile": True, "fused_adamw": True},
     # the fused kernels and compile on top (docs/measured.md): for Mamba, compile gained
     # nothing until its Conv1D stopped splitting the graph into pieces (2026-12-06); its scan
-    # with fused multiply-adds (fused_kernels_fma) 2026-12-06
-    "mamba": {"fused_kernels": True, "fused_kernels_fma": True, "compile": True, "fused_adamw": True},
-    "mamba2": {"fused_kernels": True, "compile": True, "fused_adamw": True},
+    # with fused multiply-adds (fused_kernels_fma) 2026-12-06; compiled through the kernels as
+    # torch operators, one graph a step (compile_through_kernels) 2026-12-06
+    "mamba": {"fused_kernels": True, "fused_kernels_fma": True, "compile": True, "compile_through_kernels": True,
+              "fused_adamw": True},
+    "mamba2": {"fused_kernels": True, "compile": True, "compile_through_kernels": True, "fused_adamw": True},
     # AdamW's fused kernel is the one option for every architecture (0.3x the optimiser's time)
     "lstm": {"fused_adamw": True},
     "gru": {"fused_adamw": True},
