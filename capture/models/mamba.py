@@ -93,8 +93,9 @@ def _causal_conv(conv: nn.Conv1d, x: torch.Tensor, traced: bool = False) -> torc
     x: (batch, position, channel) -> (batch, position, channel). The module pads k-1 steps
     on both sides; the first `position` outputs are the causal ones. On the fused path, with
     no hook that would see the module (training), the fused kernels compute just those
-    outputs in this layout (`fused_ops.fused_depthwise_conv`: the same bits as through the module, without
-    its transposing copies, padding and slicing); ``traced``: as `fused_ops.fused_call` says.
+    outputs in this layout (`fused_ops.fused_depthwise_conv`: the same bits as through the
+    module, without its transposing copies, padding and slicing); ``traced``: as
+    `fused_ops.fused_call` says.
     """
     if "forward" in conv.__dict__:  # set_fused_path's instance forward
         return fused_call(traced, _fused_causal_conv, conv, x)

@@ -21,8 +21,8 @@ length, so longer sequences keep the chunked scan (`BLOCK_MAX`).
 
 ``ssd_block(..., fused=True)`` (the ``[train] fused_kernels`` option) builds the block's
 weights and their gradients with compiled loops instead (`capture.models.scan_kernels`,
-through the `fused_ops.fused_block` operator), and keeps the products with ``x`` as batched matrix products: the same
-function up to float rounding, so opt-in and recorded.
+through the `fused_ops.fused_block` operator), and keeps the products with ``x`` as batched
+matrix products: the same function up to float rounding, so opt-in and recorded.
 """
 
 from __future__ import annotations

@@ -125,17 +125,18 @@ def test_the_transformers_rotary_tables_stay_out_of_the_compiled_graph():
     assert not any(name in target for target in seen for name in ("cos", "sin"))
 
 
-def test_one_process_keeps_compiling_model_after_model(monkeypatch):
+def test_one_process_keeps_compiling_model_after_model():
     # a worker trains run after run; each new task's embedding and head shapes are one more
     # compiled variant of the frames the models share, and past dynamo's default limit of 8 a
-    # later run would have run eager
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    # later run would have run eager. (torch's own patch, not pytest's monkeypatch: undone by
+    # the monkeypatch, dynamo's config hid the setting from every later compile in the process)
     torch._dynamo.reset()
     graphs = []
-    for vocab in range(3, 13):  # ten tasks' vocabularies
-        model = build_model(ModelConfig(arch="transformer", d_model=8, n_layers=1), vocab_size=vocab,
-                            n_classes=2, seed=0)
-        training_forward(model, TrainConfig(compile=True))(torch.randint(0, vocab, (2, 6))).sum().backward()
-        graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    with torch._dynamo.config.patch(recompile_limit=8):
+        for vocab in range(3, 13):  # ten tasks' vocabularies
+            model = build_model(ModelConfig(arch="transformer", d_model=8, n_layers=1), vocab_size=vocab,
+                                n_classes=2, seed=0)
+            training_forward(model, TrainConfig(compile=True))(torch.randint(0, vocab, (2, 6))).sum().backward()
+            graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     torch._dynamo.reset()
     assert all(b > a for a, b in zip(graphs, graphs[1:], strict=False))  # each model compiled
