@@ -1,10 +1,19 @@
 """The fused kernels as torch operators (`capture.models.fused_ops`): registered correctly
 (torch's own operator checks), traced by ``torch.compile`` into one graph with
 ``[train] compile_through_kernels`` and split around as before without it, the option refused
-without its bases and recorded only when set."""
+without its bases, recorded only when set, and a run with it killed with SIGKILL resumed bit
+for bit."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -101,3 +110,51 @@ def test_the_option_is_recorded_only_when_set(tmp_path):
     on = tiny_experiment(arch="mamba2", steps=6, train={**train, "compile_through_kernels": True}).runs()[0]
     with pytest.raises(RunConflictError, match="compile_through_kernels: False stored, True now"):
         check_trained_with(st, spec.run_id, on.train)
+
+
+_TRAIN = """
+import json, sys
+from capture.experiment import parse_plan
+from capture.train import train_run
+from store import Store
+train_run(Store.open(sys.argv[1], mode="r+"), parse_plan(json.loads(sys.argv[2])).runs()[0])
+"""
+
+
+def _checkpoint_step(path) -> int | None:
+    try:
+        checkpoint = Store.open(str(path)).read_checkpoint("parity-mamba2-default-s0")
+    except Exception:  # the store is being written
+        return None
+    return None if checkpoint is None else checkpoint.step
+
+
+@pytest.mark.slow
+def test_a_run_compiled_through_the_kernels_killed_with_sigkill_resumes_bit_for_bit(tmp_path):
+    train = {"steps": 400, "batch_size": 8, "eval_every": 50, "n_eval": 16, "eval_lengths": [8], "n_test": 16,
+             "length": 8, "warmup": 2, "patience": 100, "checkpoint_seconds": 0.5, "fused_kernels": True,
+             "compile": True, "compile_through_kernels": True, "fused_adamw": True}
+    data = {"experiment": {"name": "tiny"}, "grid": {"tasks": ["parity"], "archs": ["mamba2"], "seeds": [0]},
+            "train": train, "models": {"mamba2": {"d_model": 16, "n_layers": 2}}}
+    spec = tiny_experiment(arch="mamba2", train=train).runs()[0]
+    whole = Store.create(str(tmp_path / "whole.zarr"))
+    train_run(whole, spec)
+
+    path = tmp_path / "killed.zarr"
+    Store.create(str(path))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-c", _TRAIN, str(path), json.dumps(data)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while _checkpoint_step(path) is None and p.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    assert p.poll() is None, p.communicate()[1].decode()[-2000:]  # still training
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    step = _checkpoint_step(path)
+    assert step is not None and 0 < step < 400, step
+    st = Store.open(str(path), mode="r+")
+    assert train_run(st, spec).resumed_at[0] == step
+    a, b = whole.read_weights(spec.run_id), st.read_weights(spec.run_id)
+    assert list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    assert st.run_attrs(spec.run_id)["metrics"]["curve"] == whole.run_attrs(spec.run_id)["metrics"]["curve"]
