@@ -138,6 +138,15 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
     place, to the fused CPU kernels (evaluation during training uses them too; the recorded
     ``implementation`` says "torch-fused-scan" or "torch-ssd-fused"). The kernels are
     deterministic, so the same holds for them.
+
+    A compiled run starts from empty compiler caches (``torch._dynamo.reset()``, as in a fresh
+    process), because where dynamo splits a step into graphs, and so how inductor's sums
+    round, must follow from the run's own config: a worker process trains run after run, and
+    a frame compiled for an earlier run can be reused for a later one whose flags it did not
+    guard on. Measured: a Mamba-2 model compiled through the kernels after one compiled
+    around them ran as 2 graphs instead of 1, its gradients 1.5e-5 from those of a fresh
+    process, so a run resumed elsewhere would not have continued bit for bit. It costs the
+    recompile, 1-7 s a run with inductor's on-disk cache warm (docs/measured.md).
     """
     if cfg.fused_kernels:
         from capture.models.mamba import set_fused_path
@@ -145,11 +154,7 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
         set_fused_path(model, True, fma=cfg.fused_kernels_fma, traced=cfg.compile_through_kernels)
     if not cfg.compile:
         return model
-    # A worker process trains run after run, and every (architecture, task) shape is compiled
-    # once more for the frames the models share (their embeddings and heads differ in size):
-    # past dynamo's default 8 entries per frame, a later run's frame would run eager, silently
-    # slower. A grid has 20 cells; 64 leaves room for capture lengths and batch sizes too.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_VARIANTS)
+    torch._dynamo.reset()
     return cast(Callable[[torch.Tensor], torch.Tensor], torch.compile(model, dynamic=False))
 
 
@@ -161,11 +166,6 @@ def adamw(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     is the same either way."""
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                              fused=True if cfg.fused_adamw else None)
-
-
-#: Compiled variants kept per code frame in a process with ``[train] compile`` (dynamo's
-#: ``recompile_limit``, 8 by default).
-COMPILED_VARIANTS = 64
 
 
 class Stopping:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from capture.experiment import TrainConfig
 from capture.models import ModelConfig, build_model
 from capture.models import mamba as mamba_paths
-from capture.train import check_trained_with, train_run
+from capture.train import check_trained_with, train_run, training_forward
 from store import RunConflictError, Store
 from tests.capture.test_train import tiny_experiment
 
@@ -89,6 +89,25 @@ def test_compile_traces_through_the_kernels_only_when_asked(arch):
     # traced: the whole forward one graph; otherwise split at each layer's Conv1D and scan
     assert counts == {True: 1, False: counts[False]} and counts[False] > 2
     torch._dynamo.reset()
+
+
+def test_a_compiled_run_does_not_depend_on_what_the_process_compiled_before():
+    # a worker trains run after run: a model compiled through the kernels after one compiled
+    # around them reused the latter's frames (dynamo guarded only the flag's type), ran as
+    # 2 graphs instead of 1, and its gradients moved by 1e-5
+    tokens = torch.randint(0, 5, (8, 8), generator=torch.Generator().manual_seed(0))
+
+    def gradients(through):
+        model = build_model(ModelConfig(arch="mamba2", d_model=16, n_layers=2), vocab_size=5, n_classes=3,
+                            seed=0).train()
+        forward = training_forward(model, TrainConfig(fused_kernels=True, compile=True,
+                                                      compile_through_kernels=through))
+        return torch.autograd.grad(forward(tokens).square().sum(), list(model.parameters()))
+
+    first = gradients(True)
+    gradients(False)
+    again = gradients(True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
 def test_the_option_needs_compile_and_the_kernels_and_says_so_in_one_line():

@@ -126,10 +126,11 @@ def test_the_transformers_rotary_tables_stay_out_of_the_compiled_graph():
 
 
 def test_one_process_keeps_compiling_model_after_model():
-    # a worker trains run after run; each new task's embedding and head shapes are one more
-    # compiled variant of the frames the models share, and past dynamo's default limit of 8 a
-    # later run would have run eager. (torch's own patch, not pytest's monkeypatch: undone by
-    # the monkeypatch, dynamo's config hid the setting from every later compile in the process)
+    # a worker trains run after run; were each new task's embedding and head shapes one more
+    # compiled variant of the frames the models share, past dynamo's default limit of 8 a later
+    # run would run eager: each compiled run starts from empty caches. (torch's own patch, not
+    # pytest's monkeypatch: undone by the monkeypatch, dynamo's config hid the setting from
+    # every later compile in the process)
     torch._dynamo.reset()
     graphs = []
     with torch._dynamo.config.patch(recompile_limit=8):
