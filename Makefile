@@ -10,6 +10,10 @@ export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
+# Bytecode is cached: where the environment says PYTHONDONTWRITEBYTECODE, every new process (each
+# test worker, CLI subprocess and dask worker) compiled every module it imported from source
+# again, 2.5-4 s of ~9 s to import the analysis stack (docs/measured.md, "Install and tests").
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test bench lint install clean
 

@@ -14,6 +14,8 @@ the seeds there are, and how many seeds would let the best data pass.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.stats
 from statsmodels.stats.power import TTestPower
@@ -57,11 +59,17 @@ def mde_se(se, df, alpha=0.05, power: float = 0.8, alternative: str = "two-sided
     alt = "two-sided" if alternative == "two-sided" else "larger"
     for i in np.ndindex(se.shape):
         if np.isfinite(se[i]) and np.isfinite(df[i]) and df[i] >= 1 and 0 < alpha[i] < 1:
-            n = df[i] + 1
-            es = TTestPower().solve_power(effect_size=None, nobs=n, alpha=float(alpha[i]), power=power,
-                                          alternative=alt)
-            out[i] = float(np.asarray(es)) * np.sqrt(n) * se[i]
+            out[i] = _mde_in_se(float(df[i]) + 1, float(alpha[i]), float(power), alt) * se[i]
     return out if out.ndim else float(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mde_in_se(n: float, alpha: float, power: float, alt: str) -> float:
+    """The smallest detectable effect in standard errors of a t test on ``n - 1`` degrees of
+    freedom: it depends on nothing else, so it is solved once per (n, alpha, power, side), not
+    once per estimate (a table of 1,000 simulated experiments solved the same root 1,000 times)."""
+    es = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative=alt)
+    return float(np.asarray(es)) * float(np.sqrt(n))
 
 
 def tost_power_se(se, df, margin, alpha=0.05, true_difference=0.0, n_nodes: int = 256):

@@ -27,6 +27,7 @@ treatment minus reference equals ``difference`` exactly on the accuracy scale.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,7 +39,13 @@ from scipy.special import expit, logit
 from analysis.stats import validate
 
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(80)  # probabilists' Hermite: N(0, 1)
-_LEG_X, _LEG_W = np.polynomial.legendre.leggauss(400)
+
+
+@functools.cache
+def _legendre() -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [-1, 1] (400: an eigenproblem of 1-1.7 s, so made
+    on first use, not when the module is imported by every process)."""
+    return np.polynomial.legendre.leggauss(400)
 
 
 def population_accuracy(logit_: float, total_sd: float) -> float:
@@ -48,10 +55,11 @@ def population_accuracy(logit_: float, total_sd: float) -> float:
 
 def _beta_population_accuracy(shift: float, offset_sd: float, ab: tuple[float, float]) -> float:
     """``E[expit(logit(q) + shift + offset_sd * Z)]``, ``q ~ Beta(*ab)``, ``Z ~ N(0, 1)``."""
-    u = (_LEG_X + 1) / 2  # Gauss-Legendre on the Beta's CDF scale
+    leg_x, leg_w = _legendre()
+    u = (leg_x + 1) / 2  # Gauss-Legendre on the Beta's CDF scale
     q = scipy.stats.beta.ppf(u, *ab)
     inner = expit(logit(q)[:, None] + shift + offset_sd * _NODES[None, :]) @ _WEIGHTS
-    return float(np.sum(_LEG_W / 2 * inner) / np.sqrt(2 * np.pi))
+    return float(np.sum(leg_w / 2 * inner) / np.sqrt(2 * np.pi))
 
 
 def _shift_for(difference: float, accuracy) -> float:
