@@ -29,6 +29,15 @@ def _simpson(a: float, b: float, n: int = _NODES) -> tuple[np.ndarray, np.ndarra
     return z, w * (b - a) / (n - 1) / 3.0
 
 
+def _norm_pdf(x: np.ndarray) -> np.ndarray:
+    """The standard normal density, by the expression scipy's ``norm.pdf`` evaluates (the same
+    bits) without its argument checks, which took 60% of a 1201 x 1201 grid's time."""
+    return np.exp(-x ** 2 / 2.0) / _SQRT_2PI
+
+
+_SQRT_2PI = np.sqrt(2 * np.pi)
+
+
 def _cross(c: float, wf: np.ndarray, z: np.ndarray, s0: float, s1: float, d: float) -> float:
     """P(continue to the previous stage at ``z``, then cross ``c``): the continuation density
     times its Simpson weights ``wf`` integrated against the normal tail of the increment."""
@@ -54,7 +63,7 @@ def z_boundaries(fractions: tuple[float, ...], level: float, spending: str) -> t
     b = float(scipy.stats.norm.isf(inc[0])) if inc[0] > 0 else math.inf
     out.append(b)
     z, w = _simpson(_LOWER, min(b, -_LOWER))
-    f = scipy.stats.norm.pdf(z)
+    f = _norm_pdf(z)
     for k in range(1, t.size):
         s0, s1, d = math.sqrt(t[k - 1]), math.sqrt(t[k]), math.sqrt(t[k] - t[k - 1])
         wf = w * f
@@ -68,7 +77,7 @@ def z_boundaries(fractions: tuple[float, ...], level: float, spending: str) -> t
                                             _cross(c, wf, z, s0, s1, d) - a, lo, hi, xtol=1e-10))
         out.append(b)
         zn, wn = _simpson(_LOWER, min(b, -_LOWER))
-        f = (s1 / d) * (wf[None, :] * scipy.stats.norm.pdf((zn[:, None] * s1 - z[None, :] * s0) / d)).sum(1)
+        f = (s1 / d) * (wf[None, :] * _norm_pdf((zn[:, None] * s1 - z[None, :] * s0) / d)).sum(1)
         z, w = zn, wn
     return tuple(out)
 
