@@ -5,6 +5,7 @@ and the pipeline (:meth:`~analysis.claims.spec.Claim.selects` for the runs thems
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,27 @@ def seeds_held(store: Any) -> dict[Cell, int]:
     for rid in store.run_ids():
         a = store.run_attrs(rid)
         seeds.setdefault(cell_of(a), set()).add(int(a.get("seed", 0)))
+    return {cell: first_seeds(got) for cell, got in seeds.items()}
+
+
+def captured_seeds(store: Any, claims: Sequence[Claim]) -> dict[Cell, int]:
+    """Each cell's seeds 0..n-1 that the store holds *captured* for ``claims``: a run counts only
+    where it is captured at the length of every claim that reads its cell (the counterfactual
+    pairs for a claim on patching or interchange). A seed trained but not captured is not yet
+    a seed a claim can be decided on (:func:`seeds_held` counts it)."""
+    seeds: dict[Cell, set[int]] = {}
+    for rid in store.run_ids():
+        a = store.run_attrs(rid)
+        ok = True
+        for c in claims:
+            if c.length is None or not c.selects(a):
+                continue
+            kind = "cfclean" if c.reads() in ("patching", "interchange") else "len"
+            if c.length not in store.lengths(rid, kind):
+                ok = False
+                break
+        if ok:
+            seeds.setdefault(cell_of(a), set()).add(int(a.get("seed", 0)))
     return {cell: first_seeds(got) for cell, got in seeds.items()}
 
 

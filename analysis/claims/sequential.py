@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from analysis.claims.cells import claim_cells, run_seconds, seeds_held
+from analysis.claims.cells import captured_seeds, claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
+from analysis.claims.metrics import resolve_length, seed_range
 from analysis.claims.sampling import claim_range
-from analysis.claims.spec import Claim
+from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Cell, Design, DesignError
@@ -61,6 +62,9 @@ class SequentialRun:
     # a share claim's row at each stage it was evaluated at, (stage, claim) -> (estimate, lower, upper):
     # its seeds' q-quantile (the median seed) with the fixed look's distribution-free 95% interval
     quantiles: dict[tuple[int, str], tuple[float, float, float]] = field(default_factory=dict)
+    # the next stage when its seeds are trained but not yet captured or analysed, in one line
+    # (what it lacks): no verdict of it is made, since its results do not hold its seeds
+    incomplete: str = ""
 
     def short(self) -> dict[Cell, int]:
         """Cells the claims read that hold fewer seeds than the first stage (with what they hold)."""
@@ -138,14 +142,27 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     quantiles: dict[tuple[int, str], tuple[float, float, float]] = {}
     counts = family_counts(list(absent))
     held = seeds_held(store)
+    ready = captured_seeds(store, _with_lengths(store, claims))
     observed: list[dict[str, Any]] = []
     stages: list[StageResult] = []
+    incomplete = ""
     needed = {cell for h in hypotheses for cell in h.cells}
     for n in design.seeds():
         if not needed or any(held.get(cell, 0) < n for cell in needed):
             break
+        stage = f"stage {len(observed) + 1} ({n} seeds)"
+        if any(ready.get(cell, 0) < n for cell in needed):  # trained, not captured: no verdict yet
+            short = [(cell, ready.get(cell, 0)) for cell in sorted(needed) if ready.get(cell, 0) < n]
+            incomplete = (f"{stage} is incomplete: " + ", ".join(
+                f"{'/'.join(cell)} {seed_range(list(range(got, n)))}" for cell, got in short)
+                + f" {'is' if sum(n - got for _, got in short) == 1 else 'are'} trained but not captured")
+            break
         view: Any = StoreView([store], seed_below=n)  # read as a Store: the methods claims read
-        res = evaluate_claims(view, list(claims), probes=stored_probe_profiles(view), absent=list(absent))
+        try:
+            res = evaluate_claims(view, list(claims), probes=stored_probe_profiles(view), absent=list(absent))
+        except StaleResultError as exc:  # captured, not yet analysed: the results lack the stage's runs
+            incomplete = f"{stage} is incomplete: its runs are captured but not all analysed ({exc})"
+            break
         obs: dict[str, Any] = {}
         for i in range(res.sizes["claim"]):
             r = res.isel(claim=i)
@@ -169,7 +186,19 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
                          ranges={c.id: (0.0, 1.0) if c.id in shares else claim_range(c) for c in tested.values()},
                          added=_added(store, [st.seeds for st in stages]), shares=frozenset(shares),
-                         quantiles=quantiles)
+                         quantiles=quantiles, incomplete=incomplete)
+
+
+def _with_lengths(store, claims: Sequence[Claim]) -> list[Claim]:
+    """The claims with the length each reads (:func:`resolve_length`); one that cannot be given
+    one is kept as declared (its evaluation says why)."""
+    out = []
+    for c in claims:
+        try:
+            out.append(resolve_length(store, c))
+        except ClaimError:
+            out.append(c)
+    return out
 
 
 #: The columns of a claims row a share claim's stage is observed by.

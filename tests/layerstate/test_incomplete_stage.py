@@ -1,0 +1,160 @@
+"""A stage of a seed design is the seeds every result it reads holds, not the seeds trained
+(issue 69): seeds trained but not captured, or captured but not analysed, give no verdict of
+their stage, and `sequential` says in one line what the stage lacks and the command that
+finishes it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from layerstate.cli import main
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = """
+[experiment]
+name = "ledger"
+
+[grid]
+tasks = ["parity"]
+archs = ["lstm", "gru"]
+seeds = [0, 1]
+
+[train]
+length = 12
+steps = 20
+batch_size = 16
+eval_every = 10
+n_eval = 32
+eval_lengths = [12]
+n_test = 32
+warmup = 2
+
+[capture]
+lengths = [12]
+n_sequences = 40
+
+[models.lstm]
+d_model = 8
+n_layers = 1
+
+[models.gru]
+d_model = 8
+n_layers = 1
+
+[analysis]
+probe_positions = "pooled"
+probe_folds = 2
+
+[[claims]]
+id = "lstm-gru-same"
+statement = "the LSTM and the GRU are equally accurate"
+kind = "equivalence"
+metric = "accuracy"
+task = "parity"
+compare = "arch"
+treatment = "lstm"
+reference = "gru"
+margin = 0.05
+length = 12
+
+[[claims]]
+id = "lstm-readable"
+statement = "the LSTM's state is readable at L0"
+kind = "readable_by"
+task = "parity"
+arch = "lstm"
+layer = "L0"
+threshold = 0.5
+length = 12
+statistic = "mean"
+"""
+
+DESIGN = """
+[design]
+first_seeds = 2
+stage_seeds = 1
+max_seeds = 4
+spending = "obrien-fleming"
+"""
+
+
+def _cli(*args) -> str:
+    res = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def _verdicts_of(output: str, stage: int) -> list[str]:
+    """The lines of ``sequential`` that give a claim's decision at ``stage``."""
+    return [line for line in output.splitlines()
+            if re.match(rf"stage {stage} \(\d+ seeds\) [\w-]+(\[\w+\])?: ", line)]
+
+
+def test_trained_but_not_captured_or_analysed_seeds_give_no_stage_verdict(tmp_path):
+    exp, more, design = tmp_path / "exp.toml", tmp_path / "exp3.toml", tmp_path / "design.toml"
+    exp.write_text(EXPERIMENT)
+    more.write_text(EXPERIMENT.replace("seeds = [0, 1]", "seeds = [0, 1, 2]"))
+    design.write_text(DESIGN)
+    out = tmp_path / "out"
+    store = out / "store.zarr"
+    _cli("run", exp, "--out", out, "--jobs", "1")  # seeds 0-1: trained, captured, analysed
+    first = _cli("sequential", exp, "--store", store, "--design", design)
+    assert _verdicts_of(first, 1) and not _verdicts_of(first, 2)
+
+    # seed 2 trained, not captured: stage 2 (3 seeds) has no verdict, and says why and how
+    _cli("train", more, "--store", store, "--seed", "2")
+    trained = _cli("sequential", exp, "--store", store, "--design", design)
+    assert _verdicts_of(trained, 1) == _verdicts_of(first, 1)
+    assert not _verdicts_of(trained, 2), trained
+    line = [ln for ln in trained.splitlines() if ln.startswith("stage 2 (3 seeds) is incomplete")]
+    assert line == [f"stage 2 (3 seeds) is incomplete: parity/gru/default seed 2, parity/lstm/default seed 2 "
+                    f"are trained but not captured; no verdict of it until they are; to finish it: run "
+                    f"`layerstate run {exp} --out {out} --design {design}`: it trains them, analyses them and "
+                    f"decides the stage"], trained
+    assert "the design is complete" not in trained and "next stage" not in trained
+
+    # captured, but the probes the readable claim reads lack seed 2: still no verdict
+    _cli("capture", more, "--store", store)
+    captured = _cli("sequential", exp, "--store", store, "--design", design)
+    assert not _verdicts_of(captured, 2), captured
+    assert ("stage 2 (3 seeds) is incomplete: its runs are captured but not all analysed (claim 'lstm-readable' "
+            "reads probes/parity, which lacks 1 run") in captured
+
+    # analysed (the run brings every stored result up to date): the stage is decided
+    _cli("run", more, "--out", out, "--jobs", "1")
+    done = _cli("sequential", exp, "--store", store, "--design", design)
+    assert len(_verdicts_of(done, 2)) == 2 and "is incomplete" not in done, done
+
+
+def test_the_plans_commands_run_as_printed_on_a_zip_and_a_read_only_store(tmp_path, monkeypatch):
+    """`plan` on a store that cannot take seeds (a zip, a directory without write permission)
+    first says how to get one that can; each printed command then runs as printed."""
+    import os
+    import shlex
+
+    from layerstate.present import writable_store
+
+    exp = tmp_path / "exp.toml"
+    exp.write_text(EXPERIMENT.replace("steps = 20", "steps = 6").replace("n_sequences = 40", "n_sequences = 16"))
+    store = tmp_path / "s.zarr"
+    _cli("train", exp, "--store", store, "--seed", "0-1")  # a range of seeds, as `plan` prints them
+    zipped = tmp_path / "acts.zip"
+    _cli("pack", store, zipped)
+    monkeypatch.chdir(tmp_path)
+    local, first = writable_store(str(zipped))
+    assert first == f"a zip is write-once: unpack it into a directory (`layerstate unpack {zipped} {local}`)"
+    _cli(*shlex.split(first.split("`")[1])[1:])  # the command as printed
+    more = tmp_path / "exp3.toml"
+    more.write_text(exp.read_text().replace("seeds = [0, 1]", "seeds = [0, 1, 2, 3]"))
+    _cli("train", more, "--store", local, "--task", "parity", "--arch", "lstm", "--seed", "2-3")
+    from store import Store
+
+    assert sum("lstm" in r for r in Store.open(local).run_ids()) == 4
+    # a directory this user may not write (root may write any: the permission check is what is held)
+    monkeypatch.setattr(os, "access", lambda path, mode: not (str(path) == str(store) and mode == os.W_OK))
+    copy, how = writable_store(str(store))
+    assert (copy, how) == ("s-copy.zarr", f"{store} is read-only here: copy it (`cp -r {store} s-copy.zarr`)")
