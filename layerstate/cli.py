@@ -98,6 +98,21 @@ class _Ints(click.ParamType):
             raise BadInput(f"{_flag(param)}: expected comma-separated integers, got {value!r}") from None
 
 
+class _Seeds(click.ParamType):
+    """A seed or an inclusive range of seeds: ``3`` or ``3-195`` (what `plan` prints)."""
+
+    name = "N|A-B"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[int]:
+        if isinstance(value, list):
+            return value
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(value))
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise BadInput(f"{_flag(param)}: expected a seed (3) or a range of seeds (3-7), got {value!r}")
+        first = int(m.group(1))
+        return list(range(first, int(m.group(2) or first) + 1))
+
+
 class _Positions(_Ints):
     name = "all|last|pooled|N,N,..."
 
@@ -433,8 +448,9 @@ def unpack(archive: str, target: str) -> None:
               help="Store to train into (created if missing); on a dask cluster, a directory every "
                    "worker mounts at the same path or an object-store URL.")
 @run_filters
-@click.option("--seed", "seeds", multiple=True, type=int,
-              help="Only runs of this seed (repeatable): train a grid in parts, seed 0 of every cell first.")
+@click.option("--seed", "seeds", multiple=True, type=_Seeds(),
+              help="Only runs of this seed, or of a range of seeds such as 3-7 (repeatable): train a grid in "
+                   "parts, seed 0 of every cell first.")
 @click.option("--jobs", default=1, show_default=True,
               help="Runs trained in parallel on this machine (processes, one thread each; no progress "
                    "bars above 1); a cluster uses its workers.")
@@ -443,7 +459,7 @@ def unpack(archive: str, target: str) -> None:
                   "into the store.")
 @storage_option
 def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[str, ...],
-          archs: tuple[str, ...], seeds: tuple[int, ...], jobs: int, device: Device, scheduler: str,
+          archs: tuple[str, ...], seeds: tuple[list[int], ...], jobs: int, device: Device, scheduler: str,
           storage_options: dict) -> None:
     """Train every run of EXPERIMENT, or the part of its grid that --runs/--task/--arch/--seed
     name (skips runs already trained)."""
@@ -454,7 +470,7 @@ def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[
     if jobs < 1:
         raise BadInput(f"--jobs must be at least 1, got {jobs}")
     exp = load_experiment(experiment)
-    part = exp.plan.select(runs=runs, tasks=tasks, archs=archs, seeds=seeds)
+    part = exp.plan.select(runs=runs, tasks=tasks, archs=archs, seeds=tuple(s for got in seeds for s in got))
     n = len(part)
     with _session(scheduler) as sched, _Bars() as bars:
         Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True,

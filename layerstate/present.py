@@ -563,6 +563,30 @@ def _num(x: float | int | None, fmt: str = "d") -> str:
     return format(x, fmt)
 
 
+def writable_store(store: str) -> tuple[str, str]:
+    """A store seeds can be trained into, and the command that makes it from ``store`` when
+    ``store`` cannot take them ('' when it can): a zip is write-once (unpacked to a directory
+    beside it), a store served over HTTP is read-only (pulled to a local directory), a local
+    directory without write permission is copied."""
+    import os
+    import shlex
+    from pathlib import PurePath
+
+    if store.startswith(("http://", "https://")):
+        local = PurePath(store.rstrip("/")).name.removesuffix(".zip").removesuffix(".zarr") + ".zarr"
+        return local, f"pull the store into a local one (`layerstate pull {shlex.quote(store)} {local}`)"
+    if "://" in store:
+        return store, ""
+    if store.endswith(".zip"):
+        local = str(PurePath(store).with_suffix(".zarr"))
+        return local, (f"a zip is write-once: unpack it into a directory "
+                       f"(`layerstate unpack {shlex.quote(store)} {shlex.quote(local)}`)")
+    if os.path.isdir(store) and not os.access(store, os.W_OK):
+        local = str(PurePath(store.rstrip("/")).name.removesuffix(".zarr") + "-copy.zarr")
+        return local, f"{store} is read-only here: copy it (`cp -r {shlex.quote(store)} {local}`)"
+    return store, ""
+
+
 def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE") -> Iterator[str]:
     """The plan as the command prints it: one line per claim, then the cells that need more seeds,
     the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
@@ -587,11 +611,17 @@ def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE
         yield "next: nothing to train; every planned claim has the seeds it needs (or cannot reach its power)"
         return
     most = max(reach for _, reach in cells.values())
-    yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
-           "cell by cell:")
+    writable, first = writable_store(store)
+    if first:
+        yield f"next: {first}; then list seeds = {list(range(most))} in {experiment}'s [grid], and train only the " \
+              "seeds above, cell by cell:"
+    else:
+        yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
+               "cell by cell:")
+    store = writable
     for (task, arch, _), (have, reach) in sorted(cells.items()):
-        seeds = " ".join(f"--seed {s}" for s in range(have, reach))
-        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} {seeds}"
+        seeds = f"{have}-{reach - 1}" if reach - have > 1 else str(have)
+        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} --seed {seeds}"
     yield (f"  then `layerstate run {experiment} --store {store} --out DIR` captures, analyses and decides them "
            "(what is stored is reused); or declare a [design] and let `layerstate run --design` add seeds stage "
            "by stage")
@@ -605,7 +635,7 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
     d = run.design
     yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
            f"({d.spending} spending, futility {d.futility}); stages at {', '.join(map(str, d.seeds()))} seeds")
-    if not run.stages:
+    if not run.stages and not run.incomplete:
         low = min(run.held.values()) if run.held else 0
         yield (f"no stage yet: the first stage needs {d.first_seeds} seeds in every cell the claims read "
                f"(the store holds {low} in its thinnest cell); to train them: {next_step}")
@@ -621,7 +651,9 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
                    + (f", {one_sided(c)} at level {c.level:.2g}" if one_sided(c) else "")
                    + f", repeated 95% interval [{signed(run.interval(c)[0])}, {signed(run.interval(c)[1])}]"
                    + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
-    if run.stages:
+    if run.incomplete:  # its seeds are trained, its results do not hold them yet: no verdict of it
+        yield f"{run.incomplete}; no verdict of it until they are; to finish it: {next_step}"
+    elif run.stages:
         last = run.stages[-1]
         if last.cells_next and last.seeds_next is not None:
             cells = ", ".join("/".join(c) for c in sorted(last.cells_next))
