@@ -975,21 +975,33 @@ def _next_stage(experiment: str, store_path: str, design_path: str | None, tasks
               help="The store whose seeds the plan starts from (a directory, a zip or a URL).")
 @click.option("--power", default=0.8, show_default=True, type=click.FloatRange(0.5, 0.99),
               help="The power each claim's test should reach at its margin.")
+@click.option("--design", "design_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A TOML file whose [design] replaces EXPERIMENT's (as `sequential --design`).")
 @results_option
 @storage_option
-def plan(experiment: str, store_path: str, power: float, results: str | None, storage_options: dict) -> None:
+def plan(experiment: str, store_path: str, power: float, design_path: str | None, results: str | None,
+         storage_options: dict) -> None:
     """How many seeds each claim of EXPERIMENT needs for its test to reach --power, and their CPU
     time, from the seeds STORE holds (each claim at its margin and its Holm level; a cell's cost
-    from its runs' stored training times). Nothing is written."""
-    from analysis.claims.planner import make_plan
-    from layerstate.experiment import load_claims
+    from its runs' stored training times). Under a [design] (EXPERIMENT's or --design's) it reads
+    what `sequential` decides: a claim the design decided needs no seeds, and the design's next
+    stage is the next step. Nothing is written."""
+    from analysis.claims.planner import design_decisions, make_plan
+    from analysis.claims.sequential import evaluate_sequential
+    from layerstate.experiment import load_claims, load_design
     from store import open_analysis
 
     claims = load_claims(experiment)
+    design = load_design(design_path or experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
-    for line in present.plan_lines(make_plan(st, claims, power=power), experiment, store_path):
+    run = evaluate_sequential(st, claims, design) if design is not None else None
+    decided = design_decisions(run) if run is not None else None
+    for line in present.plan_lines(make_plan(st, claims, power=power, decided=decided), experiment, store_path):
         click.echo(line)
+    if run is not None:  # the design's own next step, as `sequential` says it
+        lines = list(present.sequential_lines(run, next_step=_next_stage(experiment, store_path, design_path, ())))
+        click.echo("under its design: " + lines[-1])
 
 
 @main.command()

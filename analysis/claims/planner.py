@@ -27,7 +27,7 @@ import xarray as xr
 from analysis.claims.cells import cell_costs, claim_cells, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.spec import Claim
-from analysis.stats.decision import Verdict
+from analysis.stats.decision import FINAL, Verdict
 from analysis.stats.design import Cell
 from analysis.stats.planning import ClaimPlan, PlanRow, plan, plan_total, sd_per_seed
 
@@ -52,13 +52,16 @@ class Plan:
 
 
 def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
-              levels: dict[str, float] | None = None, evaluated: xr.Dataset | None = None) -> Plan:
+              levels: dict[str, float] | None = None, evaluated: xr.Dataset | None = None,
+              decided: dict[str, str] | None = None) -> Plan:
     """Plan each claim's seeds on ``store`` (nothing is written), from ``evaluated`` (the claims
     table :func:`~analysis.claims.evaluate_claims` gave for ``claims`` on it) or, without one,
     evaluating them here.
 
     ``levels``: each claim's level where known better than from ``claims`` alone (a part of a
-    grid, whose declared family is larger: the stored claims table's ``level``)."""
+    grid, whose declared family is larger: the stored claims table's ``level``). ``decided``:
+    claims (row ids) a seed design has decided or stopped, with the words saying so
+    (:func:`design_decisions`): they need no seeds, and are not planned."""
     res = evaluated if evaluated is not None else evaluate_claims(store, list(claims),
                                                                   probes=stored_probe_profiles(store))
     by_id = {c.id: c for c in claims}
@@ -71,6 +74,9 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         r = res.isel(claim=i)
         cid = str(r.claim.values)
         claim = by_id[cid.split("[", 1)[0]]
+        if decided and cid in decided:
+            skipped[cid] = decided[cid]
+            continue
         if str(r.verdict.values) == Verdict.NOT_EVALUABLE:
             skipped[cid] = str(r.test.values).removeprefix("not evaluable: ")
             continue
@@ -262,3 +268,25 @@ def plan_dataset(p: Plan, power: float) -> xr.Dataset:
     return xr.Dataset(data, coords={"claim": np.array(ids, dtype=str),
                                     "cell": np.array(["/".join(cell) for cell, _ in cells], dtype=str)},
                       attrs={"power": float(power), "cpu_s": float(p.total.get("cpu_s", np.nan))})
+
+
+def design_decisions(run: Any) -> dict[str, str]:
+    """The claims (row ids) a seed design's stages (an
+    :class:`~analysis.claims.sequential.SequentialRun` on the store) decided or stopped, each
+    with what the plan says of it: a claim decided by its design needs no seeds, and one its
+    design stopped undecided at its maximum gets none from a plan (seeds added past a design
+    spend its level again)."""
+    out: dict[str, str] = {}
+    if not run.stages:
+        return out
+    for cid, c in run.stages[-1].claims.items():
+        if c.decided_at is None:
+            continue
+        at = run.stages[c.decided_at]
+        if c.decision in FINAL:
+            out[cid] = (f"decided by its design: {c.decision} at stage {c.decided_at + 1} ({at.seeds} seeds); "
+                        "it needs no more seeds")
+        else:
+            out[cid] = (f"its design stopped it {c.decision} at stage {c.decided_at + 1} ({at.seeds} seeds); seeds "
+                        "added past a design test it again at a level already spent: declare a new design")
+    return out

@@ -129,6 +129,18 @@ def test_trained_but_not_captured_or_analysed_seeds_give_no_stage_verdict(tmp_pa
     done = _cli("sequential", exp, "--store", store, "--design", design)
     assert len(_verdicts_of(done, 2)) == 2 and "is incomplete" not in done, done
 
+    # `plan` reads the same stages: a claim its design decided needs no seeds, and the next step
+    # is the design's
+    plan = _cli("plan", exp, "--store", store, "--design", design)
+    assert plan.splitlines()[-1] == "under its design: " + done.splitlines()[-1]
+    for line in _verdicts_of(done, 2):
+        cid, decision = re.match(r"stage 2 \(3 seeds\) ([\w-]+): (\w+)", line).groups()
+        row = next(ln for ln in plan.splitlines() if ln.startswith(f"{cid} |"))
+        if decision in ("supported", "contradicted", "equivalent", "negligible"):
+            assert f"not planned: decided by its design: {decision} at stage" in row, plan
+        else:
+            assert "decided by its design" not in row, plan
+
 
 def test_the_plans_commands_run_as_printed_on_a_zip_and_a_read_only_store(tmp_path, monkeypatch):
     """`plan` on a store that cannot take seeds (a zip, a directory without write permission)
@@ -158,3 +170,20 @@ def test_the_plans_commands_run_as_printed_on_a_zip_and_a_read_only_store(tmp_pa
     monkeypatch.setattr(os, "access", lambda path, mode: not (str(path) == str(store) and mode == os.W_OK))
     copy, how = writable_store(str(store))
     assert (copy, how) == ("s-copy.zarr", f"{store} is read-only here: copy it (`cp -r {store} s-copy.zarr`)")
+
+
+def test_a_claim_its_design_decided_is_not_planned_and_one_it_stopped_gets_no_seeds():
+    from types import SimpleNamespace as NS
+
+    from analysis.claims.planner import design_decisions
+
+    last = NS(seeds=5, claims={"a": NS(decided_at=0, decision="supported"),
+                               "b": NS(decided_at=None, decision="continue"),
+                               "c": NS(decided_at=1, decision="inconclusive"),
+                               "d": NS(decided_at=1, decision="equivalent")})
+    run = NS(stages=[NS(seeds=3, claims={}), last])
+    said = design_decisions(run)
+    assert said["a"] == "decided by its design: supported at stage 1 (3 seeds); it needs no more seeds"
+    assert said["d"].startswith("decided by its design: equivalent at stage 2 (5 seeds)")
+    assert said["c"].startswith("its design stopped it inconclusive at stage 2 (5 seeds)")
+    assert "b" not in said and design_decisions(NS(stages=[])) == {}

@@ -124,3 +124,12 @@ def test_a_bound_claim_whose_estimate_is_on_the_wrong_side_is_planned_towards_it
     assert CONTRA in line and "not reachable" not in line
     assert "nan" not in text.lower()
     assert p.total["cells"][("s3", "mamba", "default")][1] == max(right.needed, wrong.needed)
+
+
+def test_a_claim_its_design_decided_is_skipped_with_the_designs_words(store):
+    store, _ = store
+    claims = parse_claims(CLAIMS)
+    words = "decided by its design: supported at stage 2 (5 seeds); it needs no more seeds"
+    p = make_plan(store, claims, decided={"s3-high": words})
+    assert p.skipped["s3-high"] == words and all(r.id != "s3-high" for r in p.rows)
+    assert f"s3-high | – | – | – | – | – | not planned: {words}" in "\n".join(plan_lines(p))
