@@ -86,7 +86,9 @@ def test_the_fma_scan_matches_the_reference_and_rounds_differently(length, d_inn
     reference, grads_ref = _output_and_grads(selective_scan_reference, inputs)
     torch.testing.assert_close(fma, reference, atol=1e-5, rtol=0)
     for name, a, b in zip("u delta A B C D z".split(), grads, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=0, msg=name)
+        # A's gradient, summed over batch and positions, reaches ~180, where float32's spacing
+        # is 1.5e-5: a few roundings apart there (as the kernels without fma are) is 1.3e-6 of it
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1.3e-6, msg=name)
     exact, grads_exact = _output_and_grads(selective_scan, inputs, fused=True)
     assert not torch.equal(fma, exact)
     assert not all(torch.equal(a, b) for a, b in zip(grads, grads_exact, strict=True))
