@@ -18,6 +18,7 @@ from capture.models import mamba as mamba_paths
 from capture.models.scan import selective_scan, selective_scan_reference
 from capture.train import check_trained_with, train_run, training_forward
 from store import RunConflictError, Store
+from tests.capture.compile_helpers import TRAIN, parity_model, parity_tokens
 from tests.capture.test_train import _every_eval, _Stop, _stop_at, tiny_experiment
 
 pytest.importorskip("numba")
@@ -327,36 +328,40 @@ def test_fma_without_the_fused_kernels_is_refused_in_one_line():
 @pytest.mark.parametrize(("arch", "path", "more"), [
     ("mamba", "torch-fused-scan", {}), ("mamba2", "torch-ssd-fused", {}),
     ("mamba", "torch-fused-scan-fma", {"fused_kernels_fma": True, "fused_adamw": True}),
-    ("mamba2", "torch-ssd-fused", {"compile": True, "compile_through_kernels": True, "fused_adamw": True}),
+    # Mamba's options in bench.training's after setting; Mamba-2's, compiled through the
+    # kernels, are the SIGKILL test's (test_fused_ops). Compiled at the shapes of the test below,
+    # whose kernels inductor then has in its cache
+    ("mamba", "torch-fused-scan-fma", {"fused_kernels_fma": True, "compile": True, "compile_through_kernels": True,
+                                       "fused_adamw": True}),
 ])
 def test_fused_training_is_deterministic_and_resumes_bit_for_bit(tmp_path, arch, path, more):
-    options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
-               "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0,
-               "fused_kernels": True, **more}
-    base = tiny_experiment(arch=arch, steps=40, train=options)
+    options = {**TRAIN, "fused_kernels": True, **more}
+    base = tiny_experiment(arch=arch, steps=TRAIN["steps"], train=options)
     whole, again = Store.create(str(tmp_path / "whole.zarr")), Store.create(str(tmp_path / "again.zarr"))
     train_run(whole, base.runs()[0])
     train_run(again, base.runs()[0])
 
     spec = _every_eval(base).runs()[0]
     st = Store.create(str(tmp_path / "cut.zarr"))
-    with pytest.raises(_Stop):  # killed at the evaluation of step 30: last checkpoint is 20
-        train_run(st, spec, progress=_stop_at(30))
-    assert st.read_checkpoint(spec.run_id).step == 20
-    assert train_run(st, spec).resumed_at == (20,)
+    with pytest.raises(_Stop):  # killed at the evaluation of step 15: last checkpoint is 10
+        train_run(st, spec, progress=_stop_at(15))
+    assert st.read_checkpoint(spec.run_id).step == 10
+    assert train_run(st, spec).resumed_at == (10,)
     ws = [s.read_weights(spec.run_id) for s in (whole, again, st)]
     assert all(list(w) == list(ws[0]) and all(np.array_equal(w[k], ws[0][k]) for k in w) for w in ws)
     metrics = [s.run_attrs(spec.run_id)["metrics"] for s in (whole, again, st)]
     assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
+    assert [p["step"] for p in metrics[0]["curve"]] == [5, 10, 15, 20]
     attrs = whole.run_attrs(spec.run_id)
     assert attrs["train_config"]["fused_kernels"] is True and attrs["implementation"] == path
     assert all(attrs["train_config"][k] is True for k in more)
 
 
+# the model and batch shape of a parity run (tests.capture.compile_helpers): Mamba's kernels
+# are the run's above, Mamba-2's through the kernels the SIGKILL test's (test_fused_ops)
 @pytest.mark.parametrize(("arch", "through"), [("mamba2", False), ("mamba2", True), ("mamba", True)])
 def test_the_fused_kernels_run_under_compile_and_agree_with_eager(arch, through):
-    model = _tiny(arch).train()
-    tokens = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(1))
+    model, tokens = parity_model(arch), parity_tokens()
     eager = training_forward(model, TrainConfig(fused_kernels=True))
     logits, grads = _logits_and_grads(eager, tokens, model)
     compiled = training_forward(model, TrainConfig(fused_kernels=True, compile=True, compile_through_kernels=through))
