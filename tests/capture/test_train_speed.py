@@ -11,7 +11,7 @@ from capture.experiment import TrainConfig
 from capture.models import ModelConfig, build_model
 from capture.train import Stopping, check_trained_with, train_run, training_forward
 from store import RunConflictError, Store
-from tests.capture.compile_helpers import Graphs, compile_with
+from tests.capture.compile_helpers import TRAIN, Graphs, compile_with, parity_model, parity_tokens
 from tests.capture.test_train import _every_eval, _Stop, _stop_at, tiny_experiment
 
 
@@ -69,11 +69,11 @@ def test_plateau_runs_record_the_rule_and_why_they_stopped(tmp_path):
         check_trained_with(st, spec.run_id, base.train)
 
 
+# the model and batch shape of a parity run (tests.capture.compile_helpers): Mamba-2's kernels
+# are those of the compiled run below, which then loads them from inductor's cache
 @pytest.mark.parametrize("arch", ["transformer", "mamba", "mamba2"])
 def test_the_compiled_forward_equals_eager_up_to_rounding(arch):
-    model = build_model(ModelConfig(arch=arch, d_model=16, n_layers=2), vocab_size=4, n_classes=3, seed=0)
-    model.train()
-    tokens = torch.randint(0, 4, (3, 12), generator=torch.Generator().manual_seed(1))
+    model, tokens = parity_model(arch), parity_tokens()
     eager = model(tokens)
     grads = torch.autograd.grad(eager.square().sum(), list(model.parameters()))
     compiled = training_forward(model, TrainConfig(compile=True))(tokens)
@@ -85,25 +85,24 @@ def test_the_compiled_forward_equals_eager_up_to_rounding(arch):
 
 
 def test_compiled_plateau_training_is_deterministic_and_resumes_bit_for_bit(tmp_path):
-    options = {"steps": 40, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
-               "n_test": 32, "length": 12, "warmup": 2, "patience": 10, "checkpoint_seconds": 0,
-               "compile": True, "plateau_delta": 0.001}
-    base = tiny_experiment(arch="mamba2", steps=40, train=options)
+    options = {**TRAIN, "compile": True, "plateau_delta": 0.001}
+    base = tiny_experiment(arch="mamba2", steps=TRAIN["steps"], train=options)
     whole, again = Store.create(str(tmp_path / "whole.zarr")), Store.create(str(tmp_path / "again.zarr"))
     train_run(whole, base.runs()[0])
     train_run(again, base.runs()[0])
 
     spec = _every_eval(base).runs()[0]
     st = Store.create(str(tmp_path / "cut.zarr"))
-    with pytest.raises(_Stop):  # killed at the evaluation of step 30: last checkpoint is 20
-        train_run(st, spec, progress=_stop_at(30))
-    assert st.read_checkpoint(spec.run_id).step == 20
+    with pytest.raises(_Stop):  # killed at the evaluation of step 15: last checkpoint is 10
+        train_run(st, spec, progress=_stop_at(15))
+    assert st.read_checkpoint(spec.run_id).step == 10
     resumed = train_run(st, spec)
-    assert resumed.resumed_at == (20,)
+    assert resumed.resumed_at == (10,)
     ws = [s.read_weights(spec.run_id) for s in (whole, again, st)]
     assert all(list(w) == list(ws[0]) and all(np.array_equal(w[k], ws[0][k]) for k in w) for w in ws)
     metrics = [s.run_attrs(spec.run_id)["metrics"] for s in (whole, again, st)]
     assert all(m["curve"] == metrics[0]["curve"] and m["accuracy"] == metrics[0]["accuracy"] for m in metrics)
+    assert [p["step"] for p in metrics[0]["curve"]] == [5, 10, 15, 20]
     assert whole.run_attrs(spec.run_id)["train_config"]["compile"] is True
 
 
