@@ -450,6 +450,10 @@ class Store:
         """A stored result's attributes, without reading its arrays."""
         return _results.result_attrs(self.root, name, self.location)
 
+    def result_runs(self, name: str) -> list[str] | None:
+        """The runs a stored result holds (None: it has no ``run`` dimension), its other arrays unread."""
+        return _results.result_runs(self.root, name, self.location)
+
     # ------------------------------------------------------------------ helpers
     def compute(self, obj: Any) -> Any:
         """Compute a lazy xarray object, naming the array and chunk if a checksum fails."""

@@ -73,7 +73,30 @@ def summary(store: Store) -> dict:
         "cells": cells,
         "notes": notes,
         "results": store.results(),
+        "result_runs": result_coverage(store, runs),
     }
+
+
+def result_coverage(store: Store, runs: dict) -> dict[str, dict]:
+    """Per stored result with runs: how many it holds, and per cell it holds runs of, the seeds
+    the store has there that the result lacks (a result computed before they were trained or
+    captured: what a verdict on it would not see)."""
+    cells: dict[str, dict[str, int]] = {}
+    for rid, r in runs.items():
+        cells.setdefault(f"{r['task']}/{r['arch']}/{r.get('variant') or 'default'}", {})[rid] = int(r["seed"] or 0)
+    out: dict[str, dict] = {}
+    for name in store.results():
+        try:
+            held = store.result_runs(name)
+        except Exception:  # a result another tool wrote, or damaged: validate names it
+            continue
+        if held is None:
+            continue
+        mine = set(held)
+        lacks = {cell: sorted(s for rid, s in seeds.items() if rid not in mine)
+                 for cell, seeds in cells.items() if mine & set(seeds)}
+        out[name] = {"runs": len(held), "lacks": {c: s for c, s in lacks.items() if s}}
+    return out
 
 
 def _group_layers(ga: dict) -> list[str] | None:
@@ -266,7 +289,27 @@ def _header(info: dict) -> list[str]:
 
 def _footer(info: dict) -> list[str]:
     where = f"  (results store {info['results_location']})" if info.get("results_location") else ""
-    return [f"results  {', '.join(info['results']) or '(none)'}{where}"]
+    held = info.get("result_runs") or {}
+    shown = []
+    for name in info["results"]:
+        h = held.get(name)
+        if h is None:
+            shown.append(name)
+            continue
+        lacks = "; ".join(f"lacks {cell} {_seeds(s)}" for cell, s in sorted(h["lacks"].items()))
+        shown.append(f"{name} ({h['runs']} run{'s' * (h['runs'] != 1)}{'; ' + lacks if lacks else ''})")
+    return [f"results  {', '.join(shown) or '(none)'}{where}"]
+
+
+def _seeds(seeds: list[int]) -> str:
+    """``[3, 4, 6]`` -> ``"seeds 3-4, 6"``: the seeds a result lacks in a cell."""
+    spans: list[str] = []
+    for s in seeds:
+        if spans and spans[-1].split("-")[-1] == str(s - 1):
+            spans[-1] = f"{spans[-1].split('-')[0]}-{s}"
+        else:
+            spans.append(str(s))
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(spans)
 
 
 def _notes(info: dict) -> list[str]:

@@ -83,6 +83,13 @@ class PairedStore(Store):
                 return st.result_attrs(name)
         raise self._missing(name)
 
+    def result_runs(self, name: str) -> list[str] | None:
+        """The runs a result holds (results store first, then the source)."""
+        for st in (self.results_store, self.source):
+            if name in st.results():
+                return st.result_runs(name)
+        raise self._missing(name)
+
     def _missing(self, name: str) -> MissingError:
         return MissingError(
             f"no result {name!r} in {self.location} or its results store {self.results_location}; "

@@ -117,6 +117,18 @@ def result_attrs(root: zarr.Group, name: str, where: object) -> dict:
     return dict(_result_group(root, name, where).attrs)
 
 
+def result_runs(root: zarr.Group, name: str, where: object) -> list[str] | None:
+    """The runs a stored result holds (its ``run`` coordinate, read alone), or None for a result
+    with no ``run`` dimension (a claims table, a design's stages)."""
+    grp = _result_group(root, name, where)
+    if "run" not in grp:
+        return None
+    run = grp["run"]
+    if not isinstance(run, zarr.Array):
+        return None
+    return [str(r) for r in np.asarray(run[...]).ravel()]
+
+
 def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
     """A stored result, loaded into memory."""
     _result_group(root, name, where)

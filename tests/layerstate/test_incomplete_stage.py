@@ -117,8 +117,12 @@ def test_trained_but_not_captured_or_analysed_seeds_give_no_stage_verdict(tmp_pa
                     f"decides the stage"], trained
     assert "the design is complete" not in trained and "next stage" not in trained
 
-    # captured, but the probes the readable claim reads lack seed 2: still no verdict
+    # captured, but the probes the readable claim reads lack seed 2: still no verdict, and
+    # `inspect` shows which seeds each result lacks
     _cli("capture", more, "--store", store)
+    shown = next(ln for ln in _cli("inspect", store).splitlines() if ln.startswith("results  "))
+    assert ("probes/parity (4 runs; lacks parity/gru/default seed 2; lacks parity/lstm/default seed 2)"
+            in shown), shown
     captured = _cli("sequential", exp, "--store", store, "--design", design)
     assert not _verdicts_of(captured, 2), captured
     assert ("stage 2 (3 seeds) is incomplete: its runs are captured but not all analysed (claim 'lstm-readable' "

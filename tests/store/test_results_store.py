@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -137,7 +138,10 @@ def test_every_analysis_runs_on_a_zip_with_results_beside_it(shared, tmp_path):
     assert "probes/parity" in md or "Probe" in md
     assert _sha(zipped) == before  # the source is never written
     res = cli("inspect", zipped)
-    assert "results  ablation/default, claims, patching/default, probes/parity, seed_plan  (results store" in res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("results  "))
+    # each result with runs says how many it holds, from the results store beside the zip
+    assert re.fullmatch(r"results  ablation/default \(\d+ runs\), claims, patching/default \(\d+ runs\), "
+                        r"probes/parity \(\d+ runs\), seed_plan  \(results store .*\)", line), line
     paired = open_analysis(str(zipped), write=False)
     assert isinstance(paired, PairedStore) and paired.results_store.results() == [
         "ablation/default", "claims", "patching/default", "probes/parity", "seed_plan"]
@@ -145,7 +149,7 @@ def test_every_analysis_runs_on_a_zip_with_results_beside_it(shared, tmp_path):
     moved = tmp_path / "elsewhere" / "mine.zarr"
     shutil.copytree(sidecar, moved)
     res = cli("inspect", zipped, "--results", moved)
-    assert res.exit_code == 0 and "claims, patching/default, probes/parity" in res.output
+    assert res.exit_code == 0 and re.search(r"claims, patching/default \(\d+ runs\), probes/parity", res.output)
     res = cli("inspect", moved, "--detail")  # the results store alone: its recorded source is found
     assert res.exit_code == 0 and "parity-lstm-default-s1" in res.output and "probes/parity" in res.output
     assert _sha(zipped) == before
