@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
 from collections.abc import Iterator, Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -568,10 +571,6 @@ def writable_store(store: str) -> tuple[str, str]:
     ``store`` cannot take them ('' when it can): a zip is write-once (unpacked to a directory
     beside it), a store served over HTTP is read-only (pulled to a local directory), a local
     directory without write permission is copied."""
-    import os
-    import shlex
-    from pathlib import PurePath
-
     if store.startswith(("http://", "https://")):
         local = PurePath(store.rstrip("/")).name.removesuffix(".zip").removesuffix(".zarr") + ".zarr"
         return local, f"pull the store into a local one (`layerstate pull {shlex.quote(store)} {local}`)"

@@ -296,20 +296,26 @@ def _footer(info: dict) -> list[str]:
         if h is None:
             shown.append(name)
             continue
-        lacks = "; ".join(f"lacks {cell} {_seeds(s)}" for cell, s in sorted(h["lacks"].items()))
+        lacks = "; ".join(f"lacks {cell} {seed_range(s)}" for cell, s in sorted(h["lacks"].items()))
         shown.append(f"{name} ({h['runs']} run{'s' * (h['runs'] != 1)}{'; ' + lacks if lacks else ''})")
     return [f"results  {', '.join(shown) or '(none)'}{where}"]
 
 
-def _seeds(seeds: list[int]) -> str:
-    """``[3, 4, 6]`` -> ``"seeds 3-4, 6"``: the seeds a result lacks in a cell."""
+def seed_range(seeds: list[int]) -> str:
+    """``[0, 1, 2, 4]`` -> ``"seeds 0-2, 4"`` (``"seed 3"`` for one): seeds as messages name them."""
+    if not seeds:
+        return "no seeds"
     spans: list[str] = []
-    for s in seeds:
-        if spans and spans[-1].split("-")[-1] == str(s - 1):
-            spans[-1] = f"{spans[-1].split('-')[0]}-{s}"
-        else:
-            spans.append(str(s))
+    start = prev = seeds[0]
+    for s in [*seeds[1:], None]:
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(spans)
+
 
 
 def _notes(info: dict) -> list[str]:

@@ -20,6 +20,7 @@ from analysis.claims.spec import (
 from analysis.interventions.twins import MIN_GAP
 from store import MissingError, Store, schema
 from store.errors import did_you_mean
+from store.inspect import seed_range
 
 T = TypeVar("T")
 
@@ -140,22 +141,6 @@ def seeds_words(store: Store, runs: list[str]) -> str:
         cell = f"{a.get('task')}/{a.get('arch')}" + (f"/{variant}" if variant != "default" else "")
         by.setdefault(cell, []).append(int(a.get("seed", 0)))
     return ", ".join(f"{cell} {seed_range(sorted(seeds))}" for cell, seeds in sorted(by.items()))
-
-
-def seed_range(seeds: list[int]) -> str:
-    """``[0, 1, 2, 4]`` -> ``"seeds 0-2, 4"`` (``"seed 3"`` for one)."""
-    if not seeds:
-        return "no seeds"
-    spans: list[str] = []
-    start = prev = seeds[0]
-    for s in [*seeds[1:], None]:
-        if s is not None and s == prev + 1:
-            prev = s
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if s is not None:
-            start = prev = s
-    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(spans)
 
 
 def require_runs(store: Store, claim: Claim, name: str, held: set[str], fix: str, *, kind: str = "len",
