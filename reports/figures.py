@@ -157,9 +157,11 @@ def fit_legend(fig, handles: list, labels: list[str], *, fontsize: float = 8):
         rows = max(sum(lab.count("\n") + 1 for lab in col) for col in np.array_split(np.array(labels), ncol))
         fig.set_figheight(base_h + LEGEND_ROW_IN * rows)
         leg = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=fontsize)
-        fig.canvas.draw()
-        ext = leg.get_window_extent(fig.canvas.get_renderer())
-        if ncol == 1 or (ext.x0 >= fig.bbox.x0 - 1 and ext.x1 <= fig.bbox.x1 + 1):
+        # Centred below the panels, the legend fits when its width does; its width is its
+        # text's, measured without drawing the figure (a draw solved the whole layout, and
+        # was half of a report's figure time).
+        width = leg.get_window_extent(fig.canvas.get_renderer()).width
+        if ncol == 1 or width <= fig.bbox.width + 2:
             return leg
         leg.remove()
         ncol -= 1

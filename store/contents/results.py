@@ -132,8 +132,10 @@ def result_runs(root: zarr.Group, name: str, where: object) -> list[str] | None:
 def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
     """A stored result, loaded into memory."""
     _result_group(root, name, where)
+    # chunks=None: read by zarr alone, not through a dask graph per array (a result is small
+    # and read whole; the graph took half of each read)
     with quiet(), naming_corruption(where), xr.open_zarr(
         CheckedStore(root.store), group=f"{schema.RESULTS}/{name}", consolidated=from_snapshot(root),
-        zarr_format=3,
+        zarr_format=3, chunks=None,
     ) as ds:
         return ds.load()
