@@ -88,13 +88,13 @@ def run_ids(root: zarr.Group) -> list[str]:
 
 def run_group(root: zarr.Group, run_id: str, where: object) -> zarr.Group:
     """The group of run ``run_id``; :class:`MissingError` naming the runs there if absent."""
-    runs = runs_group(root)
-    if run_id not in runs:
+    try:  # one lookup: a membership test first read the run's metadata twice
+        return group(runs_group(root), run_id)
+    except KeyError:
         raise MissingError(
             f"run {run_id!r} is not in {where}; runs there: "
             f"{', '.join(run_ids(root)) or '(none)'}"
-        )
-    return group(runs, run_id)
+        ) from None
 
 
 def add_run(root: zarr.Group, run_id: str, identity: dict[str, Any], attrs: Mapping[str, Any],
