@@ -52,8 +52,7 @@ def sequence_correctness(
     if lengths is None:
         common = set.intersection(*(set(store.lengths(r)) for r in runs))
         lengths = sorted(common)
-    n_seq = 0
-    cells: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    lazy: dict[str, xr.DataArray] = {}
     for rid in runs:
         for L in lengths:
             ds = store.open_length(rid, L)
@@ -69,13 +68,19 @@ def sequence_correctness(
             lab = ds[label]
             hit = ((pred == lab) & ds.mask).sum("position")
             lab_n = ds.mask.sum("position")
-            c, n = store.compute(xr.Dataset({"c": hit, "n": lab_n})).values()
-            cells[(rid, L)] = (c.values, n.values)
-            n_seq = max(n_seq, c.size)
+            # each cell on its own sequence axis (cells may hold different numbers of sequences)
+            i = len(lazy) // 2
+            lazy[f"c{i}"] = xr.DataArray(hit.data, dims=[f"{d}{i}" for d in hit.dims])
+            lazy[f"n{i}"] = xr.DataArray(lab_n.data, dims=[f"{d}{i}" for d in lab_n.dims])
+    # one computation for every cell: one pass of the scheduler, the cells read in parallel
+    done = store.compute(xr.Dataset(lazy))
+    cells = [(rid, L) for rid in runs for L in lengths]
+    n_seq = max(int(done[f"c{i}"].size) for i in range(len(cells)))
     correct = np.full((len(runs), len(lengths), n_seq), np.nan)
     labelled = np.full_like(correct, np.nan)
-    for (rid, L), (c, n) in cells.items():
+    for k, (rid, L) in enumerate(cells):
         i, j = runs.index(rid), list(lengths).index(L)
+        c, n = done[f"c{k}"].values, done[f"n{k}"].values
         correct[i, j, : c.size] = c
         labelled[i, j, : n.size] = n
     coords = {
