@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.special
 import scipy.stats
 
 from analysis.stats.design import Design, DesignError
@@ -100,8 +101,10 @@ def _null_paths(seeds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         s1, s2 = np.cumsum(x, 1)[:, n - 1], np.cumsum(x * x, 1)[:, n - 1]
         mean = s1 / n
         sd = np.sqrt(np.maximum(s2 - n * mean ** 2, 0.0) / (n - 1))
-        pt.append(scipy.stats.t.sf(mean / (sd / np.sqrt(n)), n - 1))
-        pz.append(scipy.stats.norm.sf(mean * np.sqrt(n)))
+        # scipy.stats' t.sf and norm.sf are these special functions behind argument checks
+        # that took a third of the time on 1e6 x stages values (the same bits)
+        pt.append(scipy.special.stdtr(n - 1, -(mean / (sd / np.sqrt(n)))))
+        pz.append(scipy.special.ndtr(-(mean * np.sqrt(n))))
     return np.concatenate(pt), np.concatenate(pz)
 
 
