@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # One BLAS thread per process: two threads under load turned 50 ms fits into 10 s
 # (docs/measured.md, "Threads").
@@ -50,6 +51,33 @@ def synthetic_arrays(rng: np.random.Generator, n: int = 64, length: int = 12, n_
         "labels": {"parity": parity, "ones": np.cumsum(tokens, axis=1)},
         "logits": rng.standard_normal((n, length, n_classes)).astype("float32"),
     }
+
+
+@pytest.fixture(scope="session")
+def build_once(tmp_path_factory):
+    """``build_once(name, build)``: the folder ``name``, made once per test run for every
+    pytest-xdist worker. The first worker to ask calls ``build(path)`` under a file lock; the
+    others wait and get the same path once it is complete. For stores and reports the tests
+    only read (open them read-only), which each worker otherwise built for itself."""
+    import shutil
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-once"
+    shared.mkdir(exist_ok=True)
+
+    def get(name: str, build) -> Path:
+        path = shared / name
+        with FileLock(str(shared / f"{name}.lock")):
+            if not (shared / f"{name}.done").exists():
+                if path.exists():  # a build that failed part-way, in another worker
+                    shutil.rmtree(path)
+                build(path)
+                (shared / f"{name}.done").touch()
+        return path
+
+    return get
 
 
 @pytest.fixture
