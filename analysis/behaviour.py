@@ -53,28 +53,26 @@ def sequence_correctness(
         common = set.intersection(*(set(store.lengths(r)) for r in runs))
         lengths = sorted(common)
     lazy: dict[str, xr.DataArray] = {}
-    for rid in runs:
-        for L in lengths:
-            ds = store.open_length(rid, L)
-            if "logits" not in ds:
-                raise MissingError(f"run {rid!r} length {L} has no stored logits; re-capture it")
-            label = target or require_target(ds, f"run {rid!r} length {L}")
-            if label not in ds.attrs["labels"]:
-                raise MissingError(
-                    f"label {label!r} does not exist in run {rid!r} length {L}; labels there: "
-                    f"{', '.join(ds.attrs['labels'])} (pass target=... with one of them)"
-                )
-            pred = ds.logits.astype("float32").argmax("class")
-            lab = ds[label]
-            hit = ((pred == lab) & ds.mask).sum("position")
-            lab_n = ds.mask.sum("position")
-            # each cell on its own sequence axis (cells may hold different numbers of sequences)
-            i = len(lazy) // 2
-            lazy[f"c{i}"] = xr.DataArray(hit.data, dims=[f"{d}{i}" for d in hit.dims])
-            lazy[f"n{i}"] = xr.DataArray(lab_n.data, dims=[f"{d}{i}" for d in lab_n.dims])
+    cells = [(rid, L) for rid in runs for L in lengths]
+    for i, (rid, L) in enumerate(cells):
+        ds = store.open_length(rid, L)
+        if "logits" not in ds:
+            raise MissingError(f"run {rid!r} length {L} has no stored logits; re-capture it")
+        label = target or require_target(ds, f"run {rid!r} length {L}")
+        if label not in ds.attrs["labels"]:
+            raise MissingError(
+                f"label {label!r} does not exist in run {rid!r} length {L}; labels there: "
+                f"{', '.join(ds.attrs['labels'])} (pass target=... with one of them)"
+            )
+        pred = ds.logits.astype("float32").argmax("class")
+        lab = ds[label]
+        hit = ((pred == lab) & ds.mask).sum("position")
+        lab_n = ds.mask.sum("position")
+        # each cell on its own sequence axis (cells may hold different numbers of sequences)
+        lazy[f"c{i}"] = xr.DataArray(hit.data, dims=[f"{d}{i}" for d in hit.dims])
+        lazy[f"n{i}"] = xr.DataArray(lab_n.data, dims=[f"{d}{i}" for d in lab_n.dims])
     # one computation for every cell: one pass of the scheduler, the cells read in parallel
     done = store.compute(xr.Dataset(lazy))
-    cells = [(rid, L) for rid in runs for L in lengths]
     n_seq = max(int(done[f"c{i}"].size) for i in range(len(cells)))
     correct = np.full((len(runs), len(lengths), n_seq), np.nan)
     labelled = np.full_like(correct, np.nan)
