@@ -50,12 +50,13 @@ demo: $(STAMP)
 
 # Most tests in parallel, pytest-xdist workers (TEST_JOBS: 2, the cores CI has; `make test
 # TEST_JOBS=8` on a larger machine), a whole module to a worker (its fixtures are built once);
-# then the modules marked serial (tests/conftest.py) on their own. Not `-n auto`: a container's
+# then the modules marked serial (tests/conftest.py), also a module to a worker, so that no
+# test of the first part competes with their processes and clocks. Not `-n auto`: a container's
 # CPU quota is not what Python's CPU count sees, and each worker holds torch (~0.3 GB).
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial and not gpu"
-	$(PY) -m pytest -q -m "serial and not gpu"
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "serial and not gpu"
 
 bench: $(STAMP)
 	@for b in bench/[a-z]*.py; do m=$$(basename $$b .py); echo "== bench.$$m" >&2; $(PY) -m bench.$$m || exit 1; done
