@@ -189,6 +189,7 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     where they decide claims. Runs already in the store are reused, so a stopped run resumes
     where it was."""
     from analysis.claims.cells import seeds_held
+    from analysis.claims.record import DECISION_RECORD, decision_record
     from analysis.claims.sequential import (
         evaluate_sequential,
         next_cells,
@@ -198,6 +199,7 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     from capture.experiment import RunSpec
     from layerstate.present import sequential_lines
     from store import Store
+    from store.contents.results import recording_reads
     from store.schema import CLAIMS, SEQUENTIAL
 
     design = exp.design
@@ -221,13 +223,18 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
         work = [w for w in work_list(exp, stages=stages, runs=specs) if w.stage != "analyse" or w.kind in read]
         executor.results(work)
         st = Store.open(url, mode="r+", storage_options=storage_options)
-        run = evaluate_sequential(st, exp.claims, design, absent=exp.absent_claims)
+        with recording_reads() as inputs:
+            run = evaluate_sequential(st, exp.claims, design, absent=exp.absent_claims)
         if not run.stages and run.short():
             short = ", ".join(f"{'/'.join(c)} ({n} seeds)" for c, n in run.short().items())
             raise InvalidArgumentError(
                 f"the design's first stage cannot be decided: the claims read cells the run did not train to "
                 f"{design.first_seeds} seeds: {short}; name cells of the grid in the claims (task, arch, variant)")
-        st.write_result(SEQUENTIAL, sequential_dataset(run))
+        stages_ds = sequential_dataset(run)
+        stages_ds.attrs[DECISION_RECORD] = decision_record(  # what the stages were decided on
+            st, inputs, family=[c.id for c in [*exp.claims, *exp.absent_claims]], alpha=design.alpha,
+            correction=f"{design.spending} spending")
+        st.write_result(SEQUENTIAL, stages_ds)
         for line in sequential_lines(run):
             say(line)
         nxt = {c: n for c, n in next_cells(run).items() if c in target and n > target[c]}

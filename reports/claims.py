@@ -71,7 +71,7 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
     stale = stale_table(snap.store, ds)
     if stale is not None:  # verdicts from fewer seeds than the store holds are not shown as verdicts
         return missing_section("claims", CLAIMS_TITLE, f"The stored verdicts are out of date: {stale}. Decide "
-                               "them again on every seed the store holds.", "stats", CLAIMS_INTRO)
+                               "them again on what the store holds now.", "stats", CLAIMS_INTRO)
     frame = claims_frame(ds, claim_metrics(experiment, ds))
     sec = Section("claims", CLAIMS_TITLE, intro=CLAIMS_INTRO)
     alpha = ds.attrs.get("alpha", 0.05)

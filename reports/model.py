@@ -22,6 +22,7 @@ COMMANDS = {
     "interchange": "layerstate patch STORE --interchange",
     "stats": "layerstate stats STORE --claims EXPERIMENT.toml",
     "behaviour": "layerstate behaviour STORE",
+    "run-design": "layerstate run EXPERIMENT.toml --out DIR --design DESIGN.toml",
 }
 ALL_STAGES = "layerstate run EXPERIMENT.toml --out DIR"
 

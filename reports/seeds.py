@@ -28,10 +28,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN
+from analysis.claims.record import record_problem
 from analysis.stats.decision import Pending
 from reports import figures as F
 from reports.intervals import INF, interval_text
-from reports.model import Figure, Section, Table
+from reports.model import Figure, Section, Table, missing_section
 from reports.numbers import fmt, read_result
 from reports.snapshot import Snapshot
 
@@ -135,6 +136,12 @@ def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
         sec.command = PLAN_COMMAND
         return sec
     ds = read_result(snap.store, SEED_PLAN)
+    changed = record_problem(snap.store, ds.attrs)
+    if changed is not None:  # planned from results computed again since
+        sec.intro = ""
+        sec.missing = f"The stored seed plan is out of date: {changed}. Plan again on what the store holds now."
+        sec.command = PLAN_COMMAND
+        return sec
     power = float(ds.attrs.get("power", PLAN_POWER))
     rows, shown = [], []
     for i in range(ds.sizes["claim"]):
@@ -183,6 +190,10 @@ def sequential(snap: Snapshot, experiment: dict | None = None) -> Section:
     """The stored sequential design (result ``sequential``): its sentence, stages, claims, every
     stage's look at every claim, and a figure per claim."""
     ds = read_result(snap.store, SEQUENTIAL)
+    changed = record_problem(snap.store, ds.attrs)
+    if changed is not None:  # decided on results computed again since: not shown as decisions
+        return missing_section("claims-sequential", SEQUENTIAL_TITLE, f"The stored stages are out of date: {changed}. "
+                               "Decide them again on the results the store holds now.", "run-design")
     design = _json_attr(ds.attrs.get("design"))
     fixed = _json_attr(ds.attrs.get("fixed"))
     intro = f"{design_sentence(design)} {SEQUENTIAL_INTRO}"

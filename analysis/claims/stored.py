@@ -19,8 +19,10 @@ from analysis.claims.profiles import (
     profile_claims,
     profiles_dataset,
 )
+from analysis.claims.record import DECISION_RECORD, decision_record, record_problem
 from analysis.claims.spec import Claim
 from store import Store
+from store.contents.results import recording_reads
 
 
 def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
@@ -30,12 +32,18 @@ def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequenc
     With profile claims among ``claims`` and ``absent`` (the whole declared family), the
     per-seed profiles they read of this store's tasks are kept as ``results/claim_profiles``
     (:mod:`analysis.claims.profiles`), for deciding them across the parts of a grid."""
-    probes = stored_probe_profiles(store)
-    res = evaluate_claims(store, claims, probes=probes, absent=absent)
+    with recording_reads() as read:
+        probes = stored_probe_profiles(store)
+        res = evaluate_claims(store, claims, probes=probes, absent=absent)
+    res.attrs[DECISION_RECORD] = decision_record(
+        store, read, family=[c.id for c in [*claims, *absent]], alpha=res.attrs.get("alpha", 0.05),
+        correction=str(res.attrs.get("correction", "holm")))
     store.write_result("claims", res)
     keep_profiles(store, [*claims, *absent], probes)
     plan = make_plan(store, claims, power=PLAN_POWER, evaluated=res)
-    store.write_result(SEED_PLAN, plan_dataset(plan, PLAN_POWER))  # what more seeds would decide: the report's
+    planned = plan_dataset(plan, PLAN_POWER)  # what more seeds would decide: the report's
+    planned.attrs[DECISION_RECORD] = res.attrs[DECISION_RECORD]  # made from the same results
+    store.write_result(SEED_PLAN, planned)
     return res
 
 
@@ -53,9 +61,16 @@ def keep_profiles(store: Store, family: Sequence[Claim], probes: xr.Dataset | No
 
 
 def stale_table(store: Store, table: xr.Dataset) -> str | None:
-    """Why the stored claims ``table`` no longer answers ``store`` (runs trained in its cells since
-    it was computed, or runs gone), in words; None when it does, or when it records no runs (a
-    table from before the record was kept)."""
+    """Why the stored claims ``table`` no longer answers ``store``, in words: a result its
+    verdicts read computed again or forgotten since (its decision record,
+    :mod:`analysis.claims.record`), runs trained in its cells since, or runs gone; None when it
+    does, or when it records neither (a table from before the records were kept)."""
+    changed = record_problem(store, table.attrs)
+    cells = _stale_cells(store, table)
+    return "; ".join(x for x in (changed, cells) if x) or None
+
+
+def _stale_cells(store: Store, table: xr.Dataset) -> str | None:
     recorded = table.attrs.get(CELL_RUNS)
     if not isinstance(recorded, dict) or not any(table.sizes.values()):
         return None  # no record (an older table), or no claim to answer (no row: the kept profiles)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +25,9 @@ from ..zarrutil import (
     naming_corruption,
     quiet,
 )
+
+#: A stored result's attribute holding the digest of its data (:func:`data_digest`).
+DIGEST_ATTR = "data_digest"
 
 
 def result_names(root: zarr.Group) -> list[str]:
@@ -63,7 +71,9 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
         raise RunConflictError(f"result {name!r} exists; pass overwrite=True to replace it")
     # Fixed-width numpy strings have no Zarr v3 spec; variable-length strings do.
     ds = ds.copy()
-    ds.attrs = {**made_by(), **ds.attrs}
+    if any(v.chunks is not None for v in ds.variables.values()):
+        ds = ds.load()  # computed once, for its digest and its write
+    ds.attrs = {**made_by(), **ds.attrs, DIGEST_ATTR: data_digest(ds)}
     for var in [k for k, v in ds.variables.items() if v.dtype.kind == "U"]:
         ds[var] = ds[var].astype(np.dtypes.StringDType())
     enc = {v: {"compressors": CHECKSUM} for v in ds.variables}
@@ -76,8 +86,9 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
         )
 
 
-#: What every stored result records about how it was made, unless its writer says otherwise.
-MADE_ATTRS = ("created", "command", "tool_version")
+#: What every stored result records about how it was made (unless its writer says otherwise),
+#: and the digest of its data.
+MADE_ATTRS = ("created", "command", "tool_version", DIGEST_ATTR)
 #: The attributes that tell two results of one kind apart, in the order they are shown.
 SETTING_ATTRS = ("target", "positions", "folds", "control", "train_length", "method", "settings",
                  "mode", "fit_length", "length", "corruption", "subspace")
@@ -120,6 +131,7 @@ def result_attrs(root: zarr.Group, name: str, where: object) -> dict:
 def result_runs(root: zarr.Group, name: str, where: object) -> list[str] | None:
     """The runs a stored result holds (its ``run`` coordinate, read alone), or None for a result
     with no ``run`` dimension (a claims table, a design's stages)."""
+    _note_read(name)
     grp = _result_group(root, name, where)
     if "run" not in grp:
         return None
@@ -129,8 +141,48 @@ def result_runs(root: zarr.Group, name: str, where: object) -> list[str] | None:
     return [str(r) for r in np.asarray(run[...]).ravel()]
 
 
+#: The names of the results read while :func:`recording_reads` is open (this thread and context).
+_READS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("layerstate_result_reads", default=None)
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[list[str]]:
+    """The names of the stored results read (:func:`read_result`, :func:`result_runs`) inside
+    the block, each once, in the order first read: what a verdict was decided on. Whatever
+    kind of store they are read through (a store, a store and its results store, a view)."""
+    seen: list[str] = []
+    token = _READS.set(seen)
+    try:
+        yield seen
+    finally:
+        _READS.reset(token)
+
+
+def _note_read(name: str) -> None:
+    seen = _READS.get()
+    if seen is not None and name not in seen:
+        seen.append(name)
+
+
+def data_digest(ds: xr.Dataset) -> str:
+    """A digest of a result's data: every variable's name, dimensions, type and values (not its
+    attributes: ``created`` changes at every write). Two results with equal digests hold the
+    same numbers; a result computed again on other runs or settings gets another."""
+    h = hashlib.sha256()
+    for name in sorted(map(str, ds.variables)):
+        values = np.asarray(ds.variables[name].values)
+        kind = "str" if values.dtype.kind in "UOST" else values.dtype.str
+        h.update(json.dumps([name, list(map(str, ds.variables[name].dims)), list(values.shape), kind]).encode())
+        if kind == "str":
+            h.update(json.dumps([str(x) for x in values.ravel()]).encode())
+        else:
+            h.update(np.ascontiguousarray(values).tobytes())
+    return h.hexdigest()[:32]
+
+
 def read_result(root: zarr.Group, name: str, where: object) -> xr.Dataset:
     """A stored result, loaded into memory."""
+    _note_read(name)
     _result_group(root, name, where)
     # chunks=None: read by zarr alone, not through a dask graph per array (a result is small
     # and read whole; the graph took half of each read)
