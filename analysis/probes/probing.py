@@ -27,7 +27,7 @@ def plan_probes(
     folds: int = 5,
     C: float | Sequence[float] | None = None,
     method: str = "exact",
-    control: bool | str = True,
+    control: bool | str = "permute",
     seed: int = 0,
     per_sequence: bool = True,
 ) -> ProbePlan:
@@ -64,12 +64,22 @@ def probe(
     store: Any,
     target: str | None = None,
     *,
+    runs: Any = None,
+    layers: Any = None,
+    positions: Any = "all",
+    lengths: Any = None,
+    train_length: int | None = None,
+    folds: int = 5,
+    C: float | Sequence[float] | None = None,
+    method: str = "exact",
+    control: bool | str = "permute",
+    seed: int = 0,
+    per_sequence: bool = True,
     scheduler: Any = None,
     save: bool = False,
     name: str | None = None,
     attrs: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
-    **sweep: Any,
 ) -> xr.Dataset:
     """Fit and score linear probes for every selected (run, length, layer, position) cell.
 
@@ -79,10 +89,6 @@ def probe(
         The activation store (a path is opened read-only, or read-write when ``save``).
     target : str, optional
         The label to decode; default: the label the runs were trained on.
-    **sweep
-        The sweep, the keywords of :func:`plan_probes`: ``runs``, ``layers``, ``positions``,
-        ``lengths``, ``train_length``, ``folds``, ``C``, ``method``, ``control``, ``seed``,
-        ``per_sequence``, each below.
     runs : None, str, list of str, or dict
         Run ids, or attribute filters for :meth:`Store.select` (``{"arch": ["lstm", "gru"]}``).
     layers : None, str, int or list
@@ -114,9 +120,9 @@ def probe(
     control : bool or {"token", "permute", "none"}
         Control labelling for selectivity: ``True``/``"token"`` is Hewitt & Liang's (a fixed random
         class per token type; with 2-6 token types it is often decodable outright, control
-        accuracy ~1.0, and selectivity against it says nothing), ``"permute"`` shuffles each
-        position's labels across sequences (what ``layerstate run`` and ``layerstate probe``
-        use by default), ``False``/``"none"`` skips it.
+        accuracy ~1.0, and selectivity against it says nothing), ``"permute"`` (default, as
+        ``layerstate run`` and ``layerstate probe``) shuffles each position's labels across
+        sequences, ``False``/``"none"`` skips it.
     scheduler : None, "auto", "threads", "processes", "sync", "local:N", address str, Client or cluster
         Where to compute; see :func:`analysis.compute.compute`. Default: local threads, one BLAS
         thread each, or one-thread worker processes when the sweep is estimated at 20 s of CPU
@@ -125,7 +131,8 @@ def probe(
         Seeds the folds and control labels (a run's draws do not depend on which other runs are
         selected).
     per_sequence : bool
-        Also return ``correct``/``labelled`` per sequence (for the hierarchical bootstrap).
+        Also return ``correct``/``labelled`` per sequence (for the hierarchical bootstrap;
+        default True).
     save : bool
         Store the result under ``results/<name>`` (default :func:`result_name`:
         ``probes/<task>``, or ``probes/<task>.<target>`` for a label other than the trained one;
@@ -170,7 +177,9 @@ def probe(
 
     if isinstance(store, str):  # a store that cannot be written keeps its results beside it
         store = open_analysis(store, write=save)
-    plan = plan_probes(store, target, **sweep)
+    plan = plan_probes(store, target, runs=runs, layers=layers, positions=positions, lengths=lengths,
+                       train_length=train_length, folds=folds, C=C, method=method, control=control,
+                       seed=seed, per_sequence=per_sequence)
     ds = plan.compute(scheduler, progress=progress)
     ds.attrs.update(task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
