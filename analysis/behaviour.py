@@ -41,8 +41,10 @@ def sequence_correctness(
     Returns
     -------
     xarray.Dataset
-        Dims (run, length, sequence): ``correct`` and ``labelled`` (int); coords ``task``,
-        ``arch``, ``variant``, ``seed`` along ``run``. Missing (run, length) cells are NaN.
+        Dims (run, length, sequence): ``correct`` and ``labelled``, and ``majority``: the
+        labelled positions whose label is the run's most common one at that length (what
+        always answering it gets right: chance); coords ``task``, ``arch``, ``variant``,
+        ``seed`` along ``run``. Missing (run, length) cells are NaN.
     """
     runs = list(runs) if runs is not None else [r for r in store.run_ids() if store.lengths(r)]
     if not runs:
@@ -68,19 +70,25 @@ def sequence_correctness(
         lab = ds[label]
         hit = ((pred == lab) & ds.mask).sum("position")
         lab_n = ds.mask.sum("position")
+        # labelled positions per sequence and class: the majority class, chance for this run
+        klass = xr.DataArray(np.arange(ds.sizes["class"]), dims="klass")
+        per_class = ((lab == klass) & ds.mask).sum("position").transpose("sequence", "klass")
         # each cell on its own sequence axis (cells may hold different numbers of sequences)
         lazy[f"c{i}"] = xr.DataArray(hit.data, dims=[f"{d}{i}" for d in hit.dims])
         lazy[f"n{i}"] = xr.DataArray(lab_n.data, dims=[f"{d}{i}" for d in lab_n.dims])
+        lazy[f"k{i}"] = xr.DataArray(per_class.data, dims=[f"{d}{i}" for d in per_class.dims])
     # one computation for every cell: one pass of the scheduler, the cells read in parallel
     done = store.compute(xr.Dataset(lazy))
     n_seq = max(int(done[f"c{i}"].size) for i in range(len(cells)))
     correct = np.full((len(runs), len(lengths), n_seq), np.nan)
     labelled = np.full_like(correct, np.nan)
+    majority = np.full_like(correct, np.nan)
     for k, (rid, L) in enumerate(cells):
         i, j = runs.index(rid), list(lengths).index(L)
-        c, n = done[f"c{k}"].values, done[f"n{k}"].values
+        c, n, per = done[f"c{k}"].values, done[f"n{k}"].values, done[f"k{k}"].values
         correct[i, j, : c.size] = c
         labelled[i, j, : n.size] = n
+        majority[i, j, : n.size] = per[:, int(np.argmax(per.sum(0)))] if per.size else 0
     coords = {
         "run": runs,
         "length": list(lengths),
@@ -89,7 +97,7 @@ def sequence_correctness(
     }
     dims = ("run", "length", "sequence")
     return xr.Dataset(
-        {"correct": (dims, correct), "labelled": (dims, labelled)},
+        {"correct": (dims, correct), "labelled": (dims, labelled), "majority": (dims, majority)},
         coords=coords,
         attrs={"metric": "accuracy of the model's own readout on labelled target positions"},
     )
@@ -192,7 +200,10 @@ def behaviour_result(
     xarray.Dataset
         ``correct``, ``labelled`` (run, length, sequence): per-sequence counts of
         :func:`sequence_correctness` (NaN where a run has no such length or sequence);
-        ``accuracy`` (run, length): summed correct over summed labelled; ``estimate``,
+        ``accuracy`` (run, length): summed correct over summed labelled; ``chance`` and
+        ``run_lower`` (run, length): the run's majority-class share and the lower end of its
+        accuracy's interval over resampled sequences (:func:`run_chance`; a run whose lower end
+        is at or below chance did not learn, :func:`failed_runs`); ``estimate``,
         ``lower``, ``upper``, ``n_seeds`` (int), ``method`` and ``note`` (str) over
         (cell, length), a cell being one (``cell_task``, ``cell_arch``, ``cell_variant``):
         the seed-level interval (NaN, 0 and '' where the cell has no runs at that length).
@@ -230,11 +241,14 @@ def behaviour_result(
     n_seq = max(c.sizes["sequence"] for c in counts.values())
     correct = np.full((len(all_runs), len(lengths), n_seq), np.nan)
     labelled = np.full_like(correct, np.nan)
+    majority = np.full_like(correct, np.nan)
     for j, (L, corr) in enumerate(counts.items()):
         idx = [all_runs.index(str(r)) for r in corr.run.values]
         n = corr.sizes["sequence"]
         correct[idx, j, :n] = corr.correct.sel(length=L).values
         labelled[idx, j, :n] = corr.labelled.sel(length=L).values
+        majority[idx, j, :n] = corr.majority.sel(length=L).values
+    chance, run_lower = run_chance(correct, labelled, majority, ci_level=ci_level, rng=rng)
     cells = sorted(rows)
     est, lo, hi = (np.full((len(cells), len(lengths)), np.nan) for _ in range(3))
     n_seeds = np.zeros((len(cells), len(lengths)), dtype=np.int64)
@@ -263,8 +277,9 @@ def behaviour_result(
         attrs["target"] = target
     return xr.Dataset(
         {
-            "correct": (run_dims, correct), "labelled": (run_dims, labelled),
-            "accuracy": (("run", "length"), accuracy),
+            "correct": (run_dims, correct), "labelled": (run_dims, labelled), "majority": (run_dims, majority),
+            "accuracy": (("run", "length"), accuracy), "chance": (("run", "length"), chance),
+            "run_lower": (("run", "length"), run_lower),
             "estimate": (cell_dims, est), "lower": (cell_dims, lo), "upper": (cell_dims, hi),
             "n_seeds": (cell_dims, n_seeds),
             "method": (cell_dims, method.astype(str)), "note": (cell_dims, note.astype(str)),
@@ -277,6 +292,53 @@ def behaviour_result(
         },
         attrs=attrs,
     )
+
+
+#: Sequence resamples of one run's accuracy interval (:func:`run_chance`).
+RUN_RESAMPLES = 2000
+
+
+def run_chance(correct: np.ndarray, labelled: np.ndarray, majority: np.ndarray, *, ci_level: float = CI_LEVEL,
+               rng: int = BOOTSTRAP_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """Per (run, length) of the (run, length, sequence) counts: chance (the labelled positions of
+    the majority class over all labelled positions) and the lower end of the run's accuracy
+    interval, a percentile bootstrap that resamples its sequences (the positions of a sequence
+    move together). NaN where a run has no labelled position at that length."""
+    chance = np.full(correct.shape[:2], np.nan)
+    lower = np.full(correct.shape[:2], np.nan)
+    gen = np.random.default_rng(rng)
+    for i, j in np.ndindex(*chance.shape):
+        n = labelled[i, j]
+        keep = np.isfinite(n) & (n > 0)
+        if not keep.any():
+            continue
+        c, n, m = correct[i, j][keep], n[keep], majority[i, j][keep]
+        chance[i, j] = float(np.nansum(m) / n.sum())
+        pick = gen.integers(0, n.size, size=(RUN_RESAMPLES, n.size))
+        lower[i, j] = float(np.quantile(c[pick].sum(1) / n[pick].sum(1), (1 - ci_level) / 2))
+    return chance, lower
+
+
+def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
+    """The runs of a behaviour result that did not learn: at some length the lower end of their
+    accuracy's interval is at or below chance. In words, one per run and length:
+    ``"parity-lstm-s2 did not learn: accuracy 0.52 at length 12 (chance 0.50; 95% lower bound 0.49)"``.
+    Empty for a result stored before chance was kept. With ``store``, its untrained baselines
+    are not named (chance is what they are for)."""
+    if "chance" not in ds or "run_lower" not in ds:
+        return []
+    untrained = {r for r in map(str, ds.run.values) if store is not None and store.run_attrs(r).get("untrained")}
+    level = float(ds.attrs.get("ci_level", CI_LEVEL))
+    out = []
+    for rid in ds.run.values:
+        if str(rid) in untrained:
+            continue
+        for L in ds.length.values:
+            acc, ch, lo = (float(ds[v].sel(run=rid, length=L)) for v in ("accuracy", "chance", "run_lower"))
+            if np.isfinite(lo) and np.isfinite(ch) and lo <= ch < 1:  # chance 1: one class, nothing to learn
+                out.append(f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} (chance {ch:.2f}; "
+                           f"{level:.0%} lower bound {lo:.2f})")
+    return out
 
 
 def store_behaviour(store: Store, task: str, runs: Sequence[str] | None = None, *,

@@ -319,9 +319,16 @@ def inspect(store_path: str, as_json: bool, detail: bool, results: str | None, s
     with its seeds, lengths, layers, labels and state, each note once, and the results."""
     from store import format_summary, open_analysis, summary
 
-    info = summary(open_analysis(store_path, results=results, write=False, storage_options=storage_options,
-                                 results_options=storage_options))
-    click.echo(json.dumps(info, indent=2, default=str) if as_json else format_summary(info, detail=detail))
+    st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
+                       results_options=storage_options)
+    info = summary(st)
+    failed = present.failed_run_lines(st)
+    if as_json:
+        click.echo(json.dumps({**info, "did_not_learn": failed}, indent=2, default=str))
+        return
+    click.echo(format_summary(info, detail=detail))
+    for line in failed:
+        click.echo(f"failed   {line}")
 
 
 @main.command()
@@ -851,7 +858,7 @@ def behaviour(store_path: str, tasks: tuple[str, ...], scheduler: str, results: 
             raise BadInput(f"no run{' of ' + ', '.join(tasks) if tasks else ''} in {store_path} has a complete "
                            "captured length with logits; run `layerstate capture` first")
         for task, ids in by_task.items():
-            for line in present.behaviour_lines(store_behaviour(st, task, ids)):
+            for line in present.behaviour_lines(store_behaviour(st, task, ids), st):
                 click.echo(line)
             click.echo(present.stored(schema.behaviour_name(task)))
 

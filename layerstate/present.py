@@ -156,9 +156,10 @@ def _about(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def behaviour_lines(ds: xr.Dataset) -> Iterator[str]:
+def behaviour_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
     """``parity lstm/default L=40: accuracy 0.934 [0.901, 0.960] (3 seeds)``, per cell and
-    length of a behaviour result."""
+    length of a behaviour result; then each run that did not learn (``store``: not its
+    untrained baselines)."""
     for i in range(ds.sizes["cell"]):
         cell = ds.isel(cell=i)
         for L in ds.length.values:
@@ -172,6 +173,17 @@ def behaviour_lines(ds: xr.Dataset) -> Iterator[str]:
             yield (f"{cell.cell_task.item()} {cell.cell_arch.item()}/{cell.cell_variant.item()} L={int(L)}: "
                    f"accuracy {float(one.estimate):.3f} {interval} ({int(one.n_seeds)} "
                    f"seed{'s' if int(one.n_seeds) != 1 else ''}, {one.method.item()})")
+    from analysis.behaviour import failed_runs
+
+    yield from failed_runs(ds, store)
+
+
+def failed_run_lines(store: Any) -> list[str]:
+    """The runs the store's behaviour results say did not learn (:func:`analysis.behaviour.failed_runs`),
+    one line each: what `inspect` shows."""
+    from analysis.behaviour import failed_runs, stored_behaviour
+
+    return [line for name in stored_behaviour(store) for line in failed_runs(store.read_result(name), store)]
 
 
 def _above_chance(ds: xr.Dataset) -> xr.DataArray | None:

@@ -134,6 +134,7 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
         store.result_attrs(name).get(REQUEST_ATTR), request))
     if stored_answers(store, name, request, say, then="computing the runs it lacks" if extend else
                       "computing it again"):
+        _say_failed(item, store, name, say)
         return name
     t0 = time.perf_counter()
     ds = compute(params, {REQUEST_ATTR: request}, extend=True) if extend else compute(params, {REQUEST_ATTR: request})
@@ -142,7 +143,19 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
     say(present.probe_summary(name, ds, seconds) if item.kind == "probes"
         else f"{name}: stored in {seconds:.0f}s" + (
             f" ({len(runs) - reused} new runs computed, the stored rows of {reused} reused)" if reused else ""))
+    _say_failed(item, store, name, say)
     return name
+
+
+def _say_failed(item: Work, store: Any, name: str, say: Say) -> None:
+    """Name each run of a behaviour result that did not learn (its accuracy's lower bound at or
+    below chance): the claims keep it (dropping it would bias them), the reader is told."""
+    if item.kind != "behaviour":
+        return
+    from analysis.behaviour import failed_runs
+
+    for line in failed_runs(store.read_result(name), store):
+        say(f"{name}: {line}")
 
 
 def _measured(store: Any, runs: list[str]) -> dict[int, list[str]]:

@@ -43,6 +43,12 @@ def behaviour(snap: Snapshot) -> Section:
     sec.figures.append(Figure("behaviour_accuracy", "Accuracy against sequence length (bands: 95% intervals).",
                               F.accuracy_vs_length(frame)))
     sec.tables.append(Table("behaviour_accuracy", "Accuracy [95% interval] per length.", frame, pivot))
+    failed = failed_lines(snap)
+    if failed:
+        sec.notes.append("Runs that did not learn (the lower end of their accuracy's 95% interval over resampled "
+                         "sequences at or below chance, the majority class's share): " + "; ".join(failed)
+                         + ". The claims keep them (leaving them out would bias the cells towards the seeds that "
+                         "learned); a share claim says how many seeds of a cell learn.")
     baselines = sorted({"/".join(str(a.get(k)) for k in ("task", "arch", "variant")) for a in
                         (snap.store.run_attrs(r) for r in snap.runs) if a.get("untrained")})
     if baselines:
@@ -64,6 +70,16 @@ def behaviour(snap: Snapshot) -> Section:
                 "under-trained for their architecture; their accuracy is a lower bound on what it can reach "
                 "at this size.")
     return sec
+
+
+def failed_lines(snap: Snapshot) -> list[str]:
+    """The runs of the stored behaviour results that did not learn, in words
+    (:func:`analysis.behaviour.failed_runs`); untrained baselines are not named (chance is what
+    they are for)."""
+    from analysis.behaviour import failed_runs, stored_behaviour
+
+    return [line for name in stored_behaviour(snap.store)
+            for line in failed_runs(read_result(snap.store, name), snap.store)]
 
 
 #: Said where imported runs hold no logits: what brings them (an import has no experiment to capture from).

@@ -1,0 +1,73 @@
+"""A run that did not learn is named (issue 69, item 4): its accuracy's lower bound (sequences
+resampled) at or below chance, the share of its majority class. The behaviour result keeps chance
+and the bound per run; `inspect`, `run`'s behaviour stage, `layerstate behaviour` and the
+report's behaviour section name the run; an untrained baseline (chance by construction) is not."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from click.testing import CliRunner
+
+from analysis.behaviour import behaviour_result, failed_runs, run_chance
+from layerstate.cli import main
+from layerstate.stages import _say_failed
+from reports.behaviour import behaviour
+from reports.snapshot import take_snapshot
+from store import Store
+
+L, N = 12, 48
+
+
+def _store(path) -> Store:
+    """Parity at length 12: a run that reads it from its logits, one whose logits are noise,
+    and an untrained baseline whose logits are noise too."""
+    st = Store.create(str(path))
+    rng = np.random.default_rng(3)
+    for seed, (rid, learned, untrained) in enumerate([("parity-lstm-s0", True, False),
+                                                       ("parity-lstm-s1", False, False),
+                                                       ("parity-lstm-base", False, True)]):
+        extra = {"untrained": True} if untrained else {}
+        st.add_run(rid, task="parity", arch="lstm", seed=seed, **extra)
+        tokens = rng.integers(0, 2, size=(N, L))
+        parity = np.cumsum(tokens, axis=1) % 2
+        logits = (np.eye(2)[parity] * 4 if learned else rng.standard_normal((N, L, 2))).astype("float32")
+        st.write_length(rid, L, hidden=rng.standard_normal((N, L, 2, 4)).astype("float32"), tokens=tokens,
+                        labels={"parity": parity}, logits=logits)
+    return st
+
+
+def test_chance_is_the_majority_share_and_the_bound_resamples_sequences():
+    correct = np.array([[[6.0, 6.0, 6.0, 6.0]]])
+    labelled = np.array([[[8.0, 8.0, 8.0, 8.0]]])
+    majority = np.array([[[5.0, 5.0, 6.0, 4.0]]])
+    chance, lower = run_chance(correct, labelled, majority)
+    assert chance[0, 0] == 20 / 32
+    assert lower[0, 0] == 0.75  # every sequence at 0.75: no resample moves it
+    empty = np.full((1, 1, 4), np.nan)
+    assert np.isnan(run_chance(empty, empty, empty)[0]).all()
+
+
+def test_a_run_at_chance_is_named_everywhere_and_the_baseline_is_not(tmp_path):
+    st = _store(tmp_path / "s.zarr")
+    ds = behaviour_result(st, target="parity")
+    assert 0.45 < float(ds.chance.sel(run="parity-lstm-s0", length=L)) < 0.55
+    assert float(ds.run_lower.sel(run="parity-lstm-s0", length=L)) == 1.0  # reads it everywhere
+    failed = failed_runs(ds, st)
+    assert len(failed) == 1 and failed[0].startswith("parity-lstm-s1 did not learn: accuracy 0.")
+    assert f"at length {L} (chance 0." in failed[0] and "; 95% lower bound 0." in failed[0]
+    assert len(failed_runs(ds)) == 2  # without the store, the baseline is not known as one
+
+    measured = CliRunner().invoke(main, ["behaviour", str(tmp_path / "s.zarr")])  # stores it
+    assert measured.exit_code == 0, measured.output
+    assert failed[0] in measured.output.splitlines() and "parity-lstm-base did not" not in measured.output
+    said: list[str] = []  # `run`'s behaviour stage, on the stored result
+    _say_failed(SimpleNamespace(kind="behaviour"), st, "behaviour/parity", said.append)
+    assert said == [f"behaviour/parity: {failed[0]}"]
+    out = CliRunner().invoke(main, ["inspect", str(tmp_path / "s.zarr")])
+    assert out.exit_code == 0, out.output
+    assert [ln for ln in out.output.splitlines() if ln.startswith("failed")] == [f"failed   {failed[0]}"]
+    notes = behaviour(take_snapshot(st)).notes
+    assert any(n.startswith("Runs that did not learn") and failed[0] in n for n in notes), notes
+    assert not any("parity-lstm-base did not learn" in n for n in notes)
