@@ -141,6 +141,28 @@ def _default(field: Any) -> str:
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
+#: The section on what a stored verdict was decided on (:mod:`analysis.claims.record`).
+STORED_VERDICTS = [
+        '',
+        '## What a stored verdict was decided on',
+        '',
+        '`layerstate stats` and `layerstate run` store the verdicts (`results/claims`) and their seed plan',
+        '(`results/seed_plan`) with a decision record; `run --design` stores one with its stages',
+        '(`results/sequential`). The record names every stored result the decision read, with the',
+        'digest of its data and the number of runs it held, the claims decided together and their',
+        'level (store format, S31b). Whatever shows a stored verdict checks the record first:',
+        '',
+        "- the report shows the verdicts, the seed plan and the design's stages only while every result",
+        '  they read is as it was; a result computed again since (other settings, more runs) or forgotten',
+        '  turns the section into one line naming it, and the command that decides them again;',
+        '- `layerstate combine` refuses a part whose stored verdicts are out of date, in one line, with',
+        '  the same reason.',
+        '',
+        "Runs trained in the claims' cells after the verdicts were decided make them out of date the same",
+        "way (the record of each cell's runs). `stats`, `sequential` and `plan` decide from the results as",
+        'they are now, so what they print is never stale.',
+]
+
 
 def render() -> str:
     """The text of ``docs/claims.md``."""
@@ -220,6 +242,7 @@ def render() -> str:
         "",
         "More on the tests, the models and the correction across claims: the docstring of "
         "`analysis.claims` (`python -c 'import analysis.claims; help(analysis.claims)'`).",
+        *STORED_VERDICTS,
         "",
     ]
     return "\n".join(out)
