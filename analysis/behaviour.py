@@ -324,16 +324,21 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
     accuracy's interval is at or below chance. In words, one per run and length:
     ``"parity-lstm-s2 did not learn: accuracy 0.52 at length 12 (chance 0.50; 95% lower bound 0.49)"``.
     Empty for a result stored before chance was kept. With ``store``, its untrained baselines
-    are not named (chance is what they are for)."""
+    are not named (chance is what they are for), and a trained run is judged at the lengths it
+    was trained on and shorter: at chance on longer sequences only, it learned the task and
+    does not extrapolate, which the behaviour table shows as such."""
     if "chance" not in ds or "run_lower" not in ds:
         return []
-    untrained = {r for r in map(str, ds.run.values) if store is not None and store.run_attrs(r).get("untrained")}
     level = float(ds.attrs.get("ci_level", CI_LEVEL))
     out = []
     for rid in ds.run.values:
-        if str(rid) in untrained:
+        attrs = store.run_attrs(str(rid)) if store is not None else {}
+        if attrs.get("untrained"):
             continue
+        trained = (attrs.get("train_config") or {}).get("length")
         for L in ds.length.values:
+            if isinstance(trained, int | float) and L > trained:
+                continue
             acc, ch, lo = (float(ds[v].sel(run=rid, length=L)) for v in ("accuracy", "chance", "run_lower"))
             if np.isfinite(lo) and np.isfinite(ch) and lo <= ch < 1:  # chance 1: one class, nothing to learn
                 out.append(f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} (chance {ch:.2f}; "

@@ -22,13 +22,14 @@ L, N = 12, 48
 
 def _store(path) -> Store:
     """Parity at length 12: a run that reads it from its logits, one whose logits are noise,
-    and an untrained baseline whose logits are noise too."""
+    an untrained baseline whose logits are noise too, and a run trained on length 6 whose
+    logits are noise at 12 (it does not extrapolate: not a run that did not learn)."""
     st = Store.create(str(path))
     rng = np.random.default_rng(3)
-    for seed, (rid, learned, untrained) in enumerate([("parity-lstm-s0", True, False),
-                                                       ("parity-lstm-s1", False, False),
-                                                       ("parity-lstm-base", False, True)]):
-        extra = {"untrained": True} if untrained else {}
+    for seed, (rid, learned, extra) in enumerate([("parity-lstm-s0", True, {}),
+                                                   ("parity-lstm-s1", False, {"train_config": {"length": 12}}),
+                                                   ("parity-lstm-base", False, {"untrained": True}),
+                                                   ("parity-lstm-s3", False, {"train_config": {"length": 6}})]):
         st.add_run(rid, task="parity", arch="lstm", seed=seed, **extra)
         tokens = rng.integers(0, 2, size=(N, L))
         parity = np.cumsum(tokens, axis=1) % 2
@@ -57,7 +58,7 @@ def test_a_run_at_chance_is_named_everywhere_and_the_baseline_is_not(tmp_path):
     failed = failed_runs(ds, st)
     assert len(failed) == 1 and failed[0].startswith("parity-lstm-s1 did not learn: accuracy 0.")
     assert f"at length {L} (chance 0." in failed[0] and "; 95% lower bound 0." in failed[0]
-    assert len(failed_runs(ds)) == 2  # without the store, the baseline is not known as one
+    assert len(failed_runs(ds)) == 3  # without the store, neither the baseline nor the training length is known
 
     measured = CliRunner().invoke(main, ["behaviour", str(tmp_path / "s.zarr")])  # stores it
     assert measured.exit_code == 0, measured.output
