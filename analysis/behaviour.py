@@ -324,9 +324,10 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
     accuracy's interval is at or below chance. In words, one per run and length:
     ``"parity-lstm-s2 did not learn: accuracy 0.52 at length 12 (chance 0.50; 95% lower bound 0.49)"``.
     Empty for a result stored before chance was kept. With ``store``, its untrained baselines
-    are not named (chance is what they are for), and a trained run is judged at the lengths it
-    was trained on and shorter: at chance on longer sequences only, it learned the task and
-    does not extrapolate, which the behaviour table shows as such."""
+    are not named (chance is what they are for), and a run at chance only on sequences longer
+    than it was trained on is said to be at chance there, not to have failed to learn:
+    ``"s3-gru-s0 is at chance at length 120 (trained at 40): accuracy 0.17 (chance 0.17; 95%
+    lower bound 0.17)"``."""
     if "chance" not in ds or "run_lower" not in ds:
         return []
     level = float(ds.attrs.get("ci_level", CI_LEVEL))
@@ -337,12 +338,13 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
             continue
         trained = (attrs.get("train_config") or {}).get("length")
         for L in ds.length.values:
-            if isinstance(trained, int | float) and L > trained:
-                continue
+            longer = isinstance(trained, int | float) and L > trained
             acc, ch, lo = (float(ds[v].sel(run=rid, length=L)) for v in ("accuracy", "chance", "run_lower"))
             if np.isfinite(lo) and np.isfinite(ch) and lo <= ch < 1:  # chance 1: one class, nothing to learn
-                out.append(f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} (chance {ch:.2f}; "
-                           f"{level:.0%} lower bound {lo:.2f})")
+                numbers = f"(chance {ch:.2f}; {level:.0%} lower bound {lo:.2f})"
+                out.append(f"{rid} is at chance at length {int(L)} (trained at {int(trained)}): accuracy {acc:.2f} "
+                           f"{numbers}" if longer else
+                           f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} {numbers}")
     return out
 
 

@@ -45,7 +45,7 @@ def behaviour(snap: Snapshot) -> Section:
     sec.tables.append(Table("behaviour_accuracy", "Accuracy [95% interval] per length.", frame, pivot))
     failed = failed_lines(snap)
     if failed:
-        sec.notes.append("Runs that did not learn (the lower end of their accuracy's 95% interval over resampled "
+        sec.notes.append("Runs at chance (the lower end of their accuracy's 95% interval over resampled "
                          "sequences at or below chance, the majority class's share): " + "; ".join(failed)
                          + ". The claims keep them (leaving them out would bias the cells towards the seeds that "
                          "learned); a share claim says how many seeds of a cell learn.")

@@ -56,19 +56,20 @@ def test_a_run_at_chance_is_named_everywhere_and_the_baseline_is_not(tmp_path):
     assert 0.45 < float(ds.chance.sel(run="parity-lstm-s0", length=L)) < 0.55
     assert float(ds.run_lower.sel(run="parity-lstm-s0", length=L)) == 1.0  # reads it everywhere
     failed = failed_runs(ds, st)
-    assert len(failed) == 1 and failed[0].startswith("parity-lstm-s1 did not learn: accuracy 0.")
+    assert len(failed) == 2 and failed[0].startswith("parity-lstm-s1 did not learn: accuracy 0.")
     assert f"at length {L} (chance 0." in failed[0] and "; 95% lower bound 0." in failed[0]
-    assert len(failed_runs(ds)) == 3  # without the store, neither the baseline nor the training length is known
+    assert failed[1].startswith(f"parity-lstm-s3 is at chance at length {L} (trained at 6): accuracy 0.")
+    assert len(failed_runs(ds)) == 3  # without the store, the baseline is not known as one
 
     measured = CliRunner().invoke(main, ["behaviour", str(tmp_path / "s.zarr")])  # stores it
     assert measured.exit_code == 0, measured.output
     assert failed[0] in measured.output.splitlines() and "parity-lstm-base did not" not in measured.output
     said: list[str] = []  # `run`'s behaviour stage, on the stored result
     _say_failed(SimpleNamespace(kind="behaviour"), st, "behaviour/parity", said.append)
-    assert said == [f"behaviour/parity: {failed[0]}"]
+    assert said == [f"behaviour/parity: {f}" for f in failed]
     out = CliRunner().invoke(main, ["inspect", str(tmp_path / "s.zarr")])
     assert out.exit_code == 0, out.output
-    assert [ln for ln in out.output.splitlines() if ln.startswith("failed")] == [f"failed   {failed[0]}"]
+    assert [ln for ln in out.output.splitlines() if ln.startswith("failed")] == [f"failed   {f}" for f in failed]
     notes = behaviour(take_snapshot(st)).notes
-    assert any(n.startswith("Runs that did not learn") and failed[0] in n for n in notes), notes
+    assert any(n.startswith("Runs at chance") and all(f in n for f in failed) for n in notes), notes
     assert not any("parity-lstm-base did not learn" in n for n in notes)
