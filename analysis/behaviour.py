@@ -336,13 +336,14 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
         attrs = store.run_attrs(str(rid)) if store is not None else {}
         if attrs.get("untrained"):
             continue
-        trained = (attrs.get("train_config") or {}).get("length")
+        given = (attrs.get("train_config") or {}).get("length")
+        trained = int(given) if isinstance(given, int | float) else None
         for L in ds.length.values:
-            longer = isinstance(trained, int | float) and L > trained
+            longer = trained is not None and L > trained
             acc, ch, lo = (float(ds[v].sel(run=rid, length=L)) for v in ("accuracy", "chance", "run_lower"))
             if np.isfinite(lo) and np.isfinite(ch) and lo <= ch < 1:  # chance 1: one class, nothing to learn
                 numbers = f"(chance {ch:.2f}; {level:.0%} lower bound {lo:.2f})"
-                out.append(f"{rid} is at chance at length {int(L)} (trained at {int(trained)}): accuracy {acc:.2f} "
+                out.append(f"{rid} is at chance at length {int(L)} (trained at {trained}): accuracy {acc:.2f} "
                            f"{numbers}" if longer else
                            f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} {numbers}")
     return out
