@@ -326,9 +326,8 @@ def inspect(store_path: str, as_json: bool, detail: bool, results: str | None, s
     if as_json:
         click.echo(json.dumps({**info, "did_not_learn": failed}, indent=2, default=str))
         return
-    click.echo(format_summary(info, detail=detail))
-    for line in failed:
-        click.echo(f"failed   {line}")
+    # one write: `layerstate inspect | head` must not fail on a closed pipe after the summary
+    click.echo("\n".join([format_summary(info, detail=detail), *(f"failed   {line}" for line in failed)]))
 
 
 @main.command()
