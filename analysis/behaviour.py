@@ -349,6 +349,11 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
     return out
 
 
+def stored_failed_runs(store: Store) -> list[str]:
+    """:func:`failed_runs` of every stored behaviour result, in words (not the untrained baselines)."""
+    return [line for name in stored_behaviour(store) for line in failed_runs(store.read_result(name), store)]
+
+
 def store_behaviour(store: Store, task: str, runs: Sequence[str] | None = None, *,
                     attrs: dict | None = None, target: str | None = None) -> xr.Dataset:
     """Compute :func:`behaviour_result` of one task's runs (default: every run of ``task``)

@@ -181,9 +181,9 @@ def behaviour_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
 def failed_run_lines(store: Any) -> list[str]:
     """The runs the store's behaviour results say did not learn (:func:`analysis.behaviour.failed_runs`),
     one line each: what `inspect` shows."""
-    from analysis.behaviour import failed_runs, stored_behaviour
+    from analysis.behaviour import stored_failed_runs
 
-    return [line for name in stored_behaviour(store) for line in failed_runs(store.read_result(name), store)]
+    return stored_failed_runs(store)
 
 
 def _above_chance(ds: xr.Dataset) -> xr.DataArray | None:

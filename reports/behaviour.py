@@ -76,10 +76,9 @@ def failed_lines(snap: Snapshot) -> list[str]:
     """The runs of the stored behaviour results that did not learn, in words
     (:func:`analysis.behaviour.failed_runs`); untrained baselines are not named (chance is what
     they are for)."""
-    from analysis.behaviour import failed_runs, stored_behaviour
+    from analysis.behaviour import stored_failed_runs
 
-    return [line for name in stored_behaviour(snap.store)
-            for line in failed_runs(read_result(snap.store, name), snap.store)]
+    return stored_failed_runs(snap.store)
 
 
 #: Said where imported runs hold no logits: what brings them (an import has no experiment to capture from).
