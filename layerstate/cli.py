@@ -996,6 +996,7 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
     from analysis.claims.sequential import evaluate_sequential
     from layerstate.experiment import load_claims, load_design
     from store import open_analysis
+    from store.view import StoreView
 
     claims = load_claims(experiment)
     design = load_design(design_path or experiment)
@@ -1003,8 +1004,15 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
                        storage_options=storage_options, results_options=storage_options)
     run = evaluate_sequential(st, claims, design) if design is not None else None
     decided = design_decisions(run) if run is not None else None
-    for line in present.plan_lines(make_plan(st, claims, power=power, decided=decided), experiment, store_path):
-        click.echo(line)
+    planned: Any = st
+    if run is not None and run.incomplete:
+        # the next stage's seeds are trained but the results do not all hold them (an interrupted
+        # `run --design`): planned on the seeds the last decided stage read, not on a mix
+        planned = StoreView([st], seed_below=run.stages[-1].seeds) if run.stages else None
+    if planned is not None:
+        for line in present.plan_lines(make_plan(planned, claims, power=power, decided=decided), experiment,
+                                       store_path):
+            click.echo(line)
     if run is not None:  # the design's own next step, as `sequential` says it
         lines = list(present.sequential_lines(run, next_step=_next_stage(experiment, store_path, design_path, ())))
         click.echo("under its design: " + lines[-1])
