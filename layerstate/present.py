@@ -641,7 +641,7 @@ def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE
 def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
     """Per stage and claim: seeds, estimate, repeated interval, boundary and decision; then what
     the next stage trains and ``next_step``: how (a command that trains exactly those cells)."""
-    from analysis.claims.sequential import one_sided, signed
+    from analysis.claims.sequential import decided_by, one_sided, signed
 
     d = run.design
     yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
@@ -653,6 +653,7 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
     for st in run.stages:
         for cid, c in st.claims.items():
             bounds = run.boundary_text(c)
+            _, level, by_margin = decided_by(c)
             yield (f"stage {st.stage + 1} ({st.seeds} seeds) {cid}: {c.decision}"
                    + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
                       f"{c.decided_at + 1})" if c.decided_at is not None
@@ -661,7 +662,9 @@ def sequential_lines(run: SequentialRun, next_step: str = "the run trains them n
                    + f" | estimate {signed(c.estimate)}"
                    + (f", {one_sided(c)} at level {c.level:.2g}" if one_sided(c) else "")
                    + f", repeated 95% interval [{signed(run.interval(c)[0])}, {signed(run.interval(c)[1])}]"
-                   + f", boundary {bounds} at level {c.level:.2g}" + (f" ({c.note})" if c.note else ""))
+                   + (f", boundary of its margin's test ({run.margin_tests.get(cid, 'within the margin')}) "
+                      if by_margin else ", boundary ")
+                   + f"{bounds} at level {level:.2g}" + (f" ({c.note})" if c.note else ""))
     if run.incomplete:  # its seeds are trained, its results do not hold them yet: no verdict of it
         yield f"{run.incomplete}; no verdict of it until they are; to finish it: {next_step}"
     elif run.stages:

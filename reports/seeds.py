@@ -29,7 +29,7 @@ import pandas as pd
 
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN
 from analysis.claims.record import record_problem
-from analysis.stats.decision import Pending
+from analysis.stats.decision import Pending, Verdict
 from reports import figures as F
 from reports.intervals import INF, interval_text
 from reports.model import Figure, Section, Table, missing_section
@@ -301,12 +301,25 @@ def looks_frame(ds, info: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
                 "rci_high", "conditional_power"]].to_dataframe().reset_index()
     frame["decision"] = frame["decision"].astype(str)
     frame["claim"] = frame["claim"].astype(str)
+    frame["margin_test"] = ""
+    if "margin_test" in ds:  # a claim decided by its margin's test is shown with that test's boundaries
+        claim_ids = ds["claim"].values.astype(str)
+        finals = dict(zip(claim_ids, ds["final"].values.astype(str), strict=True))
+        margin_tests = dict(zip(claim_ids, ds["margin_test"].values.astype(str), strict=True))
+        margin = ds[["margin_bound_low", "margin_bound_high", "margin_level"]].to_dataframe().reset_index()
+        by_margin = np.array([finals[c] in (Verdict.EQUIVALENT, Verdict.NEGLIGIBLE) and bool(margin_tests[c])
+                              for c in frame["claim"]], dtype=bool)
+        for mine, theirs in (("bound_low", "margin_bound_low"), ("bound_high", "margin_bound_high"),
+                             ("level", "margin_level")):
+            frame.loc[by_margin, mine] = margin.loc[by_margin, theirs].to_numpy()
+        frame.loc[by_margin, "critical"] = np.nan  # its own test's t, not the margin's
+        frame.loc[by_margin, "margin_test"] = [margin_tests[c] for c in frame.loc[by_margin, "claim"]]
     frame = frame[frame["decision"] != ""].reset_index(drop=True)
     seeds = dict(zip(ds["stage"].values.tolist(), ds["seeds"].values.tolist(), strict=True))
     frame["stage"] = frame["stage"].astype(int)
     frame["seeds"] = [int(seeds[s]) for s in frame["stage"]]
     tests = dict(zip(ds["claim"].values.astype(str), ds["test"].values.astype(str), strict=True))
-    frame["test"] = [tests[c] for c in frame["claim"]]
+    frame["test"] = [m or tests[c] for c, m in zip(frame["claim"], frame["margin_test"], strict=True)]
     kinds = [info.get(c, ("", None)) for c in frame["claim"]]
     ranges = [claim_range(k, m) if k else (-INF, INF) for k, m in kinds]
     frame["signed"] = [k in ("difference", "equivalence") for k, _ in kinds]
@@ -356,7 +369,8 @@ def claims_frame(ds, looks: pd.DataFrame) -> pd.DataFrame:
         at = mine[mine["stage"] == decided_at] if decided_at > 0 else mine.tail(1)
         look: dict[str, Any] = at.iloc[-1].to_dict() if len(at) else {}
         rows.append({
-            "claim": cid, "test": str(ds["test"].values[j]), "final": str(ds["final"].values[j]),
+            # the test whose boundary is shown: the margin's where it decided the claim
+            "claim": cid, "test": str(look.get("test") or ds["test"].values[j]), "final": str(ds["final"].values[j]),
             "decided_at": decided_at, "stage": look.get("stage", 0), "seeds": look.get("seeds", np.nan),
             "max_seeds": int(ds["max_seeds"].values[j]),
             **{k: look.get(k, np.nan) for k in ("estimate", "rci_low", "rci_high", "bound_low", "bound_high",
@@ -438,9 +452,11 @@ def boundary_text(r) -> str:
         return f"≤ {n(hi)}"
     if math.isfinite(lo) and math.isfinite(hi):
         if kind == "within":
+            # value - margin + critical se >= value + margin - critical se (stored unsorted; an
+            # older result sorted them, and its critical t says it)
             margin = _float(m.group(3)) if m else math.nan
             se, crit = float(getattr(r, "se", math.nan)), float(r.critical)
-            if math.isfinite(margin) and math.isfinite(se) and crit * se >= margin:
+            if lo >= hi or (math.isfinite(margin) and math.isfinite(se) and crit * se >= margin):
                 return "none at this stage (its two one-sided boundaries cross: too few seeds)"
             return f"between {n(lo)} and {n(hi)}"
         if kind in ("different from", "outside"):

@@ -55,6 +55,9 @@ class SequentialRun:
     held: dict[Cell, int]
     caps: dict[str, int] = field(default_factory=dict)
     tests: dict[str, str] = field(default_factory=dict)
+    # a difference claim's margin's test in words (``within 0 +- 0.05``), the test that decides it
+    # ``equivalent`` or ``negligible``
+    margin_tests: dict[str, str] = field(default_factory=dict)
     added: list[tuple[int, float]] = field(default_factory=list)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # what a claim's metric can take
     cells: tuple[Cell, ...] = ()  # the cells the claims read
@@ -82,7 +85,7 @@ class SequentialRun:
 
         lo, hi = self.ranges.get(c.id, (-np.inf, np.inf))
         words = [(f"{past} (not crossable at this stage)" if (past := unreachable(b, lo, hi)) else signed(b))
-                 for b in c.boundaries]
+                 for b in decided_by(c)[0]]
         return ", ".join(words) or "–"
 
 
@@ -98,6 +101,15 @@ def _added(store, seeds: Sequence[int]) -> list[tuple[int, float]]:
                 out[k][1] += run_seconds(a) or 0.0
                 break
     return [(int(n), float(t)) for n, t in out]
+
+
+def decided_by(c) -> tuple[tuple[float, ...], float, bool]:
+    """The boundaries and level of the test a claim's stage is read against, and whether that is
+    its margin's test: the margin's two one-sided tests for a claim decided ``equivalent`` or
+    ``negligible`` by them (a difference claim with a margin), its own test otherwise."""
+    if c.decision in (Verdict.EQUIVALENT, Verdict.NEGLIGIBLE) and c.margin_boundaries:
+        return c.margin_boundaries, c.margin_level, True
+    return c.boundaries, c.level, False
 
 
 def _test_words(h) -> str:
@@ -183,6 +195,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     return SequentialRun(design, stages, held, caps={h.id: int(h.max_seeds or design.max_seeds)
                                                         for h in hypotheses},
                          tests={h.id: _test_words(h) for h in hypotheses},
+                         margin_tests={h.id: _test_words(mh) for h in hypotheses if (mh := h.margin_test()) is not None},
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
                          ranges={c.id: (0.0, 1.0) if c.id in shares else claim_range(c) for c in tested.values()},
                          added=_added(store, [st.seeds for st in stages]), shares=frozenset(shares),
@@ -250,7 +263,8 @@ def sequential_dataset(run: SequentialRun):
     num = {v: np.full(shape, np.nan) for v in ("estimate", "se", "df", "level", "critical", "bound_low",
                                                 "bound_high", "rci_low", "rci_high", "conditional_power",
                                                 "one_sided_low", "one_sided_high", "margin_level",
-                                                "beyond", "short", "needed", "contra_needed", "seed_quantile")}
+                                                "beyond", "short", "needed", "contra_needed", "seed_quantile",
+                                                "margin_bound_low", "margin_bound_high")}
     decision = np.full(shape, "", dtype=object)
     outcome = np.full(shape, "", dtype=object)
     for k, st in enumerate(run.stages):
@@ -276,6 +290,8 @@ def sequential_dataset(run: SequentialRun):
                 num["bound_low"][k, j], num["bound_high"][k, j] = lo, hi
             elif len(bounds) == 1:
                 num["bound_low" if test.startswith("greater") else "bound_high"][k, j] = bounds[0]
+            if len(c.margin_boundaries) == 2:  # the margin's test: within, as its own test would be
+                num["margin_bound_low"][k, j], num["margin_bound_high"][k, j] = c.margin_boundaries
     final = [str(decision[:, j][decision[:, j] != ""][-1]) if (decision[:, j] != "").any() else "" for j in range(len(ids))]
     decided_at = []
     for cid in ids:
@@ -287,6 +303,7 @@ def sequential_dataset(run: SequentialRun):
     data["final"] = (("claim",), np.array(final, dtype=str))
     data["decided_at"] = (("claim",), np.array(decided_at, dtype=int))
     data["test"] = (("claim",), np.array([run.tests[c] for c in ids], dtype=str))
+    data["margin_test"] = (("claim",), np.array([run.margin_tests.get(c, "") for c in ids], dtype=str))
     data["max_seeds"] = (("claim",), np.array([run.caps[c] for c in ids], dtype=int))
     data["by_share"] = (("claim",), np.array([c in run.shares for c in ids], dtype=bool))
     data["seeds"] = (("stage",), np.array([st.seeds for st in run.stages], dtype=int))
@@ -379,6 +396,8 @@ def sequential_verdicts(res, run: SequentialRun):
             reason[j], written = _share_verdict(c, run, head, what, k, fixed[j])
         else:
             bound = run.boundary_text(c)
+            if decided_by(c)[2]:
+                bound = f"of its margin's test ({run.margin_tests.get(cid, 'within the margin')}) {bound}"
             lo, hi = run.interval(c)  # a proportion's interval stays in its range, a difference of two in [-1, 1]
             rests = one_sided(c)
             reason[j] = (f"{head}: {what} at stage {k} ({c.seeds} seeds): estimate {signed(c.estimate)}"

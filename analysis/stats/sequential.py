@@ -154,6 +154,10 @@ class ClaimStage:
     bound: tuple[float, float] = (math.nan, math.nan)
     margin_level: float = math.nan
     margin_bound: tuple[float, float] = (math.nan, math.nan)
+    # where each side of the margin's test lies at this stage, in the estimate's units, at its
+    # level ``margin_level`` (the boundaries of the test that decides ``equivalent`` and
+    # ``negligible``); empty for a claim without a margin's test
+    margin_boundaries: tuple[float, ...] = ()
     outcome: str = ""
     p: float = math.nan  # an exact test's p-value at its maximum
     # a share claim (NaN for others): its counts at this stage, the seeds beyond its own test needed
@@ -633,12 +637,15 @@ def _claim_stage(i: str, k: int, h: Hypothesis, mh: Hypothesis | None, d: Design
         outcome = (EFFECT if dec == Verdict.SUPPORTED else dec if dec in (Verdict.NEGLIGIBLE, Verdict.EQUIVALENT)
                    else Verdict.INCONCLUSIVE)
     q = rci_critical(d, kk, df) if np.isfinite(df) and df >= 1 else math.nan
+    m_now = _look(mh, o, d, kk, m_lv) if mh is not None and np.isfinite(m_lv) else _NO_LOOK
+    m_bounds = (tuple(v + sign * m_now.critical * se for sign, v in mh.sides()[0])
+                if mh is not None and np.isfinite(m_now.critical) else ())
     return ClaimStage(
         id=i, stage=k, seeds=d.seeds()[kk], decision=dec, decided_at=None if dec == Pending.CONTINUE else k,
         estimate=est, se=se, df=df, level=level, critical=lk.critical,
         boundaries=tuple(v + sign * lk.critical * se for sign, v in h.sides()[0]),
         rci=(est - q * se, est + q * se), conditional_power=cp, contra_level=contra_level, note=note,
-        bound=lk_bound, margin_level=m_lv, margin_bound=m_look.bound, outcome=outcome,
+        bound=lk_bound, margin_level=m_lv, margin_bound=m_look.bound, margin_boundaries=m_bounds, outcome=outcome,
         p=_p(o), look=k_last)
 
 

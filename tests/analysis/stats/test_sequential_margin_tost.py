@@ -101,3 +101,37 @@ def test_a_margin_claim_at_the_edge_of_its_margin_is_not_declared_equivalent_mor
     assert edge["fwer_margin"] <= 0.05 + 2.5 * edge["fwer_margin_se"]
     flat = simulate(sc, "null", 200, seed=13, fixed=False)
     assert flat["margin_power"] > 0.1 and math.isnan(flat["fwer_margin"])
+
+
+def test_a_claim_decided_by_its_margin_is_shown_with_the_margins_boundaries():
+    """Issue 69 item 5: the line, the stored stages, the report's tables and figure of a claim
+    decided ``equivalent`` by its margin's test give that test's boundaries (-0.05 + c se,
+    +0.05 - c se at the margin's level), not its own test's (0 -+ c se against zero)."""
+    from analysis.claims.sequential import SequentialRun, sequential_dataset
+    from layerstate.present import sequential_lines
+    from reports.seeds import boundary_text, claims_frame, looks_frame
+
+    h = from_claim(RISES_LATE, cells=(("dyck", "lstm", "default"),))
+    stages = sequential_decisions(DYCK, [h], STAGES, absent=(44, 0))
+    last = stages[1].claims[h.id]
+    assert last.decision == "equivalent"
+    c = stage_critical(DYCK.seeds(), 0.05 / 45 / 2, DYCK.spending, 1, 7.0)
+    est, se = STAGES[1][h.id][:2]
+    assert last.margin_boundaries == pytest.approx((-0.05 + c * se, 0.05 - c * se))
+    assert last.boundaries[0] < 0.01  # its own test (greater than 0) asks far less: not what decided it
+    run = SequentialRun(DYCK, stages, {("dyck", "lstm", "default"): 8}, caps={h.id: 8},
+                        tests={h.id: "greater than 0"}, margin_tests={h.id: "within 0 +- 0.05"},
+                        added=[(3, 1.0), (5, 2.0)])
+    line = [ln for ln in sequential_lines(run) if ln.startswith("stage 2 ")][0]
+    assert (f"boundary of its margin's test (within 0 +- 0.05) {-0.05 + c * se:+.3f}, {0.05 - c * se:+.3f} "
+            f"at level {0.05 / 45:.2g}") in line, line
+    ds = sequential_dataset(run)
+    looks = looks_frame(ds, {})
+    at2 = looks[looks["stage"] == 2].iloc[0]
+    assert (at2["bound_low"], at2["bound_high"]) == pytest.approx((-0.05 + c * se, 0.05 - c * se))
+    assert at2["test"] == "within 0 +- 0.05" and at2["level"] == pytest.approx(0.05 / 45)
+    row = claims_frame(ds, looks).iloc[0]
+    assert boundary_text(row) == f"between {-0.05 + c * se:.3f} and {0.05 - c * se:.3f}"  # unsigned: no kind given
+    # stage 1 (3 seeds): the margin's two one-sided boundaries cross; the figure's lines say so
+    at1 = looks[looks["stage"] == 1].iloc[0]
+    assert at1["bound_low"] > at1["bound_high"]
