@@ -7,7 +7,7 @@ sequences within seeds, never positions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -328,10 +328,14 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
     than it was trained on is said to be at chance there, not to have failed to learn:
     ``"s3-gru-s0 is at chance at length 120 (trained at 40): accuracy 0.17 (chance 0.17; 95%
     lower bound 0.17)"``."""
+    return [words for _, _, words in _at_chance(ds, store)]
+
+
+def _at_chance(ds: xr.Dataset, store: Store | None) -> Iterator[tuple[str, bool, str]]:
+    """(run, whether only beyond its training length, words) per run and length at chance."""
     if "chance" not in ds or "run_lower" not in ds:
-        return []
+        return
     level = float(ds.attrs.get("ci_level", CI_LEVEL))
-    out = []
     for rid in ds.run.values:
         attrs = store.run_attrs(str(rid)) if store is not None else {}
         if attrs.get("untrained"):
@@ -343,9 +347,20 @@ def failed_runs(ds: xr.Dataset, store: Store | None = None) -> list[str]:
             acc, ch, lo = (float(ds[v].sel(run=rid, length=L)) for v in ("accuracy", "chance", "run_lower"))
             if np.isfinite(lo) and np.isfinite(ch) and lo <= ch < 1:  # chance 1: one class, nothing to learn
                 numbers = f"(chance {ch:.2f}; {level:.0%} lower bound {lo:.2f})"
-                out.append(f"{rid} is at chance at length {int(L)} (trained at {trained}): accuracy {acc:.2f} "
-                           f"{numbers}" if longer else
-                           f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} {numbers}")
+                yield str(rid), bool(longer), (
+                    f"{rid} is at chance at length {int(L)} (trained at {trained}): accuracy {acc:.2f} {numbers}"
+                    if longer else f"{rid} did not learn: accuracy {acc:.2f} at length {int(L)} {numbers}")
+
+
+def did_not_learn(store: Store) -> dict[str, str]:
+    """The runs of ``store`` that did not learn (at chance at a length they were trained to
+    handle; not the untrained baselines, not a run at chance only beyond its training length),
+    each with the words of its first such length."""
+    out: dict[str, str] = {}
+    for name in stored_behaviour(store):
+        for rid, longer, words in _at_chance(store.read_result(name), store):
+            if not longer:
+                out.setdefault(rid, words)
     return out
 
 

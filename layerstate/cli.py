@@ -992,7 +992,7 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
     from its runs' stored training times). Under a [design] (EXPERIMENT's or --design's) it reads
     what `sequential` decides: a claim the design decided needs no seeds, and the design's next
     stage is the next step. Nothing is written."""
-    from analysis.claims.planner import design_decisions, make_plan
+    from analysis.claims.planner import design_decisions, failed_seed_notes, make_plan
     from analysis.claims.sequential import evaluate_sequential
     from layerstate.experiment import load_claims, load_design
     from store import open_analysis
@@ -1010,9 +1010,11 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
         # `run --design`): planned on the seeds the last decided stage read, not on a mix
         planned = StoreView([st], seed_below=run.stages[-1].seeds) if run.stages else None
     if planned is not None:
-        for line in present.plan_lines(make_plan(planned, claims, power=power, decided=decided), experiment,
-                                       store_path):
+        made = make_plan(planned, claims, power=power, decided=decided)
+        for line in present.plan_lines(made, experiment, store_path):
             click.echo(line)
+        for line in failed_seed_notes(planned, claims, made, power=power, decided=decided):
+            click.echo(f"did not learn: {line}")
     if run is not None:  # the design's own next step, as `sequential` says it
         lines = list(present.sequential_lines(run, next_step=_next_stage(experiment, store_path, design_path, ())))
         click.echo("under its design: " + lines[-1])

@@ -1,5 +1,5 @@
 """Several stores read as one (:class:`StoreView`), or one store's first seeds (``seed_below``:
-a stage of a sequential design): the parts of a grid run one task at a time,
+a stage of a sequential design), or a store without some runs (``leave_out``): the parts of a grid run one task at a time,
 each in its own store, seen as one set of runs and results, so a claim that reads cells of
 several parts (a profile compared across tasks) is evaluated on them where they lie. Nothing is
 copied and nothing is written: the view is read-only.
@@ -34,7 +34,7 @@ class StoreView:
     the result."""
 
     def __init__(self, parts: Sequence[Store], names: Sequence[str] | None = None, *,
-                 seed_below: int | None = None) -> None:
+                 seed_below: int | None = None, leave_out: Sequence[str] = ()) -> None:
         if not parts:
             raise InvalidArgumentError("a store view needs at least one store; give each part's store")
         self.parts = list(parts)
@@ -46,6 +46,8 @@ class StoreView:
             for rid in part.run_ids():
                 if seed_below is not None and int(part.run_attrs(rid).get("seed", 0)) >= seed_below:
                     continue  # a stage of a sequential design sees its first seeds only
+                if rid in leave_out:
+                    continue  # runs set aside (a plan without the seeds that did not learn)
                 if rid in self._run_part:
                     raise InvalidArgumentError(
                         f"run {rid!r} is in two parts ({self.names[self._run_part[rid]]} and {self.names[i]}); "

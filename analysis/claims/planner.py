@@ -24,12 +24,13 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
-from analysis.claims.cells import cell_costs, claim_cells, seeds_held
+from analysis.claims.cells import cell_costs, cell_of, claim_cells, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.spec import Claim
 from analysis.stats.decision import FINAL, Verdict
 from analysis.stats.design import Cell
 from analysis.stats.planning import ClaimPlan, PlanRow, plan, plan_total, sd_per_seed
+from store.errors import LayerstateError
 
 #: The stored result holding the seed plan of a store's claims (:func:`plan_dataset`), which the
 #: report reads: ``layerstate stats`` and ``layerstate run`` store it beside the claims table.
@@ -290,3 +291,60 @@ def design_decisions(run: Any) -> dict[str, str]:
             out[cid] = (f"its design stopped it {c.decision} at stage {c.decided_at + 1} ({at.seeds} seeds); seeds "
                         "added past a design test it again at a level already spent: declare a new design")
     return out
+
+
+def failed_seed_notes(store, claims: Sequence[Claim], p: Plan, *, power: float = PLAN_POWER,
+                      decided: dict[str, str] | None = None) -> list[str]:
+    """What the runs that did not learn (:func:`analysis.behaviour.did_not_learn`) do to plan
+    ``p`` of ``claims`` on ``store``, one line per planned claim whose cells hold one: the seeds
+    it asks for, the seeds it would ask for without them (planned again on the store without
+    those runs; the difference is the part of its request that comes from them), and, for a
+    bound or readable_by claim about the mean, what the same claim decided by the share of seeds
+    beyond its threshold (``statistic = 'share'``, which a failed seed moves by one seed, not by
+    its distance) would need. The claims keep every run: leaving a failed seed out would bias
+    them towards the seeds that learned; these lines only say what it costs."""
+    from analysis.behaviour import did_not_learn
+    from store.view import StoreView
+
+    failed = did_not_learn(store)
+    if not failed:
+        return []
+    cells = {rid: cell_of(store.run_attrs(rid)) for rid in failed}
+    mine = {c.id: sorted(r for r, cell in cells.items() if cell in c.cells) for c in p.claims}
+    if not any(mine.values()):
+        return []
+    levels = {c.id: c.level for c in p.claims}
+    try:
+        without = {r.id: r for r in make_plan(StoreView([store], leave_out=list(failed)), claims, power=power,
+                                              levels=levels, decided=decided).rows}
+    except LayerstateError as exc:  # the store cannot be evaluated without them: said in words
+        return [f"runs that did not learn: {', '.join(sorted(failed))}; the plan without them could not be made: "
+                f"{str(exc).splitlines()[0]}"]
+    by_id = {c.id: c for c in claims}
+    out = []
+    for c, r in zip(p.claims, p.rows, strict=True):
+        if not mine[c.id]:
+            continue
+        claim = by_id[c.id.split("[", 1)[0]]
+        w = without.get(r.id)
+        words = (f"{r.id}: its cells hold {len(mine[c.id])} run{'s' if len(mine[c.id]) > 1 else ''} that did not "
+                 f"learn ({', '.join(mine[c.id])}); with {'them' if len(mine[c.id]) > 1 else 'it'} it asks for "
+                 f"{_need(r)}, without {_need(w) if w is not None else 'not planned'}")
+        if w is not None and r.needed is not None and w.needed is not None and r.needed > w.needed:
+            words += f": {r.needed - w.needed} of its seeds come from the failed run{'s' if len(mine[c.id]) > 1 else ''}"
+        if claim.kind in ("bound", "readable_by") and not claim.by_share:
+            share = claim.model_copy(update={"statistic": "share"})
+            try:
+                s_row = make_plan(store, [share], power=power, levels={c.id: c.level}).rows
+                words += f"; decided by the share of seeds beyond {claim.threshold:g} (statistic = 'share'), " \
+                         f"robust to a failed seed, it would ask for {_need(s_row[0]) if s_row else 'not planned'}"
+            except LayerstateError as exc:  # said, not raised: the plan above stands
+                words += f"; as a share claim it could not be planned ({str(exc).splitlines()[0]})"
+        out.append(words)
+    return out
+
+
+def _need(r: PlanRow) -> str:
+    if r.needed is not None:
+        return f"{r.needed} seeds"
+    return f"no seed count ({r.reason})" if r.reason else "no seed count"
