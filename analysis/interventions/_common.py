@@ -18,13 +18,9 @@ import xarray as xr
 
 from capture.device import Device, as_device, model_device
 from capture.models import SequenceModel
+from capture.models.config import RECURRENT_ARCHS
 from capture.rebuild import model_from, rebuild_model, stored_model
 from store import MissingError, Store
-
-#: Architectures whose blocks carry a state along positions (the patching caveat,
-#: docs/design.md): the RNNs, the SSMs, and the zoo's linear-attention, long-convolution and
-#: delta-rule models (based, baseconv, h3, hyena, deltanet).
-RECURRENT_ARCHS = ("lstm", "gru", "mamba", "mamba2", "based", "baseconv", "h3", "hyena", "deltanet")
 
 #: A run's trained model (:func:`capture.rebuild.rebuild_model`), the name the interventions use.
 rebuild = rebuild_model

@@ -38,6 +38,14 @@ VARIANTS = ("default", "no_conv")
 SSM_ARCHS = ("mamba", "mamba2")
 # Archs with a short causal convolution: variant no_conv makes it a frozen identity
 CONV_ARCHS = SSM_ARCHS + ZOO_ARCHS
+# Archs whose layers keep no state from one position to the next: attention reads every
+# earlier position afresh at each one
+ATTENTION_ARCHS = ("transformer",)
+# The others: each layer carries a state along the positions (a recurrence, a state space, a
+# long convolution). Patching a layer's output at one position then changes what the layers
+# above see, not that layer's own state at later positions (the caveat patching results carry,
+# analysis.interventions). A new architecture is one of the two by being listed, or not, above.
+RECURRENT_ARCHS = tuple(a for a in ARCHS if a not in ATTENTION_ARCHS)
 
 # Which size fields each architecture uses; every other size field must stay None.
 ARCH_FIELDS: dict[str, tuple[str, ...]] = {

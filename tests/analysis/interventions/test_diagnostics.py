@@ -333,6 +333,17 @@ def test_zoo_architectures_carry_the_recurrent_state_caveat():
     assert "recurrent" not in site_description("transformer", "L1", "position 3")
 
 
+def test_every_architecture_is_classed_where_it_is_defined_and_the_caveat_follows():
+    # the caveat reads the architectures' own list (capture.models.config): an architecture added
+    # there is recurrent unless it is listed as attention, with no list to update here
+    from capture.models.config import ARCHS, ATTENTION_ARCHS, RECURRENT_ARCHS
+
+    assert sorted(ATTENTION_ARCHS + RECURRENT_ARCHS) == sorted(ARCHS) and not set(ATTENTION_ARCHS) & set(RECURRENT_ARCHS)
+    for arch in ARCHS:
+        caveat = "recurrent state at later positions" in site_description(arch, "L1", "position 3")
+        assert caveat == (arch not in ATTENTION_ARCHS), arch
+
+
 
 # ----------------------------------------------------------------------------- shown to readers
 @pytest.fixture(scope="module")
