@@ -52,8 +52,11 @@ def _run(args: list[str], header: str | None = None, sig: int | None = None) -> 
     """``layerstate ARGS`` in a subprocess (its own process group); with ``header``, send it
     ``sig`` as soon as it prints that header in stage 2 (after "stage at 3 seeds")."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # SIGINT as a terminal leaves it: a job started in the background (CI's runner, `cmd &`)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     p = subprocess.Popen([sys.executable, "-m", "layerstate.cli", *args], cwd=ROOT, env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout is not None
     lines, in_stage_2 = [], False
     for line in p.stdout:
