@@ -866,20 +866,27 @@ def behaviour(store_path: str, tasks: tuple[str, ...], scheduler: str, results: 
 @store_argument
 @click.option("--claims", "claims_file", type=click.Path(dir_okay=False), required=True,
               help="An experiment TOML (its [[claims]], checked against its grid) or a TOML file of [[claims]] tables.")
+@click.option("--result", "result_names", multiple=True, metavar="[TASK=]NAME",
+              help="The probe result the claims that name none read, where a task has several (repeatable): "
+                   "TASK=NAME, or NAME for every task it holds, e.g. --result dyck=dyck-2.")
 @results_option
 @scheduler_option(SCHEDULER_HELP + " Claims are evaluated here, in one process (Holm's correction "
                   "needs every claim's test at once, and each takes milliseconds): an address is only "
                   "checked, so a script can hand every command the same --scheduler.")
 @storage_option
-def stats(store_path: str, claims_file: str, results: str | None, scheduler: str, storage_options: dict) -> None:
+def stats(store_path: str, claims_file: str, result_names: tuple[str, ...], results: str | None, scheduler: str,
+          storage_options: dict) -> None:
     """Evaluate declared claims on STORE's results; writes results/claims (all or nothing)."""
     from analysis.claims import evaluate_stored_claims
+    from analysis.claims.choose import check_choices, with_results
+    from analysis.claims.evaluate import stored_probe_profiles
     from analysis.compute import reachable
     from layerstate.experiment import load_claims
 
     reachable(scheduler)
-    claims = load_claims(claims_file)
     st = _open(store_path, results, storage_options)
+    claims = with_results(st, load_claims(claims_file), result_names)
+    check_choices(st, claims, stored_probe_profiles(st))
     for line in present.claim_lines(evaluate_stored_claims(st, claims)):
         click.echo(line)
 
@@ -983,25 +990,31 @@ def _next_stage(experiment: str, store_path: str, design_path: str | None, tasks
               help="The power each claim's test should reach at its margin.")
 @click.option("--design", "design_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A TOML file whose [design] replaces EXPERIMENT's (as `sequential --design`).")
+@click.option("--result", "result_names", multiple=True, metavar="[TASK=]NAME",
+              help="The probe result the claims that name none read, where a task has several (repeatable): "
+                   "TASK=NAME, or NAME for every task it holds, e.g. --result dyck=dyck-2.")
 @results_option
 @storage_option
-def plan(experiment: str, store_path: str, power: float, design_path: str | None, results: str | None,
-         storage_options: dict) -> None:
+def plan(experiment: str, store_path: str, power: float, design_path: str | None, result_names: tuple[str, ...],
+         results: str | None, storage_options: dict) -> None:
     """How many seeds each claim of EXPERIMENT needs for its test to reach --power, and their CPU
     time, from the seeds STORE holds (each claim at its margin and its Holm level; a cell's cost
     from its runs' stored training times). Under a [design] (EXPERIMENT's or --design's) it reads
     what `sequential` decides: a claim the design decided needs no seeds, and the design's next
     stage is the next step. Nothing is written."""
+    from analysis.claims.choose import check_choices, with_results
+    from analysis.claims.evaluate import stored_probe_profiles
     from analysis.claims.planner import design_decisions, failed_seed_notes, make_plan
     from analysis.claims.sequential import evaluate_sequential
     from layerstate.experiment import load_claims, load_design
     from store import open_analysis
     from store.view import StoreView
 
-    claims = load_claims(experiment)
     design = load_design(design_path or experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
+    claims = with_results(st, load_claims(experiment), result_names)
+    check_choices(st, claims, stored_probe_profiles(st))
     run = evaluate_sequential(st, claims, design) if design is not None else None
     decided = design_decisions(run) if run is not None else None
     planned: Any = st
@@ -1025,9 +1038,9 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
 @click.option("--out", "out", required=True, help="Folder for index.html, report.md, figures/, tables/.")
 @click.option("--force", is_flag=True, help="Replace an earlier report in --out.")
 @click.option("--no-chunk-check", is_flag=True, help="Skip verifying every chunk's checksum (huge stores).")
-@click.option("--result", "shown", multiple=True, metavar="NAME",
+@click.option("--result", "shown", multiple=True, metavar="[TASK=]NAME",
               help="A probe result to show for its task when a task has several (repeatable), e.g. "
-                   "probes/dyck-2; default: probes/<task>, else the newest. The section names each.")
+                   "dyck=dyck-2 or probes/dyck-2; default: probes/<task>, else the newest. The section names each.")
 @results_option
 @scheduler_option(SCHEDULER_HELP + " The report reads stored results and draws its figures here, "
                   "in one process: an address is only checked, so a script can hand every command "
@@ -1045,6 +1058,7 @@ def report(store_path: str, out: str, force: bool, no_chunk_check: bool, shown: 
                        results_options=storage_options)
     from reports.readout import choose_probe_results, probe_results
 
+    shown = tuple(s.rpartition("=")[2] for s in shown)  # TASK=NAME as stats and plan take it: the name says the task
     choose_probe_results(st, probe_results(st), shown)  # a name that is not stored: one line
     path = build_report(st, out, force=force, check_chunks=not no_chunk_check, results=shown)
     click.echo(present.report_line(path))

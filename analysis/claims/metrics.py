@@ -12,6 +12,7 @@ import xarray as xr
 
 from analysis.claims.spec import (
     ABLATION,
+    AmbiguousResultError,
     Claim,
     ClaimError,
     NotEvaluable,
@@ -182,13 +183,13 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
 ELSEWHERE = " (probes written with --results DIR are read only when this command is given the same --results DIR)"
 
 
-def _short(name: str) -> str:
+def short_name(name: str) -> str:
     """``probes/dyck-2`` -> ``dyck-2``: how a claim's ``result`` names a stored result."""
     parsed = schema.parse_result_name(name)
     return parsed[1] if parsed else name
 
 
-def _result_choice(name: str) -> str:
+def result_choice(name: str) -> str:
     """``result = "dyck"`` or ``"probes/dyck"`` -> ``"probes/dyck"``."""
     return name if schema.parse_result_name(name) else f"{schema.PROBES}/{name}"
 
@@ -215,11 +216,11 @@ def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str
         fix = (f"run `layerstate probe STORE --task {task}` (or `layerstate run` on the experiment) "
                "to probe every run")
         if claim.result is not None:
-            chosen = _result_choice(claim.result)
+            chosen = result_choice(claim.result)
             if chosen not in names:
                 raise ClaimError(f"claim {claim.id!r}: result = {claim.result!r} is not a stored probe result; "
-                                 f"stored: {', '.join(map(_short, names))}"
-                                 f"{ELSEWHERE}{did_you_mean(claim.result, map(_short, names))}")
+                                 f"stored: {', '.join(map(short_name, names))}"
+                                 f"{ELSEWHERE}{did_you_mean(claim.result, map(short_name, names))}")
             if chosen not in holding:
                 raise ClaimError(f"claim {claim.id!r}: {chosen} holds no runs of task {task!r}; results that do: "
                                  f"{', '.join(holding) or 'none'}")
@@ -236,8 +237,11 @@ def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str
             require_runs(store, claim, chosen, held[chosen], fix, task=task)
         else:
             listed = "; ".join(f"{n} ({settings[n]}; {seeds_words(store, sorted(held[n]))})" for n in complete)
-            raise ClaimError(f"claim {claim.id!r}: {len(complete)} probe results hold every run of task {task!r}: "
-                             f"{listed}; say which with result = \"{_short(complete[-1])}\"")
+            raise AmbiguousResultError(
+                f"claim {claim.id!r}: {len(complete)} probe results hold every run of task {task!r}: {listed}; say "
+                f"which with result = \"{short_name(complete[-1])}\" in the claim, or `--result "
+                f"{task}={short_name(complete[-1])}` on the command line", task=task, count=len(complete), listed=listed,
+                suggested=short_name(complete[-1]))
         out[task] = chosen
     return out
 
@@ -408,7 +412,7 @@ def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, 
                 both = "; ".join(f"{n}: {describe_settings(store.result_attrs(n))}" for n in (source[rid], name))
                 raise ClaimError(
                     f"claim {claim.id!r}: run {rid!r} has {prefix} results in {source[rid]} and {name}; say "
-                    f"which with result = \"{_short(source[rid])}\" ({both})"
+                    f"which with result = \"{short_name(source[rid])}\" ({both})"
                 )
             source[rid] = name
         if keep:

@@ -42,6 +42,16 @@ class NotEvaluable(ClaimError):
     while the other claims are still evaluated."""
 
 
+class AmbiguousResultError(ClaimError):
+    """Several stored probe results hold every run a claim reads of one task and the claim names
+    none: ``task``, ``count`` and ``listed`` (the candidates, in words), ``suggested`` (the short
+    name of one)."""
+
+    def __init__(self, message: str, *, task: str, count: int, listed: str, suggested: str) -> None:
+        super().__init__(message)
+        self.task, self.count, self.listed, self.suggested = task, count, listed, suggested
+
+
 class StaleResultError(ClaimError):
     """A stored result a claim reads lacks runs that the store holds in the claim's cells (it was
     computed before they were trained): deciding on it would silently use fewer seeds. The message
@@ -180,7 +190,9 @@ class Claim(BaseModel):
         "runs: a probe (probe_accuracy, readable_by, profile_match), ablation, patching, "
         "interchange (restoration) or mdl (mdl_compression) result, named with or without its kind, e.g. \"dyck-2\" or "
         "\"probes/dyck-2\". Without it the one result holding the runs is read; when there are "
-        "several the claim is refused with a list of them and their settings.")
+        "several the claim is refused with a list of them and their settings. For probe results, "
+        "`--result TASK=NAME` on `stats`, `plan` and `report` chooses for every claim of the task "
+        "that names none.")
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Claim:

@@ -170,7 +170,8 @@ def test_stats_reads_one_result_by_name_and_lists_the_candidates(acts, tmp_path)
     claims = tmp_path / "dyckclaim.toml"
     claims.write_text(DYCK_CLAIM)
     line = error_line(cli("stats", acts, "--claims", claims))  # was: a traceback, exit 1
-    assert "2 probe results hold every run of task 'dyck': probes/dyck (" in line and "probes/dyck-2 (" in line
+    assert ("2 probe results hold every run of task 'dyck' that claim dyck-readable reads: probes/dyck (" in line
+            and "probes/dyck-2 (" in line), line
     assert "folds 3" in line and "control token" in line
     fix = re.search(r'say which with (result = "[^"]+")', line).group(1)
     # the mean's t shows the two results' numbers (the share of seeds above 0.5 is the same in both)
@@ -181,6 +182,23 @@ def test_stats_reads_one_result_by_name_and_lists_the_candidates(acts, tmp_path)
     claims.write_text(DYCK_CLAIM + f'result = "{second}"\nstatistic = "mean"\n')
     other = ok("stats", acts, "--claims", claims)
     assert other.output != res.output  # the other result, not a mix of both
+
+    # issue 73 item 2: two claims on the task, neither naming a result: one error naming both and
+    # the flag; `--result TASK=NAME` (stats and plan) chooses for both, as `result` in each would
+    both = tmp_path / "both.toml"
+    both.write_text(DYCK_CLAIM + 'statistic = "mean"\n' + DYCK_CLAIM.replace("dyck-readable", "dyck-readable-lstm")
+                    .replace('"gru"', '"lstm"') + 'statistic = "mean"\n')
+    line = error_line(cli("stats", acts, "--claims", both))
+    assert "2 probe results hold every run of task 'dyck' that claims dyck-readable, dyck-readable-lstm read: " in line
+    flag = re.search(r"`--result (dyck=[\w-]+)` for them all", line).group(1)
+    name = flag.split("=")[1]
+    named = tmp_path / "named.toml"
+    named.write_text(both.read_text().replace('statistic = "mean"\n', f'statistic = "mean"\nresult = "{name}"\n'))
+    assert ok("stats", acts, "--claims", both, "--result", flag).output == ok("stats", acts, "--claims", named).output
+    assert "dyck-readable-lstm |" in ok("plan", both, "--store", acts, "--result", flag).output
+    assert "no probe result probes/dyck-3" in error_line(cli("stats", acts, "--claims", both, "--result", "dyck-3"))
+    assert "names two probe results for task 'dyck'" in error_line(
+        cli("stats", acts, "--claims", both, "--result", "dyck=dyck", "--result", "dyck=dyck-2"))
 
 
 def test_the_report_shows_one_result_per_task_and_says_which(acts, tmp_path):
@@ -194,7 +212,7 @@ def test_the_report_shows_one_result_per_task_and_says_which(acts, tmp_path):
     assert set(table["result"]) == {"probes/parity", "probes/dyck"}
     md = (out / "report.md").read_text()
     assert "Task dyck: shows probes/dyck (" in md and "also stored: probes/dyck-2 (" in md
-    ok("report", acts, "--out", tmp_path / "rep2", "--result", "dyck-2")
+    ok("report", acts, "--out", tmp_path / "rep2", "--result", "dyck=dyck-2")  # TASK=NAME, as stats takes it
     table = pd.read_csv(tmp_path / "rep2" / "tables" / "probe_profiles.csv")
     assert set(table["result"]) == {"probes/parity", "probes/dyck-2"}
     assert "token control task scores" in (tmp_path / "rep2" / "report.md").read_text()
