@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from capture.device import Device
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
 #: Paths at the boundary: missing, already there, or not readable.
 _PATH_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
@@ -61,6 +63,14 @@ class _Commands(click.Group):
             if ctx.params.get("debug"):
                 raise
             raise BadInput(_one_line(exc)) from None
+        except KeyboardInterrupt:  # Ctrl-C: one line of what is kept and how to go on, exit 130 as a shell's
+            if ctx.params.get("debug"):
+                raise
+            again = " ".join(shlex.quote(a) for a in sys.argv[1:])
+            click.echo("layerstate: interrupted: what was written before it is kept (trained runs and their "
+                       "checkpoints, captured blocks, stored results); the same command resumes from there"
+                       + (f": layerstate {again}" if again else ""), err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 #: The project's own packages: a warning raised in them is one line, without the source line
