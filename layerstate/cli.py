@@ -765,7 +765,7 @@ def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, s
         ds = plan.compute()
         ds.attrs.update(command="layerstate stability")
         stored = save_stability(st, ds, name)
-        for line in present.stability_lines(st.read_result(stored)):
+        for line in present.stability_lines(st.read_result(stored), st):
             click.echo(line)
         click.echo(present.stored(stored))
 

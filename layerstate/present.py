@@ -724,10 +724,18 @@ def stability_work_line(plan: Any, task: str = "") -> str:
             f"roughly {_about(plan.cpu_s)} of CPU")
 
 
-def stability_lines(ds: xr.Dataset) -> Iterator[str]:
-    """What the numbers are, then per cell and length the mean overlap per layer with its
-    interval over seeds, the nulls, and whether the seeds agree (the interval above both the
-    random-subspace null and the shuffled-label null's upper end)."""
+def stability_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
+    """The probe result it read (with its settings, given ``store``), what the numbers are, then
+    per cell and length the mean overlap per layer with its interval over seeds, the nulls, and
+    whether the seeds agree (the interval above both the random-subspace null and the
+    shuffled-label null's upper end)."""
+    from store.contents.results import describe_settings
+
+    read = str(ds.attrs.get("probe_result") or "")
+    if read:
+        settings = (describe_settings(store.result_attrs(read)) if store is not None and read in store.results()
+                    else "")
+        yield f"read the probes of {read}" + (f" ({settings})" if settings else "")
     yield (f"seed agreement on where {ds.attrs.get('target')} lives: mean squared cosine of the principal angles "
            "between seed pairs' probe subspaces after aligning their states (1: the same subspace); interval over "
            "seeds; nulls: random subspaces (k/d) and probes of the label shuffled across sequences (upper end of "

@@ -78,8 +78,11 @@ def stability_parts(snap: Snapshot, length: int | None = None) -> tuple[list[Fig
     """The stability figure, its table and the sentences per architecture, for the probes section
     (at ``length``, default the shortest the results hold; every length in the CSV), and notes."""
     frames, notes = [], []
+    read_from: dict[str, str] = {}
     for name in stability_results(snap.store):
-        frame = agreement_frame(read_result(snap.store, name))
+        ds = read_result(snap.store, name)
+        read_from[name] = str(ds.attrs.get("probe_result") or "")
+        frame = agreement_frame(ds)
         if frame is None:
             notes.append(f"results/{name} holds no stored intervals; `layerstate stability STORE` stores them")
             continue
@@ -98,7 +101,9 @@ def stability_parts(snap: Snapshot, length: int | None = None) -> tuple[list[Fig
     shown = length if length in lengths else lengths[0]
     at = frame[frame["length"] == shown]
     layers = list(dict.fromkeys(at.sort_values("layer_pos")["layer"]))
-    from_results = ", ".join(f"results/{n}" for n in sorted(at["result"].unique()))
+    # each stability result with the probe result whose probes it compared
+    from_results = ", ".join(f"results/{n}" + (f" (probes of {read_from[n]})" if read_from.get(n) else "")
+                             for n in sorted(at["result"].unique()))
     sentences = agreement_sentences(at)
     fig = F.layer_lines(at.assign(**{"shuffled-label null": at["shuffled_upper"]}), layers, value="overlap",
                         ylabel="overlap of probe subspaces", reference="shuffled-label null")

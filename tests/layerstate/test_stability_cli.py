@@ -21,6 +21,8 @@ def test_stability_announces_stores_and_prints_agreement(tmp_path):
     assert res.stderr.startswith("stability: 1 cell, 3 seed pairs × 1 length (8) × 3 layers = 9 maps; roughly ")
     lines = res.stdout.splitlines()
     assert lines[-1] == "stored results/stability/toy"
+    # the probe result it read, with that result's settings (issue 73 item 6)
+    assert lines[0].startswith("read the probes of probes/toy (target y, positions last, ") and "control" in lines[0]
     row = next(x for x in lines if x.startswith("toy/lstm/default len8:"))
     vals = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", row)}
     assert vals["L1"] < 0.3  # unrelated directions per seed: about the null

@@ -25,6 +25,7 @@ def test_probes_section_shows_stored_stability_and_where_seeds_agree(store):
     assert names.index("probe_stability") > names.index("probe_profiles")
     figure = sec.figures[names.index("probe_stability")]
     assert "lstm: the seeds agree on where the label lives at L1 in toy." in figure.caption
+    assert "from results/stability/toy (probes of probes/toy)" in figure.caption  # the result it read
     table = next(t for t in sec.tables if t.name == "probe_stability")
     stored = store.read_result("stability/toy")
     row = table.data[(table.data.layer == "L1") & (table.data.length == 8)].iloc[0]
