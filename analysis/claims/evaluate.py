@@ -42,6 +42,7 @@ from analysis.claims.spec import (
 )
 from analysis.claims.verdicts import (
     adjust,
+    ceiling_caveat,
     claim_tests,
     contra_p,
     decide,
@@ -472,7 +473,7 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     for claim, row, adj in zip(kept, rows, adjusted, strict=True):
         if "_kept_verdict" not in row:
             _judge_at_level(claim, row, adj["level"])
-    decided = [tuple(r["_kept_verdict"]) if "_kept_verdict" in r else decide(c, r, a)
+    decided = [tuple(r["_kept_verdict"]) if "_kept_verdict" in r else _with_caveat(c, decide(c, r, a))
                for c, r, a in zip(kept, rows, adjusted, strict=True)]
     cross = []
     for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
@@ -575,3 +576,10 @@ def stored_probe_profiles(store: Store) -> xr.Dataset | None:
     from analysis.claims.metrics import stack_probe_results
 
     return stack_probe_results(store)
+
+
+def _with_caveat(claim: Claim, decided: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A verdict with what its test's assumption costs appended to its reason, where it costs
+    something (:func:`~analysis.claims.verdicts.ceiling_caveat`)."""
+    verdict, outcome, reason = decided
+    return verdict, outcome, reason + ceiling_caveat(claim, verdict)

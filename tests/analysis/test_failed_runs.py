@@ -80,25 +80,11 @@ def test_the_plan_says_how_much_of_its_request_comes_from_a_failed_seed(tmp_path
     accuracy asks for more seeds with it than without it (the plan made again on the store
     without that run), and the line names the run, both counts, the difference, and what the
     same claim decided by the share of seeds beyond its threshold would ask for."""
-    from analysis.behaviour import did_not_learn, store_behaviour
+    from analysis.behaviour import did_not_learn
     from analysis.claims.planner import failed_seed_notes, make_plan
     from analysis.claims.spec import Claim
 
-    st = Store.create(str(tmp_path / "p.zarr"))
-    rng = np.random.default_rng(5)
-    for seed in range(5):
-        rid = f"parity-lstm-s{seed}"
-        st.add_run(rid, task="parity", arch="lstm", seed=seed, train_config={"length": L}, train_seconds=2.0)
-        tokens = rng.integers(0, 2, size=(N, L))
-        parity = np.cumsum(tokens, axis=1) % 2
-        if seed == 2:
-            logits = rng.standard_normal((N, L, 2))
-        else:  # right but for a few sequences read wrong, a different few per seed
-            wrong = rng.random(N) < 0.04 + 0.02 * seed
-            logits = np.eye(2)[np.where(wrong[:, None], 1 - parity, parity)] * 4
-        st.write_length(rid, L, hidden=rng.standard_normal((N, L, 2, 4)).astype("float32"), tokens=tokens,
-                        labels={"parity": parity}, logits=logits.astype("float32"))
-    store_behaviour(st, "parity", target="parity")
+    st = learned_store(tmp_path / "p.zarr", failed=(2,))
     assert list(did_not_learn(st)) == ["parity-lstm-s2"]
     claim = Claim(id="lstm-learns", statement="the LSTM learns parity", kind="bound", metric="accuracy",
                   task="parity", arch="lstm", threshold=0.8, direction="greater", statistic="mean", length=L)
@@ -111,3 +97,26 @@ def test_the_plan_says_how_much_of_its_request_comes_from_a_failed_seed(tmp_path
     assert without < with_it and f": {with_it - without} of its seeds come from the failed run" in line
     assert "decided by the share of seeds beyond 0.8 (statistic = 'share'), robust to a failed seed, it would " \
            "ask for " in line
+
+
+def learned_store(path, failed: tuple[int, ...] = ()) -> Store:
+    """Five LSTM parity runs, right but for a few sequences (a different few per seed: accuracies
+    0.9-0.96), the seeds in ``failed`` at chance (noise logits); their behaviour result stored."""
+    from analysis.behaviour import store_behaviour
+
+    st = Store.create(str(path))
+    rng = np.random.default_rng(5)
+    for seed in range(5):
+        rid = f"parity-lstm-s{seed}"
+        st.add_run(rid, task="parity", arch="lstm", seed=seed, train_config={"length": L}, train_seconds=2.0)
+        tokens = rng.integers(0, 2, size=(N, L))
+        parity = np.cumsum(tokens, axis=1) % 2
+        if seed in failed:
+            logits = rng.standard_normal((N, L, 2))
+        else:
+            wrong = rng.random(N) < 0.04 + 0.02 * seed
+            logits = np.eye(2)[np.where(wrong[:, None], 1 - parity, parity)] * 4
+        st.write_length(rid, L, hidden=rng.standard_normal((N, L, 2, 4)).astype("float32"), tokens=tokens,
+                        labels={"parity": parity}, logits=logits.astype("float32"))
+    store_behaviour(st, "parity", target="parity")
+    return st
