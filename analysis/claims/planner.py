@@ -212,7 +212,10 @@ def missing_seeds(cells: Sequence[Cell], need: int, costs: dict[Cell, float], he
     CPU seconds (NaN where a cell that lacks seeds has no measured cost)."""
     more = max((max(need - held.get(cell, 0), 0) for cell in cells), default=0)
     missing = any(cell not in costs for cell in cells if need > held.get(cell, 0))
-    cpu = math.nan if missing else float(sum(max(need - held.get(cell, 0), 0) * costs[cell] for cell in cells))
+    # only the cells that lack seeds cost anything: one without a measured time (runs written from
+    # arrays, imported) that already holds them is no KeyError
+    cpu = math.nan if missing else float(sum((need - held.get(cell, 0)) * costs[cell] for cell in cells
+                                             if need > held.get(cell, 0)))
     return more, cpu
 
 

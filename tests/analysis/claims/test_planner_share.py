@@ -4,6 +4,8 @@ share is on the wrong side."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -56,3 +58,14 @@ def test_a_share_on_the_wrong_side_is_planned_towards_its_contradiction(store):
     assert row.power_now == pytest.approx(share_power((3,), 1.0, 0.025, q=0.5, n_max=3, top=0.025)) == 0.0
     assert row.reason.startswith(CONTRA) and "two-sided level 0.05" in row.reason
     assert p.total["cells"][("s3", "mamba", "default")][1] == 6  # its seeds are in the cells' plan
+
+
+def test_a_cell_without_a_measured_time_that_needs_no_seeds_costs_nothing():
+    # runs written from arrays record no training time: a cell that already holds the seeds a
+    # claim needs was a KeyError when the plan summed each cell's cost (found by docs/guide/python.md)
+    from analysis.claims.planner import missing_seeds
+
+    a, b = ("parity", "lstm", "default"), ("parity", "gru", "default")
+    assert missing_seeds((a, b), 6, {b: 2.0}, {a: 8, b: 5}) == (1, 2.0)
+    more, cpu = missing_seeds((a, b), 9, {b: 2.0}, {a: 8, b: 5})
+    assert more == 4 and math.isnan(cpu)  # a lacks a seed and has no time: unknown, not a guess
