@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.stored import stale_table
-from analysis.claims.verdicts import power_words, seeds_note
+from analysis.claims.verdicts import power_words, seeds_note, share_words
 from reports import figures as F
 from reports.intervals import RANGES, apply_rules, interval_text
 from reports.model import Figure, Section, Table, missing_section
@@ -295,5 +295,9 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
                                why_none=why)
         if not prefix and np.isfinite(lo) and np.isfinite(hi) and str(r.get("model", "")) != "sign_test":
             text += seeds_note(float(r.get("n_seeds", np.nan)))  # a t interval from 2 seeds: how wide
+        if not prefix and str(r.get("model", "")) == "sign_test":  # the counts first, then the median seed
+            head = share_words(float(r.get("beyond", np.nan)), float(r.get("n_seeds", np.nan)),
+                               float(r.get("reference_mean", np.nan)), str(r.get("test", "")))
+            text = f"{head} {text}" if head else text
         out.append(text)
     return out

@@ -11,6 +11,7 @@ them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -259,6 +260,17 @@ def one_sided_bound(claim: Claim, row: dict, level: float) -> float:
     if claim.kind == "readable_by" or (claim.kind == "bound" and claim.metric in ("accuracy", "probe_accuracy")):
         out = min(max(out, 0.0), 1.0)  # a proportion's bound stays in its range
     return out
+
+
+def share_words(beyond: float, n_seeds: float, threshold: float, test: str) -> str:
+    """The head of a share claim's estimate (an exact sign test's row): ``"4 of 5 seeds beyond
+    0.9; median seed"``, to be followed by that seed's value and interval; ``""`` where the
+    counts are not known (a row stored before they were kept)."""
+    if not (np.isfinite(beyond) and np.isfinite(n_seeds) and n_seeds > 0 and np.isfinite(threshold)):
+        return ""
+    m = re.search(r"share of seeds above (\S+)\)", test)
+    which = "median seed" if m is None else f"{m.group(1)}-quantile seed"
+    return f"{int(beyond)} of {int(n_seeds)} seeds beyond {threshold:g}; {which}"
 
 
 def ceiling_caveat(claim: Claim, verdict: str) -> str:

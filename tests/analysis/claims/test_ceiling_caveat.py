@@ -41,3 +41,16 @@ def test_a_mean_claim_on_an_accuracy_says_what_its_t_test_assumes(tmp_path):
 def test_assume_normal_is_for_the_mean_only():
     with pytest.raises(ValueError, match="assume_normal is for statistic = 'mean'"):
         _claim(assume_normal=True)
+
+
+def test_a_share_claims_estimate_reads_as_its_counts_then_the_median_seed(tmp_path):
+    # issue 72 item 5: "k of n seeds beyond T; median seed m [interval]" where the test is the count
+    from analysis.claims.verdicts import share_words
+    from layerstate.present import claim_lines
+
+    st = learned_store(tmp_path / "s.zarr", failed=(2,))
+    (line,) = claim_lines(evaluate_claims(st, [_claim(threshold=0.6)]))  # the failed seed is below
+    assert " | estimate 4 of 5 seeds beyond 0.6; median seed 0.9" in line, line
+    assert share_words(3, 4, 0.9, "exact sign test over seeds (share of seeds above 0.75): ...") == \
+        "3 of 4 seeds beyond 0.9; 0.75-quantile seed"
+    assert share_words(float("nan"), 4, 0.9, "") == ""  # a row stored before the counts were kept
