@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.claims.sampling import metric_range
 from analysis.claims.spec import ALPHA, MODEL_NAMES, Claim, NotEvaluable
 from analysis.stats.decision import EFFECT, Pending, Verdict
 from analysis.stats.decision import fmt_p as fmt_p
@@ -278,8 +279,6 @@ def ceiling_caveat(claim: Claim, verdict: str) -> str:
     claim with ``statistic = "mean"`` and no ``assume_normal``), to append to a supported or
     contradicted verdict's reason; ``""`` otherwise. The figures are the calibration's
     (docs/measured.md, "Tests at the ceiling")."""
-    from analysis.claims.sampling import metric_range
-
     if (claim.kind not in ("bound", "readable_by") or claim.statistic != "mean" or claim.assume_normal
             or verdict not in (Verdict.SUPPORTED, Verdict.CONTRADICTED)):
         return ""
@@ -417,6 +416,13 @@ def _decide_share(claim: Claim, row: dict, adj: dict[str, float], greater: bool)
     who = "the median seed" if q == 0.5 else f"more than {q:g} of the seeds"
     counts = f"{k} of {n} seeds {side} {v:g}" + (f", {short} {opposite}" if short else "")
     median = f"{'median' if q == 0.5 else f'{q:g}-quantile from the far side'} {row['estimate']:.4g}"
+    low, high = metric_range(claim)
+    if (greater and v >= high) or (not greater and v <= low):  # no seed can lie strictly beyond it
+        edge = high if greater else low
+        return Verdict.INCONCLUSIVE, "", (
+            f"cannot be decided: no value can lie {side} {edge:g}, the {'largest' if greater else 'smallest'} the "
+            f"metric can take; declare a threshold inside its range (e.g. {0.99 * edge if greater else edge + 0.01:g}) "
+            f"or a bound claim about the mean; {counts} ({median})")
     if p < ALPHA:
         return Verdict.SUPPORTED, "", (f"{who} lies {side} {v:g}: {counts} ({median}; exact sign test, Holm p = "
                                  f"{fmt_p(p)})")

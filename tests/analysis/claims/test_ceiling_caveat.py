@@ -54,3 +54,13 @@ def test_a_share_claims_estimate_reads_as_its_counts_then_the_median_seed(tmp_pa
     assert share_words(3, 4, 0.9, "exact sign test over seeds (share of seeds above 0.75): ...") == \
         "3 of 4 seeds beyond 0.9; 0.75-quantile seed"
     assert share_words(float("nan"), 4, 0.9, "") == ""  # a row stored before the counts were kept
+
+
+def test_a_share_claim_beyond_what_its_metric_can_take_cannot_be_decided(tmp_path):
+    # issue 72 item 5: "the median seed lies above 1.0" cannot hold for an accuracy whatever the
+    # seeds: not a contradiction found in the data, a threshold that asks nothing
+    st = learned_store(tmp_path / "s.zarr")
+    r = evaluate_claims(st, [_claim(threshold=1.0)]).isel(claim=0)
+    assert str(r.verdict.values) == "inconclusive"
+    assert str(r.reason.values).startswith("cannot be decided: no value can lie above 1, the largest the metric can "
+                                           "take; declare a threshold inside its range (e.g. 0.99)"), r.reason.values
