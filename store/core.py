@@ -402,11 +402,13 @@ class Store:
             allow_incomplete=allow_incomplete, lazy=lazy,
         )
 
-    def load_length(self, run_id: str, length: int, **kwargs: Any) -> xr.Dataset:
+    def load_length(self, run_id: str, length: int, *, kind: str = "len",
+                    allow_incomplete: bool = False) -> xr.Dataset:
         """One run and length read fully into memory (the fast path for whole arrays:
-        chunks fetched, checked and placed by a thread pool, ``store.io.chunks.read_whole``)."""
-        ds = self.open_length(run_id, length, lazy="xarray", **kwargs)
-        grp = self._length_group(run_id, length, kwargs.get("kind", "len"))
+        chunks fetched, checked and placed by a thread pool, ``store.io.chunks.read_whole``);
+        ``kind`` and ``allow_incomplete`` as in :meth:`open_length`."""
+        ds = self.open_length(run_id, length, kind=kind, allow_incomplete=allow_incomplete, lazy="xarray")
+        grp = self._length_group(run_id, length, kind)
         return _lengths.load_length(ds, grp, self.location)
 
     def label_names(self, run_id: str, length: int, kind: str = "len") -> list[str]:

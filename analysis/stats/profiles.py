@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from functools import partial
 from math import comb
 from typing import Any
 
@@ -189,13 +191,13 @@ def _with_sequence(da, sequence_dim):
     return da if sequence_dim in da.dims else da.expand_dims({sequence_dim: 1}, axis=-1)
 
 
-def _over_layers(func, da: xr.DataArray, layer_dim: str, **kwargs) -> xr.DataArray:
-    """``func`` applied along ``layer_dim`` (reduced away)."""
+def _over_layers(func: Callable[[np.ndarray], np.ndarray], da: xr.DataArray, layer_dim: str) -> xr.DataArray:
+    """``func`` applied along ``layer_dim`` (reduced away); its other arguments bound by the
+    caller (``functools.partial``)."""
     return xr.apply_ufunc(
         func,
         da,
         input_core_dims=[[layer_dim]],
-        kwargs=kwargs,
         dask="parallelized",
         output_dtypes=[float],
     )
@@ -227,7 +229,7 @@ def _layer_statistics(
     """Best layer and first crossing of the estimated profile, with bootstrap intervals, and
     the share of draws in which each layer is best."""
     best_draws = _over_layers(best_layer_np, draws, layer_dim)
-    cross_draws = _over_layers(first_crossing_np, draws, layer_dim, threshold=threshold)
+    cross_draws = _over_layers(partial(first_crossing_np, threshold=threshold), draws, layer_dim)
     positions = np.arange(accuracy.sizes[layer_dim])
     share = xr.concat([(best_draws == k).mean("draw") for k in positions], dim=layer_dim)
     if layer_dim in accuracy.coords:
@@ -236,7 +238,7 @@ def _layer_statistics(
         "best_layer": _over_layers(best_layer_np, estimate, layer_dim),
         **_layer_interval(best_draws, "best_layer", ci_level),
         "best_layer_share": share.transpose(*share.dims[1:], layer_dim),
-        "first_crossing": _over_layers(first_crossing_np, estimate, layer_dim, threshold=threshold),
+        "first_crossing": _over_layers(partial(first_crossing_np, threshold=threshold), estimate, layer_dim),
         **_layer_interval(cross_draws, "first_crossing", ci_level),
     }
 
@@ -247,7 +249,7 @@ def _auc_statistics(
     """``auc`` and its seed-level t interval, from per-seed profiles."""
     auc, lower, upper = xr.apply_ufunc(
         t_interval_np,
-        _over_layers(auc_np, per_seed, layer_dim, chance=chance),
+        _over_layers(partial(auc_np, chance=chance), per_seed, layer_dim),
         input_core_dims=[[seed_dim]],
         output_core_dims=[[], [], []],
         kwargs=dict(ci_level=ci_level),
