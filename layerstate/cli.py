@@ -830,12 +830,13 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
     with _session(scheduler) as sched:
         st = _open(store_path, results, storage_options)
         sel = _selected_runs(st, runs, tasks, archs)
-        options = {"subspace": subspace, "corruption": corruption, "allow_noise": allow_noise, "device": device}
         if interchange:
-            ds = run_interchange(st, length, name, runs=sel, scheduler=sched, **options)
+            ds = run_interchange(st, length, name, runs=sel, subspace=subspace, corruption=corruption,
+                                 allow_noise=allow_noise, device=device, scheduler=sched)
             lines, stored = present.interchange_lines(ds), _stored_as(schema.INTERCHANGE, name)
         else:
-            ds = run_patching(st, length, name, runs=sel, positions=positions, scheduler=sched, **options)
+            ds = run_patching(st, length, name, runs=sel, positions=positions, subspace=subspace,
+                              corruption=corruption, allow_noise=allow_noise, device=device, scheduler=sched)
             lines, stored = present.patching_lines(ds), _stored_as(schema.PATCHING, name)
     for line in lines:
         click.echo(line)

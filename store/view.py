@@ -96,8 +96,10 @@ class StoreView:
     def lengths(self, run_id: str, kind: str = "len") -> list[int]:
         return self._part(run_id).lengths(run_id, kind)
 
-    def open_length(self, run_id: str, length: int, *args: Any, **kwargs: Any) -> xr.Dataset:
-        return self._part(run_id).open_length(run_id, length, *args, **kwargs)
+    def open_length(self, run_id: str, length: int, *, kind: str = "len", allow_incomplete: bool = False,
+                    lazy: str = "dask") -> xr.Dataset:
+        """As :meth:`store.Store.open_length`, from the part that holds the run."""
+        return self._part(run_id).open_length(run_id, length, kind=kind, allow_incomplete=allow_incomplete, lazy=lazy)
 
     def runs(self) -> pd.DataFrame:
         """One row per run of every part, as :meth:`store.Store.runs`."""

@@ -51,8 +51,7 @@ over sequences and seeds: ``correct / n_labelled`` summed over sequences is the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dask
@@ -486,11 +485,40 @@ def _summaries(ds: xr.Dataset, refit: bool) -> xr.Dataset:
     return ds
 
 
-def run_ablation(store: Store, name: str = "default", **kwargs: Any) -> xr.Dataset:
+def run_ablation(
+    store: Store,
+    name: str = "default",
+    *,
+    runs: Sequence[str] | None = None,
+    lengths: Sequence[int] | None = None,
+    settings: Sequence[str] = ("probe",),
+    layers: Sequence[str] | None = None,
+    fit_length: int | None = None,
+    directions: xr.DataArray | None = None,
+    mode: str = "zero",
+    fit_fraction: float = 0.5,
+    refit: bool = True,
+    matched: bool = False,
+    folds: int = 3,
+    refit_rows: int = 10_000,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: Device | str = "cpu",
+    scheduler: Any = "threads",
+    num_workers: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    extend: bool = False,
+) -> xr.Dataset:
     """Compute `ablation` and store it as ``results/ablation/<name>`` of ``store`` (opened with
     ``mode="r+"``), with the seed-level intervals of its accuracy drop, accuracy and
-    refitted-probe accuracies (`store_with_intervals`). ``kwargs``: ``scheduler``,
-    ``num_workers``, ``attrs`` as in `store_with_intervals`; the rest, everything `ablation`
-    takes. Returns the computed result (the variables of `ablation`) with its intervals
+    refitted-probe accuracies (`store_with_intervals`). ``runs`` to ``device``: as `ablation`
+    takes them; ``scheduler``, ``num_workers``, ``attrs``, ``extend``: as `store_with_intervals`
+    takes them. Returns the computed result (the variables of `ablation`) with its intervals
     (`analysis.interventions.intervals.add_intervals`)."""
-    return store_with_intervals(store, schema.ABLATION, name, partial(ablation, store), kwargs)
+    def build(chosen: Sequence[str] | None) -> xr.Dataset:
+        return ablation(store, chosen, lengths, settings=settings, layers=layers, fit_length=fit_length,
+                        directions=directions, mode=mode, fit_fraction=fit_fraction, refit=refit, matched=matched,
+                        folds=folds, refit_rows=refit_rows, seed=seed, batch_size=batch_size, device=device)
+
+    return store_with_intervals(store, schema.ABLATION, name, build, runs, scheduler=scheduler,
+                                num_workers=num_workers, attrs=attrs, extend=extend)

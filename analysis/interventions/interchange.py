@@ -9,8 +9,7 @@ The sites are the task's named positions stored with the twins (``pos_key``, ``p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from analysis.interventions.intervals import store_with_intervals
 from analysis.interventions.mechanism import classify_mechanism
 from analysis.interventions.patching import INTERCHANGE_NAMES, twin_grid
 from analysis.interventions.twins import MIN_GAP, stored_positions
+from capture.device import Device
 from store import MissingError, Store, schema
 
 TASK_SITES = ("key", "value", "divider", "query")
@@ -65,8 +65,23 @@ def _trivial(plan: InterventionPlan, length: int, sites: list[str]) -> np.ndarra
     return out
 
 
-def interchange(store: Store, runs: Sequence[str] | None, length: int, *,
-                 sites: Sequence[str] | None = None, **options: Any) -> xr.Dataset:
+def interchange(
+    store: Store,
+    runs: Sequence[str] | None,
+    length: int,
+    *,
+    sites: Sequence[str] | None = None,
+    layers: Sequence[str] | None = None,
+    subspace: str | None = None,
+    directions: xr.DataArray | None = None,
+    fit_length: int | None = None,
+    corruption: str = "token",
+    allow_noise: bool = False,
+    noise_scale: float = 3.0,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: Device | str = "cpu",
+) -> xr.Dataset:
     """Build (lazily) interchange interventions: patch named positions, layer by layer, in
     both directions and two metrics.
 
@@ -103,7 +118,9 @@ def interchange(store: Store, runs: Sequence[str] | None, length: int, *,
                 {"patched_site": (("run", "layer", "site"), named)})
 
     return twin_grid("interchange", INTERCHANGE_NAMES, INTERCHANGE_ATTRS, store, runs, length, "site",
-                     lambda plan: _sites(plan, length, sites), described, **options)
+                     lambda plan: _sites(plan, length, sites), described, layers=layers, subspace=subspace, directions=directions, fit_length=fit_length,
+                     corruption=corruption, allow_noise=allow_noise, noise_scale=noise_scale, seed=seed,
+                     batch_size=batch_size, device=device)
 
 
 def run_interchange(
@@ -112,15 +129,29 @@ def run_interchange(
     name: str = "default",
     *,
     runs: Sequence[str] | None = None,
+    sites: Sequence[str] | None = None,
+    layers: Sequence[str] | None = None,
+    subspace: str | None = None,
+    directions: xr.DataArray | None = None,
+    fit_length: int | None = None,
+    corruption: str = "token",
+    allow_noise: bool = False,
+    noise_scale: float = 3.0,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: Device | str = "cpu",
     threshold: float = 0.5,
     min_gap: float = MIN_GAP,
-    **kwargs: Any,
+    scheduler: Any = "threads",
+    num_workers: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    extend: bool = False,
 ) -> xr.Dataset:
     """Compute `interchange`, add ``mechanism (run)`` when the sites allow, and store it as
     ``results/interchange/<name>``, with the seed-level intervals of its restoration and damage
-    (`store_with_intervals`). ``store``, ``length``, ``name``, ``runs`` and ``kwargs`` as in
-    `run_patching` (the rest of ``kwargs`` `interchange`'s: ``layers``, ``sites``,
-    ``batch_size``, ...); ``threshold``, ``min_gap`` are passed to `classify_mechanism`.
+    (`store_with_intervals`). ``store``, ``length``, ``name``, ``runs``, ``scheduler``,
+    ``num_workers``, ``attrs`` and ``extend`` as in `run_patching`; ``sites`` to ``device`` as
+    `interchange` takes them; ``threshold``, ``min_gap`` are passed to `classify_mechanism`.
 
     Returns
     -------
@@ -134,5 +165,10 @@ def run_interchange(
             result.attrs.update(mechanism_threshold=threshold, mechanism_min_gap=min_gap)
         return result
 
-    return store_with_intervals(store, schema.INTERCHANGE, name, partial(interchange, store, length=length),
-                                {**kwargs, "runs": runs}, finish=with_mechanism)
+    def build(chosen: Sequence[str] | None) -> xr.Dataset:
+        return interchange(store, chosen, length, sites=sites, layers=layers, subspace=subspace,
+                           directions=directions, fit_length=fit_length, corruption=corruption, allow_noise=allow_noise,
+                           noise_scale=noise_scale, seed=seed, batch_size=batch_size, device=device)
+
+    return store_with_intervals(store, schema.INTERCHANGE, name, build, runs, scheduler=scheduler,
+                                num_workers=num_workers, attrs=attrs, extend=extend, finish=with_mechanism)

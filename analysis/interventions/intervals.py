@@ -18,7 +18,7 @@ runs), where ``numerator`` may be ``"a-b"`` (a difference of two variables) and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,37 +147,35 @@ def add_intervals(ds: xr.Dataset, kind: str, store, *, ci_level: float = CI_LEVE
     return out
 
 
-def store_with_intervals(store: Store, kind: str, name: str, build: Callable[..., xr.Dataset],
-                         kwargs: Mapping[str, Any],
+def store_with_intervals(store: Store, kind: str, name: str, build: Callable[[Sequence[str] | None], xr.Dataset],
+                         runs: Sequence[str] | None, *, scheduler: Any = "threads", num_workers: int | None = None,
+                         attrs: Mapping[str, Any] | None = None, extend: bool = False,
                          finish: Callable[[xr.Dataset], xr.Dataset] | None = None) -> xr.Dataset:
-    """The ``run_<kind>`` of an intervention: build it lazily (``build(**kwargs)``, less the
-    keywords ``scheduler``, ``num_workers``, ``attrs`` and ``extend``), compute it on
-    ``scheduler`` (default ``"threads"``; ``"sync"``, ``"local:N"``, an address, a ``Client``
-    or a cluster) with ``num_workers`` (`analysis.compute.compute`), ``finish`` it, add its
-    seed-level intervals (:func:`add_intervals`) and store it as ``results/<kind>/<name>`` of
-    ``store`` (opened with ``mode="r+"``), ``attrs`` added to its attributes.
+    """The ``run_<kind>`` of an intervention: build it lazily for ``runs`` (``build(runs)``, its
+    other parameters bound by the caller), compute it on ``scheduler`` (``"threads"``,
+    ``"sync"``, ``"local:N"``, an address, a ``Client`` or a cluster) with ``num_workers``
+    (`analysis.compute.compute`), ``finish`` it, add its seed-level intervals
+    (:func:`add_intervals`) and store it as ``results/<kind>/<name>`` of ``store`` (opened with
+    ``mode="r+"``), ``attrs`` added to its attributes.
 
     ``extend=True`` says the stored result answers these parameters for the runs it holds (the
-    caller checked: `layerstate run` when a design's stage adds seeds): only ``kwargs["runs"]``
-    it lacks are computed, and their rows join the stored ones before the intervals are
-    computed again over all (:func:`extended`); a stored result that cannot be joined (other
-    runs, other lengths, layers or sequences) is computed again whole."""
-    given = dict(kwargs)
-    scheduler, num_workers = given.pop("scheduler", "threads"), given.pop("num_workers", None)
-    attrs = given.pop("attrs", None)
+    caller checked: `layerstate run` when a design's stage adds seeds): only the ``runs`` it
+    lacks are computed, and their rows join the stored ones before the intervals are computed
+    again over all (:func:`extended`); a stored result that cannot be joined (other runs, other
+    lengths, layers or sequences) is computed again whole."""
     result = schema.result_name(kind, name)
 
     def complete(done: xr.Dataset) -> xr.Dataset:
         return add_intervals(done if finish is None else finish(done), kind, store)
 
-    if given.pop("extend", False) and given.get("runs") is not None and result in store.results():
-        joined = extended(store, result, build, given, scheduler, num_workers)
+    if extend and runs is not None and result in store.results():
+        joined = extended(store, result, build, runs, scheduler, num_workers)
         if joined is not None:
             done = complete(joined)
             done.attrs.update(attrs or {})
             store.write_result(result, done)
             return done
-    return run_and_store(store, result, build(**given), scheduler=scheduler, num_workers=num_workers,
+    return run_and_store(store, result, build(runs), scheduler=scheduler, num_workers=num_workers,
                          attrs=attrs, finish=complete)
 
 
@@ -185,10 +183,10 @@ def store_with_intervals(store: Store, kind: str, name: str, build: Callable[...
 REUSED = "reused_runs"
 
 
-def extended(store: Store, result: str, build: Callable[..., xr.Dataset], given: Mapping[str, Any],
+def extended(store: Store, result: str, build: Callable[[Sequence[str] | None], xr.Dataset], runs: Sequence[str],
              scheduler: Any, num_workers: int | None) -> xr.Dataset | None:
-    """The per-run rows of ``given["runs"]``: those the stored ``result`` holds read back, the
-    others computed (``build(**given)`` on them alone), in ``given["runs"]``' order; before
+    """The per-run rows of ``runs``: those the stored ``result`` holds read back, the others
+    computed (``build`` on them alone), in the order of ``runs``; before
     :func:`add_intervals` and any ``finish``, which the caller applies to the whole. None when
     the stored rows cannot stand for a computation of them all: it holds runs not asked for or
     none of them, or the new rows' other dimensions (lengths, layers, settings, sequences) or
@@ -200,13 +198,13 @@ def extended(store: Store, result: str, build: Callable[..., xr.Dataset], given:
     equal to one computed whole."""
     from analysis.compute import compute
 
-    runs = [str(r) for r in given["runs"]]
+    runs = [str(r) for r in runs]
     old = store.read_result(result).load()  # in memory: the stored result is about to be replaced
     held = {str(r) for r in old["run"].values} if "run" in old.dims else set()
     new = [r for r in runs if r not in held]
     if not held or not held <= set(runs) or not new:
         return None
-    lazy = build(**{**given, "runs": new})
+    lazy = build(new)
     if not _joinable(lazy, old):  # said before anything is computed
         return None
     (part,) = compute([lazy], scheduler, num_workers)

@@ -62,8 +62,7 @@ computation (patched logits, metrics, `patch_effects`) is in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import xarray as xr
@@ -171,8 +170,23 @@ def twin_grid(
     return twin_summaries(ds, names, subspace is not None)
 
 
-def patching(store: Store, runs: Sequence[str] | None, length: int, *,
-             positions: Sequence[int] | None = None, **options: Any) -> xr.Dataset:
+def patching(
+    store: Store,
+    runs: Sequence[str] | None,
+    length: int,
+    *,
+    positions: Sequence[int] | None = None,
+    layers: Sequence[str] | None = None,
+    subspace: str | None = None,
+    directions: xr.DataArray | None = None,
+    fit_length: int | None = None,
+    corruption: str = "token",
+    allow_noise: bool = False,
+    noise_scale: float = 3.0,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: Device | str = "cpu",
+) -> xr.Dataset:
     """Build (lazily) the layer x position patching grid of clean / corrupted twins, in both
     directions and two metrics.
 
@@ -237,7 +251,9 @@ def patching(store: Store, runs: Sequence[str] | None, length: int, *,
                 {"patched_site": (("run", "layer"), plan.site_names("one position at a time"))})
 
     return twin_grid("patching", PATCHING_NAMES, PATCHING_ATTRS, store, runs, length, "position",
-                     choose, described, **options)
+                     choose, described, layers=layers, subspace=subspace, directions=directions, fit_length=fit_length,
+                     corruption=corruption, allow_noise=allow_noise, noise_scale=noise_scale, seed=seed,
+                     batch_size=batch_size, device=device)
 
 
 def run_patching(
@@ -246,7 +262,21 @@ def run_patching(
     name: str = "default",
     *,
     runs: Sequence[str] | None = None,
-    **kwargs: Any,
+    positions: Sequence[int] | None = None,
+    layers: Sequence[str] | None = None,
+    subspace: str | None = None,
+    directions: xr.DataArray | None = None,
+    fit_length: int | None = None,
+    corruption: str = "token",
+    allow_noise: bool = False,
+    noise_scale: float = 3.0,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: Device | str = "cpu",
+    scheduler: Any = "threads",
+    num_workers: int | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    extend: bool = False,
 ) -> xr.Dataset:
     """Compute `patching` and store it as ``results/patching/<name>``, with the seed-level
     intervals of its recovery and damage (`store_with_intervals`).
@@ -260,9 +290,10 @@ def run_patching(
     name : str
     runs : list of str, optional
         Default: every run.
-    **kwargs
-        ``scheduler``, ``num_workers``, ``attrs`` as in `store_with_intervals`; the rest
-        `patching`'s (``layers``, ``positions``, ``batch_size``, ...).
+    positions, layers, subspace, directions, fit_length, corruption, allow_noise, noise_scale, seed, batch_size, device
+        As `patching` takes them.
+    scheduler, num_workers, attrs, extend
+        As `store_with_intervals` takes them.
 
     Returns
     -------
@@ -270,5 +301,10 @@ def run_patching(
         The computed `patching` result, with its intervals
         (`analysis.interventions.intervals.add_intervals`).
     """
-    return store_with_intervals(store, schema.PATCHING, name, partial(patching, store, length=length),
-                                {**kwargs, "runs": runs})
+    def build(chosen: Sequence[str] | None) -> xr.Dataset:
+        return patching(store, chosen, length, positions=positions, layers=layers, subspace=subspace,
+                        directions=directions, fit_length=fit_length, corruption=corruption, allow_noise=allow_noise,
+                        noise_scale=noise_scale, seed=seed, batch_size=batch_size, device=device)
+
+    return store_with_intervals(store, schema.PATCHING, name, build, runs, scheduler=scheduler,
+                                num_workers=num_workers, attrs=attrs, extend=extend)
