@@ -147,7 +147,7 @@ def test_own_warnings_print_as_one_line_others_keep_their_source():
     import importlib
     import warnings
 
-    from layerstate.cli import _format_warning
+    from layerstate.cli.base import _format_warning
 
     ablation = importlib.import_module("analysis.interventions.ablation")
     ours = _format_warning(RuntimeWarning("2 of 3 refitted probe fit(s) stopped"), RuntimeWarning,

@@ -1,0 +1,7 @@
+"""``python -m layerstate.cli``: the ``layerstate`` command."""
+
+import sys
+
+from layerstate.cli import main
+
+sys.exit(main())
