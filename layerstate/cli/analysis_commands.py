@@ -13,15 +13,15 @@ from layerstate.cli.base import (
     POSITIONS,
     SETTINGS,
     BadInput,
-    _open,
-    _selected_runs,
-    _session,
     device_option,
     lengths_option,
     main,
+    open_for_analysis,
     results_option,
     run_filters,
     scheduler_option,
+    scheduler_session,
+    selected_runs,
     storage_option,
     store_argument,
 )
@@ -73,9 +73,9 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
             name = schema.result_name(schema.PROBES, name)
         except ValueError as exc:
             raise BadInput(f"--name: {exc}") from None
-    with _session(scheduler) as sched:
-        st = _open(store_path, results, storage_options)
-        selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
+    with scheduler_session(scheduler) as sched:
+        st = open_for_analysis(store_path, results, storage_options)
+        selected = select_runs(st, selected_runs(st, runs, tasks, archs))
         groups = runs_by_task(st, selected)
         if name and len(groups) > 1 and target is None:
             from analysis.probes.plan import choose_target
@@ -183,9 +183,9 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
             name = schema.result_name(schema.MDL, name)
         except ValueError as exc:
             raise BadInput(f"--name: {exc}") from None
-    with _session(scheduler) as sched:
-        st = _open(store_path, results, storage_options)
-        selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
+    with scheduler_session(scheduler) as sched:
+        st = open_for_analysis(store_path, results, storage_options)
+        selected = select_runs(st, selected_runs(st, runs, tasks, archs))
         groups = {"": selected} if name else runs_by_task(st, selected)
         if target is not None and len(groups) > 1:
             _check_target(st, target, groups)
@@ -235,8 +235,8 @@ def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, s
             name = schema.result_name(schema.STABILITY, name)
         except ValueError as exc:
             raise BadInput(f"--name: {exc}") from None
-    st = _open(store_path, results, storage_options)
-    selected = select_runs(st, _selected_runs(st, runs, tasks, archs))
+    st = open_for_analysis(store_path, results, storage_options)
+    selected = select_runs(st, selected_runs(st, runs, tasks, archs))
     groups = {"": selected} if result else runs_by_task(st, selected)
     for task, ids in groups.items():
         plan = plan_stability(st, result, runs=ids, layers=layers.split(",") if layers else None,
@@ -274,9 +274,9 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
     from analysis.interventions import run_ablation
     from store import schema
 
-    with _session(scheduler) as sched:
-        st = _open(store_path, results, storage_options)
-        ds = run_ablation(st, name, runs=_selected_runs(st, runs, tasks, archs), settings=settings,
+    with scheduler_session(scheduler) as sched:
+        st = open_for_analysis(store_path, results, storage_options)
+        ds = run_ablation(st, name, runs=selected_runs(st, runs, tasks, archs), settings=settings,
                           fit_length=fit_length, lengths=lengths, mode=mode, matched=matched, scheduler=sched,
                           device=device)
     for line in present.ablation_lines(ds):
@@ -308,9 +308,9 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
     from analysis.interventions import run_interchange, run_patching
     from store import schema
 
-    with _session(scheduler) as sched:
-        st = _open(store_path, results, storage_options)
-        sel = _selected_runs(st, runs, tasks, archs)
+    with scheduler_session(scheduler) as sched:
+        st = open_for_analysis(store_path, results, storage_options)
+        sel = selected_runs(st, runs, tasks, archs)
         if interchange:
             ds = run_interchange(st, length, name, runs=sel, subspace=subspace, corruption=corruption,
                                  allow_noise=allow_noise, device=device, scheduler=sched)
@@ -337,8 +337,8 @@ def behaviour(store_path: str, tasks: tuple[str, ...], scheduler: str, results: 
     from analysis.behaviour import measured_lengths, store_behaviour
     from store import schema
 
-    with _session(scheduler):
-        st = _open(store_path, results, storage_options)
+    with scheduler_session(scheduler):
+        st = open_for_analysis(store_path, results, storage_options)
         measured = {r for rs in measured_lengths(st, st.run_ids()).values() for r in rs}
         by_task: dict[str, list[str]] = {}
         for r in st.run_ids():

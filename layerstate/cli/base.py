@@ -105,7 +105,7 @@ class _Ints(click.ParamType):
             raise BadInput(f"{_flag(param)}: expected comma-separated integers, got {value!r}") from None
 
 
-class _Seeds(click.ParamType):
+class SeedRange(click.ParamType):
     """A seed or an inclusive range of seeds: ``3`` or ``3-195`` (what `plan` prints)."""
 
     name = "N|A-B"
@@ -217,7 +217,7 @@ def _check_scheduler(ctx: Any, param: Any, scheduler: str) -> str:
     return scheduler
 
 
-def _session(scheduler: str):
+def scheduler_session(scheduler: str):
     """The command's one dask session (:func:`analysis.compute.connect`): a local scheduler
     as it is, else a client (a local cluster started for the command, or a connection to an
     address) closed when the command ends; announcements on stderr."""
@@ -245,7 +245,7 @@ def run_filters(fn):
     return fn
 
 
-def _open(store_path: str, results: str | None, storage_options: dict):
+def open_for_analysis(store_path: str, results: str | None, storage_options: dict):
     """STORE opened for an analysis that writes results (:func:`store.open_analysis`), with
     the -S options for STORE and for --results."""
     from store import PairedStore, open_analysis
@@ -257,7 +257,7 @@ def _open(store_path: str, results: str | None, storage_options: dict):
     return st
 
 
-def _selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tuple[str, ...]) -> list[str] | None:
+def selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tuple[str, ...]) -> list[str] | None:
     """The runs --runs/--task/--arch name (None: every run)."""
     from store import MissingError
 
@@ -275,13 +275,13 @@ def _selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tup
     return list(sel)
 
 
-class _Bars:
+class ProgressBars:
     """Progress bars, one at a time (each closed when the next starts); off unless a terminal."""
 
     def __init__(self) -> None:
         self.bar: Any = None
 
-    def __enter__(self) -> _Bars:
+    def __enter__(self) -> ProgressBars:
         return self
 
     def __exit__(self, *exc: object) -> None:

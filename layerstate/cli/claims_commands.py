@@ -12,8 +12,8 @@ from layerstate import present
 from layerstate.cli.base import (
     SCHEDULER_HELP,
     BadInput,
-    _open,
     main,
+    open_for_analysis,
     results_option,
     scheduler_option,
     storage_option,
@@ -43,7 +43,7 @@ def stats(store_path: str, claims_file: str, result_names: tuple[str, ...], resu
     from layerstate.experiment import load_claims
 
     reachable(scheduler)
-    st = _open(store_path, results, storage_options)
+    st = open_for_analysis(store_path, results, storage_options)
     claims = with_results(st, load_claims(claims_file), result_names)
     check_choices(st, claims, stored_probe_profiles(st))
     for line in present.claim_lines(evaluate_stored_claims(st, claims)):

@@ -11,14 +11,14 @@ from layerstate import present
 from layerstate.cli.base import (
     SCHEDULER_HELP,
     BadInput,
-    _Bars,
-    _Seeds,
-    _session,
+    ProgressBars,
+    SeedRange,
     device_option,
     experiment_argument,
     main,
     run_filters,
     scheduler_option,
+    scheduler_session,
     storage_option,
 )
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
               help="Store to train into (created if missing); on a dask cluster, a directory every "
                    "worker mounts at the same path or an object-store URL.")
 @run_filters
-@click.option("--seed", "seeds", multiple=True, type=_Seeds(),
+@click.option("--seed", "seeds", multiple=True, type=SeedRange(),
               help="Only runs of this seed, or of a range of seeds such as 3-7 (repeatable): train a grid in "
                    "parts, seed 0 of every cell first.")
 @click.option("--jobs", default=1, show_default=True,
@@ -56,7 +56,7 @@ def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[
     exp = load_experiment(experiment)
     part = exp.plan.select(runs=runs, tasks=tasks, archs=archs, seeds=tuple(s for got in seeds for s in got))
     n = len(part)
-    with _session(scheduler) as sched, _Bars() as bars:
+    with scheduler_session(scheduler) as sched, ProgressBars() as bars:
         Store.create(store_path, title=exp.experiment.title or exp.experiment.name, exist_ok=True,
                      storage_options=storage_options)
         for i, res in enumerate(train_experiment(exp.plan, store_path, jobs=jobs, device=device,
@@ -79,7 +79,7 @@ def capture(experiment: str, store_path: str, device: Device, scheduler: str, st
     from layerstate.pipeline import capture_experiment
 
     exp = load_experiment(experiment)
-    with _session(scheduler) as sched, _Bars() as bars:
+    with scheduler_session(scheduler) as sched, ProgressBars() as bars:
         results = capture_experiment(exp.plan, store_path, device=device, scheduler=sched,
                                      storage_options=storage_options, progress_factory=bars.capture)
     click.echo(present.capture_line(results, into=store_path))

@@ -11,10 +11,10 @@ from layerstate import present
 from layerstate.cli.base import (
     INTS,
     BadInput,
-    _selected_runs,
     main,
     results_option,
     run_filters,
+    selected_runs,
     storage_option,
     store_argument,
 )
@@ -125,7 +125,7 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
         if results_path is not None:
             raise BadInput("--results applies to --result only; forget runs or captures in STORE itself")
         st = Store.open(store_path, mode="r" if dry_run else "r+", storage_options=storage_options)
-    ids = _selected_runs(st, runs, tasks, archs) or []
+    ids = selected_runs(st, runs, tasks, archs) or []
     plan = forget_plan(st, results, ids, captures=captures, lengths=lengths)
     if selected and not captures and not (yes or dry_run):
         raise BadInput(f"removing {len(ids)} whole run(s) ({', '.join(ids[:3])}"
