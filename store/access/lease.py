@@ -52,7 +52,7 @@ import zarr.storage
 
 from ..errors import InvalidArgumentError, WriterLockedError
 from .lease_backends import LEASE_DIR as LEASE_DIR
-from .lease_backends import _Backend, _backend
+from .lease_backends import Backend, backend_for
 from .lease_backends import location_key as location_key
 from .lease_backends import zarr_store_key as zarr_store_key
 from .location import Location, RunLock
@@ -183,7 +183,7 @@ def _parse(raw: bytes | None, gen: int) -> Holder | None:
 # ---------------------------------------------------------------------- held leases
 @dataclass
 class _Held:
-    backend: _Backend
+    backend: Backend
     key: str
     name: str
     what: str
@@ -254,7 +254,7 @@ class Lease:
                 self._holding = True
                 return self
         deadline = time.time() + wait
-        backend = _backend(self.location)
+        backend = backend_for(self.location)
         delay = 0.02
         while True:
             holder = self._try(backend)
@@ -276,7 +276,7 @@ class Lease:
                 f"{f' and was not released within {waited:.0f} s' if waited else ''}; wait for "
                 "that process to finish or stop it, then run again")
 
-    def _try(self, backend: _Backend) -> Holder | None:
+    def _try(self, backend: Backend) -> Holder | None:
         """One attempt: None when taken, else the live holder that prevents it."""
         for _ in range(8):
             leases = self._list(backend)
@@ -315,7 +315,7 @@ class Lease:
             "writers keep taking and releasing it); run again"
         )
 
-    def _list(self, backend: _Backend) -> dict[int, Holder]:
+    def _list(self, backend: Backend) -> dict[int, Holder]:
         out: dict[int, Holder] = {}
         for entry in backend.names():
             m = _FILE.match(entry)
@@ -335,7 +335,7 @@ class Lease:
             "expires": now + self.ttl, "expires_at": _iso(now + self.ttl),
         }
 
-    def _hold(self, backend: _Backend, file: str, gen: int, doc: dict[str, Any]) -> None:
+    def _hold(self, backend: Backend, file: str, gen: int, doc: dict[str, Any]) -> None:
         held = _Held(backend, self._key[0], self.name, self.what, str(self.location), self.ttl,
                      file, gen, doc)
         held.thread = threading.Thread(target=_renew_loop, args=(held,), daemon=True,
@@ -452,7 +452,7 @@ def acquire_waiting(lease: Lease, *, margin: float | None = None) -> Lease:
         return lease.acquire()
     except WriterLockedError:
         pass
-    backend = _backend(lease.location)
+    backend = backend_for(lease.location)
     first: Holder | None = None  # the foreign lease we wait out
     while True:
         now = time.time()
@@ -502,7 +502,7 @@ def live_leases(location: Location) -> list[str]:
     writer or consolidation is running. For tools that must not act under a writer."""
     if location.is_zip or location.url.startswith(("http://", "https://")):
         return []
-    backend = _backend(location)
+    backend = backend_for(location)
     now = time.time()
     out = []
     for entry in sorted(backend.names()):

@@ -24,7 +24,7 @@ from .location import Location
 LEASE_DIR = "layerstate-leases"
 
 
-class _Backend(abc.ABC):
+class Backend(abc.ABC):
     """The lease directory of one store: exclusive create, read, overwrite, delete, list."""
 
     #: how a lease is created exclusively (docs/store-format.md, "Concurrent writers")
@@ -53,7 +53,7 @@ class _Backend(abc.ABC):
         """Implemented by each backend."""
 
 
-class _LocalBackend(_Backend):
+class _LocalBackend(Backend):
     """A directory on a local or network file system: a finished temporary file hard-linked
     to the lease's name (atomic, also over NFS); ``O_CREAT | O_EXCL`` where links fail."""
 
@@ -127,7 +127,7 @@ class _LocalBackend(_Backend):
             return []
 
 
-class _FsspecBackend(_Backend):
+class _FsspecBackend(Backend):
     """An fsspec file system (S3, GCS, memory, …). S3 creates with a conditional PUT
     (``If-None-Match: *``, atomic on AWS S3); other file systems check, then write. Either
     way the lease is read back (one GET): on a server that ignores the condition, or
@@ -183,7 +183,7 @@ class _FsspecBackend(_Backend):
         return [str(p).rstrip("/").rsplit("/", 1)[-1] for p in found]
 
 
-def _backend(location: Location) -> _Backend:
+def backend_for(location: Location) -> Backend:
     if location.is_zip:
         raise InvalidArgumentError(f"{location} is a packed (zip) store: it is read-only and takes no writer")
     if location.is_local:

@@ -72,7 +72,7 @@ from .transfer_resume import (
     plan_key,
     write_nodes,
 )
-from .transfer_side import Side, _write_file  # noqa: F401  (re-exported)
+from .transfer_side import Side
 
 #: Chunks fetched per request round (s3fs/http fetch a list concurrently).
 ROUND = 16

@@ -466,7 +466,7 @@ def test_s3_creates_a_lease_with_a_conditional_put(s3_server):
     """moto and s3fs honour ``If-None-Match: *``: the second create of a name fails."""
     pytest.importorskip("s3fs")
     st = Store.create(_s3_url(), storage_options=s3_server)
-    backend = L._backend(st.location)
+    backend = L.backend_for(st.location)
     assert backend.kind == "conditional-put"
     # a writer's blocks find its run lease by the store they are written to
     assert L.zarr_store_key(st.root.store) == L.location_key(st.location)
