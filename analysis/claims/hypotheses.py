@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from analysis.claims.cells import declared_cells
 from analysis.claims.spec import Claim
-from analysis.claims.verdicts import contra_test
+from analysis.claims.verdicts import family_share
 from analysis.stats.design import Cell, DesignError, Hypothesis
 
 
@@ -76,11 +76,7 @@ def profile_hypotheses(claim: Claim, variant: str | None = None) -> list[Hypothe
 
 
 def family_counts(claims: Sequence[Claim]) -> tuple[int, int, int]:
-    """How many tests ``claims`` put in each of the design's three Holm families: their own tests
-    (one per claim, one per architecture of a profile_match claim), the margin's tests (one per
-    difference claim tested against zero with a margin) and the opposite side's (one per claim
-    that can be contradicted, as :func:`analysis.claims.verdicts.contra_test`). Pass it as
-    ``absent`` for the declared claims a part of a grid does not hold."""
-    own = sum(max(len(c.archs), 1) if c.kind == "profile_match" else 1 for c in claims)
-    margin = sum(1 for c in claims if c.kind == "difference" and c.margin and c.test_against != "margin")
-    return own, margin, sum(1 for c in claims if contra_test(c))
+    """How many tests ``claims`` put in each of a group-sequential design's three Holm families
+    (own, the margin's, the opposite side's): :func:`analysis.claims.verdicts.family_share`'s
+    one rule, for that design."""
+    return family_share(claims, design="sequential")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -180,12 +180,23 @@ def contra_p(claim: Claim, row: dict) -> float:
     return min(1.0, 2.0 * opposite)
 
 
-def family_share(claims: Sequence[Claim]) -> tuple[int, int, int]:
-    """How many tests ``claims`` put in each Holm family: (their own tests, one per claim and
-    one per architecture of a profile_match claim; the second tests of the claims with a margin;
-    the tests of the opposite side, one per claim that can be contradicted)."""
+def family_share(claims: Sequence[Claim], design: Literal["fixed", "sequential"] = "fixed") -> tuple[int, int, int]:
+    """How many tests ``claims`` put in each of the three Holm families, the one counting rule of
+    both designs: their own tests (one per claim, one per architecture of a profile_match
+    claim); the second family's; the opposite side's (one per claim that can be contradicted,
+    :func:`contra_test`). The second family is what each design tests beside a claim's own
+    test: the fixed design every second test of a claim with a margin (:func:`secondary_tests`:
+    the equivalence test of a difference claim tested against zero, zero and equivalence of one
+    tested against its margin, zero of an equivalence claim); a group-sequential design only the
+    margin's TOST of a difference claim tested against zero (the one that makes it equivalent
+    or negligible, :meth:`analysis.stats.design.Hypothesis.margin_test`). Pass it as ``absent``
+    for the declared claims a part of a grid does not hold."""
     own = sum(max(len(c.archs), 1) if c.kind == "profile_match" else 1 for c in claims)
-    return own, sum(len(secondary_tests(c)) for c in claims), sum(contra_test(c) for c in claims)
+    if design == "fixed":
+        second = sum(len(secondary_tests(c)) for c in claims)
+    else:
+        second = sum(1 for c in claims if primary_test(c) == "zero" and secondary_tests(c) == ("equivalence",))
+    return own, second, sum(contra_test(c) for c in claims)
 
 
 def adjust(claims: list[Claim], rows: list[dict], *,
