@@ -82,7 +82,7 @@ def test_the_temporary_catch_all_is_gone():
     from layerstate import cli as cli_module
 
     assert not hasattr(cli_module, "_NOT_YET_PROJECT_ERRORS")
-    caught = cli_module._bad_input_types()
+    caught = cli_module.bad_input_types()
     assert KeyError not in caught and ValueError not in caught
 
 

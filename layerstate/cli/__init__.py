@@ -18,6 +18,6 @@ from layerstate.cli import (  # noqa: F401 -- imported for the commands they reg
     store_commands,
 )
 from layerstate.cli.analysis_commands import ablate, patch, probe
-from layerstate.cli.base import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput, _bad_input_types, main
+from layerstate.cli.base import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput, bad_input_types, main
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "BadInput", "_bad_input_types", "ablate", "main", "patch", "probe"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "BadInput", "bad_input_types", "ablate", "main", "patch", "probe"]

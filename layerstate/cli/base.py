@@ -39,7 +39,7 @@ class BadInput(click.ClickException):
         click.echo(f"layerstate: error: {self.message}", err=True)
 
 
-def _bad_input_types() -> tuple[type[BaseException], ...]:
+def bad_input_types() -> tuple[type[BaseException], ...]:
     from store import LayerstateError
 
     return (LayerstateError, *_PATH_ERRORS)
@@ -56,7 +56,7 @@ class _Commands(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except _bad_input_types() as exc:
+        except bad_input_types() as exc:
             if ctx.params.get("debug"):
                 raise
             raise BadInput(_one_line(exc)) from None

@@ -326,7 +326,7 @@ def test_a_cluster_that_goes_away_mid_analysis_fails_in_one_line(tmp_path):
     from distributed import LocalCluster
 
     from analysis.compute import SchedulerError, compute
-    from layerstate.cli import _bad_input_types
+    from layerstate.cli import bad_input_types
 
     marker = tmp_path / "started"
 
@@ -353,7 +353,7 @@ def test_a_cluster_that_goes_away_mid_analysis_fails_in_one_line(tmp_path):
         cluster.close()
     assert marker.exists()  # the task was running when the cluster went away
     msg = str(exc.value)
-    assert "\n" not in msg and isinstance(exc.value, _bad_input_types())
+    assert "\n" not in msg and isinstance(exc.value, bad_input_types())
     assert msg.startswith(f"lost the dask cluster at {address} before its tasks finished (")
     assert "what finished is kept in the store" in msg
     assert msg.endswith("run the same command again to resume")
