@@ -64,6 +64,7 @@ from pydantic import (
 )
 
 from analysis.claims import Claim, ClaimError, parse_claims
+from analysis.claims.kinds import ClaimBase
 from analysis.stats.design import Design
 from capture.experiment import (
     CaptureConfig,
@@ -241,7 +242,8 @@ class Experiment(CapturePlan):
     @classmethod
     def _parse_claims(cls, value: Any) -> list[Claim]:
         if isinstance(value, list):  # Claim objects go through the same checks as tables
-            value = [c.model_dump(exclude_unset=True) if isinstance(c, Claim) else c for c in value]
+            value = [{**c.model_dump(exclude_unset=True), "kind": c.kind} if isinstance(c, ClaimBase) else c
+                     for c in value]
         return parse_claims(value)
 
     @model_validator(mode="after")
@@ -258,7 +260,7 @@ class Experiment(CapturePlan):
                 raise ClaimError(f"claim {claim.id!r}: patch_recovery needs patching; set [analysis] patch = true")
             claim.check_levels(self.levels_for(claim))
             self._check_cells(claim)
-            if claim.kind == "profile_match":
+            if claim.per_arch:
                 self._warn_if_untestable(claim)
         ids = [c.id for c in self.claims]
         for i, ref in enumerate(self.reference, 1):
@@ -269,7 +271,7 @@ class Experiment(CapturePlan):
         """Say again, for the seeds the experiment now reaches (a ``--design`` given since the
         file was read), which profile claims no seed split can decide (:meth:`_warn_if_untestable`)."""
         for claim in self.claims:
-            if claim.kind == "profile_match":
+            if claim.per_arch:
                 self._warn_if_untestable(claim)
 
     def _warn_if_untestable(self, claim: Claim) -> None:
@@ -302,7 +304,7 @@ class Experiment(CapturePlan):
         a ``[variants]`` table restricts to other tasks or architectures; and one that reads the
         model's own readout (accuracy, ablation drop, patching, restoration) of an untrained
         baseline, whose readout is chance by construction."""
-        compared = claim.kind in ("difference", "equivalence") and claim.compare == "variant"
+        compared = claim.compares and claim.compare == "variant"
         read = [v for v in (claim.treatment, claim.reference) if v] if compared else [claim.variant]
         if claim.reads() != schema.PROBES and claim.metric in _READOUT_METRICS:
             for variant in read:
@@ -313,7 +315,7 @@ class Experiment(CapturePlan):
                         "refit_accuracy with the untrained baseline instead")
         if compared:
             variants = read
-        elif claim.kind in ("readable_by", "bound"):
+        elif claim.thresholded:
             variants = [claim.variant]
         else:
             return
@@ -427,7 +429,7 @@ class Experiment(CapturePlan):
             lengths = [ana.patch_length]
         elif claim.metric in ("ablation_drop", "refit_accuracy"):
             lengths = list(ana.ablate_lengths or cap.lengths)
-        elif claim.kind in ("readable_by", "profile_match") or claim.metric == "probe_accuracy":
+        elif claim.reads_probes or claim.metric == "probe_accuracy":
             lengths = list(ana.probe_lengths or cap.lengths)
         else:
             lengths = list(cap.lengths)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analysis.claims.kinds import trait
+
 if TYPE_CHECKING:
     import xarray as xr
 
@@ -373,11 +375,11 @@ def _interval(r: xr.Dataset) -> str:
     from analysis.claims.verdicts import seeds_note
 
     est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
-    fmt = "+.3f" if str(r.kind.values) in ("difference", "equivalence") else ".3f"  # as the report signs them
+    fmt = "+.3f" if trait(str(r.kind.values), "compares") else ".3f"  # as the report signs them
     if not np.isfinite(est):
         return "not computable"
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        why = "permutation test: no interval" if str(r.kind.values) == "profile_match" else "no interval"
+        why = "permutation test: no interval" if trait(str(r.kind.values), "per_arch") else "no interval"
         return _with_share(r, f"{est:{fmt}} [{why}]")
     note = "" if str(_get(r, "model")) == "sign_test" else seeds_note(float(_get(r, "n_seeds", np.nan)))
     clipped = str(_get(r, "interval_note", "") or "")

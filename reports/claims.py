@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from analysis.claims.kinds import trait
 from analysis.claims.stored import stale_table
 from analysis.claims.verdicts import power_words, seeds_note, share_words
 from reports import figures as F
@@ -206,11 +207,11 @@ def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
     (accuracies [0, 1], ablation drops and refitted accuracies above chance [-1, 1], patching
     recovery unbounded); restoration and drop differences, and comparisons whose metric is
     not known (no experiment given), are not bounded."""
-    if kind == "readable_by":
-        return RANGES["probe_accuracy"]
-    if kind == "profile_match":
+    if trait(kind, "per_arch"):
         return RANGES["shape_distance"]
-    if kind == "bound":
+    if trait(kind, "reads_probes"):
+        return RANGES["probe_accuracy"]
+    if trait(kind, "thresholded"):
         if metric in ("accuracy", "probe_accuracy"):
             return RANGES["accuracy"]
         if metric in ("ablation_drop", "refit_accuracy"):
@@ -233,10 +234,10 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
                 "crosscheck_model", "crosscheck_verdict", "dropped", "variance"):
         if col in frame:
             frame[col] = frame[col].astype(str)
-    ref = np.where(frame["kind"].isin(["difference", "equivalence"]), 0.0, np.nan)
+    ref = np.where(frame["kind"].map(lambda k: trait(k, "compares")), 0.0, np.nan)
     if "reference_mean" in frame:
         # readable_by and bound claims are judged against their threshold
-        ref = np.where(frame["kind"].isin(["readable_by", "bound"]), frame["reference_mean"], ref)
+        ref = np.where(frame["kind"].map(lambda k: trait(k, "thresholded")), frame["reference_mean"], ref)
     frame["reference"] = ref
     metrics = metrics or {}
     if "metric" in frame:
@@ -246,7 +247,7 @@ def claims_frame(ds, metrics: dict[str, str] | None = None) -> pd.DataFrame:
     ranges = [claim_range(k, m) for k, m in zip(frame["kind"], known, strict=True)]
     low, high = [r[0] for r in ranges], [r[1] for r in ranges]
     # a claim's interval is the one its test used: shown from 2 seeds, as the CLI shows it
-    frame = apply_rules(frame, low, high, t_based=((frame["kind"] != "profile_match") & (frame.get("model", "") != "sign_test")).to_numpy(), min_seeds=2)
+    frame = apply_rules(frame, low, high, t_based=(~frame["kind"].map(lambda k: trait(k, "per_arch")).astype(bool) & (frame.get("model", "") != "sign_test")).to_numpy(), min_seeds=2)
     for other in ("crosscheck",):  # a second model's interval of the same estimate: the same rules
         if {f"{other}_estimate", f"{other}_lower", f"{other}_upper"} <= set(frame.columns):
             frame = apply_rules(frame, low, high, value=f"{other}_estimate", lower=f"{other}_lower",
@@ -290,8 +291,8 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
         else:
             est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
             note, seeds = str(r.interval_note), (r.seed_a, r.seed_b)
-            why = "permutation test: no interval" if r.kind == "profile_match" else "no interval"
-        text = interval_text(est, lo, hi, note, seeds, signed=r.kind in ("difference", "equivalence"),
+            why = "permutation test: no interval" if trait(r.kind, "per_arch") else "no interval"
+        text = interval_text(est, lo, hi, note, seeds, signed=trait(r.kind, "compares"),
                                why_none=why)
         if not prefix and np.isfinite(lo) and np.isfinite(hi) and str(r.get("model", "")) != "sign_test":
             text += seeds_note(float(r.get("n_seeds", np.nan)))  # a t interval from 2 seeds: how wide

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.claims.kinds import trait
 from analysis.stats.decision import Pending, Verdict
 
 PANEL_W, PANEL_H = 3.1, 2.25
@@ -437,7 +438,7 @@ def forest(frame: pd.DataFrame):
     two_seeds = False
     for yi, (_, r) in zip(y, frame.iterrows(), strict=True):
         c = VERDICT_COLOURS.get(str(r["verdict"]), "#333333")
-        if np.isfinite(r.get("margin", np.nan)) and r["kind"] in ("equivalence", "difference"):
+        if np.isfinite(r.get("margin", np.nan)) and trait(str(r["kind"]), "compares"):
             ax.fill_betweenx([yi - 0.35, yi + 0.35], -r["margin"], r["margin"], color="#dddddd", lw=0)
         if np.isfinite(r.get("reference", np.nan)):
             ax.plot([r["reference"]] * 2, [yi - 0.38, yi + 0.38], color="#444444", lw=1)

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.claims.kinds import trait
 from reports import intervals
 
 METRICS = ("claim", "accuracy", "probe_accuracy")
@@ -227,7 +228,7 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
         scale = UNITS.get(str(r["unit"]), 1.0)
         unit = "" if r["unit"] == "fraction" else (" pp" if r["unit"] == "pp" else "%")
         digits = 3 if scale == 1.0 else 2
-        signed = str(r.get("kind", "")) in ("difference", "equivalence") or (
+        signed = trait(str(r.get("kind", "")), "compares") or (
             np.isfinite(float(r["value"])) and float(r["value"]) < 0)
         paper = "–" if not np.isfinite(float(r["value"])) else (
             f"{float(r['value']):+.{digits}f}{unit}" if signed else f"{float(r['value']):.{digits}f}{unit}")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.claims.kinds import trait
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN
 from analysis.claims.record import record_problem
 from analysis.stats.decision import Pending, Verdict
@@ -322,7 +323,7 @@ def looks_frame(ds, info: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
     frame["test"] = [m or tests[c] for c, m in zip(frame["claim"], frame["margin_test"], strict=True)]
     kinds = [info.get(c, ("", None)) for c in frame["claim"]]
     ranges = [claim_range(k, m) if k else (-INF, INF) for k, m in kinds]
-    frame["signed"] = [k in ("difference", "equivalence") for k, _ in kinds]
+    frame["signed"] = [trait(k, "compares") for k, _ in kinds]
     frame = apply_rules(frame, [r[0] for r in ranges], [r[1] for r in ranges], lower="rci_low", upper="rci_high",
                         n_seeds="seeds", note="rci_interval_note", seed_values=None, min_seeds=2)
     first = ["claim", "stage", "seeds", "decision", "test", "estimate", "rci_low", "rci_high", "rci_interval_note",

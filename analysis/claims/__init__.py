@@ -137,6 +137,13 @@ from __future__ import annotations
 
 from analysis.claims.combine import combine_parts, read_part
 from analysis.claims.evaluate import NUMERIC, TEXT, evaluate_claims, stored_probe_profiles
+from analysis.claims.kinds import (
+    BoundClaim,
+    DifferenceClaim,
+    EquivalenceClaim,
+    ProfileMatchClaim,
+    ReadableByClaim,
+)
 from analysis.claims.metrics import seed_profiles
 from analysis.claims.spec import (
     ABLATION,
@@ -149,13 +156,15 @@ from analysis.claims.spec import (
     ClaimError,
     NotEvaluable,
     StaleResultError,
+    make_claim,
     parse_claims,
 )
 from analysis.claims.stored import evaluate_stored_claims, stale_table
 from analysis.interventions.twins import MIN_GAP
 
 __all__ = [
+    "BoundClaim", "DifferenceClaim", "EquivalenceClaim", "ProfileMatchClaim", "ReadableByClaim",
     "ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED", "MIN_GAP", "MODEL_NAMES", "NUMERIC", "TEXT",
-    "Claim", "ClaimError", "NotEvaluable", "StaleResultError", "combine_parts", "evaluate_claims", "evaluate_stored_claims", "parse_claims",
+    "Claim", "ClaimError", "NotEvaluable", "StaleResultError", "combine_parts", "evaluate_claims", "evaluate_stored_claims", "make_claim", "parse_claims",
     "read_part", "seed_profiles", "stale_table", "stored_probe_profiles",
 ]

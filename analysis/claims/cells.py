@@ -19,7 +19,7 @@ def declared_cells(claim: Claim) -> tuple[Cell, ...] | None:
     compares), or None when they cannot be told from them (no architecture named)."""
     task, arch, variant = claim.task, claim.arch, claim.variant
     cells: list[tuple[str | None, str | None, str | None]]
-    if claim.kind in ("difference", "equivalence") and claim.compare in ("arch", "variant", "task"):
+    if claim.compares and claim.compare in ("arch", "variant", "task"):
         pair = (claim.treatment, claim.reference)
         if claim.compare == "arch":
             cells = [(task, a, variant) for a in pair]

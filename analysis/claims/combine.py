@@ -36,6 +36,7 @@ import xarray as xr
 
 from analysis.claims.cells import cell_costs, declared_cells, first_seeds, seeds_held
 from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
+from analysis.claims.kinds import ProfileMatchClaim
 from analysis.claims.planner import (
     SEED_PLAN,
     WRONG_SIDE,
@@ -44,8 +45,8 @@ from analysis.claims.planner import (
     signed_distance,
 )
 from analysis.claims.profiles import CLAIM_PROFILES, missing_words, profiles_frame, profiles_rows
-from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_archs, claim_rows
-from analysis.claims.verdicts import claim_tests, contra_test, secondary_tests
+from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_rows
+from analysis.claims.verdicts import claim_tests
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Cell
 from analysis.stats.planning import ClaimPlan, PlanRow
@@ -121,7 +122,7 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
             "claims were decided by the share of seeds beyond the threshold (docs/ceiling.md); evaluate the part "
             "again from its store (`layerstate stats`)"))
         return row, ""
-    if claim.kind != "profile_match" and not claim.by_share and not row["se"] > 0:
+    if not claim.per_arch and not claim.by_share and not row["se"] > 0:
         # a part evaluated before identical seeds were floored at their sequences' sampling error
         # (it kept a zero-width interval): the counts that floor needs are in the part's store
         row.update(not_evaluable=True, test=(
@@ -130,7 +131,7 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
             "the sequences' sampling error"))
         return row, ""
     note = _text(r, "interval_note")
-    if note in HIDDEN and claim.kind != "profile_match" and not claim.by_share:  # exact tests read no interval
+    if note in HIDDEN and not claim.per_arch and not claim.by_share:  # exact tests read no interval
         raise ClaimError(
             f"part {name}: claim {r['claim']!r}'s interval is hidden in this table ({note}), and its "
             "verdict reads it; combine from the part's store instead of its report's CSV")
@@ -240,7 +241,7 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
                 why = (f"it reads tasks {', '.join(tasks)}, which no one part holds; evaluate it on a store that "
                        "holds them all" if len(tasks) > 1 else
                        f"it reads task {', '.join(tasks)}; add the part that ran it")
-                lacking = missing_words(claim, rid, kept_profiles) if claim.kind == "profile_match" else ""
+                lacking = missing_words(claim, rid, kept_profiles) if claim.per_arch else ""
                 if lacking:
                     why += (f", or give parts whose claim profiles (results/claim_profiles, a report's "
                             f"tables/claim_profiles.csv) hold {lacking}")
@@ -255,7 +256,7 @@ def combine_parts(claims: Sequence[Claim], parts: Sequence[tuple[str, xr.Dataset
             cross_from.append(how)
     # each row no part evaluated is a row of the table, not evaluable: its own test (one per
     # row), its second tests and its opposite side's count with p = 1 there (verdicts.adjust)
-    counted = (len(missing), sum(len(secondary_tests(c)) for c in missing), sum(contra_test(c) for c in missing))
+    counted = (len(missing), sum(len(c.secondary_tests()) for c in missing), sum(c.contra_test() for c in missing))
     gone = list(dict.fromkeys(c.id for c in missing))
     correction = FAMILIES.replace("holm across the claims", "holm across the claims of every part") + (
         f"; {len(gone)} declared claims no part evaluated ({' + '.join(map(str, counted))} tests) count with p = 1"
@@ -302,7 +303,7 @@ def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sour
         plan, rows = by_part.get(source, (None, {}))
         r = rows.get(rid)
         got: PlanRow | None = None
-        if claim.kind == "profile_match" and undecided and source.startswith("profiles: "):
+        if claim.per_arch and undecided and source.startswith("profiles: "):
             got = _profile_plan(claim, rid, res.isel(claim=i), kept_profiles, [p for _, p in plans])
         elif plan is not None and r is not None and _text(r, "note") == WRONG_SIDE and undecided:
             got = _contra_again(claim, res.isel(claim=i), plan)
@@ -347,10 +348,8 @@ def _plan_cells(res: xr.Dataset, claims: Sequence[Claim], ids: list[str],
 def _row_cells(claim: Claim, rid: str) -> tuple[Cell, ...]:
     """The cells a claim row reads: its declared cells, or a profile claim's three tasks for the
     row's architecture."""
-    if claim.kind == "profile_match":
-        arch = dict(zip(claim_rows(claim), claim_archs(claim), strict=True)).get(rid, str(claim.arch))
-        return tuple((str(t), arch, str(claim.variant or "default"))
-                     for t in (claim.task, claim.differs_from, claim.matches) if t is not None)
+    if isinstance(claim, ProfileMatchClaim):
+        return claim.row_cells(rid)
     return declared_cells(claim) or ()
 
 
@@ -507,7 +506,6 @@ def read_profiles(path: str | Path, *, storage_options: dict | None = None) -> p
 def _changed(claim: Claim, r: pd.Series) -> str:
     """How a part's row was evaluated under another claim than ``claim`` ('' if it was not):
     the statement, kind, margin, metric, threshold, or the test (direction, test_against)."""
-    from analysis.claims.verdicts import test_text
 
     def differs(stored: str, declared: str, what: str) -> str:
         return f"another {what} ({stored!r}, the file: {declared!r})" if stored not in ("", declared) else ""
@@ -522,11 +520,11 @@ def _changed(claim: Claim, r: pd.Series) -> str:
     margin = _float(r, "margin")
     if not np.isclose(margin, claim.margin if claim.margin else np.nan, equal_nan=True):
         return f"another margin ({margin:g}, the file: {claim.margin})"
-    if claim.kind in ("bound", "readable_by") and not np.isclose(_float(r, "reference_mean"), float(claim.threshold or 0)):
+    if claim.thresholded and not np.isclose(_float(r, "reference_mean"), float(claim.threshold or 0)):
         return f"another threshold ({_float(r, 'reference_mean'):g}, the file: {claim.threshold})"
     model = _text(r, "model")
-    if claim.kind in ("difference", "equivalence") and model and not _text(r, "test").startswith(test_text(claim, model)):
-        return f"another test ({_text(r, 'test')!r}, the file's: {test_text(claim, model)!r})"
+    if claim.compares and model and not _text(r, "test").startswith(claim.test_text(model)):
+        return f"another test ({_text(r, 'test')!r}, the file's: {claim.test_text(model)!r})"
     return ""
 
 

@@ -25,7 +25,6 @@ from analysis.claims.sampling import (
     ablation_counts,
     accuracy_floor,
     bound_row,
-    claim_range,
     labelled_sequences,
     metric_sampling_var,
     sequences_per_seed,
@@ -38,20 +37,15 @@ from analysis.claims.spec import (
     Claim,
     ClaimError,
     NotEvaluable,
-    claim_archs,
 )
 from analysis.claims.verdicts import (
     adjust,
-    ceiling_caveat,
     claim_tests,
     contra_p,
     decide,
     dropped_text,
     family_share,
     judged_power,
-    one_sided_bound,
-    primary_test,
-    test_text,
 )
 from store import Store
 from store.errors import did_you_mean
@@ -88,7 +82,7 @@ def _evaluate_seedwise(inputs: ClaimInputs, claim: Claim) -> dict:
     row.update(
         n_seeds=int(ok.sum()), margin=claim.margin if claim.margin else np.nan,
         treatment_mean=float(t.values[ok].mean()), reference_mean=float(r.values[ok].mean()),
-        test=test_text(claim, "paired_t"), model="paired_t", seed_sd=sd,
+        test=claim.test_text("paired_t"), model="paired_t", seed_sd=sd,
         dropped=(f"paired_t: seeds {seed_list(t.seed.values[undefined])} ({claim.metric} undefined in one "
                  "condition)" if undefined.any() else ""),
         crosscheck_model="",
@@ -132,7 +126,7 @@ def _evaluate_accuracy(inputs: ClaimInputs, claim: Claim) -> dict:
     row.update(
         n_seeds=int(fit["n_seeds"]), margin=claim.margin if claim.margin else np.nan,
         treatment_mean=float(np.nanmean(acc[1][present[1]])), reference_mean=float(np.nanmean(acc[0][present[0]])),
-        test=test_text(claim, model), model=model, crosscheck_model=second, seed_sd=sd,
+        test=claim.test_text(model), model=model, crosscheck_model=second, seed_sd=sd,
     )
     mix = fits["mixedlm"]
     row.update(sd_seed=float(np.sqrt(mix["var_seed"])), sd_model=float(np.sqrt(mix["var_model"])),
@@ -372,10 +366,10 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
         c.check_levels(stored, where="the store's", factors=stored)
     claims = [resolve_length(store, c, probes) for c in claims]  # no length: its runs' one
     for claim in claims:
-        if claim.kind in ("difference", "equivalence", "bound"):
+        if not claim.reads_probes:
             if claim.metric == "probe_accuracy" and probes is None:
                 raise ClaimError(f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first")
-            fn = _evaluate_bound if claim.kind == "bound" else _evaluate_comparison
+            fn = _evaluate_bound if claim.thresholded else _evaluate_comparison
             rows.append(attempt(fn, inputs, claim))
             ids.append(claim.id)
             kept.append(claim)
@@ -384,12 +378,12 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             raise ClaimError(
                 f"claim {claim.id!r} needs probe results; run `layerstate probe STORE` first"
             )
-        if claim.kind == "readable_by":
+        if not claim.per_arch:
             rows.append(attempt(_evaluate_readable, store, claim, probes))
             ids.append(claim.id)
             kept.append(claim)
         else:
-            for arch in claim_archs(claim):
+            for arch in claim.named_archs():
                 rows.append(attempt(_evaluate_profile, store, claim, probes, arch))
                 ids.append(f"{claim.id}[{arch}]")
                 kept.append(claim)
@@ -435,7 +429,7 @@ def _source(inputs: ClaimInputs, claim: Claim) -> str:
 
     store, probes = inputs.store, inputs.probes
     try:
-        if claim.metric == "probe_accuracy" or claim.kind in ("readable_by", "profile_match"):
+        if claim.metric == "probe_accuracy" or claim.reads_probes:
             if probes is None or "result" not in probes.dims:
                 return ""
             return ", ".join(sorted(set(probe_choice(store, probes, claim, claim.tasks()).values())))
@@ -491,7 +485,7 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
         _judge_at_level(claim, swapped[i], adj_x["level"])
         cross.append(decide(claim, swapped[i], adj_x)[0])
     data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in NUMERIC}
-    data["p_adjusted"] = ("claim", np.array([a.get(primary_test(c), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
+    data["p_adjusted"] = ("claim", np.array([a.get(c.primary_test(), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
     for name in ("zero", "equivalence", "margin"):
         data[f"p_{name}_adjusted"] = ("claim", np.array([a.get(name, np.nan) for a in adjusted]))
     # the opposite side's test: a claim is contradicted only when its adjusted p is below alpha
@@ -527,7 +521,7 @@ def _in_range(claim: Claim, row: dict) -> None:
     tests already ran on the unclipped numbers."""
     from analysis.stats.ranges import CLIPPED, clip_interval
 
-    low, high = claim_range(claim)
+    low, high = claim.estimate_range()
     clipped = False
     for lo_k, hi_k in (("lower", "upper"), ("crosscheck_lower", "crosscheck_upper")):
         lo, hi, past = clip_interval(row[lo_k], row[hi_k], low, high)
@@ -555,15 +549,15 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
         held = int(row.get("n_seeds", 0))
         if "_values" in row:  # a table decided again (combined parts) keeps the bound it was stored with
             t = share_test(row["_values"], float(claim.threshold or 0.0),
-                           "greater" if claim.kind == "readable_by" else claim.direction, q=claim.q, level=level)
+                           "greater" if claim.greater else "less", q=claim.q, level=level)
             row["bound"] = float(t.bound) if np.isfinite(t.bound) else np.nan
         row["_undecidable"] = undecidable_words(held, level, claim.q)
         if row["_undecidable"]:
             row["seeds_needed"] = seeds_to_decide(level, claim.q)
         return
     row.update(judged_power(claim, row, level))
-    low, high = claim_range(claim)
-    row["bound"] = float(np.clip(one_sided_bound(claim, row, level), low, high))  # NaN stays NaN
+    low, high = claim.estimate_range()
+    row["bound"] = float(np.clip(claim.one_sided_bound(row, level), low, high))  # NaN stays NaN
     max_t, n = float(row.get("max_t", np.nan)), float(row.get("n_seeds", np.nan))
     if np.isfinite(max_t) and np.isfinite(n) and max_t < float(t_critical(level, n - 1)):
         row["seeds_needed"] = next((k for k in range(int(n) + 1, 201)
@@ -580,6 +574,6 @@ def stored_probe_profiles(store: Store) -> xr.Dataset | None:
 
 def _with_caveat(claim: Claim, decided: tuple[str, str, str]) -> tuple[str, str, str]:
     """A verdict with what its test's assumption costs appended to its reason, where it costs
-    something (:func:`~analysis.claims.verdicts.ceiling_caveat`)."""
+    something (:meth:`~analysis.claims.kinds.base.ClaimBase.ceiling_caveat`)."""
     verdict, outcome, reason = decided
-    return verdict, outcome, reason + ceiling_caveat(claim, verdict)
+    return verdict, outcome, reason + claim.ceiling_caveat(verdict)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -81,8 +81,8 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         if str(r.verdict.values) == Verdict.NOT_EVALUABLE:
             skipped[cid] = str(r.test.values).removeprefix("not evaluable: ")
             continue
-        if claim.kind == "profile_match":
-            skipped[cid] = "an exact permutation test: see its reason for the seeds per task it needs"
+        if claim.per_arch:
+            skipped[cid] = str(claim.plan_test(np.nan))
             continue
         se, n = float(r.se), int(r.n_seeds)
         level = float(r.level) if np.isfinite(float(r.level)) else 0.05
@@ -97,20 +97,15 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
             continue
         sd = sd_per_seed(se=se, n_seeds=n)
         margin = claim.margin
-        alternative: Literal["one-sided", "two-sided", "equivalence"]
-        if claim.kind == "equivalence":
-            alternative, effect = "equivalence", 0.0
-        elif claim.kind in ("bound", "readable_by"):
-            alternative, effect = "one-sided", signed_distance(claim, float(r.estimate))
+        test = claim.plan_test(float(r.estimate))
+        if isinstance(test, str):
+            skipped[cid] = test
+            continue
+        alternative, effect = test
+        if claim.thresholded:  # planned at the observed distance beyond the threshold
             observed.add(cid)
             if effect < 0:
                 wrong.add(cid)
-        else:
-            alternative = "two-sided" if claim.direction == "two-sided" else "one-sided"
-            if margin is None:
-                skipped[cid] = "no margin declared: no effect to plan power at"
-                continue
-            effect = margin  # from zero at the margin, or (against the margin) at twice it
         plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
     costs, held = cell_costs(store), seeds_held(store)
@@ -156,8 +151,8 @@ def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell
 def signed_distance(claim: Claim, estimate: float) -> float:
     """A bound or readable_by claim's estimate less its threshold, in the claim's direction
     (positive: on the side it claims; a bound "less" claims below the threshold)."""
-    effect = estimate - float(claim.threshold or 0.0)
-    return -effect if claim.kind == "bound" and claim.direction == "less" else effect
+    effect = estimate - claim.contra_value()
+    return effect if claim.greater else -effect
 
 
 def _num(row: Any, key: str) -> float:
@@ -335,7 +330,7 @@ def failed_seed_notes(store, claims: Sequence[Claim], p: Plan, *, power: float =
                  f"{_need(r)}, without {_need(w) if w is not None else 'not planned'}")
         if w is not None and r.needed is not None and w.needed is not None and r.needed > w.needed:
             words += f": {r.needed - w.needed} of its seeds come from the failed run{'s' if len(mine[c.id]) > 1 else ''}"
-        if claim.kind in ("bound", "readable_by") and not claim.by_share:
+        if claim.thresholded and not claim.by_share:
             share = claim.model_copy(update={"statistic": "share"})
             try:
                 s_row = make_plan(store, [share], power=power, levels={c.id: c.level}).rows

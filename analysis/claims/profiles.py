@@ -32,7 +32,7 @@ COLUMNS = ("claim", "task", "arch", "variant", "length", "result", "seed", "laye
 
 
 def profile_claims(claims: Sequence[Claim]) -> list[Claim]:
-    return [c for c in claims if c.kind == "profile_match"]
+    return [c for c in claims if c.per_arch]
 
 
 def claim_tasks(claim: Claim) -> list[str]:

@@ -1,7 +1,7 @@
 """The claims reference, ``docs/claims.md``, written from the claim model itself.
 
-Every field, its type, default and description comes from :class:`~analysis.claims.spec.Claim`;
-the fields each kind needs from :data:`~analysis.claims.spec.REQUIRED`; the outcomes from
+Every field, its type, default and description comes from :class:`~analysis.claims.kinds.base.ClaimBase`;
+the fields each kind needs, owns and its worked example from its class (:data:`~analysis.claims.kinds.KINDS`); the outcomes from
 :data:`~analysis.claims.spec.OUTCOMES`. The worked examples below are checked by
 :func:`analysis.claims.spec.parse_claims` as the page is written, so a field renamed or a rule
 tightened fails the build of the page, not a reader. Regenerate with::
@@ -18,6 +18,8 @@ import types
 import typing
 from typing import Any
 
+from analysis.claims.kinds import KINDS, ClaimBase, ReadableByClaim
+from analysis.claims.kinds.base import OWNED
 from analysis.claims.spec import (
     ALPHA,
     CROSSCHECK,
@@ -25,79 +27,12 @@ from analysis.claims.spec import (
     MODEL_NAMES,
     OUTCOMES,
     REQUIRED,
-    Claim,
     parse_claims,
 )
 from analysis.stats.decision import Verdict
 
-#: One worked example per kind: the TOML a user writes, and what it asks.
-EXAMPLES: dict[str, tuple[str, str]] = {
-    "difference": ("""\
-[[claims]]
-id = "conv1d-s3"
-statement = "Removing Conv1D lowers Mamba's S3 accuracy by more than 5 points"
-kind = "difference"
-task = "s3"
-arch = "mamba"
-compare = "variant"        # the default
-treatment = "no_conv"
-reference = "default"
-direction = "less"
-margin = 0.05
-length = 40""", "Paired by seed (same seed, same evaluation sequences), the `paired_t` model on "
-                "per-sequence accuracy: supported when the drop differs from 0 and is not within 0.05."),
-    "equivalence": ("""\
-[[claims]]
-id = "gru-like-lstm"
-statement = "GRU and LSTM are equally accurate on Parity (within 2 points)"
-kind = "equivalence"
-task = "parity"
-compare = "arch"
-treatment = "gru"
-reference = "lstm"
-margin = 0.02""", "TOST at the margin: supported when the 95% interval of the difference lies inside "
-                  "(-0.02, +0.02); a difference claim can never show this."),
-    "readable_by": ("""\
-[[claims]]
-id = "dyck-readable"
-statement = "Dyck's top of stack is readable at L0 of the median GRU seed"
-kind = "readable_by"
-task = "dyck"
-arch = "gru"
-layer = "L0"
-threshold = 0.9
-result = "dyck"            # only needed when several probe results hold Dyck's runs""",
-                    "Exact sign test over seeds: more than half the seeds' probe accuracies at L0 (the probe "
-                    "result `probes/dyck`) exceed 0.9, i.e. the median seed does (docs/ceiling.md: valid at the "
-                    "ceiling and with a failing seed; it needs at least 5 seeds at level 0.05). `statistic = "
-                    "\"mean\"` tests the mean by the one-sided t instead, valid only for roughly normal seeds."),
-    "profile_match": ("""\
-[[claims]]
-id = "s3-like-parity"
-statement = "S3's probe profile has Parity's shape, not Dyck's"
-kind = "profile_match"
-task = "s3"
-matches = "parity"
-differs_from = "dyck"
-archs = ["lstm", "mamba"]  # one row each""", "Exact permutation test over seeds of the layer-profile "
-                                               "shape distance, once per architecture."),
-    "bound": ("""\
-[[claims]]
-id = "lstm-parity-long"
-statement = "The median LSTM seed keeps Parity above 95% at length 120"
-kind = "bound"
-task = "parity"
-arch = "lstm"
-threshold = 0.95
-direction = "greater"
-length = 120""", "Exact sign test over seeds that the median seed's accuracy lies above 0.95 (`q = 0.75`: "
-                 "three quarters of the seeds). With `statistic = \"mean\"`: the one-sided t over seeds that the "
-                 "mean lies above 0.95 (the score test at the threshold when the seeds agree more closely than "
-                 "their sequences allow), valid only for roughly normal seeds (docs/ceiling.md). Say in the statement what "
-                 "the test decides: \"the median seed ...\" for a share claim (\"three quarters of the seeds ...\" "
-                 "with `q = 0.75`), \"the mean over seeds ...\" with `statistic = \"mean\"`; its estimate reads "
-                 "\"4 of 5 seeds beyond 0.95; median seed 0.97 [...]\"."),
-}
+#: One worked example per kind: the TOML a user writes, and what it asks (each kind's own).
+EXAMPLES: dict[str, tuple[str, str]] = {name: (cls.example, cls.explained) for name, cls in KINDS.items()}
 
 #: A worked example of each outcome: the numbers and why they give it.
 OUTCOME_EXAMPLES: dict[str, str] = {
@@ -172,10 +107,10 @@ def render() -> str:
     for kind, (toml, _) in EXAMPLES.items():  # every example is a valid claim of its kind
         (claim,) = parse_claims(tomllib.loads(toml)["claims"], source=f"example of {kind}")
         assert claim.kind == kind, kind
-    kinds = typing.get_args(Claim.model_fields["kind"].annotation)
-    missing = set(kinds) ^ set(EXAMPLES) or set(kinds) ^ set(REQUIRED)
+    kinds = list(KINDS)
+    missing = [k for k in kinds if not (EXAMPLES[k][0] and EXAMPLES[k][1])]
     if missing:
-        raise ValueError(f"claim kinds without an example or a rule: {sorted(missing)}")
+        raise ValueError(f"claim kinds without an example: {sorted(missing)}")
     out = [
         "# Claims: a reference",
         "",
@@ -188,7 +123,7 @@ def render() -> str:
         "grid as it loads) or a TOML file that holds only `[[claims]]` tables, e.g.:",
         "",
         "```toml",
-        EXAMPLES["readable_by"][0],
+        ReadableByClaim.example,
         "```",
         "",
         f"Every claim gets an estimate, a 95% interval, the test used, a p-value Holm-corrected across "
@@ -211,14 +146,16 @@ def render() -> str:
         "## Fields",
         "",
         "Every field a claim may hold (any other is refused, naming the closest field). `required` "
-        "fields must be given; the fields a kind needs are in the table above.",
+        "fields must be given; the fields a kind needs are in the table above. A field that belongs to "
+        "some kinds only says which; a claim of another kind that gives it is refused.",
         "",
         "| field | type | default | meaning |",
         "|---|---|---|---|",
     ]
-    for name, field in Claim.model_fields.items():
+    for name, field in ClaimBase.model_fields.items():
+        only = f" ({' and '.join(OWNED[name])} claims only)" if name in OWNED else ""
         out.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | "
-                   f"{_cell(field.description or '')} |")
+                   f"{_cell(field.description or '')}{only} |")
     out += [
         "",
         "## Defaults that decide",
@@ -226,8 +163,8 @@ def render() -> str:
         f"- `model`: accuracy claims use `{DEFAULT_MODEL}` ({MODEL_NAMES[DEFAULT_MODEL]}) unless they name "
         "another; each is cross-checked by a second model: "
         + ", ".join(f"`{a}` by `{b}`" for a, b in CROSSCHECK.items()) + ".",
-        "- `length`: " + _cell(Claim.model_fields["length"].description or ""),
-        "- `result`: " + _cell(Claim.model_fields["result"].description or ""),
+        "- `length`: " + _cell(ClaimBase.model_fields["length"].description or ""),
+        "- `result`: " + _cell(ClaimBase.model_fields["result"].description or ""),
         "- `variant`: `\"default\"`, pinned only when the results hold several variants or the claim names one.",
         "- `direction`: `\"two-sided\"`; a `bound` claim must say `greater` or `less`.",
         "",

@@ -80,9 +80,8 @@ def metric_sampling_var(inputs: ClaimInputs, claim: Claim) -> xr.DataArray | Non
         ds = ablation_counts(inputs, claim)
         if claim.metric == "ablation_drop":
             ablated = _proportion_var(ds["accuracy"], ds["units"])
-            if claim.kind == "difference" or claim.kind == "equivalence":
-                if claim.compare == "setting":  # the same clean accuracy on both sides cancels
-                    return ablated
+            if claim.compares and claim.compare == "setting":  # the same clean accuracy on both sides cancels
+                return ablated
             return _proportion_var(ds["accuracy_clean"], ds["units"]) + ablated
         return _proportion_var(ds["probe_accuracy"], ds["units"])
     return None
@@ -199,34 +198,6 @@ def bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray 
     }
 
 
-#: The range a bound claim's metric can take, where it has one (an interval end that the seeds
-#: cannot bound is the range's end; a metric without a range shows none).
-METRIC_RANGES = {"accuracy": (0.0, 1.0), "probe_accuracy": (0.0, 1.0), "ablation_drop": (-1.0, 1.0)}
-
-
-def metric_range(claim: Claim) -> tuple[float, float]:
-    """The range of the claim's metric: [0, 1] for accuracies (and a refitted probe's accuracy),
-    [-1, 1] for drops and accuracies minus chance, unbounded for ratios (patching recovery)."""
-    if claim.kind == "readable_by":
-        return 0.0, 1.0
-    if claim.metric == "refit_accuracy":
-        return (-1.0, 1.0) if claim.baseline == "chance" else (0.0, 1.0)
-    return METRIC_RANGES.get(claim.metric, (-np.inf, np.inf))
-
-
-def claim_range(claim: Claim) -> tuple[float, float]:
-    """The range of a claim's estimate: its metric's for a bound or readable_by claim, a
-    difference of two of them for a difference or equivalence claim, none for a profile match
-    (:mod:`analysis.stats.ranges`)."""
-    from analysis.stats.ranges import UNBOUNDED, difference_range
-
-    if claim.kind in ("bound", "readable_by"):
-        return metric_range(claim)
-    if claim.kind in ("difference", "equivalence"):
-        return difference_range(*metric_range(claim))
-    return UNBOUNDED
-
-
 def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict:
     """The exact sign test that more than ``claim.q`` of the seeds lie beyond the threshold
     (docs/ceiling.md), as a claims row: the ``estimate`` is the seeds' q-quantile (the median
@@ -240,7 +211,7 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
 
     threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
     t = share_test(x, threshold, direction, q=claim.q, level=ALPHA)
-    lo_range, hi_range = metric_range(claim)
+    lo_range, hi_range = claim.metric_range()
     lo, hi = t.quantile_interval
     if not (np.isfinite(lo) or np.isfinite(hi)):  # too few seeds for a distribution-free interval
         lo = hi = np.nan

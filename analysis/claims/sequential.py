@@ -34,7 +34,6 @@ from analysis.claims.cells import captured_seeds, claim_cells, run_seconds, seed
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
 from analysis.claims.metrics import resolve_length, seed_range
-from analysis.claims.sampling import claim_range
 from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
@@ -141,7 +140,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
 
     hypotheses = []
     for c in claims:
-        if c.kind == "profile_match":
+        if c.per_arch:
             found = profile_hypotheses(c)
         else:
             try:
@@ -197,7 +196,7 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
                          tests={h.id: _test_words(h) for h in hypotheses},
                          margin_tests={h.id: _test_words(mh) for h in hypotheses if (mh := h.margin_test()) is not None},
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
-                         ranges={c.id: (0.0, 1.0) if c.id in shares else claim_range(c) for c in tested.values()},
+                         ranges={c.id: (0.0, 1.0) if c.id in shares else c.estimate_range() for c in tested.values()},
                          added=_added(store, [st.seeds for st in stages]), shares=frozenset(shares),
                          quantiles=quantiles, incomplete=incomplete)
 

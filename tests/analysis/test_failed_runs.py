@@ -82,11 +82,11 @@ def test_the_plan_says_how_much_of_its_request_comes_from_a_failed_seed(tmp_path
     same claim decided by the share of seeds beyond its threshold would ask for."""
     from analysis.behaviour import did_not_learn
     from analysis.claims.planner import failed_seed_notes, make_plan
-    from analysis.claims.spec import Claim
+    from analysis.claims.spec import make_claim
 
     st = learned_store(tmp_path / "p.zarr", failed=(2,))
     assert list(did_not_learn(st)) == ["parity-lstm-s2"]
-    claim = Claim(id="lstm-learns", statement="the LSTM learns parity", kind="bound", metric="accuracy",
+    claim = make_claim(id="lstm-learns", statement="the LSTM learns parity", kind="bound", metric="accuracy",
                   task="parity", arch="lstm", threshold=0.8, direction="greater", statistic="mean", length=L)
     plan = make_plan(st, [claim])
     (line,) = failed_seed_notes(st, [claim], plan)

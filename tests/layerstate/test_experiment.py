@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.claims import Claim
+from analysis.claims.kinds import ClaimBase
 from capture.experiment import CapturePlan
 from layerstate.experiment import ExperimentError, load_claims, load_experiment, parse_experiment
 from store import config_hash, run_identity
@@ -41,7 +41,7 @@ def test_shipped_experiments_validate(name):
         assert design is not None and design.seeds()[0] == design.first_seeds
         return
     exp = load_experiment(path)
-    assert exp.runs() and all(isinstance(c, Claim) for c in exp.claims)
+    assert exp.runs() and all(isinstance(c, ClaimBase) for c in exp.claims)
     plan = exp.plan
     assert type(plan) is CapturePlan and [r.run_id for r in plan.runs()] == [r.run_id for r in exp.runs()]
 
@@ -64,7 +64,8 @@ def test_claims_are_dumped_as_written(tmp_path):
         ({"reference": None}, r"claim 'c': a difference claim needs reference"),
         ({"statement": None}, r"claim 'c': statement: Field required"),
         ({"length": 120}, r"length 120 is not one of this experiment's lengths \(40, 80\)"),
-        ({"kind": "readable_by", "arch": "lstm", "layer": "L7", "threshold": 0.9},
+        ({"kind": "readable_by", "arch": "lstm", "layer": "L7", "threshold": 0.9, "compare": None, "treatment": None,
+          "reference": None},
          r"layer 'L7' is not one of this experiment's layers \(embed, L0, L1, L2, L3\)"),
         ({"task": "assoc_recall", "metric": "restoration", "arch": "lstm", "compare": "site",
           "treatment": "value", "reference": "answer", "layer": "L0"},
@@ -201,10 +202,11 @@ ANALYSIS = {"ablate": True, "ablate_settings": ["probe", "leace", "pca:1,4"], "a
         ({"metric": "patch_recovery", "setting": None, "length": 80}, ANALYSIS,
          r"length 80 is not one of this experiment's lengths \(40\)"),
         ({"metric": "patch_recovery", "setting": None}, {}, r"patch_recovery needs patching; set \[analysis\] patch"),
-        ({"kind": "difference", "compare": "layer", "layer": None, "treatment": "L3", "reference": "L5"}, ANALYSIS,
+        ({"kind": "difference", "compare": "layer", "layer": None, "treatment": "L3", "reference": "L5",
+          "threshold": None}, ANALYSIS,
          r"reference 'L5' is not one of this experiment's layers"),
         ({"kind": "difference", "compare": "setting", "setting": None, "treatment": "leace",
-          "reference": "random:4"}, ANALYSIS, r"reference 'random:4' is not one of this experiment's settings"),
+          "reference": "random:4", "threshold": None}, ANALYSIS, r"reference 'random:4' is not one of this experiment's settings"),
     ],
 )
 def test_seed_metric_claims_are_checked_against_the_analysis_at_load(change, analysis, match):
@@ -219,7 +221,7 @@ def test_seed_metric_claims_load():
               {**SEEDWISE, "id": "d", "metric": "patch_recovery", "setting": None, "positions": [19, 20]},
               {**SEEDWISE, "id": "e", "kind": "difference", "metric": "probe_accuracy", "setting": None,
                "layer": None, "compare": "layer", "treatment": "L3", "reference": "L2", "margin": 0.2,
-               "test_against": "margin"},
+               "test_against": "margin", "threshold": None},
               {**SEEDWISE, "id": "f", "metric": "refit_accuracy", "baseline": "chance", "setting": "pca:4"}]
     exp = parse_experiment(minimal([{k: v for k, v in c.items() if v is not None} for c in claims],
                                    analysis=ANALYSIS))

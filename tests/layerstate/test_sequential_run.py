@@ -182,13 +182,13 @@ def test_a_cap_no_stage_reaches_is_refused(tmp_path):
 
 def test_absent_claims_count_in_both_families_as_the_fixed_design_counts_them():
     """An absent equivalence claim naming no architecture still has an opposite side."""
-    from analysis.claims import Claim
+    from analysis.claims import make_claim
     from analysis.claims.hypotheses import family_counts
     from analysis.claims.verdicts import family_share
 
-    eq = Claim(id="e1", statement="s", kind="equivalence", task="t", treatment="a", reference="b", margin=0.05,
+    eq = make_claim(id="e1", statement="s", kind="equivalence", task="t", treatment="a", reference="b", margin=0.05,
                compare="variant")
-    bound = Claim(id="b1", statement="s", kind="bound", metric="accuracy", task="t", arch="lstm",
+    bound = make_claim(id="b1", statement="s", kind="bound", metric="accuracy", task="t", arch="lstm",
                   direction="greater", threshold=0.9)
     own, _, contra = family_share([eq, bound])
     assert family_counts([eq, bound]) == (own, 0, contra) == (2, 0, 2)

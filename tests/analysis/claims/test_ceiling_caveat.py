@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from analysis.claims import evaluate_claims
-from analysis.claims.spec import Claim
+from analysis.claims.spec import Claim, make_claim
 from tests.analysis.test_failed_runs import L, learned_store
 
 
 def _claim(threshold: float = 0.5, **more) -> Claim:
-    return Claim(id="learns", statement="the LSTM learns parity", kind="bound", metric="accuracy", task="parity",
+    return make_claim(id="learns", statement="the LSTM learns parity", kind="bound", metric="accuracy", task="parity",
                  arch="lstm", threshold=threshold, direction="greater", length=L, **more)
 
 

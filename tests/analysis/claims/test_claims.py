@@ -210,7 +210,7 @@ def test_accuracy_per_sequence_and_intervals(conv_store):
         ({"model": "gee", "metric": "restoration", "compare": "site", "treatment": "value",
           "reference": "query", "layer": "L0"}, r"model = 'gee' fits per-sequence accuracy"),
         ({"test_against": "margin", "margin": None}, r"test_against = 'margin' needs a margin"),
-        ({"test_against": "margin", "kind": "equivalence"}, r"test_against = 'margin' is for difference claims"),
+        ({"test_against": "margin", "kind": "equivalence"}, r"test_against is for difference claims, not equivalence claims"),
         ({"model": "lmer"}, r"model: Input should be 'paired_t', 'gee', 'mixedlm' or 'glmm'"),
     ],
 )

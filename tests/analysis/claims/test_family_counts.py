@@ -6,20 +6,20 @@ are the same in both."""
 from __future__ import annotations
 
 from analysis.claims.hypotheses import family_counts
-from analysis.claims.spec import Claim
+from analysis.claims.spec import make_claim
 from analysis.claims.verdicts import family_share
 
 BASE = {"statement": "s", "task": "parity"}
 CLAIMS = [
-    Claim(id="d0", kind="difference", compare="arch", treatment="lstm", reference="gru", margin=0.05, **BASE),
-    Claim(id="dm", kind="difference", compare="arch", treatment="lstm", reference="gru", margin=0.05,
+    make_claim(id="d0", kind="difference", compare="arch", treatment="lstm", reference="gru", margin=0.05, **BASE),
+    make_claim(id="dm", kind="difference", compare="arch", treatment="lstm", reference="gru", margin=0.05,
           direction="greater", test_against="margin", **BASE),
-    Claim(id="dn", kind="difference", compare="arch", treatment="lstm", reference="gru", **BASE),
-    Claim(id="dg", kind="difference", compare="arch", treatment="lstm", reference="gru", direction="greater", **BASE),
-    Claim(id="eq", kind="equivalence", compare="arch", treatment="lstm", reference="gru", margin=0.05, **BASE),
-    Claim(id="b", kind="bound", arch="lstm", threshold=0.9, direction="greater", **BASE),
-    Claim(id="r", kind="readable_by", arch="lstm", layer="L0", threshold=0.6, **BASE),
-    Claim(id="p", kind="profile_match", matches="s3", differs_from="dyck", archs=["lstm", "gru"], **BASE),
+    make_claim(id="dn", kind="difference", compare="arch", treatment="lstm", reference="gru", **BASE),
+    make_claim(id="dg", kind="difference", compare="arch", treatment="lstm", reference="gru", direction="greater", **BASE),
+    make_claim(id="eq", kind="equivalence", compare="arch", treatment="lstm", reference="gru", margin=0.05, **BASE),
+    make_claim(id="b", kind="bound", arch="lstm", threshold=0.9, direction="greater", **BASE),
+    make_claim(id="r", kind="readable_by", arch="lstm", layer="L0", threshold=0.6, **BASE),
+    make_claim(id="p", kind="profile_match", matches="s3", differs_from="dyck", archs=["lstm", "gru"], **BASE),
 ]
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.claims.spec import Claim
+from analysis.claims.spec import Claim, make_claim
 from analysis.claims.verdicts import adjust, family_share
 from analysis.stats.decision import holm_family as holm
 
@@ -16,7 +16,7 @@ from analysis.stats.decision import holm_family as holm
 def _claim(i: int, **over) -> Claim:
     base = {"id": f"c{i}", "statement": "s", "kind": "readable_by", "task": "parity", "arch": "lstm",
             "layer": "L1", "threshold": 0.9}
-    return Claim(**(base | over))
+    return make_claim(**(base | over))
 
 
 CLAIMS = [_claim(i) for i in range(12)]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from analysis.claims.evaluate import verdict_table
-from analysis.claims.sampling import bound_row, claim_range
-from analysis.claims.spec import Claim
+from analysis.claims.sampling import bound_row
+from analysis.claims.spec import Claim, make_claim
 from analysis.stats.ranges import clip_interval, unreachable
 
 NEAR_CEILING = np.array([0.99, 0.55, 1.0])  # 3 seeds, one failing: the t interval reaches 1.48
@@ -18,7 +18,7 @@ NEAR_CEILING = np.array([0.99, 0.55, 1.0])  # 3 seeds, one failing: the t interv
 def _bound(**kw) -> Claim:
     base = dict(id="b", statement="s", kind="bound", task="parity", arch="lstm", metric="accuracy",
                 threshold=0.6, direction="greater", statistic="mean", length=12)
-    return Claim(**(base | kw))
+    return make_claim(**(base | kw))
 
 
 def test_a_bound_claims_interval_is_clipped_to_the_accuracy_range_and_says_so():
@@ -46,13 +46,13 @@ def test_an_mde_past_the_ceiling_is_said_in_words():
 
 
 def test_difference_claims_take_the_range_of_a_difference():
-    diff = Claim(id="d", statement="s", kind="difference", task="parity", compare="arch", treatment="gru",
+    diff = make_claim(id="d", statement="s", kind="difference", task="parity", compare="arch", treatment="gru",
                  reference="lstm", metric="accuracy")
-    assert claim_range(diff) == (-1.0, 1.0)
-    assert claim_range(_bound()) == (0.0, 1.0)
-    ratio = Claim(id="p", statement="s", kind="bound", task="parity", arch="lstm", metric="patch_recovery",
+    assert diff.estimate_range() == (-1.0, 1.0)
+    assert _bound().estimate_range() == (0.0, 1.0)
+    ratio = make_claim(id="p", statement="s", kind="bound", task="parity", arch="lstm", metric="patch_recovery",
                   threshold=0.5, direction="greater", length=12, layer="L0")
-    assert claim_range(ratio) == (-np.inf, np.inf)  # a ratio may overshoot: never clipped
+    assert ratio.estimate_range() == (-np.inf, np.inf)  # a ratio may overshoot: never clipped
 
 
 def test_clip_and_unreachable():

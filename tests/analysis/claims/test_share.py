@@ -12,7 +12,7 @@ import xarray as xr
 from analysis.claims import evaluate_claims, parse_claims
 from analysis.claims.evaluate import verdict_table
 from analysis.claims.sampling import share_row
-from analysis.claims.spec import Claim
+from analysis.claims.spec import Claim, make_claim
 from analysis.stats.seedshare import seeds_to_decide
 from store import Store
 from tests.analysis.claims.test_claims import _write_run
@@ -21,7 +21,7 @@ from tests.analysis.claims.test_claims import _write_run
 def _bound(cid: str = "c", **over) -> Claim:
     base = {"id": cid, "statement": "s", "kind": "bound", "metric": "accuracy", "task": "parity", "arch": "lstm",
             "threshold": 0.99, "direction": "greater", "length": 12}
-    return Claim(**(base | over))
+    return make_claim(**(base | over))
 
 
 def _decide(claims: list[Claim], values: list[list[float]], pad: int = 0) -> xr.Dataset:

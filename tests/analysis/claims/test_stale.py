@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 from analysis.claims import StaleResultError, evaluate_claims, parse_claims, stored_probe_profiles
-from analysis.claims.spec import Claim, ClaimError
+from analysis.claims.spec import ClaimError, make_claim
 from store import Store
 from store.view import StoreView
 
@@ -51,10 +51,10 @@ def _evaluate(st, **over):
 
 
 def test_a_readable_by_claim_reads_probes_whatever_its_metric():
-    claim = Claim(**CLAIM)
+    claim = make_claim(**CLAIM)
     assert claim.metric == "accuracy" and claim.reads() == "probes"
-    assert Claim(**CLAIM | {"kind": "bound", "direction": "greater"}).reads() == "behaviour"
-    assert Claim(**CLAIM | {"kind": "bound", "direction": "greater", "metric": "probe_accuracy"}).reads() == "probes"
+    assert make_claim(**CLAIM | {"kind": "bound", "direction": "greater"}).reads() == "behaviour"
+    assert make_claim(**CLAIM | {"kind": "bound", "direction": "greater", "metric": "probe_accuracy"}).reads() == "probes"
 
 
 def test_a_probe_result_lacking_seeds_the_store_holds_is_refused(tmp_path):

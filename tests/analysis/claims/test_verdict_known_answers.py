@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from analysis.claims import evaluate_claims, parse_claims
 from analysis.claims.evaluate import verdict_table
-from analysis.claims.spec import Claim
+from analysis.claims.spec import Claim, make_claim
 from analysis.claims.verdicts import adjust, claim_tests, decide
 from store import Store
 from tests.analysis.claims.test_claims import _write_run
@@ -92,7 +92,7 @@ def _row(est: float, se: float, df: float, claim: Claim) -> dict:
 def test_a_larger_family_only_ever_weakens_a_verdict(est, se, df, extra, direction, against, kind):
     if kind == "equivalence":
         direction, against = "two-sided", "zero"
-    claim = Claim(id="c", statement="s", kind=kind, task="t", treatment="a", reference="b", margin=0.05,
+    claim = make_claim(id="c", statement="s", kind=kind, task="t", treatment="a", reference="b", margin=0.05,
                   direction=direction, test_against=against)
     row = _row(est, se, df, claim)
     small, small_outcome, _ = decide(claim, row, adjust([claim], [row])[0])
@@ -107,7 +107,7 @@ def test_a_negligible_reversal_falls_back_from_contradicted_to_equivalent():
     With one more claim in each family it does not (0.080), the equivalence test still does:
     equivalent. Both refute the claim; the larger family no longer shows the reversal, and
     shows nothing the smaller one had not."""
-    claim = Claim(id="c", statement="s", kind="difference", task="t", treatment="a", reference="b", margin=0.05,
+    claim = make_claim(id="c", statement="s", kind="difference", task="t", treatment="a", reference="b", margin=0.05,
                   direction="greater")
     row = _row(-0.0117, 0.0039, 4.0, claim)
     alone = decide(claim, row, adjust([claim], [row])[0])
@@ -226,7 +226,7 @@ def test_power_and_mde_are_those_of_the_corrected_test_and_say_when_no_data_coul
 
 
 def test_power_of_a_difference_claim_is_at_its_holm_step():
-    claim = Claim(id="c", statement="s", kind="difference", task="t", treatment="a", reference="b", margin=0.05)
+    claim = make_claim(id="c", statement="s", kind="difference", task="t", treatment="a", reference="b", margin=0.05)
     row = _row(0.01, 0.02, 4.0, claim)
     alone = verdict_table([claim], ["c"], [dict(row)], correction="x").isel(claim=0)
     crowd = verdict_table([claim], ["c"], [dict(row)], pad=(19, 0, 0), correction="x").isel(claim=0)
@@ -245,7 +245,7 @@ def test_a_bound_claims_shown_bound_decides_as_its_test_does(x, m, threshold, ex
     it clears the threshold; the 95% interval stays in [0, 1] and holds the estimate."""
     from analysis.claims.evaluate import bound_row
 
-    claim = Claim(id="c", statement="s", kind="bound", task="t", arch="a", threshold=threshold,
+    claim = make_claim(id="c", statement="s", kind="bound", task="t", arch="a", threshold=threshold,
                   direction="greater", length=40, statistic="mean")  # a row of the t (bound_row)
     values = np.array(x)
     row = bound_row(claim, values, "greater", units=np.full(values.size, float(m)), what="accuracy")
@@ -260,20 +260,20 @@ def test_a_bound_claims_shown_bound_decides_as_its_test_does(x, m, threshold, ex
 
 
 def test_refuted_claims_are_contradicted():
-    more = Claim(id="c", statement="rises by more than 0.2", kind="difference", task="t", treatment="L3",
+    more = make_claim(id="c", statement="rises by more than 0.2", kind="difference", task="t", treatment="L3",
                  reference="L2", compare="layer", metric="probe_accuracy", margin=0.2, direction="greater",
                  test_against="margin")
     for est in (0.0, 0.10):  # inside the margin: "more than 0.2" is refuted
         row = _row(est, 0.007, 2.0, more)
         assert decide(more, row, adjust([more], [row])[0])[0] == "contradicted"
-    up = Claim(id="d", statement="A > B", kind="difference", task="t", treatment="a", reference="b",
+    up = make_claim(id="d", statement="A > B", kind="difference", task="t", treatment="a", reference="b",
                direction="greater")
     row = _row(-0.30, 0.008, 2.0, up)  # [-0.33, -0.27] with no margin: a reversal
     assert decide(up, row, adjust([up], [row])[0])[0] == "contradicted"
 
 
 def test_a_claim_not_evaluable_still_counts_in_its_family():
-    claims = [Claim(id=f"c{i}", statement="s", kind="difference", task="t", treatment="a", reference="b")
+    claims = [make_claim(id=f"c{i}", statement="s", kind="difference", task="t", treatment="a", reference="b")
               for i in range(2)]
     rows = [{"p": 0.01}, {"test": "not evaluable: x", "not_evaluable": True}]
     adj = adjust(claims, rows)

@@ -422,13 +422,13 @@ def test_a_difference_claim_between_a_setting_and_its_matched_control_is_the_pai
         one_of_many):
     """The claim "erasing the concept hurts more than erasing as much variance elsewhere" is a
     difference claim on ablation_drop comparing a setting with its matched control."""
-    from analysis.claims import Claim, evaluate_claims
+    from analysis.claims import evaluate_claims, make_claim
     from analysis.interventions import run_ablation
 
     st, _ = one_of_many
     res = run_ablation(st, "matched", runs=None, lengths=[LENGTH], settings=["leace"], layers=["L0"],
                        refit=False, matched=True)
-    claim = Claim(id="beyond-variance", statement="LEACE at L0 hurts more than its matched control",
+    claim = make_claim(id="beyond-variance", statement="LEACE at L0 hurts more than its matched control",
                   kind="difference", metric="ablation_drop", compare="setting", treatment="leace",
                   reference="matched:leace", task="parity", arch="lstm", layer="L0", length=LENGTH,
                   result="matched", direction="greater", margin=0.05)

@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 
 from analysis.claims.hypotheses import from_claim
-from analysis.claims.spec import Claim
+from analysis.claims.spec import make_claim
 from analysis.stats.boundaries import rci_critical, t_boundaries, z_boundaries
 from analysis.stats.design import Design, DesignError, Hypothesis
 from analysis.stats.sequential import sequential_decisions
@@ -173,22 +173,22 @@ def test_equivalence_needs_both_sides_and_two_sided_has_no_contra():
 
 
 def test_from_claim_reads_the_cells_and_the_test():
-    bound = Claim(id="f1", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
+    bound = make_claim(id="f1", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
                   direction="greater")
     h = from_claim(bound)
     assert (h.test, h.value, h.cells) == ("greater", 0.99, (("parity", "lstm", "default"),))
-    diff = Claim(id="d", statement="s", kind="difference", task="dyck", compare="arch", treatment="gru",
+    diff = make_claim(id="d", statement="s", kind="difference", task="dyck", compare="arch", treatment="gru",
                  reference="transformer", direction="greater", margin=0.05)
     h = from_claim(diff)
     assert h.test == "greater" and h.value == 0.0
     assert h.cells == (("dyck", "gru", "default"), ("dyck", "transformer", "default"))
-    beyond = Claim(id="m", statement="s", kind="difference", task="dyck", compare="arch", treatment="gru",
+    beyond = make_claim(id="m", statement="s", kind="difference", task="dyck", compare="arch", treatment="gru",
                    reference="lstm", direction="less", margin=0.1, test_against="margin")
     assert (from_claim(beyond).test, from_claim(beyond).value) == ("less", -0.1)
-    eq = Claim(id="e", statement="s", kind="equivalence", task="dyck", arch="lstm", compare="variant",
+    eq = make_claim(id="e", statement="s", kind="equivalence", task="dyck", arch="lstm", compare="variant",
                treatment="a", reference="b", margin=0.05)
     assert from_claim(eq).test == "within" and from_claim(eq).cells == (("dyck", "lstm", "a"), ("dyck", "lstm", "b"))
-    prof = Claim(id="p", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck")
+    prof = make_claim(id="p", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck")
     with pytest.raises(DesignError, match="permutation"):
         from_claim(prof)
 
@@ -280,7 +280,7 @@ def test_a_real_but_negligible_effect_is_not_supported_sequentially():
     (interval reaching beyond the margin) is supported."""
     from analysis.claims.hypotheses import from_claim
 
-    claim = Claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
+    claim = make_claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
                   treatment="lstm", reference="gru", direction="greater", margin=0.05)
     h = from_claim(claim)
     assert h.test == "greater" and h.value == 0.0 and h.beyond_margin == 0.05

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from analysis.claims.hypotheses import family_counts, from_claim
-from analysis.claims.spec import Claim
+from analysis.claims.spec import make_claim
 from analysis.stats.sequential import (
     Design,
     sequential_decisions,
@@ -16,7 +16,7 @@ from analysis.stats.sequential import (
 )
 
 #: f3-lstm-dyck-rises-late as experiments/jiang2026_cpu.toml declares it.
-RISES_LATE = Claim(id="f3-lstm-dyck-rises-late", statement="LSTM: probe accuracy still rises from L1 to L3",
+RISES_LATE = make_claim(id="f3-lstm-dyck-rises-late", statement="LSTM: probe accuracy still rises from L1 to L3",
                    kind="difference", metric="probe_accuracy", task="dyck", arch="lstm", compare="layer",
                    treatment="L3", reference="L1", direction="greater", margin=0.05)
 #: The Dyck re-run's design: 3 seeds, then 8.
@@ -47,7 +47,7 @@ def test_a_flat_difference_inside_its_margin_ends_equivalent_not_inconclusive():
 def test_a_real_effect_inside_the_margin_ends_negligible():
     """+0.010 (SE 0.001, 8 seeds) against zero with a margin of 0.05: different from zero and
     within the margin, both after correction: ``negligible`` (it was ``inconclusive``)."""
-    claim = Claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
+    claim = make_claim(id="d", statement="LSTM beats GRU", kind="difference", task="dyck", compare="arch",
                   treatment="lstm", reference="gru", direction="greater", margin=0.05)
     one = Design(first_seeds=8, stage_seeds=1, max_seeds=8)
     c = sequential_decisions(one, [from_claim(claim)], [{"d": (0.010, 0.001, 7.0)}])[0].claims["d"]
@@ -82,8 +82,8 @@ def test_a_claim_tested_against_its_margin_is_contradicted_inside_it():
 
 
 def test_family_counts_match_the_tests_each_family_holds():
-    bound = Claim(id="b", statement="s", kind="bound", task="dyck", arch="lstm", threshold=0.9, direction="greater")
-    prof = Claim(id="p", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck",
+    bound = make_claim(id="b", statement="s", kind="bound", task="dyck", arch="lstm", threshold=0.9, direction="greater")
+    prof = make_claim(id="p", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck",
                  archs=["lstm", "gru"])
     beyond = RISES_LATE.model_copy(update={"test_against": "margin", "id": "m"})
     # own: one each, two rows of the profile claim; margin: the difference against zero only;

@@ -16,7 +16,7 @@ import scipy.stats
 from pydantic import ValidationError
 
 from analysis.claims.hypotheses import from_claim
-from analysis.claims.spec import Claim
+from analysis.claims.spec import make_claim
 from analysis.stats.design import Design, DesignError, Hypothesis
 from analysis.stats.seedshare import (
     ShareCount,
@@ -269,16 +269,16 @@ def test_share_observations_and_hypotheses_of_the_wrong_kind_are_one_line_errors
 
 
 def test_from_claim_makes_bound_and_readable_claims_share_tests_unless_they_keep_the_mean():
-    bound = Claim(id="f1", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
+    bound = make_claim(id="f1", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
                   direction="less")
     h = from_claim(bound)
     assert (h.statistic, h.q, h.test, h.value) == ("share", 0.5, "less", 0.99)
     q = from_claim(bound.model_copy(update={"q": 0.75}))
     assert q.q == 0.75
-    mean = Claim(id="f2", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
+    mean = make_claim(id="f2", statement="s", kind="bound", task="parity", arch="lstm", threshold=0.99,
                  direction="greater", statistic="mean")
     assert from_claim(mean).statistic == "mean"
-    readable = Claim(id="r", statement="s", kind="readable_by", task="parity", arch="lstm", layer="L1",
+    readable = make_claim(id="r", statement="s", kind="readable_by", task="parity", arch="lstm", layer="L1",
                      threshold=0.9)
     assert (from_claim(readable).statistic, from_claim(readable).test) == ("share", "greater")
 

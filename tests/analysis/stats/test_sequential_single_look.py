@@ -5,11 +5,11 @@ like any other claim) rather than Holm-tested afterwards against the other claim
 import pytest
 
 from analysis.claims.hypotheses import profile_hypotheses
-from analysis.claims.spec import Claim
+from analysis.claims.spec import make_claim
 from analysis.stats.design import Design, DesignError, Hypothesis
 from analysis.stats.sequential import sequential_decisions
 
-PROFILE = Claim(id="f4", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck",
+PROFILE = make_claim(id="f4", statement="s", kind="profile_match", task="s3", matches="parity", differs_from="dyck",
                 archs=["lstm", "gru"])
 D = Design(first_seeds=3, stage_seeds=5, max_seeds=8)
 
