@@ -154,7 +154,8 @@ def render() -> str:
     ]
     for name, field in ClaimBase.model_fields.items():
         only = f" ({' and '.join(OWNED[name])} claims only)" if name in OWNED else ""
-        out.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | "
+        typed = " \\| ".join(f'`"{k}"`' for k in KINDS) if name == "kind" else _type(field.annotation)
+        out.append(f"| `{name}` | {typed} | {_default(field)} | "
                    f"{_cell(field.description or '')}{only} |")
     out += [
         "",
