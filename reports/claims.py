@@ -77,8 +77,10 @@ def claims(snap: Snapshot, experiment: dict | None = None) -> Section:
     sec = Section("claims", CLAIMS_TITLE, intro=CLAIMS_INTRO)
     alpha = ds.attrs.get("alpha", 0.05)
     sec.notes.append(f"alpha = {alpha}; correction: {ds.attrs.get('correction', 'holm')}. "
-                     "Profile-match estimates are differences of profile-shape distances; their "
-                     "evidence is the permutation p, not an interval.")
+                     "A profile-match estimate is how much closer the profile lies to the one it should "
+                     "match than to the one it should differ from (a difference of profile-shape distances), "
+                     "with a seed-bootstrap interval that must clear the claim's margin; whether it differs "
+                     "is the exact permutation p.")
     shown = claims_display(frame)
     if any(c.startswith("SD ") for c in shown.columns):
         sec.notes.append(SD_NOTE)
@@ -203,12 +205,12 @@ def claim_metrics(experiment: dict | None, stored=None) -> dict[str, str]:
 
 def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
     """What a claim's estimate can take: differences of accuracies [-1, 1], probe accuracy
-    [0, 1], profile-shape distance [0, 1]; a bound claim's estimate is the metric itself
+    [0, 1], a profile's difference of shape distances [-1, 1]; a bound claim's estimate is the metric itself
     (accuracies [0, 1], ablation drops and refitted accuracies above chance [-1, 1], patching
     recovery unbounded); restoration and drop differences, and comparisons whose metric is
     not known (no experiment given), are not bounded."""
     if trait(kind, "per_arch"):
-        return RANGES["shape_distance"]
+        return RANGES["shape_difference"]
     if trait(kind, "reads_probes"):
         return RANGES["probe_accuracy"]
     if trait(kind, "thresholded"):

@@ -47,7 +47,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "selectivity": (-1.0, 1.0),
     "drop": (-1.0, 1.0),
     "accuracy_difference": (-1.0, 1.0),
-    "shape_distance": (0.0, 1.0),
+    "shape_difference": (-1.0, 1.0),  # how much closer one profile lies to a second than to a third
     "recovery": (-INF, INF),
     "restoration": (-INF, INF),
     "restoration_difference": (-INF, INF),

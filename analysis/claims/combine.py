@@ -380,18 +380,20 @@ def _profile_plan(claim: Claim, rid: str, row: xr.Dataset, kept: Sequence[tuple[
     cells = list(_row_cells(claim, rid))
     costs = {cell: c for p in plans for cell, c in p.costs.items()}
     claimed, other, matches = arrays
-    now = shape_test_power(claimed, other, matches, (held[0], held[1], held[2]), level)
+    margin = claim.decision_margin or 0.0
+    now = shape_test_power(claimed, other, matches, (held[0], held[1], held[2]), level, margin=margin)
     for m in range(min(held), PROFILE_MAX + 1):
         sizes = (max(m, held[0]), max(m, held[1]), max(m, held[2]))
         if attainable_min_p(sizes[0], sizes[1]) >= level:
             continue
-        pw = shape_test_power(claimed, other, matches, sizes, level)
+        pw = shape_test_power(claimed, other, matches, sizes, level, margin=margin)
         if pw >= power:
             more, cpu = missing_seeds(cells, m, costs, dict(zip(cells, held, strict=True)))
             return PlanRow(rid, min(held), m, more, cpu, now, (
                 f"planned by resampling the kept per-seed profiles: supported in {pw:.0%} of draws with {m} seeds "
                 f"a task ({', '.join(f'{t} {h}' for t, h in zip(tasks, held, strict=True))} now), the exact "
-                f"permutation test at its Holm level {level:.2g}"))
+                f"permutation test at its Holm level {level:.2g} and the profile closer by more than the margin "
+                f"{margin:g}"))
     return PlanRow(rid, min(held), None, None, math.nan, now,
                    f"planned by resampling the kept per-seed profiles: not supported in {power:.0%} of draws "
                    f"with up to {PROFILE_MAX} seeds a task")
@@ -518,8 +520,9 @@ def _changed(claim: Claim, r: pd.Series) -> str:
     if _text(r, "verdict") == Verdict.NOT_EVALUABLE:
         return ""
     margin = _float(r, "margin")
-    if not np.isclose(margin, claim.margin if claim.margin else np.nan, equal_nan=True):
-        return f"another margin ({margin:g}, the file: {claim.margin})"
+    declared = claim.decision_margin
+    if not np.isclose(margin, declared if declared else np.nan, equal_nan=True):
+        return f"another margin ({margin:g}, the file: {declared})"
     if claim.thresholded and not np.isclose(_float(r, "reference_mean"), float(claim.threshold or 0)):
         return f"another threshold ({_float(r, 'reference_mean'):g}, the file: {claim.threshold})"
     model = _text(r, "model")

@@ -96,16 +96,18 @@ def family_share(claims: Sequence[Claim], design: Literal["fixed", "sequential"]
     """How many tests ``claims`` put in each of the three Holm families, the one counting rule of
     both designs: their own tests (one per claim, one per architecture of a profile_match
     claim); the second family's; the opposite side's (one per claim that can be contradicted,
-    :func:`contra_test`). The second family is what each design tests beside a claim's own
-    test: the fixed design every second test of a claim with a margin (:func:`secondary_tests`:
-    the equivalence test of a difference claim tested against zero, zero and equivalence of one
-    tested against its margin, zero of an equivalence claim); a group-sequential design only the
+    :meth:`~analysis.claims.kinds.base.ClaimBase.contra_test`). The second family is what each
+    design tests beside a claim's own test: the fixed design every second test of a claim with a
+    margin (:meth:`~analysis.claims.kinds.base.ClaimBase.secondary_tests`: the equivalence test of
+    a difference claim tested against zero, zero and equivalence of one tested against its
+    margin, zero of an equivalence claim, and of each row of a profile_match claim the
+    permutation test without its margin); a group-sequential design only the
     margin's TOST of a difference claim tested against zero (the one that makes it equivalent
     or negligible, :meth:`analysis.stats.design.Hypothesis.margin_test`). Pass it as ``absent``
     for the declared claims a part of a grid does not hold."""
     own = sum(c.own_tests() for c in claims)
     if design == "fixed":
-        second = sum(len(c.secondary_tests()) for c in claims)
+        second = sum(c.own_tests() * len(c.secondary_tests()) for c in claims)
     else:
         second = sum(c.sequential_margin_test() for c in claims)
     return own, second, sum(c.contra_test() for c in claims)

@@ -136,14 +136,16 @@ def permutation_shape_test_np(a, b, rng, max_exact=20000, n_permutations=9999):
 
 
 def shape_test_power(claimed: np.ndarray, other: np.ndarray, matches: np.ndarray, sizes: tuple[int, int, int],
-                     level: float, *, rng: np.random.Generator | int = 0, n_resamples: int = 200,
+                     level: float, *, margin: float = 0.0, rng: np.random.Generator | int = 0, n_resamples: int = 200,
                      max_exact: int = 20000, n_permutations: int = 4999) -> float:
     """The chance that a profile claim is supported with ``sizes`` seeds of its three tasks (the
     claimed task, the one its profile must differ from, the one it must lie closer to), if seeds
     are drawn like the observed ones: each resample draws that many seeds with replacement from
     each task's observed per-seed profiles (seed, layer), and counts a success when the
     permutation shape test of ``claimed`` against ``other`` (:func:`permutation_shape_test_np`)
-    gives p below ``level`` and the claimed task's mean profile lies closer to ``matches``'.
+    gives p below ``level`` and the claimed task's mean profile lies closer to ``matches``' by more
+    than ``margin`` (its point estimate: the claim's own test asks it of an interval's lower end, so
+    this is the power's upper end).
     The observed seeds are taken as the population (face value, as the seed planner takes an
     observed effect); random splits beyond ``max_exact`` resolve p to ``1 / (n_permutations + 1)``."""
     gen = np.random.default_rng(rng)
@@ -155,7 +157,7 @@ def shape_test_power(claimed: np.ndarray, other: np.ndarray, matches: np.ndarray
     for _ in range(n_resamples):
         a, b, m = (g[gen.integers(0, len(g), n)] for g, n in zip(groups, sizes, strict=True))
         _, p, _, _ = permutation_shape_test_np(a, b, gen, max_exact=max_exact, n_permutations=n_permutations)
-        closer = float(shape_distance_np(a.mean(0), m.mean(0))) < float(shape_distance_np(a.mean(0), b.mean(0)))
+        closer = float(shape_distance_np(a.mean(0), b.mean(0))) - float(shape_distance_np(a.mean(0), m.mean(0))) > margin
         hits += bool(p < level and closer)
     return hits / n_resamples
 
@@ -182,6 +184,15 @@ def bootstrap_shape_distance_np(a, b, rng, n_boot):
     ia = rng.integers(0, a.shape[0], (n_boot, a.shape[0]))
     ib = rng.integers(0, b.shape[0], (n_boot, b.shape[0]))
     return shape_distance_np(a[ia].mean(1), b[ib].mean(1))
+
+
+def bootstrap_closer_np(claimed, other, matches, rng, n_boot):
+    """Draws of how much closer the claimed task's mean profile lies to ``matches`` than to
+    ``other``: ``d(claimed, other) - d(claimed, matches)`` (:func:`shape_distance_np`), seeds
+    resampled within each task, the claimed task's draw shared by both distances. Shape (n_boot,)."""
+    ic, io, im = (rng.integers(0, g.shape[0], (n_boot, g.shape[0])) for g in (claimed, other, matches))
+    mean_c = claimed[ic].mean(1)
+    return shape_distance_np(mean_c, other[io].mean(1)) - shape_distance_np(mean_c, matches[im].mean(1))
 
 
 # --------------------------------------------------------------------------- xarray layer

@@ -357,6 +357,11 @@ class ClaimBase(BaseModel):
         """The range of the claim's estimate (:mod:`analysis.stats.ranges`); none by default."""
         return UNBOUNDED
 
+    @property
+    def decision_margin(self) -> float | None:
+        """The margin the claim is decided with: its declared ``margin`` (a kind may default one)."""
+        return self.margin
+
     # ------------------------------------------------------------------ its tests and their families
 
     @property

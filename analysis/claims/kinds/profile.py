@@ -14,11 +14,18 @@ from analysis.stats.decision import Verdict, fmt_p
 from analysis.stats.design import Cell, DesignError, Hypothesis
 from analysis.stats.profiles import seeds_for_profile_test
 
+#: The margin of a profile_match claim that declares none, on the scale of the shape distance (the
+#: RMS over layers between min-max normalised profiles, 0 to 1): about a 10-point gap of the
+#: normalised profile at one layer of five (sqrt(0.1^2 / 5) = 0.045). Closer to ``matches`` than
+#: to ``differs_from`` by less is no match worth claiming: two profiles that both saturate at
+#: the first layer differ by a few thousandths.
+DEFAULT_PROFILE_MARGIN = 0.05
+
 
 class ProfileMatchClaim(ClaimBase):
     kind: Literal["profile_match"] = "profile_match"  # type: ignore[assignment]
     required: ClassVar[tuple[str, ...]] = ("task", "matches", "differs_from")
-    owns: ClassVar[frozenset[str]] = frozenset({"archs", "matches", "differs_from"})
+    owns: ClassVar[frozenset[str]] = frozenset({"archs", "matches", "differs_from", "margin"})
     reads_probes: ClassVar[bool] = True
     #: A row per architecture, each an exact permutation test decided in a single look.
     per_arch: ClassVar[bool] = True
@@ -30,11 +37,26 @@ kind = "profile_match"
 task = "s3"
 matches = "parity"
 differs_from = "dyck"
-archs = ["lstm", "mamba"]  # one row each"""
-    explained: ClassVar[str] = "Exact permutation test over seeds of the layer-profile shape distance, once per architecture."
+archs = ["lstm", "mamba"]  # one row each
+margin = 0.05              # the default: closer to Parity's than to Dyck's by more than this"""
+    explained: ClassVar[str] = (
+        "Once per architecture: the exact permutation test over seeds that S3's layer profile differs in shape "
+        "from Dyck's (the RMS over layers between min-max normalised mean profiles), and a seed bootstrap of how "
+        "much closer it lies to Parity's than to Dyck's (the difference of the two distances). Supported when "
+        "the test passes after Holm's correction and that difference's 95% interval lies above the margin "
+        f"(default {DEFAULT_PROFILE_MARGIN:g}); negligible when the profile differs from Dyck's but the whole "
+        "interval lies within the margin (both profiles alike, e.g. saturated from the first layer).")
 
     def named_archs(self) -> list[str]:
         return list(self.archs or ([self.arch] if self.arch else []))
+
+    @property
+    def decision_margin(self) -> float:
+        return DEFAULT_PROFILE_MARGIN if self.margin is None else float(self.margin)
+
+    def secondary_tests(self) -> tuple[str, ...]:
+        """The permutation test without the margin (``p_zero``), which tells a negligible match."""
+        return ("zero",)
 
     def row_ids(self) -> list[str]:
         return [f"{self.id}[{a}]" for a in self.named_archs()]
@@ -76,10 +98,14 @@ archs = ["lstm", "mamba"]  # one row each"""
 
     def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
         p, level = adj["other"], float(adj.get("level", np.nan))
+        p_zero = adj.get("zero", np.nan)
         n_seeds = int(row["n_seeds"]) if np.isfinite(row.get("n_seeds", np.nan)) else 0
+        m, lo, hi = self.decision_margin, float(row["lower"]), float(row["upper"])
+        closer = (f"closer to {self.matches}'s than to {self.differs_from}'s by {float(row['estimate']):+.3f} "
+                  f"(95% interval [{lo:+.3f}, {hi:+.3f}])")
         if p < ALPHA:
             return Verdict.SUPPORTED, "", (f"profile differs from {self.differs_from}'s (Holm p = {fmt_p(p)}) and lies "
-                                           f"closer to {self.matches}'s")
+                                           f"{closer}, beyond the margin {m:g}")
         floor = row.get("min_p", np.nan)
         if np.isfinite(floor) and np.isfinite(level) and floor > level:
             return Verdict.INCONCLUSIVE, "", (
@@ -87,5 +113,12 @@ archs = ["lstm", "mamba"]  # one row each"""
                 f"attainable p is {floor:.3f}, above the level of its Holm step ({level_text(level)}): "
                 f"{seeds_for_profile_test(level)} seeds per task would be needed with as many in each (fewer in one "
                 "task where the other holds more)")
-        return Verdict.INCONCLUSIVE, "", (f"not shown to differ from {self.differs_from}'s profile while lying "
-                                          f"closer to {self.matches}'s (Holm p = {fmt_p(p)})")
+        if p_zero < ALPHA and hi < m:
+            return Verdict.NEGLIGIBLE, Verdict.NEGLIGIBLE, (
+                f"profile differs from {self.differs_from}'s (Holm p = {fmt_p(p_zero)}) but lies {closer}: within "
+                f"the margin {m:g}, a real but negligible difference (the profiles are alike)")
+        if p_zero < ALPHA:
+            return Verdict.INCONCLUSIVE, "", (f"profile differs from {self.differs_from}'s (Holm p = {fmt_p(p_zero)}) "
+                                              f"and lies {closer}: not shown beyond the margin {m:g}")
+        return Verdict.INCONCLUSIVE, "", (f"not shown to differ from {self.differs_from}'s profile (Holm p = "
+                                          f"{fmt_p(p_zero if np.isfinite(p_zero) else p)}); it lies {closer}")

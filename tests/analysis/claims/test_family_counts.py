@@ -27,7 +27,8 @@ def test_both_designs_count_by_one_rule():
     # own: 7 claims + 2 architectures of the profile claim; opposite side: dm, dg, eq, b, r
     fixed = family_share(CLAIMS)
     sequential = family_share(CLAIMS, design="sequential")
-    assert fixed == (9, 1 + 2 + 1, 5)  # d0: equivalence; dm: zero and equivalence; eq: zero
+    # d0: equivalence; dm: zero and equivalence; eq: zero; each profile row: its test without the margin
+    assert fixed == (9, 1 + 2 + 1 + 2, 5)
     assert sequential == (9, 1, 5)  # only d0's margin TOST
     assert family_counts(CLAIMS) == sequential
     for c in CLAIMS:  # claim by claim, the sequential second family is part of the fixed one

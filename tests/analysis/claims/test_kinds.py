@@ -37,7 +37,7 @@ def test_every_kind_parses_its_own_example_into_its_class():
     ("bound", "matches", "parity", "profile_match"),
     ("readable_by", "treatment", "gru", "difference and equivalence"),
     ("equivalence", "test_against", "margin", "difference"),
-    ("profile_match", "margin", 0.05, "difference and equivalence"),
+    ("profile_match", "threshold", 0.9, "readable_by and bound"),
 ])
 def test_a_field_of_another_kind_is_refused_in_one_line_naming_its_kinds(kind, field, value, owners):
     base = tomllib.loads(KINDS[kind].example)["claims"][0]
@@ -75,7 +75,7 @@ def test_what_the_kinds_answer_instead_of_their_name():
     assert diff.contra_value() == -0.05 and not diff.greater
     assert prof.row_ids() == ["p[lstm]", "p[mamba]"] and prof.own_tests() == 2
     assert bound.plan_test(0.8) == ("one-sided", pytest.approx(0.1))  # below 0.9 is the claimed side
-    assert family_share([diff, prof, bound]) == (4, 2, 2)
+    assert family_share([diff, prof, bound]) == (4, 2 + 2, 2)
     assert trait("difference", "compares") and trait("profile_match", "per_arch") and not trait("", "compares")
 
 
