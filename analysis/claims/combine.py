@@ -520,9 +520,9 @@ def _changed(claim: Claim, r: pd.Series) -> str:
     if _text(r, "verdict") == Verdict.NOT_EVALUABLE:
         return ""
     margin = _float(r, "margin")
-    declared = claim.decision_margin
-    if not np.isclose(margin, declared if declared else np.nan, equal_nan=True):
-        return f"another margin ({margin:g}, the file: {declared})"
+    declared_margin = claim.decision_margin
+    if not np.isclose(margin, declared_margin if declared_margin else np.nan, equal_nan=True):
+        return f"another margin ({margin:g}, the file: {declared_margin})"
     if claim.thresholded and not np.isclose(_float(r, "reference_mean"), float(claim.threshold or 0)):
         return f"another threshold ({_float(r, 'reference_mean'):g}, the file: {claim.threshold})"
     model = _text(r, "model")

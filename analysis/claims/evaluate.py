@@ -293,8 +293,8 @@ def profile_row(claim: Claim, profiles: dict[str, xr.DataArray], arch: str) -> d
     # how much closer to `matches` than to `differs_from`, with a seed bootstrap of the three tasks
     groups = [profiles[str(t)].transpose("seed", "layer").values for t in (task, claim.differs_from, claim.matches)]
     groups = [g[~np.all(np.isnan(g), axis=1)] for g in groups]
-    margin = claim.decision_margin
-    est, lo, hi, p_margin = closer_by_margin_np(*groups, margin, np.random.default_rng(0))
+    margin = float(claim.decision_margin or 0.0)  # a profile claim's is never None
+    est, lo, hi, p_margin = closer_by_margin_np(groups[0], groups[1], groups[2], margin, np.random.default_rng(0))
     p_zero = float(diff.p) if d_same < d_diff else 1.0
     return {
         # the estimate: how much closer the profile lies to `matches`' than to `differs_from`'s

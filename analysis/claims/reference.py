@@ -115,7 +115,7 @@ def render() -> str:
         "# Claims: a reference",
         "",
         "<!-- Written by `python -m analysis.claims.reference > docs/claims.md` from the claim model "
-        "(analysis/claims/spec.py); edit the model, not this page. -->",
+        "(analysis/claims/kinds/); edit the model, not this page. -->",
         "",
         "A claim is a hypothesis declared before looking at the results. `layerstate stats STORE --claims "
         "FILE` evaluates the claims of FILE on STORE's stored results; `layerstate run` evaluates those "

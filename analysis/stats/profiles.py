@@ -215,7 +215,7 @@ def closer_by_margin_np(claimed, other, matches, margin: float, rng, n_boot: int
     n = min(g.shape[0] for g in groups)
     mean = groups[0].mean(0)
     est = float(shape_distance_np(mean, groups[1].mean(0)) - shape_distance_np(mean, groups[2].mean(0)))
-    draws = bootstrap_closer_np(*groups, rng, n_boot)
+    draws = bootstrap_closer_np(groups[0], groups[1], groups[2], rng, n_boot)
     spread = est + (draws - draws.mean()) * math.sqrt(n / (n - 1))
     lower, upper = (float(v) for v in np.quantile(spread, [0.025, 0.975]))
     return est, lower, upper, min(1.0, 2.0 * float(np.mean(spread <= margin)))
