@@ -47,7 +47,7 @@ from analysis.claims.verdicts import (
     family_share,
     judged_power,
 )
-from analysis.stats.profiles import closer_by_margin_np, profile_difference_test
+from analysis.stats.profiles import MAX_EXACT, closer_by_margin_np, profile_difference_test
 from store import Store
 from store.errors import did_you_mean
 
@@ -310,10 +310,18 @@ def profile_row(claim: Claim, profiles: dict[str, xr.DataArray], arch: str) -> d
         "n_seeds": int(profiles[task].sizes["seed"]),
         "margin": margin, "power": np.nan, "mde": np.nan,
         "treatment_mean": d_same, "reference_mean": d_diff,
-        "test": f"exact permutation over seeds of the profile-shape distance ({claim.task} vs "
+        "test": f"{_permutation_words(diff)} over seeds of the profile-shape distance ({claim.task} vs "
                 f"{claim.differs_from}); closer to {claim.matches} by more than the margin {margin:g} (seed bootstrap "
                 "of the difference of distances)",
     }
+
+
+def _permutation_words(test: xr.Dataset) -> str:
+    """How a profile test's p was computed: over every split of the seeds (exact), or over a
+    seeded sample of them where there are more than :data:`analysis.stats.profiles.MAX_EXACT`."""
+    if test.attrs.get("exact", True):
+        return "exact permutation"
+    return f"permutation p from {int(test.n_splits)} random seed splits (seeded: the exact distribution is used up to {MAX_EXACT:,} splits)"
 
 
 #: Numeric columns of the claims Dataset (NaN where a column does not apply to a claim).

@@ -98,19 +98,41 @@ def shape_distance_np(mean_a: np.ndarray, mean_b: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean((normalise_np(mean_a) - normalise_np(mean_b)) ** 2, axis=-1))
 
 
-def _splits(n_a: int, n: int, rng, max_exact: int, n_permutations: int):
-    """Group-A membership (splits, n) of every split, or of random ones; and whether exact."""
-    if comb(n, n_a) <= max_exact:
-        rows = list(itertools.combinations(range(n), n_a))
-        member = np.zeros((len(rows), n), dtype=bool)
-        member[np.repeat(np.arange(len(rows)), n_a), np.concatenate(rows)] = True
-        return member, True
+#: The most seed splits a profile test enumerates: at most this many, the permutation distribution
+#: is exact (11 + 11 seeds: 705,432 splits, about a second); beyond, ``n_permutations`` random
+#: splits drawn from the test's seeded generator, and the result says so (``exact`` False).
+MAX_EXACT = 1_000_000
+#: Splits scored at once when enumerating (bounds the memory of a large exact test to tens of MB).
+_CHUNK = 65_536
+
+
+def _split_chunks(n_a: int, n: int, rng, max_exact: int, n_permutations: int):
+    """Group-A membership of every split (chunks of (splits, n) booleans), or of random ones;
+    and whether exact."""
+    total = comb(n, n_a)
+    if total <= max_exact:
+        combos = itertools.combinations(range(n), n_a)
+
+        def chunks():
+            done = 0
+            while done < total:
+                k = min(_CHUNK, total - done)
+                idx = np.fromiter(itertools.chain.from_iterable(itertools.islice(combos, k)), dtype=np.int64,
+                                  count=k * n_a).reshape(k, n_a)
+                member = np.zeros((k, n), dtype=bool)
+                member[np.repeat(np.arange(k), n_a), idx.ravel()] = True
+                done += k
+                yield member
+
+        return chunks(), True
     order = np.argsort(rng.random((n_permutations, n)), axis=1)
-    return order < n_a, False
+    return iter([order < n_a]), False
 
 
-def permutation_shape_test_np(a, b, rng, max_exact=20000, n_permutations=9999):
-    """Permutation p of the shape distance between two groups of profiles.
+def permutation_shape_test_np(a, b, rng, max_exact=MAX_EXACT, n_permutations=9999):
+    """Permutation p of the shape distance between two groups of profiles: over every split of
+    the seeds when there are at most ``max_exact`` (exact), else over ``n_permutations`` random
+    splits from ``rng`` (``(1 + hits) / (1 + n)``).
 
     Parameters
     ----------
@@ -126,13 +148,16 @@ def permutation_shape_test_np(a, b, rng, max_exact=20000, n_permutations=9999):
     pooled = np.concatenate([a, b])  # (n, layer)
     n_a, n = a.shape[0], pooled.shape[0]
     stat = float(shape_distance_np(a.mean(0), b.mean(0)))
-    member, exact = _splits(n_a, n, rng, max_exact, n_permutations)
-    mean_a = member @ pooled / n_a  # (split, layer)
-    mean_b = (~member) @ pooled / (n - n_a)
-    null = shape_distance_np(mean_a, mean_b)
-    hits = int(np.sum(null >= stat - 1e-12 * max(1.0, stat)))
-    p = hits / len(null) if exact else (1 + hits) / (1 + len(null))
-    return stat, p, exact, len(null)
+    chunks, exact = _split_chunks(n_a, n, rng, max_exact, n_permutations)
+    hits = splits = 0
+    for member in chunks:
+        mean_a = member @ pooled / n_a  # (split, layer)
+        mean_b = (~member) @ pooled / (n - n_a)
+        null = shape_distance_np(mean_a, mean_b)
+        hits += int(np.sum(null >= stat - 1e-12 * max(1.0, stat)))
+        splits += len(null)
+    p = hits / splits if exact else (1 + hits) / (1 + splits)
+    return stat, p, exact, splits
 
 
 def shape_test_power(claimed: np.ndarray, other: np.ndarray, matches: np.ndarray, sizes: tuple[int, int, int],
@@ -410,7 +435,7 @@ def profile_difference_test(
     tasks: tuple | None = None,
     ci_level: float = 0.95,
     n_boot: int = 2000,
-    max_exact: int = 20000,
+    max_exact: int = MAX_EXACT,
     n_permutations: int = 9999,
     task_dim: str = "task",
     layer_dim: str = "layer",

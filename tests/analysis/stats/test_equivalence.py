@@ -147,3 +147,19 @@ def test_paired_tests_reject_bad_inputs_with_pinned_messages():
         paired_difference(a.assign_coords(seed=[0, 1, 2]), b.assign_coords(seed=[5, 6, 7]))
     with pytest.raises(ValueError, match="alpha must be a number strictly between 0 and 1"):
         paired_tost(a, b, margin=0.1, alpha=5)
+
+
+def test_sign_flips_are_exact_up_to_a_million_and_seeded_beyond():
+    """Issue 72 item 7: 19 seeds (524,288 flips) enumerate every flip; 20 seeds draw seeded random
+    flips and say so (the test used to refuse more than 16 seeds)."""
+    from analysis.stats.equivalence import paired_permutation_test, sign_flip_np
+
+    rng = np.random.default_rng(3)
+    nineteen = np.full(19, 0.1) + rng.normal(0, 0.01, 19)  # every difference positive
+    assert sign_flip_np(nineteen) == pytest.approx(2 / 2**19)  # the exact floor
+    twenty = np.full(20, 0.1) + rng.normal(0, 0.01, 20)
+    assert sign_flip_np(twenty) == sign_flip_np(twenty) == pytest.approx(1 / 100_000)
+    seeds = xr.DataArray(np.arange(20), dims="seed")
+    res = paired_permutation_test(xr.DataArray(twenty, dims="seed", coords={"seed": seeds}),
+                                  xr.DataArray(np.zeros(20), dims="seed", coords={"seed": seeds}))
+    assert "random flips (seed 0)" in res.attrs["method"] and res.attrs["can_reach_alpha"]

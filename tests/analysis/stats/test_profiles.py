@@ -130,3 +130,20 @@ def test_the_smallest_attainable_p_and_the_seeds_it_takes():
 
     _, p, exact, n_splits = permutation_shape_test_np(a, b, rng)
     assert exact and n_splits == 20 and p == pytest.approx(attainable_min_p(3, 3))
+
+
+def test_eleven_seeds_a_task_get_the_exact_distribution_and_its_floor():
+    """Issue 72 item 7: 11 + 11 seeds have 705,432 splits, under a million, so the p is exact
+    (was: 9,999 random splits, whose p cannot go below 1e-4 nor reach the exact floor)."""
+    from analysis.stats.profiles import MAX_EXACT, attainable_min_p, permutation_shape_test_np
+
+    rng = np.random.default_rng(1)
+    a = np.array([0.5, 0.5, 0.5, 0.6, 1.0]) + rng.normal(0, 0.005, (11, 5))
+    b = np.array([0.5, 1.0, 1.0, 1.0, 1.0]) + rng.normal(0, 0.005, (11, 5))
+    _, p, exact, n_splits = permutation_shape_test_np(a, b, rng)
+    assert exact and n_splits == 705_432 <= MAX_EXACT
+    assert p == pytest.approx(attainable_min_p(11, 11))  # 2 / 705,432: a split and its mirror
+    # beyond the cap: seeded random splits, said so, and reproducible from the seed
+    runs = [permutation_shape_test_np(a, b, np.random.default_rng(7), max_exact=1000) for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0][2] is False and runs[0][3] == 9999
+    assert runs[0][1] == pytest.approx(1 / 10_000)
