@@ -275,11 +275,12 @@ class Executor:
             return
         cfg, heading = exp.analysis, None
         for item in section.items:
-            part = item.kind if item.kind in ("behaviour", "probes") else "interventions"
+            part = item.kind if item.kind in ("behaviour", "probes", "mdl", "stability") else "interventions"
             if part != heading:
                 heading = part
-                self.say(f"== probes ({cfg.probe_positions} positions, {cfg.probe_folds}-fold by sequence)"
-                         if part == "probes" else f"== {part}")
+                self.say({"probes": f"== probes ({cfg.probe_positions} positions, {cfg.probe_folds}-fold by sequence)",
+                          "mdl": f"== mdl ({cfg.mdl_positions} positions)",
+                          "stability": "== stability (the seeds' probe subspaces)"}.get(part, f"== {part}"))
             yield item, stages.analyse(item, st, exp, self.say, self.scheduler, self.device_for(item))
 
 

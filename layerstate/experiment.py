@@ -133,11 +133,21 @@ class AnalysisConfig(BaseModel):
     patch_length: int = Field(default=40, description="Length of the counterfactual twins to patch.")
     patch_positions: list[int] | None = Field(default=None, description="Positions to patch (default all).")
     interchange: bool = Field(default=False, description="Interchange interventions at named sites (assoc_recall, treecall).")
+    mdl: bool = Field(default=False, description="Code each task's training target per layer with an online (MDL) "
+                      "probe, Voita & Titov 2020: results/mdl/<task> (also when a claim reads mdl_compression).")
+    mdl_positions: str = Field(default="last", description="last | pooled | all: the positions the MDL probe codes.")
+    stability: bool = Field(default=False, description="How alike the seeds' probe subspaces are per layer, read "
+                            "from the task's probe result: results/stability/<task> (also when a claim reads "
+                            "probe_stability; the probes run too).")
+    stability_shuffles: int = Field(default=20, ge=1, description="Label permutations of stability's "
+                                    "shuffled-label null.")
 
     @model_validator(mode="after")
     def _choices(self) -> AnalysisConfig:
         if self.probe_positions not in ("all", "last", "pooled"):
             raise ValueError(f"probe_positions must be all, last or pooled, got {self.probe_positions!r}")
+        if self.mdl_positions not in ("all", "last", "pooled"):
+            raise ValueError(f"mdl_positions must be all, last or pooled, got {self.mdl_positions!r}")
         if self.probe_control not in ("permute", "token"):
             raise ValueError(f"probe_control must be permute or token, got {self.probe_control!r}")
         if self.ablate_mode not in ("zero", "mean"):

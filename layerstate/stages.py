@@ -170,50 +170,113 @@ def has_pairs(store: Any, runs: list[str], length: int) -> bool:
     return all(length in store.lengths(r, kind="cfclean") for r in runs)
 
 
+#: What builds one analysis: ``(item, store, exp, scheduler, device)`` -> the parameters its result is
+#: computed from (recorded with it) and the function that computes and stores it from them and the
+#: attributes to store with it (the interventions' also take ``extend``: compute only the runs the
+#: stored result lacks, :data:`EXTENDABLE`), returning the stored Dataset.
+Builder = Callable[[Work, Any, "Experiment", Any, Device], tuple[dict[str, Any], Callable[..., Any]]]
+
+
+def _behaviour(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.behaviour import CI_LEVEL, store_behaviour
+
+    runs = list(item.runs)
+    # the lengths it was measured at: a length captured since makes it stale
+    params: dict[str, Any] = dict(lengths=list(_measured(store, runs)), ci_level=CI_LEVEL)
+    return params, lambda p, a: store_behaviour(store, str(item.task), runs, attrs=a)
+
+
+def _probes(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.probes import probe
+
+    cfg = exp.analysis
+    params = dict(positions=cfg.probe_positions, lengths=cfg.probe_lengths, train_length=cfg.probe_train_length,
+                  folds=cfg.probe_folds, method=cfg.probe_method, control=cfg.probe_control)
+    return params, lambda p, a: probe(store, runs=list(item.runs), **p, save=True, name=item.key,
+                                      scheduler=scheduler, attrs=a)
+
+
+def _mdl(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.probes import plan_mdl, save_mdl
+    from analysis.probes.probing import task_attrs
+
+    cfg = exp.analysis
+    params: dict[str, Any] = dict(positions=cfg.mdl_positions, lengths=cfg.probe_lengths, control="permute")
+
+    def compute(p: dict[str, Any], a: dict[str, Any]) -> Any:
+        plan = plan_mdl(store, None, runs=list(item.runs), positions=p["positions"], lengths=p["lengths"],
+                        control=p["control"])
+        ds = plan.compute(scheduler)
+        ds.attrs.update(task_attrs(store, list(ds.run.values)), **a)
+        save_mdl(store, ds, item.key)
+        return ds
+
+    return params, compute
+
+
+def _stability(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.probes import plan_stability, save_stability
+    from store import schema
+    from store.contents.results import DIGEST_ATTR
+
+    result = schema.result_name(schema.PROBES, str(item.task))
+    # the probe result it reads, by its data: probes computed again make it stale
+    params: dict[str, Any] = dict(result=result, shuffles=exp.analysis.stability_shuffles,
+                                  probes=store.result_attrs(result).get(DIGEST_ATTR))
+
+    def compute(p: dict[str, Any], a: dict[str, Any]) -> Any:
+        plan = plan_stability(store, p["result"], runs=list(item.runs), shuffles=p["shuffles"])
+        ds = plan.compute()  # numpy on the driver: a few maps a cell
+        ds.attrs.update(a)
+        save_stability(store, ds, item.key)
+        return ds
+
+    return params, compute
+
+
+def _ablation(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.interventions import run_ablation
+
+    cfg = exp.analysis
+    params = dict(settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
+                  fit_length=cfg.ablate_fit_length or exp.train.length,
+                  mode=cfg.ablate_mode, refit_rows=cfg.ablate_refit_rows)
+    return params, lambda p, a, extend=False: run_ablation(store, str(item.task), runs=list(item.runs), **p,
+                                                           scheduler=scheduler, attrs=a, device=device,
+                                                           extend=extend)
+
+
+def _patching(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.interventions import run_patching
+
+    cfg = exp.analysis
+    params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
+    return params, lambda p, a, extend=False: run_patching(
+        store, p["length"], str(item.task), runs=list(item.runs), positions=p["positions"], scheduler=scheduler,
+        attrs=a, device=device, extend=extend)
+
+
+def _interchange(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    from analysis.interventions import run_interchange
+
+    params = dict(length=exp.analysis.patch_length)
+    return params, lambda p, a, extend=False: run_interchange(store, p["length"], str(item.task),
+                                                              runs=list(item.runs), scheduler=scheduler, attrs=a,
+                                                              device=device, extend=extend)
+
+
+#: Every analysis ``run`` can schedule, by its work unit's kind (:data:`layerstate.work.Work.kind`).
+ANALYSES: dict[str, Builder] = {"behaviour": _behaviour, "probes": _probes, "mdl": _mdl, "stability": _stability,
+                                "ablation": _ablation, "patching": _patching, "interchange": _interchange}
+
+
 def _analysis(item: Work, store: Any, exp: Experiment, scheduler: Any,
               device: Device) -> tuple[dict[str, Any], Callable[..., Any]]:
-    """The parameters a result is computed from (recorded with it) and the function that
-    computes and stores it from them and the attributes to store with it (the interventions'
-    also take ``extend``: compute only the runs the stored result lacks, :data:`EXTENDABLE`)."""
-    cfg, task_, runs = exp.analysis, str(item.task), list(item.runs)
-    if item.kind == "behaviour":
-        from analysis.behaviour import CI_LEVEL, store_behaviour
-
-        # the lengths it was measured at: a length captured since makes it stale
-        params: dict[str, Any] = dict(lengths=list(_measured(store, runs)), ci_level=CI_LEVEL)
-        return params, lambda p, a: store_behaviour(store, task_, runs, attrs=a)
-    if item.kind == "probes":
-        from analysis.probes import probe
-
-        params = dict(
-            positions=cfg.probe_positions, lengths=cfg.probe_lengths,
-            train_length=cfg.probe_train_length, folds=cfg.probe_folds,
-            method=cfg.probe_method, control=cfg.probe_control)
-        return params, lambda p, a: probe(store, runs=runs, **p, save=True, name=item.key,
-                                          scheduler=scheduler, attrs=a)
-    if item.kind == "ablation":
-        from analysis.interventions import run_ablation
-
-        params = dict(settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
-                      fit_length=cfg.ablate_fit_length or exp.train.length,
-                      mode=cfg.ablate_mode, refit_rows=cfg.ablate_refit_rows)
-        return params, lambda p, a, extend=False: run_ablation(store, task_, runs=runs, **p, scheduler=scheduler,
-                                                               attrs=a, device=device, extend=extend)
-    if item.kind == "patching":
-        from analysis.interventions import run_patching
-
-        params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
-        return params, lambda p, a, extend=False: run_patching(
-            store, p["length"], task_, runs=runs, positions=p["positions"], scheduler=scheduler, attrs=a,
-            device=device, extend=extend)
-    if item.kind == "interchange":
-        from analysis.interventions import run_interchange
-
-        params = dict(length=cfg.patch_length)
-        return params, lambda p, a, extend=False: run_interchange(store, p["length"], task_, runs=runs,
-                                                                  scheduler=scheduler, attrs=a, device=device,
-                                                                  extend=extend)
-    raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
+    """The parameters and the computing function of the analysis ``item`` names (:data:`ANALYSES`)."""
+    build = ANALYSES.get(item.kind)
+    if build is None:
+        raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
+    return build(item, store, exp, scheduler, device)
 
 
 def evaluate_claims(store: Any, exp: Experiment, say: Say) -> Any:

@@ -8,6 +8,8 @@ in which each unit comes after everything it waits for::
     capture <run> cf_<L>              then its counterfactual twins, one writer per run
     behaviour/<task>                  the readout's accuracy, after the captures of the task's runs
     probes/<task>                     after the captures of the task's runs
+    mdl/<task>                        MDL probes ([analysis] mdl, or a claim reads them)
+    stability/<task>                  after probes/<task> ([analysis] stability, or a claim)
     pairs/<task>                      are the counterfactual twins there to patch?
     ablation/<task>, patching/<task>, interchange/<task>
     claims                            after every analysis
@@ -47,8 +49,8 @@ class Work:
 
     ``key`` names it (unique in its list); ``after`` holds the keys it waits for (only
     keys of the same list). ``run`` is the run a train or capture unit writes; ``kind`` is
-    ``"len"`` or ``"cf"`` for a capture, the analysis (``"behaviour"``, ``"probes"``, ``"pairs"``,
-    ``"ablation"``, ``"patching"``, ``"interchange"``) for an analyse unit; ``task`` and
+    ``"len"`` or ``"cf"`` for a capture, the analysis (``"behaviour"``, ``"probes"``, ``"mdl"``,
+    ``"stability"``, ``"pairs"``, ``"ablation"``, ``"patching"``, ``"interchange"``) for an analyse unit; ``task`` and
     ``runs`` are what an analysis reads. ``device``: the unit runs models, on the command's
     device (``--device``; :meth:`layerstate.executor.Executor.device_for`)."""
 
@@ -120,16 +122,19 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
     by_task = {t: tuple(s.run_id for s in specs if s.task == t) for t in exp.grid.tasks}
     untrained = {s.run_id for s in specs if s.untrained}
 
-    def unit(kind: str, task: str, length: int | None = None) -> Work:
+    def unit(kind: str, task: str, length: int | None = None, *, then: tuple[str, ...] = ()) -> Work:
         runs = by_task[task]
         if kind in (*MODEL_ANALYSES, "pairs"):  # an untrained baseline's readout is chance: nothing to intervene on
             runs = tuple(r for r in runs if r not in untrained)
-        after = tuple(k for r in runs for k in captured.get(r, []))
+        after = tuple(k for r in runs for k in captured.get(r, [])) + then
         return Work("analyse", f"{kind}/{task}", after=after, kind=kind, task=task, runs=runs,
                     length=length, device=kind in MODEL_ANALYSES)
 
+    stability = cfg.stability or "stability" in read  # read from the task's probe result
     out = [unit("behaviour", t) for t in by_task]
-    out += [unit("probes", t) for t in by_task if cfg.probe or "probes" in read]
+    out += [unit("probes", t) for t in by_task if cfg.probe or "probes" in read or stability]
+    out += [unit("mdl", t) for t in by_task if cfg.mdl or "mdl" in read]
+    out += [unit("stability", t, then=(f"probes/{t}",)) for t in by_task if stability]
     for task in by_task:
         if cfg.patch or cfg.interchange:
             out.append(unit("pairs", task, cfg.patch_length))

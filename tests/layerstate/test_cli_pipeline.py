@@ -137,6 +137,9 @@ ablate = true
 ablate_settings = ["probe", "pca:2"]
 patch = true
 patch_length = 12
+mdl = true
+stability = true
+stability_shuffles = 2
 
 [[claims]]
 id = "parity-readable"
@@ -160,7 +163,9 @@ length = 12
     from store import Store
 
     st = Store.open(str(out / "store.zarr"))
-    assert {"probes/parity", "ablation/parity", "patching/parity", "claims"} <= set(st.results())
+    assert {"probes/parity", "ablation/parity", "patching/parity", "claims", "mdl/parity",
+            "stability/parity"} <= set(st.results())  # MDL and stability too, when asked (issue 70 item 2)
+    assert st.read_result("stability/parity").attrs["probe_result"] == "probes/parity"
     html = (out / "report" / "index.html").read_text()
     assert "Ablation" in html or "ablation" in html
     res = run("ablate", str(out / "store.zarr"), "--settings", "random:1", "--lengths", "12",
@@ -171,6 +176,7 @@ length = 12
     again = run("run", str(exp_file), "--out", str(out), "--jobs", "1")
     assert again.output.count("already trained") == 2 and "probes/parity: already stored" in again.output
     assert "ablation/parity: already stored" in again.output
+    assert "mdl/parity: already stored" in again.output and "stability/parity: already stored" in again.output
     # a third seed and other ablation settings: every stored result that no longer answers
     # the experiment is computed again, said in one line, and the claims see the new seed
     exp_file.write_text(exp_file.read_text().replace("seeds = [0, 1]", "seeds = [0, 1, 2]")
@@ -182,8 +188,9 @@ length = 12
     assert "ablation/parity: the stored result is out of date (it lacks 1 of" in grown.output
     assert "its parameters differ: settings ['probe', 'pca:2'] -> ['probe']" in grown.output
     st = Store.open(str(out / "store.zarr"))
-    for name in ("probes/parity", "ablation/parity", "patching/parity"):
+    for name in ("probes/parity", "ablation/parity", "patching/parity", "mdl/parity"):
         assert len(st.read_result(name).run) == 3, name
+    assert "stability/parity: the stored result is out of date" in grown.output  # its probes changed
     assert set(st.read_result("ablation/parity").setting.values) == {"probe"}
 
 

@@ -83,6 +83,24 @@ def test_the_executor_runs_the_same_list_in_the_same_sections_but_train_and_capt
     assert [w for s in there.sections(work) for w in s.items] == work
 
 
+def test_mdl_and_stability_are_scheduled_when_asked_or_when_a_claim_reads_them():
+    """Issue 70 item 2: `run` schedules MDL and stability like the other analyses; stability
+    after its task's probes, which run for it even with probe = false."""
+    asked = {**GRID, "analysis": {"probe": False, "mdl": True, "stability": True}}
+    by_key = {w.key: w for w in work_list(parse_experiment(asked))}
+    for task in ("parity", "assoc_recall"):
+        assert {f"mdl/{task}", f"stability/{task}", f"probes/{task}"} <= set(by_key)
+        assert f"probes/{task}" in by_key[f"stability/{task}"].after
+        assert not by_key[f"mdl/{task}"].device and not by_key[f"stability/{task}"].device
+    claim = {"id": "c", "statement": "s", "kind": "bound", "task": "parity", "arch": "lstm", "direction": "greater",
+             "threshold": 1.0, "layer": "L1"}
+    read = {**GRID, "analysis": {"probe": False},
+            "claims": [claim | {"metric": "mdl_compression"}, claim | {"id": "d", "metric": "probe_stability"}]}
+    keys = [w.key for w in work_list(parse_experiment(read)) if w.stage == "analyse"]
+    assert {"mdl/parity", "stability/parity", "probes/parity"} <= set(keys)
+    assert "mdl/parity" not in [w.key for w in work_list(parse_experiment(GRID))]  # not unless asked
+
+
 def test_an_untrained_baseline_is_probed_but_never_intervened_on():
     """Its readout is chance by construction: ablation, patching and interchange read the trained
     runs only, while behaviour and probes read both (the probe profile shows the baseline)."""
