@@ -20,7 +20,7 @@ resumable writes) and :mod:`store.contents.results`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -348,22 +348,42 @@ class Store:
         """Sequence lengths stored for a run (``kind="cf"`` for counterfactual groups)."""
         return _lengths.lengths(self.run_group(run_id), kind)
 
-    def length_writer(self, run_id: str, length: int, **kwargs: Any) -> LengthWriter:
-        """A :class:`~store.io.writer.LengthWriter` for one run and length (see its docs)."""
+    def length_writer(self, run_id: str, length: int, *, n_sequences: int, n_features: int,
+                      labels: Sequence[str], layers: Sequence[str] | None = None, n_layers: int | None = None,
+                      n_classes: int | None = None, target: str | None = None, dtype: str = "float16",
+                      block_size: int | None = None, kind: str = "len", allow_nonfinite: bool = False,
+                      attrs: Mapping[str, Any] | None = None,
+                      extra: Mapping[str, tuple[Sequence[str], Sequence[int], str]] | None = None,
+                      in_flight: int = 0) -> LengthWriter:
+        """A :class:`~store.io.writer.LengthWriter` for one run and length (the parameters are its)."""
         self._writable()
         self.run_group(run_id)
-        return LengthWriter(self, run_id, length, **kwargs)
+        return LengthWriter(self, run_id, length, n_sequences=n_sequences, n_features=n_features, labels=labels,
+                            layers=layers, n_layers=n_layers, n_classes=n_classes, target=target, dtype=dtype,
+                            block_size=block_size, kind=kind, allow_nonfinite=allow_nonfinite, attrs=attrs,
+                            extra=extra, in_flight=in_flight)
 
-    def write_length(self, run_id: str, length: int | None = None, **arrays: Any) -> None:
+    def write_length(self, run_id: str, length: int | None = None, *, hidden: Any, tokens: Any,
+                     labels: Mapping[str, Any], mask: Any = None, logits: Any = None,
+                     layers: list[str] | None = None, target: str | None = None, dtype: str = "float16",
+                     block_size: int | None = None, allow_nonfinite: bool = False,
+                     attrs: Mapping[str, Any] | None = None) -> None:
         """Write a whole length at once from in-memory arrays (activations captured elsewhere).
 
-        Keywords as :func:`store.io.lengths.write_length`: ``hidden``, ``tokens``, ``labels``
-        (required), ``mask``, ``logits``, ``layers`` and the writer's. ``hidden`` is
-        ``(sequence, position, layer, feature)``: a numpy/torch array in that order or an
-        ``xarray.DataArray`` with those dims in any order. ``mask`` defaults to "every
-        position labelled"; ``logits`` may be omitted.
+        ``hidden`` is ``(sequence, position, layer, feature)``: a numpy/torch array in that order
+        or an ``xarray.DataArray`` with those dims in any order; ``tokens`` and each label
+        ``(sequence, position)``; ``mask`` defaults to "every position labelled"; ``logits`` may
+        be omitted. ``target``, ``dtype``, ``block_size``, ``allow_nonfinite`` and ``attrs`` are
+        the writer's (:meth:`length_writer`).
         """
-        _lengths.write_length(lambda L, **kw: self.length_writer(run_id, L, **kw), length, **arrays)
+        def open_writer(L: int, *, n_sequences: int, n_features: int, labels: Sequence[str],
+                        layers: Sequence[str], n_classes: int | None) -> LengthWriter:
+            return self.length_writer(run_id, L, n_sequences=n_sequences, n_features=n_features, labels=labels,
+                                      layers=layers, n_classes=n_classes, target=target, dtype=dtype,
+                                      block_size=block_size, allow_nonfinite=allow_nonfinite, attrs=attrs)
+
+        _lengths.write_length(open_writer, length, hidden=hidden, tokens=tokens, labels=labels, mask=mask,
+                              logits=logits, layers=layers)
 
     def _length_group(self, run_id: str, length: int, kind: str = "len") -> zarr.Group:
         return _lengths.length_group(self.run_group(run_id), run_id, length, kind)

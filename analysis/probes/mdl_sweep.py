@@ -256,7 +256,14 @@ def mdl_probe(
     save: bool = False,
     name: str | None = None,
     attrs: Mapping[str, Any] | None = None,
-    **sweep: Any,
+    runs: Any = None,
+    layers: Any = None,
+    positions: Any = "last",
+    lengths: Any = None,
+    C: float | Sequence[float] | None = None,
+    method: str = "exact",
+    control: bool | str = "permute",
+    seed: int = 0,
 ) -> xr.Dataset:
     """Online codelength (MDL probe, Voita & Titov 2020) of ``target`` at every selected
     (run, length, layer, position).
@@ -267,8 +274,8 @@ def mdl_probe(
         The activation store (a path is opened for analysis, writable when ``save``).
     target : str, optional
         The label to code; default the label the runs were trained on.
-    **sweep
-        :func:`plan_mdl`'s keywords: ``runs``, ``layers``, ``lengths`` and ``seed`` as for
+    runs, layers, positions, lengths, C, method, control, seed
+        What :func:`plan_mdl` sweeps: ``runs``, ``layers``, ``lengths`` and ``seed`` as for
         :func:`analysis.probes.probe`; ``positions`` (``"last"`` by default, one cell per run,
         length and layer; ``"pooled"``, ``"all"`` or a list as for the probes); ``C`` (a
         number, or a grid: default :data:`~analysis.probes.cells.C_GRID`, each block at the C
@@ -296,7 +303,8 @@ def mdl_probe(
 
     if isinstance(store, str):
         store = open_analysis(store, write=save)
-    plan = plan_mdl(store, target, **sweep)
+    plan = plan_mdl(store, target, runs=runs, layers=layers, positions=positions, lengths=lengths, C=C,
+                    method=method, control=control, seed=seed)
     ds = plan.compute(scheduler)
     ds.attrs.update(task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})

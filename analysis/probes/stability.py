@@ -822,7 +822,12 @@ def probe_stability(
     save: bool = False,
     name: str | None = None,
     attrs: Mapping[str, Any] | None = None,
-    **sweep: Any,
+    runs: Any = None,
+    layers: Any = None,
+    lengths: Any = None,
+    seed: int = 0,
+    inputs: str = "auto",
+    shuffles: int = SHUFFLES,
 ) -> xr.Dataset:
     """How alike the seeds' probe subspaces are at each layer, after aligning their states
     (see the module).
@@ -834,8 +839,8 @@ def probe_stability(
     result : str, optional
         The probe result whose stored full-data probes are compared (``probes/<task>`` or
         ``<task>``); default the one of the selected runs' task.
-    **sweep
-        :func:`plan_stability`'s keywords: ``runs``, ``layers``, ``lengths`` (the result's fit
+    runs, layers, lengths, seed, inputs, shuffles
+        What :func:`plan_stability` sweeps: ``runs``, ``layers``, ``lengths`` (the result's fit
         lengths by default), ``seed`` (the sequences' split between the map and its check),
         ``inputs`` (``"auto"``: sequences both runs hold when there are :data:`MIN_SHARED`,
         else each run's model re-run on the other's sequences; ``"shared"``; ``"rerun"``),
@@ -856,7 +861,8 @@ def probe_stability(
 
     if isinstance(store, str):
         store = open_analysis(store, write=save)
-    plan = plan_stability(store, result, **sweep)
+    plan = plan_stability(store, result, runs=runs, layers=layers, lengths=lengths, seed=seed, inputs=inputs,
+                          shuffles=shuffles)
     ds = plan.compute()
     ds.attrs.update(attrs or {})
     if save:

@@ -270,10 +270,10 @@ def write_length(
     mask: Any = None,
     logits: Any = None,
     layers: list[str] | None = None,
-    **kwargs: Any,
 ) -> None:
-    """Write a whole length through ``open_writer(length, **writer_kwargs)`` (a
-    :class:`~store.io.writer.LengthWriter`); see :meth:`Store.write_length`."""
+    """Write a whole length through ``open_writer(length, n_sequences=, n_features=, labels=,
+    layers=, n_classes=)`` (a :class:`~store.io.writer.LengthWriter` with the caller's other
+    settings); see :meth:`Store.write_length`."""
     hidden = ordered(hidden, schema.DIMS["hidden"], "hidden")
     n, L, n_layer, n_feat = hidden.shape
     if length is not None and length != L:
@@ -284,7 +284,7 @@ def write_length(
     with open_writer(
         L, n_sequences=n, layers=layers or schema.layer_names(n_layer - 1),
         n_features=n_feat, labels=list(labels),
-        n_classes=None if logits_arr is None else logits_arr.shape[-1], **kwargs,
+        n_classes=None if logits_arr is None else logits_arr.shape[-1],
     ) as w:
         if w.complete:
             return
