@@ -206,7 +206,7 @@ def claim_metrics(experiment: dict | None, stored=None) -> dict[str, str]:
 def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
     """What a claim's estimate can take: differences of accuracies [-1, 1], probe accuracy
     [0, 1], a profile's difference of shape distances [-1, 1]; a bound claim's estimate is the metric itself
-    (accuracies [0, 1], ablation drops and refitted accuracies above chance [-1, 1], patching
+    (accuracies and probe stability's overlaps [0, 1], ablation drops and refitted accuracies above chance [-1, 1], patching
     recovery unbounded); restoration and drop differences, and comparisons whose metric is
     not known (no experiment given), are not bounded."""
     if trait(kind, "per_arch"):
@@ -214,12 +214,12 @@ def claim_range(kind: str, metric: str | None) -> tuple[float, float]:
     if trait(kind, "reads_probes"):
         return RANGES["probe_accuracy"]
     if trait(kind, "thresholded"):
-        if metric in ("accuracy", "probe_accuracy"):
+        if metric in ("accuracy", "probe_accuracy", "probe_stability"):
             return RANGES["accuracy"]
         if metric in ("ablation_drop", "refit_accuracy"):
             return RANGES["drop"]
         return RANGES["recovery"]
-    if metric in ("accuracy", "probe_accuracy", "refit_accuracy"):
+    if metric in ("accuracy", "probe_accuracy", "refit_accuracy", "probe_stability"):
         return RANGES["accuracy_difference"]
     return RANGES["restoration_difference"]
 

@@ -31,6 +31,7 @@ def test_bound_claims_are_judged_against_their_threshold_within_their_metrics_ra
     assert claim_range("bound", "accuracy") == (0.0, 1.0)
     assert claim_range("bound", "ablation_drop") == (-1.0, 1.0)
     assert claim_range("difference", "probe_accuracy") == (-1.0, 1.0)
+    assert claim_range("bound", "probe_stability") == (0.0, 1.0)
     ds = xr.Dataset(
         {
             "statement": ("claim", ["LSTM perfect at len120"]),

@@ -55,7 +55,8 @@ METRIC_RESULTS = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLAT
 
 #: The range a metric can take, where it has one (an interval end that the seeds cannot bound
 #: is the range's end; a metric without a range shows none).
-METRIC_RANGES = {"accuracy": (0.0, 1.0), "probe_accuracy": (0.0, 1.0), "ablation_drop": (-1.0, 1.0)}
+METRIC_RANGES = {"accuracy": (0.0, 1.0), "probe_accuracy": (0.0, 1.0), "ablation_drop": (-1.0, 1.0),
+                 "probe_stability": (0.0, 1.0)}  # an overlap of subspaces (its seeds' pseudo-values stray past it)
 
 #: The fields that belong to some kinds only, each with the kinds that own it (any other kind
 #: refuses it when given): filled from the kinds' ``owns`` as they are defined.

@@ -53,6 +53,13 @@ def test_difference_claims_take_the_range_of_a_difference():
     ratio = make_claim(id="p", statement="s", kind="bound", task="parity", arch="lstm", metric="patch_recovery",
                   threshold=0.5, direction="greater", length=12, layer="L0")
     assert ratio.estimate_range() == (-np.inf, np.inf)  # a ratio may overshoot: never clipped
+    # an overlap of subspaces lies in [0, 1] though its seeds' jackknife pseudo-values do not (issue 72 item 4)
+    stable = make_claim(id="s", statement="s", kind="bound", task="parity", arch="lstm", metric="probe_stability",
+                        threshold=0.5, direction="greater", layer="L0")
+    assert stable.estimate_range() == (0.0, 1.0)
+    ds = verdict_table([stable], ["s"], [bound_row(stable, np.array([-0.19, 0.05, 0.25, 0.2]), "greater",
+                                                   units=None, what="stability")], correction="holm")
+    assert float(ds.lower.values[0]) >= 0.0 and "clipped" in str(ds.interval_note.values[0])
 
 
 def test_clip_and_unreachable():
