@@ -381,7 +381,8 @@ def _interval(r: xr.Dataset) -> str:
     if not (np.isfinite(lo) and np.isfinite(hi)):
         why = "permutation test: no interval" if trait(str(r.kind.values), "per_arch") else "no interval"
         return _with_share(r, f"{est:{fmt}} [{why}]")
-    note = "" if str(_get(r, "model")) == "sign_test" else seeds_note(float(_get(r, "n_seeds", np.nan)))
+    note = ("" if str(_get(r, "model")) == "sign_test" or trait(str(r.kind.values), "per_arch")
+            else seeds_note(float(_get(r, "n_seeds", np.nan))))
     clipped = str(_get(r, "interval_note", "") or "")
     text = f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{f' ({clipped})' if clipped else ''}{note}"
     return _with_share(r, text)

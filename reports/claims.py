@@ -296,7 +296,8 @@ def claim_texts(frame: pd.DataFrame, prefix: str = "") -> list[str]:
             why = "permutation test: no interval" if trait(r.kind, "per_arch") else "no interval"
         text = interval_text(est, lo, hi, note, seeds, signed=trait(r.kind, "compares"),
                                why_none=why)
-        if not prefix and np.isfinite(lo) and np.isfinite(hi) and str(r.get("model", "")) != "sign_test":
+        if (not prefix and np.isfinite(lo) and np.isfinite(hi) and str(r.get("model", "")) != "sign_test"
+                and not trait(r.kind, "per_arch")):  # a profile's interval is a seed bootstrap, not a t
             text += seeds_note(float(r.get("n_seeds", np.nan)))  # a t interval from 2 seeds: how wide
         if not prefix and str(r.get("model", "")) == "sign_test":  # the counts first, then the median seed
             head = share_words(float(r.get("beyond", np.nan)), float(r.get("n_seeds", np.nan)),

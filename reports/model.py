@@ -81,6 +81,8 @@ class Section:
     command: str | None = None
     error: str | None = None
     appendix: bool = False
+    #: Its notes after its subsections (the summary: the verdicts first, the caveats after them).
+    notes_last: bool = False
 
     def walk(self):
         yield self

@@ -106,6 +106,7 @@ def section_view(sec: Section, number: str) -> dict:
         "error": sec.error,
         "status": sec.status,
         "appendix": sec.appendix,
+        "notes_last": sec.notes_last,
         "blocks": [{"caption": c, "text": t} for c, t in sec.blocks],
         "figures": [{"caption": f.caption, **f.files} for f in sec.figures],
         "tables": [table_view(t) for t in sec.tables],

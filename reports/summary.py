@@ -31,7 +31,7 @@ def summary(snap: Snapshot, built: dict[str, Section], experiment: dict | None =
     (when the experiment declares ``[[reference]]`` tables), the behaviour table and the
     probe-profile grid.
     """
-    sec = Section("summary", TITLE, intro=INTRO)
+    sec = Section("summary", TITLE, intro=INTRO, notes_last=True)
     seeds = _seed_counts(snap)
     if seeds:
         lo, hi = min(seeds), max(seeds)

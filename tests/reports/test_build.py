@@ -418,7 +418,7 @@ CLAIM_COLUMNS = ["verdict", "outcome", "reason", "model", "power", "power_at", "
 
 def _page_table(index, name) -> str:
     html = index.read_text()
-    start = html.index(f'<table id="table-{name}">')
+    start = html.index(f'<table id="table-{name}"')
     return html[start: html.index("</table>", start)]
 
 

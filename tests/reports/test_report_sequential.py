@@ -81,7 +81,7 @@ def _no_nan(folder) -> None:
 
 
 def _table(html: str, name: str) -> list[list[str]]:
-    start = html.index(f'<table id="table-{name}">')
+    start = html.index(f'<table id="table-{name}"')
     body = html[start: html.index("</table>", start)]
     rows = [[re.sub(r"\s+", " ", _text(c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
             for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
