@@ -14,7 +14,7 @@ loads (:mod:`layerstate.experiment`), so a malformed claim never waits for train
     [[claims]]
     id = "conv1d-s3"
     statement = "Removing Conv1D lowers Mamba's S3 accuracy"
-    kind = "difference"            # difference | equivalence | readable_by | profile_match | bound
+    kind = "difference"            # difference | equivalence | readable_by | profile_match | bound | non_inferiority
     task = "s3"
     arch = "mamba"
     treatment = "no_conv"          # levels of `compare` (default: variant)

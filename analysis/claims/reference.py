@@ -19,7 +19,7 @@ import typing
 from typing import Any
 
 from analysis.claims.kinds import KINDS, ClaimBase, ReadableByClaim
-from analysis.claims.kinds.base import OWNED
+from analysis.claims.kinds.base import OWNED, listed
 from analysis.claims.spec import (
     ALPHA,
     CROSSCHECK,
@@ -153,7 +153,7 @@ def render() -> str:
         "|---|---|---|---|",
     ]
     for name, field in ClaimBase.model_fields.items():
-        only = f" ({' and '.join(OWNED[name])} claims only)" if name in OWNED else ""
+        only = f" ({listed(OWNED[name])} claims only)" if name in OWNED else ""
         typed = " \\| ".join(f'`"{k}"`' for k in KINDS) if name == "kind" else _type(field.annotation)
         out.append(f"| `{name}` | {typed} | {_default(field)} | "
                    f"{_cell(field.description or '')}{only} |")

@@ -42,6 +42,9 @@ def claim_tests(claim: Claim, est: float, se: float, df: float) -> dict[str, Any
         "p_zero": inf["p_zero"], "p_equivalence": inf.get("p_equivalence", np.nan),
         "p_margin": inf.get("p_margin", np.nan) if claim.test_against == "margin" else np.nan,
     }
+    own = claim.own_p(float(est), float(se), float(df))
+    if own is not None:
+        row["p"] = own
     return row | {"power": np.nan, "power_at": np.nan, "mde": np.nan}  # at its Holm level: judged_power
 
 

@@ -15,14 +15,14 @@ from typing import Annotated, Any, Literal, cast
 from pydantic import Field
 
 from analysis.claims.kinds.base import OWNED, ClaimBase
-from analysis.claims.kinds.compare import DifferenceClaim, EquivalenceClaim
+from analysis.claims.kinds.compare import DifferenceClaim, EquivalenceClaim, NonInferiorityClaim
 from analysis.claims.kinds.profile import ProfileMatchClaim
 from analysis.claims.kinds.threshold import BoundClaim, ReadableByClaim
 
 #: Every kind by its name, in the order the reference lists them.
 KINDS: dict[str, type[ClaimBase]] = {
     "difference": DifferenceClaim, "equivalence": EquivalenceClaim, "readable_by": ReadableByClaim,
-    "profile_match": ProfileMatchClaim, "bound": BoundClaim,
+    "profile_match": ProfileMatchClaim, "bound": BoundClaim, "non_inferiority": NonInferiorityClaim,
 }
 
 for _name, _cls in KINDS.items():
@@ -31,7 +31,7 @@ for _name, _cls in KINDS.items():
 
 #: A claim of any kind (a field of this type is validated into the kind's class).
 Claim = Annotated[
-    DifferenceClaim | EquivalenceClaim | ReadableByClaim | ProfileMatchClaim | BoundClaim,
+    DifferenceClaim | EquivalenceClaim | ReadableByClaim | ProfileMatchClaim | BoundClaim | NonInferiorityClaim,
     Field(discriminator="kind"),
 ]
 
@@ -64,5 +64,6 @@ def make_claim(**fields: Any) -> Claim:
     return cast(Claim, kind_class(fields.get("kind", "")).model_validate(fields))
 
 
-__all__ = ["KINDS", "BoundClaim", "Claim", "ClaimBase", "DifferenceClaim", "EquivalenceClaim", "ProfileMatchClaim",
+__all__ = ["KINDS", "BoundClaim", "Claim", "ClaimBase", "DifferenceClaim", "EquivalenceClaim", "NonInferiorityClaim",
+           "ProfileMatchClaim",
            "ReadableByClaim", "kind_class", "make_claim", "trait"]

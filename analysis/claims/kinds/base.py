@@ -63,6 +63,11 @@ METRIC_RANGES = {"accuracy": (0.0, 1.0), "probe_accuracy": (0.0, 1.0), "ablation
 OWNED: dict[str, list[str]] = {}
 
 
+def listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 class ClaimBase(BaseModel):
     """One declared hypothesis: the fields every kind shares. A claim is an instance of one
     kind's subclass (:data:`analysis.claims.kinds.Claim`); the class attributes and methods
@@ -89,8 +94,9 @@ class ClaimBase(BaseModel):
 
     id: str = Field(description="Short unique name.")
     statement: str = Field(description="The hypothesis in words, as it will appear in the report.")
-    kind: str = Field(description="Which test evaluates it: difference, equivalence, readable_by, profile_match "
-                      "or bound (each its own class below, which owns the fields and tests of its kind).")
+    kind: str = Field(description="Which test evaluates it: difference, equivalence, readable_by, profile_match, "
+                      "bound or non_inferiority (each a class of analysis.claims.kinds, which owns the fields and "
+                      "the tests of its kind).")
     metric: Literal["accuracy", "probe_accuracy", "restoration", "ablation_drop", "refit_accuracy",
                     "patch_recovery", "mdl_compression", "probe_stability"] = Field(
         default="accuracy",
@@ -213,7 +219,7 @@ class ClaimBase(BaseModel):
             if getattr(self, name) == type(self).model_fields[name].default:
                 continue  # the default written out changes nothing
             kinds = OWNED[name]
-            raise ValueError(f"{name} is for {' and '.join(kinds)} claims, not {self.kind} claims; drop it")
+            raise ValueError(f"{name} is for {listed(kinds)} claims, not {self.kind} claims; drop it")
         return self
 
     def _check_kind(self) -> None:
@@ -387,6 +393,12 @@ class ClaimBase(BaseModel):
     def secondary_tests(self) -> tuple[str, ...]:
         """The tests beside its own that a claim with a margin puts in the second Holm family."""
         return ()
+
+    def own_p(self, est: float, se: float, df: float) -> float | None:
+        """The p of the claim's own test from an estimate, where its kind's test is none of the
+        contrast's tests against zero, its margin or within it (None: :func:`analysis.claims.
+        verdicts.claim_tests` takes that test's p)."""
+        return None
 
     def contra_test(self) -> bool:
         """Whether the claim can be ``contradicted`` (has an opposite side to test)."""

@@ -297,3 +297,97 @@ def _power_text(row: Mapping[str, Any], level: float) -> str:
              else "")
     return power + (f"MDE {row['mde']:.3f} at the level of its Holm step ({level_text(level)})"
                     if np.isfinite(row.get("mde", np.nan)) else "")
+
+
+class NonInferiorityClaim(_Contrast):
+    """The treatment is not worse than the reference by more than the margin: one-sided against
+    ``-margin`` (``direction = "greater"``: higher is better) or ``+margin`` (``"less"``)."""
+
+    kind: Literal["non_inferiority"] = "non_inferiority"  # type: ignore[assignment]
+    required: ClassVar[tuple[str, ...]] = ("task", "treatment", "reference", "margin")
+    owns: ClassVar[frozenset[str]] = _CONTRAST
+    example: ClassVar[str] = """\
+[[claims]]
+id = "no-conv-mamba-atr"
+statement = "Mamba without its convolution is not worse than Based on ATR by more than 5 points"
+kind = "non_inferiority"
+task = "assoc_recall"
+compare = "arch"
+treatment = "mamba"
+reference = "based"
+direction = "greater"      # higher accuracy is better
+margin = 0.05"""
+    explained: ClassVar[str] = (
+        "One-sided test that the paired difference lies above -0.05 (the treatment loses at most 5 points): "
+        "supported when the one-sided bound at its Holm level is above -0.05; contradicted when the 95% "
+        "interval lies wholly below it (worse by more than the margin, that side's test surviving Holm). "
+        "What an equivalence claim asks of one side only, for \"X is as good as Y\" where X being better "
+        "is no objection.")
+
+    def _check_kind(self) -> None:
+        super()._check_kind()
+        if self.direction == "two-sided":
+            raise ValueError("a non_inferiority claim needs direction = 'greater' (higher is better) or 'less'")
+
+    @property
+    def bound_value(self) -> float:
+        """The value the effect must lie beyond: ``-margin`` (higher is better) or ``+margin``."""
+        m = float(self.margin or 0.0)
+        return -m if self.greater else m
+
+    def own_p(self, est: float, se: float, df: float) -> float:
+        """One-sided p that the effect lies beyond :attr:`bound_value` on the claimed side."""
+        stat = (est - self.bound_value) / se
+        return float(stats.t.sf(stat, df) if self.greater else stats.t.cdf(stat, df))
+
+    def contra_test(self) -> bool:
+        return True
+
+    def contra_value(self) -> float:
+        return self.bound_value
+
+    def contra_p(self, row: Mapping[str, Any]) -> float:
+        return opposite_p(row, self.bound_value, self.greater)
+
+    def judged_power(self, se: float, df: float, level: float) -> dict[str, float]:
+        """Power at a true difference of 0 (the margin away from the bound), MDE beyond the bound."""
+        m = float(self.margin or 0.0)
+        return {"power": float(power_se(m, se, df, level, "one-sided")), "power_at": 0.0,
+                "mde": float(mde_se(se, df, level, 0.8, "one-sided"))}
+
+    def test_text(self, model: str) -> str:
+        side = "above" if self.greater else "below"
+        return f"{MODEL_NAMES[model]}: non-inferiority, one-sided, {side} {self.bound_value:+g} (margin {self.margin:g})"
+
+    def one_sided_bound(self, row: Mapping[str, Any], level: float) -> float:
+        est, se, df = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df"))
+        if not (np.isfinite(est) and np.isfinite(se) and not np.isnan(df) and df >= 1 and np.isfinite(level)):
+            return np.nan
+        q = float(t_critical(level, df))
+        return est - q * se if self.greater else est + q * se
+
+    def plan_test(self, estimate: float) -> tuple[Literal["one-sided", "two-sided", "equivalence"], float] | str:
+        return "one-sided", float(self.margin or 0.0)  # at a true difference of 0, the margin from the bound
+
+    def hypothesis(self, cells: Sequence[Cell], effect: float | None = None) -> Hypothesis:
+        return Hypothesis(id=self.id, cells=tuple(cells), test="greater" if self.greater else "less",
+                          value=self.bound_value, effect=effect)
+
+    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+        lo, hi = row["lower"], row["upper"]
+        iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
+        level = float(adj.get("level", np.nan))
+        p, v = adj["other"], self.bound_value
+        side, opposite = ("above", "below") if self.greater else ("below", "above")
+        bound = float(row.get("bound", np.nan))
+        shown = (f"its one-sided {1 - level:.4g} bound (the level of its Holm step, {level_text(level)}) is "
+                 f"{bound:+.3f}" if np.isfinite(bound) else iv)
+        if p < ALPHA:
+            return Verdict.SUPPORTED, "", (f"not worse than {self.reference} by more than {self.margin:g}: {shown}, "
+                                           f"{side} {v:+g} (one-sided, Holm p = {fmt_p(p)})")
+        if contradicted(adj):
+            return Verdict.CONTRADICTED, "", (f"worse than {self.reference} by more than {self.margin:g}: the {iv} lies "
+                                              f"{opposite} {v:+g}{contra_text(adj)}")
+        beyond = (self.greater and hi < v) or (not self.greater and lo > v)
+        return Verdict.INCONCLUSIVE, "", (f"not shown {side} {v:+g} (Holm p = {fmt_p(p)}; {iv}); "
+                                          f"{_power_text(row, level)}{short_of(adj, beyond, f'{opposite} it')}")

@@ -18,7 +18,7 @@ from analysis.claims.kinds import (
     kind_class,
     trait,
 )
-from analysis.claims.kinds.base import OWNED
+from analysis.claims.kinds.base import OWNED, listed
 from analysis.claims.verdicts import family_share
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,7 +35,7 @@ def test_every_kind_parses_its_own_example_into_its_class():
 @pytest.mark.parametrize(("kind", "field", "value", "owners"), [
     ("difference", "threshold", 0.9, "readable_by and bound"),
     ("bound", "matches", "parity", "profile_match"),
-    ("readable_by", "treatment", "gru", "difference and equivalence"),
+    ("readable_by", "treatment", "gru", "difference, equivalence and non_inferiority"),
     ("equivalence", "test_against", "margin", "difference"),
     ("profile_match", "threshold", 0.9, "readable_by and bound"),
 ])
@@ -57,7 +57,7 @@ def test_a_default_written_out_is_not_another_kinds_field():
 
 def test_a_kind_that_is_none_names_the_kinds():
     with pytest.raises(ClaimError, match=r"claim 'x': kind: 'bounds' is not a kind of claim; the kinds are "
-                                         r"difference, equivalence, readable_by, profile_match, bound"):
+                                         r"difference, equivalence, readable_by, profile_match, bound, non_inferiority"):
         parse_claims([{"id": "x", "statement": "s", "kind": "bounds", "task": "parity"}])
     with pytest.raises(ClaimError, match=r"claim 'x': kind: missing"):
         parse_claims([{"id": "x", "statement": "s", "task": "parity"}])
@@ -111,3 +111,4 @@ def test_every_owned_field_is_a_field_its_owners_read():
     for field, owners in OWNED.items():
         for name in owners:
             assert field in KINDS[name].model_fields and field in KINDS[name].owns
+    assert listed(["a"]) == "a" and listed(["a", "b"]) == "a and b" and listed(["a", "b", "c"]) == "a, b and c"

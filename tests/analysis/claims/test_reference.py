@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.claims.kinds import KINDS, ClaimBase
-from analysis.claims.kinds.base import OWNED
+from analysis.claims.kinds.base import OWNED, listed
 from analysis.claims.reference import EXAMPLES, render
 from analysis.claims.spec import OUTCOMES, REQUIRED
 
@@ -26,7 +26,7 @@ def test_every_field_kind_default_and_outcome_appears():
         assert f"#### `{kind}`" in text and kind in EXAMPLES and kind in REQUIRED
     for name, kinds in OWNED.items():  # a field some kinds own says which
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
-        assert f"({' and '.join(kinds)} claims only)" in row, name
+        assert f"({listed(kinds)} claims only)" in row, name
     for verdict in OUTCOMES:
         assert f"| `{verdict}` |" in text
     assert "holds only `[[claims]]` tables" in text  # a claims file need not be an experiment
