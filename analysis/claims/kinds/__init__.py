@@ -25,9 +25,32 @@ KINDS: dict[str, type[ClaimBase]] = {
     "profile_match": ProfileMatchClaim, "bound": BoundClaim, "non_inferiority": NonInferiorityClaim,
 }
 
-for _name, _cls in KINDS.items():
-    for _field in sorted(_cls.owns):
-        OWNED.setdefault(_field, []).append(_name)
+
+
+def register_kind(cls: type[ClaimBase]) -> type[ClaimBase]:
+    """Make ``cls`` a kind of claim: claims files and :func:`make_claim` accept its ``kind``
+    (its ``kind`` field's default), and the fields it ``owns`` are refused on other kinds. For
+    a kind defined outside this package (docs/guide/extending.md); returns ``cls``, so it
+    decorates the class.
+
+    Raises
+    ------
+    ValueError
+        For a kind whose name is taken by another class, or that names no ``kind`` default."""
+    name = cls.model_fields["kind"].default
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{cls.__name__} names no kind: declare kind: Literal[\"name\"] = \"name\"")
+    if KINDS.get(name, cls) is not cls:
+        raise ValueError(f"kind {name!r} is already {KINDS[name].__name__}")
+    KINDS[name] = cls
+    for field in sorted(cls.owns):
+        if name not in OWNED.setdefault(field, []):
+            OWNED[field].append(name)
+    return cls
+
+
+for _cls in list(KINDS.values()):
+    register_kind(_cls)
 
 #: A claim of any kind (a field of this type is validated into the kind's class).
 Claim = Annotated[
@@ -66,4 +89,4 @@ def make_claim(**fields: Any) -> Claim:
 
 __all__ = ["KINDS", "BoundClaim", "Claim", "ClaimBase", "DifferenceClaim", "EquivalenceClaim", "NonInferiorityClaim",
            "ProfileMatchClaim",
-           "ReadableByClaim", "kind_class", "make_claim", "trait"]
+           "ReadableByClaim", "kind_class", "make_claim", "register_kind", "trait"]
