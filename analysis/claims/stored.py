@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import xarray as xr
 
-from analysis.claims.cells import cell_of
+from analysis.claims.cells import cell_of, claim_cells, seeds_held
 from analysis.claims.evaluate import CELL_RUNS, cell_runs, evaluate_claims, stored_probe_profiles
 from analysis.claims.metrics import seeds_words
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN, make_plan, plan_dataset
@@ -20,9 +20,10 @@ from analysis.claims.profiles import (
     profiles_dataset,
 )
 from analysis.claims.record import DECISION_RECORD, decision_record, record_problem
-from analysis.claims.spec import Claim
+from analysis.claims.spec import Claim, ClaimError
 from store import Store
 from store.contents.results import recording_reads
+from store.schema import SEQUENTIAL
 
 
 def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
@@ -32,6 +33,9 @@ def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequenc
     With profile claims among ``claims`` and ``absent`` (the whole declared family), the
     per-seed profiles they read of this store's tasks are kept as ``results/claim_profiles``
     (:mod:`analysis.claims.profiles`), for deciding them across the parts of a grid."""
+    past = past_design(store, claims)
+    if past:
+        raise ClaimError(past)
     with recording_reads() as read:
         probes = stored_probe_profiles(store)
         res = evaluate_claims(store, claims, probes=probes, absent=absent)
@@ -45,6 +49,35 @@ def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequenc
     planned.attrs[DECISION_RECORD] = res.attrs[DECISION_RECORD]  # made from the same results
     store.write_result(SEED_PLAN, planned)
     return res
+
+
+def past_design(store: Store, claims: Sequence[Claim]) -> str:
+    """Why a fixed test of ``claims`` on ``store`` would spend a design's level again, or ``""``:
+    a claim decided by the group-sequential design stored in ``results/sequential`` whose cells
+    now hold more seeds than the design's maximum for it. Testing those seeds again with a fixed
+    test is a second decision on the claim at the same level: one such extension of an
+    undecided 4 -> 8 design to 11 seeds made the type-I error 0.075 at level 0.05, two 0.093
+    (docs/sequential.md, "Seeds past a design's maximum")."""
+    if SEQUENTIAL not in store.results():
+        return ""
+    seq = store.read_result(SEQUENTIAL)
+    if "max_seeds" not in seq:
+        return ""
+    caps = dict(zip(map(str, seq["claim"].values), (int(v) for v in seq["max_seeds"].values), strict=True))
+    held = seeds_held(store)
+    for claim in claims:
+        cap = min((caps[r] for r in claim.row_ids() if r in caps), default=None)
+        if cap is None:
+            continue
+        over = {"/".join(c): held.get(c, 0) for c in claim_cells(store, claim) if held.get(c, 0) > cap}
+        if over:
+            cells = ", ".join(f"{c} {n}" for c, n in over.items())
+            return (f"claim {claim.id!r} was decided by the group-sequential design in results/sequential, at most "
+                    f"{cap} seeds a cell, and its cells now hold more ({cells}): a fixed test of them decides it a "
+                    "second time at the same level (an undecided 4 -> 8 design tested again at 11 seeds: type-I "
+                    "0.075 at level 0.05); declare the new seeds as a replication (the claims under new ids, "
+                    "evaluated as their own family on the new seeds only) or a new design before they are trained")
+    return ""
 
 
 def keep_profiles(store: Store, family: Sequence[Claim], probes: xr.Dataset | None = None) -> bool:
