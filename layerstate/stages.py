@@ -292,7 +292,8 @@ def evaluate_claims(store: Any, exp: Experiment, say: Say) -> Any:
         else:
             say("no claims declared; skipping statistics of claims")
         return None
-    res = evaluate_stored_claims(store, exp.claims, absent=exp.absent_claims)
+    # a design's stages look at the store themselves (their seeds never past its maximum)
+    res = evaluate_stored_claims(store, exp.claims, absent=exp.absent_claims, design_look=exp.design is not None)
     for line in present.claim_summaries(res):
         say(line)
     return res

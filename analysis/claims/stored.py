@@ -26,14 +26,19 @@ from store.contents.results import recording_reads
 from store.schema import SEQUENTIAL
 
 
-def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = ()) -> xr.Dataset:
+def evaluate_stored_claims(store: Store, claims: list[Claim], *, absent: Sequence[Claim] = (),
+                           design_look: bool = False) -> xr.Dataset:
     """Evaluate ``claims`` on the results stored in ``store`` (probe profiles included) and
     store the verdicts as ``results/claims`` and their seed plan as ``results/seed_plan``
     (:mod:`analysis.claims.planner`); returns the verdicts (see :func:`evaluate_claims`).
     With profile claims among ``claims`` and ``absent`` (the whole declared family), the
     per-seed profiles they read of this store's tasks are kept as ``results/claim_profiles``
-    (:mod:`analysis.claims.profiles`), for deciding them across the parts of a grid."""
-    past = past_design(store, claims)
+    (:mod:`analysis.claims.profiles`), for deciding them across the parts of a grid.
+
+    Raises :class:`ClaimError` for a claim a group-sequential design decided whose cells now hold
+    more seeds than the design's maximum (:func:`past_design`), unless ``design_look`` (a look of
+    that design itself, ``layerstate run --design``)."""
+    past = "" if design_look else past_design(store, claims)
     if past:
         raise ClaimError(past)
     with recording_reads() as read:
