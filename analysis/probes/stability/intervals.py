@@ -1,0 +1,146 @@
+"""The seed-level intervals and the null's band of a stability result, its name and its saving."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .maths import _complete, seed_interval
+
+
+def interval_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]]) -> pd.DataFrame:
+    """Per (task, arch, variant), length and layer: :func:`seed_interval` of the overlap
+    profile (``metric`` stability) and the mean null level."""
+    rows = []
+    pair_a, pair_b = [str(v) for v in ds.pair_a.values], [str(v) for v in ds.pair_b.values]
+    for (task, arch, variant), members in cells.items():
+        for L in ds.length.values:
+            for layer in ds.layer.values:
+                vals = ds["overlap_profile"].sel(length=L, layer=layer).values
+                nulls = ds["null_profile"].sel(length=L, layer=layer).values
+                n = len(members)
+                M = np.full((n, n), np.nan)
+                inside = []
+                for p, (a, b) in enumerate(zip(pair_a, pair_b, strict=True)):
+                    if a in members and b in members:
+                        i, j = members.index(a), members.index(b)
+                        M[i, j] = M[j, i] = vals[p]
+                        inside.append(p)
+                keep = _complete(M)
+                est, lo, hi, n_seeds, method = seed_interval(M[np.ix_(keep, keep)])
+                if not np.isfinite(est):
+                    continue
+                rows.append({"task": task, "arch": arch, "variant": variant, "length": int(L),
+                             "layer": str(layer), "estimate": est, "lower": lo, "upper": hi,
+                             "n_seeds": n_seeds, "method": method,
+                             "null": float(np.nanmean(nulls[inside])) if inside else float("nan")})
+    return pd.DataFrame(rows, columns=["task", "arch", "variant", "length", "layer", "estimate", "lower",
+                                       "upper", "n_seeds", "method", "null"])
+
+
+def shuffled_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]],
+                   level: float = 0.95) -> pd.DataFrame:
+    """Per (task, arch, variant), length and layer: the shuffled-label null as a band over label
+    permutations -- each permutation's mean over the cell's seed pairs, their mean (``estimate``)
+    and central ``level`` (``lower``, ``upper``). The probed label, at a layer that does not
+    carry it, is one random labelling too: its overlap falls where one permutation's does, and
+    this band, not the permutations' mean, is what it has to clear."""
+    rows = []
+    pair_a, pair_b = [str(v) for v in ds.pair_a.values], [str(v) for v in ds.pair_b.values]
+    for (task, arch, variant), members in cells.items():
+        inside = [p for p, (a, b) in enumerate(zip(pair_a, pair_b, strict=True)) if a in members and b in members]
+        for L in ds.length.values:
+            for layer in ds.layer.values:
+                vals = ds["shuffled_profile"].sel(length=L, layer=layer).values[inside]  # (pair, shuffle)
+                ok = np.isfinite(vals).all(0)
+                if not inside or not ok.any():
+                    continue
+                means = vals[:, ok].mean(0)
+                lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+                rows.append({"task": task, "arch": arch, "variant": variant, "length": int(L), "layer": str(layer),
+                             "estimate": float(means.mean()), "lower": float(lo), "upper": float(hi),
+                             "n_seeds": len(members),
+                             "method": f"central {level:.0%} of {int(ok.sum())} label permutations"})
+    return pd.DataFrame(rows, columns=["task", "arch", "variant", "length", "layer", "estimate", "lower", "upper",
+                                       "n_seeds", "method"])
+
+
+def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with ``stability_estimate/_lower/_upper/_n_seeds/_method``, ``null_estimate`` and
+    (with a shuffled-label null) ``shuffled_estimate/_lower/_upper/_n_seeds/_method`` over
+    (cell, length, layer): :func:`interval_frame` stored the way the probes' are."""
+    from analysis.intervals import CI_LEVEL, frame_variables, with_cells
+
+    cells: dict[tuple[str, str, str], list[str]] = {}
+    for a, b, t, ar, v in zip(ds.pair_a.values, ds.pair_b.values, ds.cell_of_pair_task.values,
+                              ds.cell_of_pair_arch.values, ds.cell_of_pair_variant.values, strict=True):
+        members = cells.setdefault((str(t), str(ar), str(v)), [])
+        for r in (str(a), str(b)):
+            if r not in members:
+                members.append(r)
+    frame = interval_frame(ds, cells)
+    order = sorted(cells)
+    index = {c: i for i, c in enumerate(order)}
+    new = frame_variables(ds, "stability", frame.drop(columns="null"), index,
+                          {"what": "mean overlap over seed pairs; jackknife t over seeds"})
+    null = frame.assign(estimate=frame["null"], lower=frame["null"], upper=frame["null"], method="k/d")
+    new.update(frame_variables(ds, "null", null.drop(columns="null"), index,
+                               {"what": "the random-subspace null, max(k_a, k_b) / d"}))
+    metrics = ["stability", "null"]
+    if "shuffled_profile" in ds:
+        new.update(frame_variables(ds, "shuffled", shuffled_frame(ds, cells), index,
+                                   {"what": "the shuffled-label null: per label permutation the mean overlap over "
+                                            "seed pairs; its mean and the central 95% of the permutations"}))
+        metrics.append("shuffled")
+    out = with_cells(ds.assign(new), order)
+    out.attrs.update(interval_metrics=metrics, ci_level=CI_LEVEL)
+    return out
+
+
+def agreement_frame(ds: xr.Dataset) -> pd.DataFrame | None:
+    """The stored numbers of a saved stability result, one row per (task, arch, variant),
+    length and layer: the overlap's interval (``estimate``, ``lower``, ``upper``, ``n_seeds``),
+    the random-subspace null (``null``), the shuffled-label null's interval (``shuffled``,
+    ``shuffled_lower``, ``shuffled_upper``; NaN in a result stored before it was kept) and
+    ``agree``: the overlap's lower bound above both nulls' estimates (False without an interval
+    or without the shuffled-label null). Reads; computes no statistic. None without stored
+    intervals."""
+    from analysis.intervals import stored_intervals
+
+    frame = stored_intervals(ds, "stability")
+    if frame is None:
+        return None
+    keys = ["task", "arch", "variant", "length", "layer"]
+    null = stored_intervals(ds, "null")
+    frame = frame.merge(null[[*keys, "estimate"]].rename(columns={"estimate": "null"}), on=keys, how="left") \
+        if null is not None else frame.assign(null=np.nan)
+    shuffled = stored_intervals(ds, "shuffled")
+    if shuffled is not None:
+        frame = frame.merge(shuffled[[*keys, "estimate", "lower", "upper"]].rename(
+            columns={"estimate": "shuffled", "lower": "shuffled_lower", "upper": "shuffled_upper"}), on=keys, how="left")
+    else:
+        frame = frame.assign(shuffled=np.nan, shuffled_lower=np.nan, shuffled_upper=np.nan)
+    lower = frame["lower"].astype(float)
+    frame["agree"] = (lower > frame["null"].astype(float)) & (lower > frame["shuffled_upper"].astype(float))
+    order = {str(v): i for i, v in enumerate(ds.layer.values)}
+    frame["layer_pos"] = frame["layer"].astype(str).map(order)
+    return frame
+
+
+def result_name(ds: xr.Dataset) -> str:
+    """``stability/<name>`` for the probe result ``probes/<name>`` it read."""
+    from store import schema
+
+    return schema.result_name(schema.STABILITY, str(ds.attrs["probe_result"]).removeprefix(f"{schema.PROBES}/"))
+
+
+def save_stability(store: Any, ds: xr.Dataset, name: str | None = None) -> str:
+    """Write a stability Dataset with its intervals to ``results/<name>`` (default
+    :func:`result_name`); returns the name."""
+    name = name or result_name(ds)
+    store.write_result(name, add_stability_intervals(ds))
+    return name
