@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import xarray as xr
 
-from analysis.claims.metrics import probe_choice, result_choice, short_name
+from analysis.claims.probe_results import probe_choice, result_choice, short_name
 from analysis.claims.spec import AmbiguousResultError, Claim, ClaimError
 from store import schema
 from store.errors import LayerstateError, did_you_mean

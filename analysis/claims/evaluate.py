@@ -443,7 +443,7 @@ def _source(inputs: ClaimInputs, claim: Claim) -> str:
     """The stored results a claim read (``result`` column): the probe result of each of its
     tasks, or the ablation, patching or interchange results its runs came from; '' for an
     accuracy claim (it reads the captures)."""
-    from analysis.claims.metrics import probe_choice
+    from analysis.claims.probe_results import probe_choice
 
     store, probes = inputs.store, inputs.probes
     try:
@@ -585,7 +585,7 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
 def stored_probe_profiles(store: Store) -> xr.Dataset | None:
     """Every stored ``probes/*`` result's layer profiles, side by side along ``result`` (None if
     none): a claim reads one of them (:func:`~analysis.claims.metrics.choose_probes`)."""
-    from analysis.claims.metrics import stack_probe_results
+    from analysis.claims.probe_results import stack_probe_results
 
     return stack_probe_results(store)
 

@@ -48,7 +48,8 @@ def claim_profiles(store, claims: Sequence[Claim], probes: xr.Dataset | None) ->
     architecture absent) gives no rows; a combination then says which task it lacks.
     """
     from analysis.claims.evaluate import store_levels
-    from analysis.claims.metrics import probe_choice, probe_seed_profile, resolve_length
+    from analysis.claims.metrics import probe_seed_profile, resolve_length
+    from analysis.claims.probe_results import probe_choice
     from store.errors import MissingError
 
     held = set(store_levels(store).get("task", []))

@@ -33,13 +33,14 @@ import numpy as np
 from analysis.claims.cells import captured_seeds, claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
-from analysis.claims.metrics import resolve_length, seed_range
+from analysis.claims.metrics import resolve_length
 from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Cell, Design, DesignError
 from analysis.stats.seedshare import ShareCount
 from analysis.stats.sequential import StageResult, sequential_decisions
+from store.inspect import seed_range
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import xarray as xr
 
 from analysis.claims.cells import cell_of, claim_cells, seeds_held
 from analysis.claims.evaluate import CELL_RUNS, cell_runs, evaluate_claims, stored_probe_profiles
-from analysis.claims.metrics import seeds_words
 from analysis.claims.planner import PLAN_POWER, SEED_PLAN, make_plan, plan_dataset
+from analysis.claims.probe_results import seeds_words
 from analysis.claims.profiles import (
     CLAIM_PROFILES,
     claim_profiles,
