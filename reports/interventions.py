@@ -37,15 +37,25 @@ table for the whole section (:func:`sites_table`), not a note per result.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from analysis.intervals import factor_table
 from reports import figures as F
-from reports import intervals
+from reports.intervention_tables import (
+    KINDS,
+    by_layer,
+    ci_text,
+    collect_sites,
+    computed_note,
+    layer_positions,
+    metric_frames,
+    range_rules,
+    seeds_caption,
+    sites_table,
+    slug,
+)
 from reports.model import COMMANDS, Figure, Section, Table
 from reports.numbers import read_result
 from reports.snapshot import Snapshot
@@ -62,11 +72,6 @@ INTRO = (
     "and noising) in two metrics. What each diagnostic answers: docs/interventions.md. Brackets and bands: "
     "95% intervals across seeds."
 )
-KINDS = {
-    "ablation": ("Ablation and residual decodability", "ablate"),
-    "patching": ("Activation patching", "patch"),
-    "interchange": ("Interchange interventions", "interchange"),
-}
 
 
 def interventions(snap: Snapshot) -> Section:
@@ -103,172 +108,32 @@ def missing_kinds(snap: Snapshot, absent: list[str]) -> str:
     return line
 
 
-def _slug(name: str) -> str:
-    return name.replace("/", "_").replace(":", "-")
-
-
-def _layer_positions(frame: pd.DataFrame, order: list[str]) -> pd.DataFrame:
-    frame = frame.copy()
-    frame["layer"] = frame["layer"].astype(str)
-    frame["layer_pos"] = [order.index(v) for v in frame["layer"]]
-    return frame
-
-
-def _ci_text(frame: pd.DataFrame, signed: bool = False) -> list[str]:
-    return intervals.texts(frame, signed=signed)
-
-
-def _rules(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The interval rules of :mod:`reports.intervals` for ``metric``'s range."""
-    return intervals.apply_rules(frame, *intervals.RANGES[metric], t_based=(frame["method"] == "seed-level t").to_numpy())
-
-
-def metric_frames(ds: xr.Dataset, kind: str, store, metrics: list[str], computed: list[str] | None = None,
-                  ) -> dict[str, pd.DataFrame]:
-    """The intervals of ``metrics`` (names of :data:`analysis.interventions.intervals.METRICS`)
-    as rows: the stored ones (:func:`analysis.intervals.stored_intervals`), the others
-    computed here from the per-sequence counts, their names appended to ``computed``. A metric
-    whose variables ``ds`` lacks is absent."""
-    from analysis.intervals import stored_intervals
-    from analysis.interventions.intervals import metric_intervals
-
-    out: dict[str, pd.DataFrame] = {}
-    missing = []
-    for metric in metrics:
-        got = stored_intervals(ds, metric)
-        if got is None:
-            missing.append(metric)
-        else:
-            out[metric] = got
-    if missing:
-        here = metric_intervals(ds, kind, store, only=missing)
-        out.update(here)
-        if computed is not None:
-            computed.extend(m for m in here if m not in computed)
-    return {m: out[m] for m in metrics if m in out}
-
-
-def computed_note(name: str, computed: list[str]) -> str | None:
-    """The note of a part whose intervals were not stored with its result (None if all were)."""
-    if not computed:
-        return None
-    stage = KINDS[name.split("/", 1)[0]][1]
-    return (f"The intervals of {', '.join(computed)} are not stored in results/{name} (stored before results "
-            f"kept their intervals): computed here from its per-sequence counts; `{COMMANDS[stage]}` stores them.")
-
-
-def _seeds_caption(frame: pd.DataFrame) -> str:
-    two = "seed_a" in frame and bool(np.isfinite(frame["seed_a"].astype(float)).any())
-    return "; vertical line: the two seeds' values where 2 seeds are too few for an interval" if two else ""
-
-
-def _pivot(frame: pd.DataFrame, index: list[str], column: str, order: list, signed: bool = False) -> pd.DataFrame:
-    shown = frame.assign(text=_ci_text(frame, signed))
-    pivot = shown.pivot_table(index=index, columns=column, values="text", aggfunc="first")
-    pivot = pivot[[c for c in order if c in pivot.columns]].reset_index()
-    pivot.columns = [str(c) for c in pivot.columns]
-    return pivot.fillna("–")
-
-
-def collect_sites(ds: xr.Dataset, store, coord: str, result: str, into: dict[str, dict[str, list[str]]]) -> None:
-    """Record which site ``result`` edits, per architecture, into ``into[arch][result]``.
-
-    Sites are described per (run, layer[, site]) by :func:`analysis.interventions._common.site_description`
-    ("block output of layer L1 at every position; changes what the layers above L1 see …"):
-    the layer's name is replaced by ``<layer>`` so one architecture's sites read as one line.
-    """
-    if coord not in ds.coords:
-        return
-    table = factor_table(store, [str(r) for r in ds["run"].values])
-    layers = sorted({str(v) for v in ds["layer"].values}, key=len, reverse=True) if "layer" in ds.coords else []
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, layers)) + r")\b") if layers else None
-    for arch, grp in table.groupby("arch"):
-        texts = into.setdefault(str(arch), {}).setdefault(result, [])
-        for v in np.ravel(ds[coord].sel(run=list(grp.index)).values):
-            text = str(v)
-            if text.startswith("embedding output"):
-                continue  # the embedding (layer embed) is the same for every architecture
-            if pattern is not None:
-                text = pattern.sub("<layer>", text)
-            if text not in texts:
-                texts.append(text)
-
-
-def _merge_positions(heads: list[str]) -> str:
-    """``block output of layer <layer> at position 'key'`` and ``… at position 'value'`` as
-    ``block output of layer <layer> at positions 'key', 'value'``."""
-    groups: dict[str, list[str]] = {}
-    for head in heads:
-        prefix, sep, where = head.rpartition(" at position ")
-        key = prefix if sep else head
-        groups.setdefault(key, [])
-        if sep:
-            groups[key].append(where)
-    out = []
-    for key, places in groups.items():
-        if len(places) > 1:
-            out.append(f"{key} at positions {', '.join(places)}")
-        elif places:
-            out.append(f"{key} at position {places[0]}")
-        else:
-            out.append(key)
-    return "; ".join(out)
-
-
-def sites_table(sites: dict[str, dict[str, list[str]]]) -> Table | None:
-    """One row per architecture: what each intervention result edited (said once for the
-    whole section), and the caveat of recurrent models (their own state is not edited)."""
-    if not sites:
-        return None
-    results = list(dict.fromkeys(r for per in sites.values() for r in per))
-    rows = []
-    for arch in F.arch_order(sites):
-        row: dict[str, str] = {"arch": arch}
-        caveats: list[str] = []
-        for res in results:
-            heads = []
-            for text in sites[arch].get(res, []):
-                head, _, tail = text.partition("; ")
-                heads.append(head)
-                for c in tail.split("; ") if tail else []:
-                    if c not in caveats:
-                        caveats.append(c)
-            row[res] = _merge_positions(list(dict.fromkeys(heads))) or "–"
-        row["not edited"] = "; ".join(caveats) or "nothing else (the block output is the whole state passed on)"
-        rows.append(row)
-    frame = pd.DataFrame(rows, columns=["arch", *results, "not edited"])
-    return Table("intervention_sites", "What each intervention edits, per architecture (<layer>: the layer "
-                 "intervened on; the embedding layer edits the embedding output). Recurrent models pass "
-                 "their own state along positions inside a layer, which these edits leave as it was.", frame)
-
-
-# ---------------------------------------------------------------------- ablation
 def ablation_frames(ds: xr.Dataset, store, computed: list[str] | None = None) -> dict[str, pd.DataFrame]:
     """Tidy frames with intervals: ``drop``, ``accuracy`` (after erasure), ``residual`` and
     ``residual_clean`` (refitted probe accuracy), one row per cell and task/arch/variant
     (:func:`metric_frames`)."""
     frames = metric_frames(ds, "ablation", store, ["drop", "accuracy", "residual", "residual_clean"], computed)
-    return {k: _rules(v, "drop" if k == "drop" else "accuracy") for k, v in frames.items()}
+    return {k: range_rules(v, "drop" if k == "drop" else "accuracy") for k, v in frames.items()}
 
 
 def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
-    part = Section(_slug(name), f"Ablation: {name.split('/', 1)[-1]}")
+    part = Section(slug(name), f"Ablation: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     computed: list[str] = []
-    frames = {k: _layer_positions(v, order) for k, v in ablation_frames(ds, snap.store, computed).items()}
+    frames = {k: layer_positions(v, order) for k, v in ablation_frames(ds, snap.store, computed).items()}
     fit = int(ds.attrs.get("fit_length", frames["drop"]["length"].min()))
     drop = frames["drop"]
     at_fit = drop[drop["length"] == fit]
     part.figures.append(Figure(
-        f"{_slug(name)}_drop", f"Accuracy drop when the state is erased at each layer (length {fit}; "
-        f"rows: erasure setting; band: 95% interval{_seeds_caption(at_fit)}).",
+        f"{slug(name)}_drop", f"Accuracy drop when the state is erased at each layer (length {fit}; "
+        f"rows: erasure setting; band: 95% interval{seeds_caption(at_fit)}).",
         F.layer_lines(at_fit.rename(columns={"estimate": "drop", "lower": "drop_lower", "upper": "drop_upper"}),
                       order, value="drop", ylabel="accuracy drop", row="setting", zero_line=True)))
     keys = ["task", "arch", "variant", "setting"]
-    part.tables.append(Table(f"{_slug(name)}_drop", f"Accuracy drop [95% interval] per layer at length {fit} "
+    part.tables.append(Table(f"{slug(name)}_drop", f"Accuracy drop [95% interval] per layer at length {fit} "
                              "(positive = erasing hurts); every length in the CSV.",
-                             drop, _pivot(at_fit, keys, "layer", order, signed=True)))
+                             drop, by_layer(at_fit, keys, "layer", order, signed=True)))
     if "residual" in frames:
         res = frames["residual"]
         clean = frames["residual_clean"][["task", "arch", "variant", "length", "layer", "estimate"]]
@@ -276,16 +141,16 @@ def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
                         how="left")
         res_fit = res[res["length"] == fit]
         part.figures.append(Figure(
-            f"{_slug(name)}_residual", "Residual decodability: a probe refitted on the erased states "
+            f"{slug(name)}_residual", "Residual decodability: a probe refitted on the erased states "
             f"(length {fit}; thin dashed: the same probe on the unedited states; band: 95% interval"
-            f"{_seeds_caption(res_fit)}).",
+            f"{seeds_caption(res_fit)}).",
             F.layer_lines(res_fit.rename(columns={"estimate": "residual", "lower": "residual_lower",
                                                   "upper": "residual_upper"}),
                           order, value="residual", ylabel="probe accuracy after erasure", row="setting",
                           reference="clean")))
-        part.tables.append(Table(f"{_slug(name)}_residual", f"Probe accuracy after erasure [95% interval] at length {fit}; "
+        part.tables.append(Table(f"{slug(name)}_residual", f"Probe accuracy after erasure [95% interval] at length {fit}; "
                                  "column 'clean' in the CSV is the probe on unedited states.",
-                                 res, _pivot(res_fit, keys, "layer", order)))
+                                 res, by_layer(res_fit, keys, "layer", order)))
     if "variance_removed" in ds:
         part.tables.append(removed_table(ds, snap.store, drop, fit, name, order))
         matched = matched_table(ds, snap.store, fit, name, computed)
@@ -300,7 +165,7 @@ def ablation_part(snap: Snapshot, name: str, sites: dict | None = None) -> Secti
     lengths = sorted(drop["length"].unique())
     if len(lengths) > 1:
         part.tables.append(Table(
-            f"{_slug(name)}_ood", "Does the drop persist at other lengths (erasers fitted at length "
+            f"{slug(name)}_ood", "Does the drop persist at other lengths (erasers fitted at length "
             f"{fit})? The layer with the largest drop at length {fit}, per model and setting.",
             drop, _ood_pivot(drop, at_fit, lengths)))
     attrs = ds.attrs
@@ -354,7 +219,7 @@ def removed_table(ds: xr.Dataset, store, drop: pd.DataFrame, fit: int, name: str
     shown["layer_pos"] = [order.index(str(v)) if str(v) in order else -1 for v in shown["layer"]]
     shown = shown.sort_values(["task", "arch", "variant", "setting", "layer_pos"])
     at_fit = drop[drop["length"] == fit]
-    texts = dict(zip(zip(*(at_fit[k].astype(str) for k in keys), strict=True), _ci_text(at_fit, signed=True), strict=True))
+    texts = dict(zip(zip(*(at_fit[k].astype(str) for k in keys), strict=True), ci_text(at_fit, signed=True), strict=True))
     display = pd.DataFrame({
         **{k: shown[k].astype(str) for k in ("task", "arch", "variant", "setting", "layer")},
         "drop [95% CI]": [texts.get(tuple(str(r[k]) for k in keys), "–") for _, r in shown.iterrows()],
@@ -364,7 +229,7 @@ def removed_table(ds: xr.Dataset, store, drop: pd.DataFrame, fit: int, name: str
         "states: rank (distinct)": [f"{int(a)} ({int(b)})" for a, b in zip(shown["state_rank"], shown["distinct_states"], strict=True)],
         "flag": shown["flag"].replace("", "–"),
     })
-    return Table(f"{_slug(name)}_removed", f"What each erasure removed, beside its drop (length {fit}): the share of "
+    return Table(f"{slug(name)}_removed", f"What each erasure removed, beside its drop (length {fit}): the share of "
                  "the layer's variance it removed, the shift of the states' mean (in units of their spread), the "
                  "rank of what it removed and of the subspace it erases, and the states' own rank and number of "
                  "distinct values; means over seeds, flagged when any seed is.", data, display)
@@ -405,7 +270,7 @@ def matched_table(ds: xr.Dataset, store, fit: int, name: str, computed: list[str
         "p": [f"{v:.3g}" for v in frame["p"]],
         "flagged": ["yes" if f else "–" for f in frame["flagged"]],
     })
-    return Table(f"{_slug(name)}_matched", f"Does erasing the concept hurt more than erasing as much variance in a random "
+    return Table(f"{slug(name)}_matched", f"Does erasing the concept hurt more than erasing as much variance in a random "
                  f"subspace of its rank? Drop minus the matched control's drop, paired by seed (paired t), length {fit}. "
                  "Near zero: the drop is what removing that much of the layer does, not the concept.", frame, display)
 
@@ -414,30 +279,30 @@ def _ood_pivot(drop: pd.DataFrame, at_fit: pd.DataFrame, lengths: list[int]) -> 
     keys = ["task", "arch", "variant", "setting"]
     best = at_fit.loc[at_fit.groupby(keys)["estimate"].idxmax(), keys + ["layer"]]
     sub = drop.merge(best, on=keys + ["layer"])
-    return _pivot(sub, keys + ["layer"], "length", lengths, signed=True).rename(
+    return by_layer(sub, keys + ["layer"], "length", lengths, signed=True).rename(
         columns={str(L): f"L = {L}" for L in lengths})
 
 
 # ---------------------------------------------------------------------- patching
 def patching_part(snap: Snapshot, name: str, sites: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
-    part = Section(_slug(name), f"Patching: {name.split('/', 1)[-1]}")
+    part = Section(slug(name), f"Patching: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     computed: list[str] = []
-    frame = _rules(metric_frames(ds, "patching", snap.store, ["recovery"], computed)["recovery"], "recovery")
-    frame = _layer_positions(frame, order)
+    frame = range_rules(metric_frames(ds, "patching", snap.store, ["recovery"], computed)["recovery"], "recovery")
+    frame = layer_positions(frame, order)
     length = ds.attrs.get("length", "?")
     part.figures.append(Figure(
-        f"{_slug(name)}_heatmap", f"Share of the clean-corrupted logit gap recovered by patching one "
+        f"{slug(name)}_heatmap", f"Share of the clean-corrupted logit gap recovered by patching one "
         f"(layer, position) site, length {length} (mean across seeds; intervals in the CSV).",
         F.heatmaps(frame, value="estimate", title="recovery")))
     keys = ["task", "arch", "variant", "layer"]
     best = frame.loc[frame.groupby(keys)["estimate"].idxmax()].sort_values(["task", "arch", "variant", "layer_pos"])
     shown = best[keys].copy()
     shown["best position"] = best["position"].astype(int).astype(str)
-    shown["recovery there [95% CI]"] = _ci_text(best)
+    shown["recovery there [95% CI]"] = ci_text(best)
     shown["seeds"] = best["n_seeds"]
-    part.tables.append(Table(f"{_slug(name)}_recovery", "Per layer, the position whose patching recovers the "
+    part.tables.append(Table(f"{slug(name)}_recovery", "Per layer, the position whose patching recovers the "
                              "most of the gap, with its interval; every (layer, position) in the CSV.",
                              frame, shown))
     part.notes.append("recovery = sum(recovered) / sum(gap) over sequences: 0 = nothing recovered, 1 = the clean "
@@ -482,9 +347,9 @@ def directions_table(ds: xr.Dataset, store, name: str, order: list[str], site: s
     for column, num, gap, metric in pairs:
         if num not in ds or gap not in ds:
             continue
-        frame = _rules(metric_frames(ds, kind, store, [metric], computed)[metric], "recovery")
+        frame = range_rules(metric_frames(ds, kind, store, [metric], computed)[metric], "recovery")
         frame = frame.assign(layer=frame["layer"].astype(str), **{site: frame[site].astype(str)})
-        texts[column] = dict(zip(zip(*(frame[k] for k in keys), strict=True), _ci_text(frame), strict=True))
+        texts[column] = dict(zip(zip(*(frame[k] for k in keys), strict=True), ci_text(frame), strict=True))
         part = frame[keys + ["estimate"]].rename(columns={"estimate": column})
         merged = part if merged is None else merged.merge(part, on=keys, how="outer")
     assert merged is not None
@@ -505,7 +370,7 @@ def directions_table(ds: xr.Dataset, store, name: str, order: list[str], site: s
     for c in cols:
         display[c] = [texts[c].get(tuple(r[k] for k in keys), "–") for _, r in shown.iterrows()]
     display["disagree"] = [r if d else "–" for r, d in zip(shown["reading"], shown["disagree"], strict=True)]
-    return Table(f"{_slug(name)}_directions", "Denoising (the clean site patched into the corrupted run: is it "
+    return Table(f"{slug(name)}_directions", "Denoising (the clean site patched into the corrupted run: is it "
                  "sufficient?) beside noising (the corrupted site patched into the clean run: is it necessary?), "
                  "each as the share of the clean-corrupted gap in the logit difference and the clean answer's "
                  f"probability; sites where either moves at least 0.2 of the gap, or the two differ by at least "
@@ -534,7 +399,7 @@ def subspace_table(ds: xr.Dataset, store, name: str, order: list[str], whole: pd
     """The subspace's patch beside the whole component's, per model, layer and position: the
     share of the whole component's recovery the subspace carries, flagged where the subspace
     recovers more than the whole (Makelov et al. 2024)."""
-    sub = _rules(metric_frames(ds, "patching", store, ["recovery_subspace"], computed)["recovery_subspace"],
+    sub = range_rules(metric_frames(ds, "patching", store, ["recovery_subspace"], computed)["recovery_subspace"],
                  "recovery")
     keys = ["task", "arch", "variant", "layer", "position"]
     sub = sub.assign(layer=sub["layer"].astype(str))
@@ -547,12 +412,12 @@ def subspace_table(ds: xr.Dataset, store, name: str, order: list[str], whole: pd
         ["task", "arch", "variant", "layer_pos"])
     display = best[keys].astype(str).assign(**{
         "whole component": [f"{v:.3f}" for v in best["whole"]],
-        "subspace": _ci_text(best.rename(columns={"subspace": "estimate"})),
+        "subspace": ci_text(best.rename(columns={"subspace": "estimate"})),
         "share": ["–" if not np.isfinite(v) else f"{v:.2f}" for v in best["share"]],
         "subspace > whole": ["yes" if f else "–" for f in best["subspace_exceeds"]],
     })
     what = ds.attrs.get("subspace", "a subspace")
-    return Table(f"{_slug(name)}_subspace", f"Patching only the {what} directions beside patching the whole component, "
+    return Table(f"{slug(name)}_subspace", f"Patching only the {what} directions beside patching the whole component, "
                  "at each layer's most restoring position: the share of the whole component's recovery the subspace "
                  "carries. A subspace that recovers more than the whole component changes something the whole "
                  "patch leaves alone (a dormant path, Makelov et al. 2024); every position in the CSV.",
@@ -562,7 +427,7 @@ def subspace_table(ds: xr.Dataset, store, name: str, order: list[str], whole: pd
 # ---------------------------------------------------------------------- interchange
 def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> Section:
     ds = read_result(snap.store, name)
-    part = Section(_slug(name), f"Interchange: {name.split('/', 1)[-1]}")
+    part = Section(slug(name), f"Interchange: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     sites = [str(v) for v in ds["site"].values]
     from analysis.interventions.intervals import flat_runs
@@ -579,7 +444,7 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
         part.notes.append(_disagreement_note(table.data))
     mech = mechanism_frame(ds, snap.store)
     if mech is not None:
-        part.tables.append(Table(f"{_slug(name)}_mechanism", "Mechanism per run: induction (restored at the "
+        part.tables.append(Table(f"{slug(name)}_mechanism", "Mechanism per run: induction (restored at the "
                                  "in-context value) or direct retrieval (at the key or query).", mech))
     if "trivial" in ds:
         part.notes.append("Two cells restore any model trivially and the mechanism label ignores them: the "
@@ -597,18 +462,18 @@ def _restoration_views(part: Section, ds: xr.Dataset, store, name: str, order: l
     whose corruption moves the clean answer (:func:`analysis.interventions.intervals.flat_runs`
     left out)."""
     restoration = metric_frames(ds, "interchange", store, ["restoration"], computed)["restoration"]
-    frame = _layer_positions(_rules(restoration, "restoration"), order)
+    frame = layer_positions(range_rules(restoration, "restoration"), order)
     frame["site"] = frame["site"].astype(str)
     frame = frame.sort_values(["task", "arch", "variant", "layer_pos"])
     plot = frame.assign(site=pd.Categorical(frame["site"], sites, ordered=True)).sort_values(["layer_pos", "site"])
     part.figures.append(Figure(
-        f"{_slug(name)}_restoration", f"Share of the clean answer's probability restored by patching each "
-        f"site, per layer (length {ds.attrs.get('length', '?')}; band: 95% interval{_seeds_caption(frame)}).",
+        f"{slug(name)}_restoration", f"Share of the clean answer's probability restored by patching each "
+        f"site, per layer (length {ds.attrs.get('length', '?')}; band: 95% interval{seeds_caption(frame)}).",
         F.position_lines(plot.rename(columns={"estimate": "restoration", "lower": "restoration_lower",
                                               "upper": "restoration_upper"}),
                          value="restoration", ylabel="restoration", x="site", series="layer")))
-    part.tables.append(Table(f"{_slug(name)}_restoration", "Restoration [95% interval] per layer and site.",
-                             frame, _pivot(frame, ["task", "arch", "variant", "layer"], "site", sites)))
+    part.tables.append(Table(f"{slug(name)}_restoration", "Restoration [95% interval] per layer and site.",
+                             frame, by_layer(frame, ["task", "arch", "variant", "layer"], "site", sites)))
 
 
 def _flat_note(runs: list[str], store) -> str:
