@@ -421,12 +421,14 @@ class ClaimBase(BaseModel):
     def hypothesis(self, cells: Sequence[Cell], effect: float | None = None) -> Hypothesis:
         """The claim as a test of a group-sequential design reading ``cells``
         (:func:`analysis.claims.hypotheses.from_claim`)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"a {self.kind} claim defines no hypothesis(): every kind writes its own "
+                                  "(docs/guide/extending.md)")
 
     def judged_power(self, se: float, df: float, level: float) -> dict[str, float]:
         """Power (at ``power_at``, the effect the claim's margin names) and MDE of the claim's own
         test judged at ``level`` (its Holm step), from a positive ``se`` and ``df``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"a {self.kind} claim defines no judged_power(): every kind writes its own "
+                                  "(docs/guide/extending.md)")
 
     def one_sided_bound(self, row: Mapping[str, Any], level: float) -> float:
         """The one-sided ``1 - level`` confidence bound on the claimed side, the number a one-sided
@@ -450,7 +452,8 @@ class ClaimBase(BaseModel):
     def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
         """(verdict, outcome, reason) from an evaluated row and its Holm-adjusted p-values
         (:func:`analysis.claims.verdicts.decide`, which handles a row not evaluated)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"a {self.kind} claim defines no decide(): every kind writes its own "
+                                  "(docs/guide/extending.md)")
 
     @classmethod
     def power_words(cls, power: float, power_at: float, margin: float, *, share: bool = False) -> str:

@@ -19,8 +19,8 @@ from .maths import (
     RERUN_S_PER_TOKEN,
     S_PER_UNIT,
     Alignment,
-    _complete,
     aligned_overlap,
+    complete_seeds,
     fit_alignment,
     jackknife_pseudo,
 )
@@ -82,7 +82,7 @@ class StabilityPlan:
         return _compute(self)
 
 
-def _tokens(store: Any, run: str, L: int) -> np.ndarray:
+def stored_tokens(store: Any, run: str, L: int) -> np.ndarray:
     return np.asarray(store.open_length(run, L)["tokens"].values)
 
 
@@ -138,7 +138,7 @@ def _views(plan: StabilityPlan, pp: PairPlan, L: int) -> list[tuple[np.ndarray, 
     out: list[tuple[np.ndarray, ...]] = []
     for own, other in ((pp.a, pp.b), (pp.b, pp.a)):
         h_own, mask = _stored(st, own, L, None)
-        toks = _tokens(st, own, L)[: h_own.shape[0]]
+        toks = stored_tokens(st, own, L)[: h_own.shape[0]]
         h_other = _rerun(st, other, toks, layer_names)
         lab = _labels(plan, own, L)[: h_own.shape[0]]
         out.append((h_own, h_other, mask, lab) if own == pp.a else (h_other, h_own, mask, lab))
@@ -357,7 +357,7 @@ def _per_seed(plan: StabilityPlan, runs: list[str], prof: np.ndarray) -> tuple[n
         for j in range(prof.shape[1]):
             for k in range(prof.shape[2]):
                 M = _pair_matrix(plan, members, prof[:, j, k])
-                keep = _complete(M)
+                keep = complete_seeds(M)
                 if keep.size < 2:
                     continue
                 sub = M[np.ix_(keep, keep)]

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .maths import _complete, seed_interval
+from .maths import complete_seeds, seed_interval
 
 
 def interval_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]]) -> pd.DataFrame:
@@ -30,7 +30,7 @@ def interval_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str
                         i, j = members.index(a), members.index(b)
                         M[i, j] = M[j, i] = vals[p]
                         inside.append(p)
-                keep = _complete(M)
+                keep = complete_seeds(M)
                 est, lo, hi, n_seeds, method = seed_interval(M[np.ix_(keep, keep)])
                 if not np.isfinite(est):
                     continue

@@ -155,7 +155,7 @@ def seed_interval(pairs: np.ndarray, ci_level: float = 0.95) -> tuple[float, flo
     return est, max(0.0, est - half), min(1.0, est + half), n, "jackknife t over seeds"
 
 
-def _complete(M: np.ndarray) -> np.ndarray:
+def complete_seeds(M: np.ndarray) -> np.ndarray:
     """Indices of the seeds kept when those with a missing pair value are dropped (most missing first)."""
     keep = list(range(M.shape[0]))
     while len(keep) > 1:

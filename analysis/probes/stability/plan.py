@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .compute import PairPlan, StabilityPlan, _tokens
+from .compute import PairPlan, StabilityPlan, stored_tokens
 from .maths import INPUTS, MAP_SEQUENCES, MIN_SHARED, SHUFFLES
 
 
@@ -27,7 +27,7 @@ def _source(store: Any, a: str, b: str, L: int, inputs: str) -> tuple:
     :class:`PairPlan`), or a one-line error saying why they cannot and what to do."""
     from store.errors import InvalidArgumentError
 
-    ta, tb = _tokens(store, a, L), _tokens(store, b, L)
+    ta, tb = stored_tokens(store, a, L), stored_tokens(store, b, L)
     index = {row.tobytes(): i for i, row in enumerate(tb)}
     ia = [i for i, row in enumerate(ta) if row.tobytes() in index]
     ib = [index[ta[i].tobytes()] for i in ia]

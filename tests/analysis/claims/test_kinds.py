@@ -112,3 +112,11 @@ def test_every_owned_field_is_a_field_its_owners_read():
         for name in owners:
             assert field in KINDS[name].model_fields and field in KINDS[name].owns
     assert listed(["a"]) == "a" and listed(["a", "b"]) == "a and b" and listed(["a", "b", "c"]) == "a, b and c"
+
+
+def test_every_kind_writes_the_methods_the_base_leaves_abstract():
+    from analysis.claims.kinds import ClaimBase
+
+    for name, cls in KINDS.items():
+        for method in ("decide", "judged_power", "hypothesis"):
+            assert getattr(cls, method) is not getattr(ClaimBase, method), (name, method)
