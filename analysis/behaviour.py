@@ -13,9 +13,10 @@ from typing import TypeVar
 import numpy as np
 import xarray as xr
 
+from analysis.stats import hierarchical_bootstrap
 from analysis.stats.ranges import CLIPPED, clip_interval
-from store import MissingError, Store
-from store.io.lengths import require_target
+from store import MissingError, Store, schema
+from store.io.lengths import completion, length_group, require_target
 
 FACTORS = ("task", "arch", "variant", "seed")
 
@@ -140,8 +141,6 @@ def accuracy_intervals(
     see :func:`analysis.stats.hierarchical_bootstrap`); with one seed the interval
     resamples sequences only (percentile bootstrap) and says so in ``attrs``.
     """
-    from analysis.stats import hierarchical_bootstrap
-
     factored = by_factors(correctness)
     n_seeds = factored.sizes["seed"]
     method = "t" if n_seeds >= 2 else "percentile"
@@ -172,8 +171,6 @@ BOOTSTRAP_SEED = 0
 def measured_lengths(store: Store, runs: Sequence[str]) -> dict[int, list[str]]:
     """Per length, the runs of ``runs`` whose ``len_<L>`` group is complete and holds logits
     (what behaviour is measured on; a length still being captured is left out)."""
-    from store.io.lengths import completion, length_group
-
     out: dict[int, list[str]] = {}
     for rid in runs:
         run = store.run_group(str(rid))
@@ -373,8 +370,6 @@ def store_behaviour(store: Store, task: str, runs: Sequence[str] | None = None, 
                     attrs: dict | None = None, target: str | None = None) -> xr.Dataset:
     """Compute :func:`behaviour_result` of one task's runs (default: every run of ``task``)
     and store it as ``results/behaviour/<task>`` (:func:`store.schema.behaviour_name`)."""
-    from store import schema
-
     if runs is None:
         runs = [r for r in store.run_ids() if store.run_attrs(r).get("task") == task]
     ds = behaviour_result(store, runs, target=target)
@@ -385,6 +380,4 @@ def store_behaviour(store: Store, task: str, runs: Sequence[str] | None = None, 
 
 def stored_behaviour(store: Store) -> list[str]:
     """The names of the stored behaviour results (``behaviour/<task>``)."""
-    from store import schema
-
     return [n for n in store.results() if schema.parse_behaviour_name(n) is not None]

@@ -23,6 +23,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.behaviour import FACTORS
+from analysis.stats import hierarchical_bootstrap, interval_table, sequence_mask
+from analysis.stats.resample import t_interval_np
+
 #: Interval level of the stored intervals.
 CI_LEVEL = 0.95
 #: The seed of the percentile bootstrap a one-seed cell's interval draws.
@@ -34,8 +38,6 @@ PARTS = ("estimate", "lower", "upper", "n_seeds", "method")
 # ---------------------------------------------------------------------- computing
 def factor_table(store, runs: Sequence[str]) -> pd.DataFrame:
     """task, arch, variant, seed of each run (index ``run``), from the run attributes."""
-    from analysis.behaviour import FACTORS
-
     rows = [{"run": rid, **{f: store.run_attrs(rid).get(f) for f in FACTORS}} for rid in runs]
     return pd.DataFrame(rows, columns=["run", *FACTORS]).set_index("run")
 
@@ -69,8 +71,6 @@ def group_intervals(
         Columns task, arch, variant, the cell dims, estimate, lower, upper, method,
         ci_level, n_seeds (rows with no estimate left out).
     """
-    from analysis.stats import hierarchical_bootstrap, interval_table
-
     table = factor_table(store, [str(r) for r in numerator["run"].values])
     frames = []
     for (task, arch, variant), grp in table.groupby(["task", "arch", "variant"], dropna=False):
@@ -110,7 +110,6 @@ def _cells_for(num: xr.DataArray, den: xr.DataArray | None, method: str):
     if method == "t":
         yield num, den
         return
-    from analysis.stats import sequence_mask
 
     try:
         sequence_mask(num, den)
@@ -148,8 +147,6 @@ def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim
         Dims (...): ``estimate``, ``lower``, ``upper`` (NaN with fewer than 2 seeds) and
         ``n_seeds``; attrs ``method``, ``ci_level``.
     """
-    from analysis.stats.resample import t_interval_np
-
     da = per_seed.transpose(..., seed_dim)
     vals = np.asarray(da.values, dtype=float)
     flat = vals.reshape(-1, vals.shape[-1])

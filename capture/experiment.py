@@ -49,6 +49,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from capture.models import ARCHS
+from capture.models.config import CONV_ARCHS, VARIANTS
 from capture.tasks import TASKS, get_task
 from store import LayerstateError
 from store.errors import InvalidArgumentError, validation_problems
@@ -268,8 +270,6 @@ class CapturePlan(BaseModel):
 
     def _check_variants(self) -> None:
         """The ``[variants]`` tables against the grid: names, bases, restrictions, settings."""
-        from capture.models.config import VARIANTS
-
         grid = self.grid
         for name in grid.variants:
             if name.startswith(UNTRAINED) and name not in self.variants:
@@ -323,8 +323,6 @@ class CapturePlan(BaseModel):
     # ------------------------------------------------------------------ the grid
     def base_variant(self, variant: str) -> str:
         """The model variant (``default``/``no_conv``) a grid variant builds."""
-        from capture.models.config import VARIANTS
-
         spec = self.variants.get(variant)
         if spec is not None and spec.base is not None:
             return spec.base
@@ -403,8 +401,6 @@ class CapturePlan(BaseModel):
     def train_for(self, task: str, arch: str | None = None) -> TrainConfig:
         """The training settings of ``task`` (and ``arch``): [train], then
         [train_overrides.<task>], then [train_overrides.<task>.<arch>]."""
-        from capture.models import ARCHS
-
         per_task = dict(self.train_overrides.get(task, {}))
         per_arch = {k: per_task.pop(k) for k in list(per_task) if k in ARCHS}
         return TrainConfig(**{**self.train.model_dump(), **per_task, **per_arch.get(arch or "", {})})
@@ -445,8 +441,6 @@ class RunSpec:
 def _variant_applies(arch: str, variant: str) -> bool:
     """A variant other than ``default`` (``no_conv``) applies to the architectures with a short
     convolution only; the grid skips the others."""
-    from capture.models.config import CONV_ARCHS
-
     return variant == "default" or arch in CONV_ARCHS
 
 

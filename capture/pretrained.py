@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from capture.device import Device, as_device
 from capture.experiment import TrainConfig
+from capture.models import count_parameters, load_pretrained
 from capture.tasks import get_task
 from capture.train import RunnableTask, accuracy_by_length, fit
 from store import Store
@@ -57,8 +58,6 @@ def add_pretrained_run(
     ValueError
         The task's vocabulary does not fit the checkpoint's embedding table.
     """
-    from capture.models import count_parameters, load_pretrained
-
     where = as_device(device)
     cfg = get_task(task, **(task_params or {}))
     # Every registered TaskConfig subclass defines vocab_size, n_classes and target.

@@ -34,7 +34,8 @@ from capture.train import (
     rng_for,
     split_config,
 )
-from store import MissingError, RunConflictError, Store
+from store import MissingError, RunConflictError, Store, config_hash, run_identity
+from store.contents.runs import same_run
 from store.errors import InvalidArgumentError, InvalidArrayError
 from store.io.layout import float_dtypes
 
@@ -381,9 +382,6 @@ def check_capturable(store: Store, spec) -> None:
     ValueError, RunConflictError
         The run's identity or its ``[train]`` config differ from the experiment's.
     """
-    from store import config_hash, run_identity
-    from store.contents.runs import same_run
-
     rid = spec.run_id
     if rid not in store.run_ids() or not store.has_weights(rid):
         raise MissingError(

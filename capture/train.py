@@ -45,6 +45,7 @@ from torch.nn import functional as F
 
 from capture.device import Device, as_device, model_device
 from capture.experiment import RunSpec, TrainConfig
+from capture.models import build_model, count_parameters
 from capture.rebuild import rebuild_model as rebuild_model  # re-exported
 from capture.tasks import CounterfactualBatch, TaskBatch, TaskConfig
 from store import RunConflictError, Store
@@ -437,8 +438,6 @@ def _train_run(
     device: Device,
     progress: Callable[[int, dict], None] | None,
 ) -> TrainResult:
-    from capture.models import build_model, count_parameters
-
     task = spec.task_config()
     mcfg = spec.model_config()
     cfg = spec.train

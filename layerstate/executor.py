@@ -51,10 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.compute import cluster_lost, is_local, one_thread
 from capture.device import CPU, Device
 from layerstate import present, stages
 from layerstate.runtime import check_store_shared
 from layerstate.work import Work
+from reports import build_report
+from store import Store
 
 Say = Callable[[str], None]
 #: ``progress(description, total_steps)`` -> a ``callback(step, point)`` for one run's training.
@@ -94,8 +97,6 @@ class Executor:
                  device: Device = CPU, jobs: int = 1, exp: Any = None, out: Path | None = None,
                  say: Say | None = None, train_progress: TrainProgress | None = None,
                  capture_progress: CaptureProgress | None = None) -> None:
-        from analysis.compute import is_local
-
         self.scheduler = scheduler
         self.client: Any = None if is_local(scheduler) else scheduler
         self.url, self.storage_options, self.device, self.jobs = url, storage_options, device, jobs
@@ -141,8 +142,6 @@ class Executor:
     def _workers(self, section: Section) -> Iterator[tuple[Work, Any]]:
         """Train and capture units: each in its pool (:meth:`_pool`), after the units it waits
         for; one line per trained run, one for the captures."""
-        from store import Store
-
         st = Store.open(self.url, mode="r+", storage_options=self.storage_options)  # one line if not a store
         if self.client is not None and not self.n_workers:
             self.n_workers = check_store_shared(self.client, self.url, self.storage_options)
@@ -177,8 +176,6 @@ class Executor:
             yield from self._in_process(section, st)
 
     def _in_process(self, section: Section, st: Any) -> Iterator[tuple[Work, Any]]:
-        from analysis.compute import one_thread
-
         models: dict = {}  # a run's model, rebuilt once for all its captures
         n = len(section.items)
         for i, item in enumerate(section.items, 1):
@@ -227,8 +224,6 @@ class Executor:
     def _waiting(self, futures: list) -> Iterator[None]:
         """Around waiting for tasks: on any error they are cancelled, and a cluster that went
         away becomes one line saying how to resume (:func:`analysis.compute.cluster_lost`)."""
-        from analysis.compute import cluster_lost
-
         try:
             yield
         except BaseException as exc:
@@ -256,12 +251,8 @@ class Executor:
     # ------------------------------------------------------------------------- this process
     def _here(self, section: Section) -> Iterator[tuple[Work, Any]]:
         """Analyses, claims and the report, in list order, with one store handle."""
-        from store import Store
-
         stage, exp = section.items[0].stage, self.exp
         if stage == "report":
-            from reports import build_report
-
             assert self.out is not None
             self.say("== report")
             st = Store.open(self.url, storage_options=self.storage_options)

@@ -65,7 +65,10 @@ from pydantic import (
 
 from analysis.claims import Claim, ClaimError, parse_claims
 from analysis.claims.kinds import ClaimBase
+from analysis.claims.spec import ALPHA
+from analysis.claims.verdicts import family_share
 from analysis.stats.design import Design
+from analysis.stats.profiles import attainable_min_p, seeds_for_profile_test
 from capture.experiment import (
     CaptureConfig,
     CapturePlan,
@@ -76,8 +79,11 @@ from capture.experiment import (
     TrainConfig,
     validate_model,
 )
-from store import schema
-from store.errors import validation_problems
+from capture.models import ModelConfig
+from capture.tasks import get_task
+from layerstate.work import STAGES, work_list
+from store import layer_names, schema
+from store.errors import InvalidArgumentError, validation_problems
 
 __all__ = [
     "AnalysisConfig",
@@ -289,10 +295,6 @@ class Experiment(CapturePlan):
         tasks; with few seeds no split can give a p below the level, whatever the data. Said
         when the file is read (before any training), not refused: the profiles are still
         reported, and the verdict will say why it is inconclusive."""
-        from analysis.claims.spec import ALPHA
-        from analysis.claims.verdicts import family_share
-        from analysis.stats.profiles import attainable_min_p, seeds_for_profile_test
-
         archs = claim.archs or ([claim.arch] if claim.arch else [])
         # the most seeds its cells reach: the design's maximum for the fewest-seeded architecture
         n = min((self.design.cap(a) for a in archs), default=self.design.max_seeds) if self.design else len(
@@ -338,9 +340,6 @@ class Experiment(CapturePlan):
                                  f"{f', arch {claim.arch!r}' if claim.arch else ''} in variant {variant!r}{where}")
 
     def _check_reference(self, i: int, ref: Reference, ids: list[str]) -> None:
-        from capture.models import ModelConfig
-        from store import layer_names
-
         def bad(field: str, level: object, levels: Collection[object], what: str) -> ExperimentError:
             shown = ", ".join(str(v) for v in levels) or "none"
             return ExperimentError(f"reference #{i} ({ref.source}): {field} {level!r} is not one of this "
@@ -380,8 +379,6 @@ class Experiment(CapturePlan):
         (``layerstate run --task``); a claim comparing tasks (``profile_match``) is kept only
         by a part holding every task it names. An unknown task raises
         :class:`~store.errors.InvalidArgumentError` naming the grid's tasks."""
-        from store.errors import InvalidArgumentError
-
         unknown = [t for t in tasks if t not in self.grid.tasks]
         if unknown or not tasks:
             raise InvalidArgumentError(
@@ -409,8 +406,6 @@ class Experiment(CapturePlan):
         """This experiment's units of work with their dependencies, in the order they run
         (:func:`layerstate.work.work_list`; ``stages``: only those, default all), what the
         executor (:mod:`layerstate.executor`) runs."""
-        from layerstate.work import STAGES, work_list
-
         return work_list(self, stages=tuple(stages) if stages is not None else STAGES)
 
     @property
@@ -429,9 +424,6 @@ class Experiment(CapturePlan):
         architecture the claim reads; settings those of ``[analysis] ablate_settings`` (sweeps
         expanded: ``pca:1,4`` is ``pca:1`` and ``pca:4``); positions those patched.
         """
-        from capture.models import ModelConfig
-        from store import layer_names
-
         grid, cap, ana = self.grid, self.capture, self.analysis
         if claim.metric == "restoration":
             lengths: list[int] = list(cap.counterfactual_lengths)
@@ -484,7 +476,6 @@ def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[s
     counterfactual pairs (two drawn to read their names), else ``corrupt`` and ``label``."""
     import numpy as np
 
-    from capture.tasks import get_task
 
     pair = get_task(task, **params).counterfactual(  # type: ignore[attr-defined]
         np.random.default_rng(0), 2, length)

@@ -45,12 +45,26 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analysis.claims.cells import seeds_held
+from analysis.claims.record import DECISION_RECORD, decision_record
+from analysis.claims.sequential import (
+    evaluate_sequential,
+    next_cells,
+    sequential_dataset,
+    sequential_verdicts,
+)
+from analysis.compute import check, connect
 from capture.device import Device, as_device
-from layerstate import stages
+from layerstate import present, stages
 from layerstate.executor import CaptureProgress, Executor, TrainProgress
+from layerstate.experiment import UNTESTABLE, load_design, load_experiment
+from layerstate.present import sequential_lines
 from layerstate.runtime import store_url
 from layerstate.work import work_list
+from store import Store
+from store.contents.results import recording_reads
 from store.errors import InvalidArgumentError
+from store.schema import CLAIMS, SEQUENTIAL
 
 if TYPE_CHECKING:
     from analysis.stats.design import Design
@@ -88,8 +102,6 @@ def train_experiment(
     ``runs``: only these runs of the grid (:meth:`CapturePlan.select`), to train it in parts.
     ``device``: a :class:`~capture.device.Device` or its name, resolved before anything runs.
     """
-    from analysis.compute import connect
-
     where = as_device(device)
     work = work_list(exp, stages=("train",), runs=runs)
     with connect(scheduler) as sched:
@@ -116,8 +128,6 @@ def capture_experiment(
     consolidated here once they are done. Results in grid order either way. ``device``: as in
     :func:`train_experiment`.
     """
-    from analysis.compute import connect
-
     where = as_device(device)
     work = work_list(exp, stages=("capture",))
     with connect(scheduler) as sched:
@@ -188,19 +198,7 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     analyses the claims read (and the models' behaviour), not the others: seeds and CPU go
     where they decide claims. Runs already in the store are reused, so a stopped run resumes
     where it was."""
-    from analysis.claims.cells import seeds_held
-    from analysis.claims.record import DECISION_RECORD, decision_record
-    from analysis.claims.sequential import (
-        evaluate_sequential,
-        next_cells,
-        sequential_dataset,
-        sequential_verdicts,
-    )
     from capture.experiment import RunSpec
-    from layerstate.present import sequential_lines
-    from store import Store
-    from store.contents.results import recording_reads
-    from store.schema import CLAIMS, SEQUENTIAL
 
     design = exp.design
     assert design is not None
@@ -277,11 +275,6 @@ def run_experiment(
     resolved there) or its name, resolved here before anything else; training, capture and
     the analyses that rerun models (ablation, patching, interchange) run there.
     """
-    from analysis.compute import check, connect
-    from layerstate import present
-    from layerstate.experiment import UNTESTABLE, load_experiment
-    from store import Store
-
     where = as_device(device)
     with warnings.catch_warnings():
         if design is not None:  # its seeds, not the file's grid, say what a profile claim can reach: said below
@@ -294,8 +287,6 @@ def run_experiment(
             f"{len(exp.claims)} of its {whole} claims (those reading only these tasks; the other "
             f"{whole - len(exp.claims)} stay in the Holm correction with p = 1)")
     if design is not None:
-        from layerstate.experiment import load_design
-
         declared = load_design(design)
         if declared is None:
             raise InvalidArgumentError(f"{design} declares no [design]; add one (first_seeds, stage_seeds, "

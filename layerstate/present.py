@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analysis.behaviour import failed_runs, stored_failed_runs
 from analysis.claims.kinds import trait
+from analysis.claims.planner import plan_note
+from analysis.claims.sequential import decided_by, one_sided, signed
+from analysis.claims.verdicts import fmt_p, power_words, seeds_note, share_words
+from analysis.interventions import matched_comparison
+from analysis.probes.chance import above_chance
+from analysis.stats.decision import Verdict
+from reports.claims import claims_display, claims_frame
+from store.contents.results import describe_settings
+from store.integrity.assess import damage_lines, fix
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -175,7 +185,6 @@ def behaviour_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
             yield (f"{cell.cell_task.item()} {cell.cell_arch.item()}/{cell.cell_variant.item()} L={int(L)}: "
                    f"accuracy {float(one.estimate):.3f} {interval} ({int(one.n_seeds)} "
                    f"seed{'s' if int(one.n_seeds) != 1 else ''}, {one.method.item()})")
-    from analysis.behaviour import failed_runs
 
     yield from failed_runs(ds, store)
 
@@ -183,16 +192,12 @@ def behaviour_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
 def failed_run_lines(store: Any) -> list[str]:
     """The runs the store's behaviour results say did not learn (:func:`analysis.behaviour.failed_runs`),
     one line each: what `inspect` shows."""
-    from analysis.behaviour import stored_failed_runs
-
     return stored_failed_runs(store)
 
 
 def _above_chance(ds: xr.Dataset) -> xr.DataArray | None:
     """Per (run, length, layer): above chance (:mod:`analysis.probes.chance`); None for a result
     without a stored baseline."""
-    from analysis.probes.chance import above_chance
-
     return above_chance(ds) if "baseline" in ds and "accuracy" in ds else None
 
 
@@ -265,8 +270,6 @@ def _matched_lines(ds: xr.Dataset) -> Iterator[str]:
     """``[leace - matched:leace] parity/lstm/default len40: embed=+0.000 [...] ...``: each
     setting's drop minus its matched control's, paired by seed (a per-run line with one
     seed)."""
-    from analysis.interventions import matched_comparison
-
     names = [str(s) for s in ds.setting.values]
     pairs = [s for s in names if f"matched:{s}" in names]
     length = ds.length.values[0]
@@ -344,8 +347,6 @@ def _get(r: xr.Dataset, name: str, default: Any = "") -> Any:
 def claim_summaries(res: xr.Dataset) -> Iterator[str]:
     """One short line per evaluated claim: the verdict and why (its outcome against the margin,
     interval and corrected p), and a flag when the cross-check model reaches another verdict."""
-    from analysis.claims.verdicts import fmt_p
-
     for r, cid, verdict, why_not in _claim_rows(res, "claim "):
         if why_not is not None:
             yield why_not
@@ -362,8 +363,6 @@ def claim_summaries(res: xr.Dataset) -> Iterator[str]:
 def _claim_rows(res: xr.Dataset, prefix: str = "") -> Iterator[tuple[xr.Dataset, str, str, str | None]]:
     """Each claim row: (row, id, verdict, None), or for a claim not evaluable the line saying why
     in place of None."""
-    from analysis.stats.decision import Verdict
-
     for i in range(res.sizes["claim"]):
         r = res.isel(claim=i)
         cid, verdict = str(r.claim.values), str(r.verdict.values)
@@ -372,8 +371,6 @@ def _claim_rows(res: xr.Dataset, prefix: str = "") -> Iterator[tuple[xr.Dataset,
 
 def _interval(r: xr.Dataset) -> str:
     """A claim's estimate and the interval its test used, as the report prints it."""
-    from analysis.claims.verdicts import seeds_note
-
     est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
     fmt = "+.3f" if trait(str(r.kind.values), "compares") else ".3f"  # as the report signs them
     if not np.isfinite(est):
@@ -390,8 +387,6 @@ def _interval(r: xr.Dataset) -> str:
 
 def _with_share(r: xr.Dataset, text: str) -> str:
     """A share claim's estimate led by its counts: ``4 of 5 seeds beyond 0.9; median seed 0.962 [...]``."""
-    from analysis.claims.verdicts import share_words
-
     if str(_get(r, "model")) != "sign_test":
         return text
     head = share_words(float(_get(r, "beyond", np.nan)), float(_get(r, "n_seeds", np.nan)),
@@ -403,8 +398,6 @@ def claim_lines(res: xr.Dataset) -> Iterator[str]:
     """One full line per evaluated claim: verdict and why (the outcome against its margin),
     estimate, interval, p and Holm-corrected p, power, the model, the cross-check model's
     estimate, interval, p and verdict (flagged when it differs), and what was dropped."""
-    from analysis.claims.verdicts import fmt_p, power_words
-
     for r, cid, verdict, why_not in _claim_rows(res):
         if why_not is not None:
             yield why_not
@@ -442,7 +435,6 @@ def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
     part). Returns the two paths."""
     from pathlib import Path
 
-    from reports.claims import claims_display, claims_frame
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -522,8 +514,6 @@ def undecided_cost_lines(res: xr.Dataset) -> list[str]:
 def validation_notes(rep: Any) -> Iterator[str]:
     """Warnings and problems of a :class:`store.Report` (for stderr), then, where chunks are
     damaged, what is lost and what can still be analysed (:func:`store.integrity.assess.damage_lines`)."""
-    from store.integrity.assess import damage_lines
-
     for w in rep.warnings:
         yield f"warning: {w}"
     if not rep.ok:
@@ -534,8 +524,6 @@ def validation_notes(rep: Any) -> Iterator[str]:
 
 def validation_verdict(rep: Any, where: str) -> str:
     """``ok: ...`` or the one-line failure with its fix (the command exits 2 on that)."""
-    from store.integrity.assess import fix
-
     if rep.ok:
         return f"ok: {where} ({rep.n_arrays} arrays, {rep.n_chunks} chunks verified)"
     step = fix(rep, where)
@@ -617,8 +605,6 @@ def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE
     """The plan as the command prints it: one line per claim, then the cells that need more seeds,
     the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
     paths the commands name)."""
-    from analysis.claims.planner import plan_note
-
     yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
     for c, r in zip(p.claims, p.rows, strict=True):
         note = plan_note(p, c, r)
@@ -656,8 +642,6 @@ def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE
 def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
     """Per stage and claim: seeds, estimate, repeated interval, boundary and decision; then what
     the next stage trains and ``next_step``: how (a command that trains exactly those cells)."""
-    from analysis.claims.sequential import decided_by, one_sided, signed
-
     d = run.design
     yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
            f"({d.spending} spending, futility {d.futility}); stages at {', '.join(map(str, d.seeds()))} seeds")
@@ -744,8 +728,6 @@ def stability_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
     per cell and length the mean overlap per layer with its interval over seeds, the nulls, and
     whether the seeds agree (the interval above both the random-subspace null and the
     shuffled-label null's upper end)."""
-    from store.contents.results import describe_settings
-
     read = str(ds.attrs.get("probe_result") or "")
     if read:
         settings = (describe_settings(store.result_attrs(read)) if store is not None and read in store.results()

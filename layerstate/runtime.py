@@ -23,6 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from analysis.compute import SchedulerError
+from store.access.lease import acquire_waiting
+from store.access.location import Location
 from store.errors import LayerstateError
 
 __all__ = ["StoreNotSharedError", "check_store_shared", "store_url", "task_writer", "torch_threads"]
@@ -56,8 +59,6 @@ class StoreNotSharedError(LayerstateError):
 def store_url(path: str | Path) -> str:
     """The store's address as every process should use it: a local path made absolute
     (workers need not share the driver's working directory); URLs unchanged."""
-    from store.access.location import Location
-
     loc = Location(str(path))
     return str(loc.local_path) if loc.is_local else loc.url
 
@@ -72,8 +73,6 @@ def task_writer(store: Any, run_id: str) -> Iterator[None]:
     that died again elsewhere, and the dead worker's lease can only expire from there. A
     lease that is renewed meanwhile (a live writer) is refused in one line, as is a live
     writer on this host."""
-    from store.access.lease import acquire_waiting
-
     lease = acquire_waiting(store.lock(run_id).lease)
     try:
         with store.lock(run_id):
@@ -99,9 +98,6 @@ def check_store_shared(client: Any, url: str, storage_options: dict | None = Non
     SchedulerError
         No worker joined the cluster in time, or the workers did not answer.
     """
-    from analysis.compute import SchedulerError
-    from store.access.location import Location
-
     address = client.scheduler.address
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
@@ -151,8 +147,6 @@ def check_store_shared(client: Any, url: str, storage_options: dict | None = Non
 
 def _read_token(url: str, storage_options: dict | None, name: str, token: str) -> str:
     """On a worker: '' when the store's token reads back, else what went wrong (one line)."""
-    from store.access.location import Location
-
     try:
         fs, root = Location(url, storage_options or {}).filesystem()
         found = fs.cat_file(f"{root.rstrip('/')}/{name}").decode(errors="replace")

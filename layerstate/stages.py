@@ -19,11 +19,22 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from analysis.behaviour import CI_LEVEL, failed_runs, measured_lengths, store_behaviour
+from analysis.claims import evaluate_stored_claims
+from analysis.claims.stored import keep_profiles
+from analysis.compute import one_thread
+from analysis.interventions import run_ablation, run_interchange, run_patching
+from analysis.probes import plan_mdl, plan_stability, probe, save_mdl, save_stability
+from analysis.probes.probing import task_attrs
 from capture.device import CPU, Device
+from capture.record import capture_unit, check_capturable
+from capture.train import train_run
 from layerstate import present
 from layerstate.runtime import task_writer, torch_threads
 from layerstate.staleness import REQUEST_ATTR, added_runs, result_request, stored_answers
 from layerstate.work import Work
+from store import Store, schema
+from store.contents.results import DIGEST_ATTR
 
 if TYPE_CHECKING:
     from capture.experiment import RunSpec
@@ -39,8 +50,6 @@ def train(spec: RunSpec, store: Any, device: Device,
           progress: Callable[[int, dict], None] | None = None) -> TrainResult:
     """Train one run (skipped if trained); torch's thread count, which training sets from
     ``[train] threads``, is restored afterwards."""
-    from capture.train import train_run
-
     with torch_threads():
         return train_run(store, spec, device=device, progress=progress)
 
@@ -50,8 +59,6 @@ def capture(spec: RunSpec, store: Any, kind: str, length: int, device: Device, *
             progress_factory: Callable[[str, int], Callable[[int], None]] | None = None) -> CaptureResult:
     """One (run, kind, length) capture with the experiment's ``[capture]`` settings
     (:func:`capture.record.capture_unit`; resumable)."""
-    from capture.record import capture_unit
-
     return capture_unit(store, spec, kind, length, device=device, models=models,
                         progress_factory=progress_factory)
 
@@ -62,10 +69,6 @@ def train_task(spec: RunSpec, url: str, storage_options: dict | None, device: De
     and torch thread (training then uses its ``[train] threads``). ``wait_for_lease``
     (cluster tasks): wait out a lease that another host's dead worker left on the run.
     ``after``: the results this task waits for, unused."""
-    from analysis.compute import one_thread
-    from capture.train import train_run  # noqa: F401 - torch loaded before the pin, which then holds it
-    from store import Store
-
     with one_thread():
         st = Store.open(url, mode="r+", storage_options=storage_options)
         with task_writer(st, spec.run_id) if wait_for_lease else nullcontext():
@@ -79,10 +82,6 @@ def capture_task(spec: RunSpec, url: str, storage_options: dict | None, kind: st
     from this experiment, rebuilds the model from its stored weights and captures
     (resumable). ``after``: the results this task waits for (the run's training or its
     previous capture), unused."""
-    from analysis.compute import one_thread
-    from capture.record import check_capturable
-    from store import Store
-
     with one_thread():
         st = Store.open(url, mode="r+", storage_options=storage_options)
         check_capturable(st, spec)  # before waiting for any lease
@@ -152,7 +151,6 @@ def _say_failed(item: Work, store: Any, name: str, say: Say) -> None:
     below chance): the claims keep it (dropping it would bias them), the reader is told."""
     if item.kind != "behaviour":
         return
-    from analysis.behaviour import failed_runs
 
     for line in failed_runs(store.read_result(name), store):
         say(f"{name}: {line}")
@@ -160,8 +158,6 @@ def _say_failed(item: Work, store: Any, name: str, say: Say) -> None:
 
 def _measured(store: Any, runs: list[str]) -> dict[int, list[str]]:
     """Per length, the runs whose captured length behaviour reads (complete, with logits)."""
-    from analysis.behaviour import measured_lengths
-
     return measured_lengths(store, runs)
 
 
@@ -178,8 +174,6 @@ Builder = Callable[[Work, Any, "Experiment", Any, Device], tuple[dict[str, Any],
 
 
 def _behaviour(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.behaviour import CI_LEVEL, store_behaviour
-
     runs = list(item.runs)
     # the lengths it was measured at: a length captured since makes it stale
     params: dict[str, Any] = dict(lengths=list(_measured(store, runs)), ci_level=CI_LEVEL)
@@ -187,8 +181,6 @@ def _behaviour(item: Work, store: Any, exp: Experiment, scheduler: Any, device: 
 
 
 def _probes(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.probes import probe
-
     cfg = exp.analysis
     params = dict(positions=cfg.probe_positions, lengths=cfg.probe_lengths, train_length=cfg.probe_train_length,
                   folds=cfg.probe_folds, method=cfg.probe_method, control=cfg.probe_control)
@@ -197,9 +189,6 @@ def _probes(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Dev
 
 
 def _mdl(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.probes import plan_mdl, save_mdl
-    from analysis.probes.probing import task_attrs
-
     cfg = exp.analysis
     params: dict[str, Any] = dict(positions=cfg.mdl_positions, lengths=cfg.probe_lengths, control="permute")
 
@@ -215,10 +204,6 @@ def _mdl(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device
 
 
 def _stability(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.probes import plan_stability, save_stability
-    from store import schema
-    from store.contents.results import DIGEST_ATTR
-
     result = schema.result_name(schema.PROBES, str(item.task))
     # the probe result it reads, by its data: probes computed again make it stale
     params: dict[str, Any] = dict(result=result, shuffles=exp.analysis.stability_shuffles,
@@ -235,8 +220,6 @@ def _stability(item: Work, store: Any, exp: Experiment, scheduler: Any, device: 
 
 
 def _ablation(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.interventions import run_ablation
-
     cfg = exp.analysis
     params = dict(settings=cfg.ablate_settings, lengths=cfg.ablate_lengths,
                   fit_length=cfg.ablate_fit_length or exp.train.length,
@@ -247,8 +230,6 @@ def _ablation(item: Work, store: Any, exp: Experiment, scheduler: Any, device: D
 
 
 def _patching(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.interventions import run_patching
-
     cfg = exp.analysis
     params = dict(length=cfg.patch_length, positions=cfg.patch_positions)
     return params, lambda p, a, extend=False: run_patching(
@@ -257,8 +238,6 @@ def _patching(item: Work, store: Any, exp: Experiment, scheduler: Any, device: D
 
 
 def _interchange(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    from analysis.interventions import run_interchange
-
     params = dict(length=exp.analysis.patch_length)
     return params, lambda p, a, extend=False: run_interchange(store, p["length"], str(item.task),
                                                               runs=list(item.runs), scheduler=scheduler, attrs=a,
@@ -281,11 +260,7 @@ def _analysis(item: Work, store: Any, exp: Experiment, scheduler: Any,
 
 def evaluate_claims(store: Any, exp: Experiment, say: Say) -> Any:
     """Evaluate the experiment's claims (if any) and store them under ``results/claims``."""
-    from analysis.claims import evaluate_stored_claims
-
     if not exp.claims:
-        from analysis.claims.stored import keep_profiles
-
         if keep_profiles(store, exp.absent_claims):
             say("no claims of this part's own; kept the profiles its tasks give the grid's profile claims "
                 "(results/claim_profiles), for `layerstate combine`")

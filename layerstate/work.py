@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from capture.record import captures_of
 from capture.tasks import TASKS
 
 if TYPE_CHECKING:
@@ -85,7 +86,6 @@ def work_list(exp: CapturePlan, *, stages: Sequence[str] = STAGES,
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise ValueError(f"unknown stages {unknown}; the stages are {', '.join(STAGES)}")
-    from capture.record import captures_of
 
     specs = list(runs) if runs is not None else getattr(exp, "plan", exp).runs()  # capture's sections only
     work: list[Work] = []

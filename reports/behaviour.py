@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.behaviour import behaviour_result, stored_failed_runs
 from reports import figures as F
 from reports.intervals import RANGES, apply_rules, texts
 from reports.model import COMMANDS, Figure, Section, Table, missing_section
@@ -76,8 +77,6 @@ def failed_lines(snap: Snapshot) -> list[str]:
     """The runs of the stored behaviour results that did not learn, in words
     (:func:`analysis.behaviour.failed_runs`); untrained baselines are not named (chance is what
     they are for)."""
-    from analysis.behaviour import stored_failed_runs
-
     return stored_failed_runs(snap.store)
 
 
@@ -190,8 +189,6 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
     it. Either way each (task, arch, variant) at each length has its own interval over its
     own seeds, so a run still being captured or a missing seed elsewhere never changes a cell.
     """
-    from analysis.behaviour import behaviour_result
-
     at = {L: [r for r in snap.runs if L in snap.with_logits[r]] for L in lengths}
     task_of = {r: str(snap.store.run_attrs(r).get("task")) for r in snap.runs}
     parts, stale = [], []

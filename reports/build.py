@@ -40,6 +40,7 @@ from reports import behaviour, claims, interventions, provenance, readout, seeds
 from reports import summary as summary_section
 from reports.figures import save
 from reports.model import Section
+from reports.render import render_html, render_markdown
 from reports.snapshot import Snapshot, take_snapshot
 from store import Store
 
@@ -175,8 +176,6 @@ def _guarded(key: str, title: str, build: Callable[[], Section]) -> Section:
 
 # ---------------------------------------------------------------------- writing
 def _write(folder: Path, snap: Snapshot, built: list[Section]) -> None:
-    from reports.render import render_html, render_markdown
-
     figdir, tabdir = folder / "figures", folder / "tables"
     tabdir.mkdir(parents=True, exist_ok=True)
     figdir.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.kinds import trait
+from analysis.claims.profiles import CLAIM_PROFILES, profiles_frame
 from analysis.claims.stored import stale_table
 from analysis.claims.verdicts import power_words, seeds_note, share_words
 from reports import figures as F
@@ -109,8 +110,6 @@ def kept_profiles(snap: Snapshot) -> Table | None:
     (``results/claim_profiles``): the CSV holds every seed's accuracy per layer, what
     ``layerstate combine`` decides a profile claim across parts from; the page lists what is
     kept (the profiles themselves, with intervals, are in the probe section)."""
-    from analysis.claims.profiles import CLAIM_PROFILES, profiles_frame
-
     if CLAIM_PROFILES not in snap.results():
         return None
     ds = read_result(snap.store, CLAIM_PROFILES)

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from analysis.intervals import factor_table
+from analysis.intervals import factor_table, stored_intervals
+from analysis.interventions.intervals import metric_intervals
 from reports import figures as F
 from reports import intervals
 from reports.model import COMMANDS, Table
@@ -48,9 +49,6 @@ def metric_frames(ds: xr.Dataset, kind: str, store, metrics: list[str], computed
     as rows: the stored ones (:func:`analysis.intervals.stored_intervals`), the others
     computed here from the per-sequence counts, their names appended to ``computed``. A metric
     whose variables ``ds`` lacks is absent."""
-    from analysis.intervals import stored_intervals
-    from analysis.interventions.intervals import metric_intervals
-
     out: dict[str, pd.DataFrame] = {}
     missing = []
     for metric in metrics:

@@ -42,6 +42,8 @@ import pandas as pd
 import xarray as xr
 
 from analysis.intervals import factor_table
+from analysis.interventions import DISAGREE, MIN_GAP, classify_mechanism, matched_comparison
+from analysis.interventions.intervals import flat_runs, stored_matched
 from reports import figures as F
 from reports.intervention_tables import (
     KINDS,
@@ -240,9 +242,6 @@ def matched_table(ds: xr.Dataset, store, fit: int, name: str, computed: list[str
     the fit length; None without matched controls or with one seed. The comparison stored with
     the result (:func:`analysis.interventions.intervals.stored_matched`), else computed here
     (``"matched"`` appended to ``computed``)."""
-    from analysis.interventions import matched_comparison
-    from analysis.interventions.intervals import stored_matched
-
     names = [str(v) for v in ds["setting"].values]
     if not any(f"matched:{s}" in names for s in names):
         return None
@@ -337,8 +336,6 @@ def directions_table(ds: xr.Dataset, store, name: str, order: list[str], site: s
     """Denoising and noising side by side, in two metrics, per model, layer and site; the
     display keeps the sites where either direction moves at least 0.2 of the gap, or the two
     disagree (their shares differ by at least ``disagree_threshold``, in either metric)."""
-    from analysis.interventions import DISAGREE
-
     limit = float(ds.attrs.get("disagree_threshold", DISAGREE))
     keys = ["task", "arch", "variant", "layer", site]
     merged: pd.DataFrame | None = None
@@ -430,7 +427,6 @@ def interchange_part(snap: Snapshot, name: str, patched: dict | None = None) -> 
     part = Section(slug(name), f"Interchange: {name.split('/', 1)[-1]}")
     order = [str(v) for v in ds["layer"].values]
     sites = [str(v) for v in ds["site"].values]
-    from analysis.interventions.intervals import flat_runs
 
     flat = flat_runs(ds)
     if flat:
@@ -477,8 +473,6 @@ def _restoration_views(part: Section, ds: xr.Dataset, store, name: str, order: l
 
 
 def _flat_note(runs: list[str], store) -> str:
-    from analysis.interventions import MIN_GAP
-
     table = factor_table(store, runs)
     groups = "; ".join(f"{t}/{a}/{v}: {len(g)} of its runs" for (t, a, v), g in
                        table.groupby(["task", "arch", "variant"], dropna=False))
@@ -491,7 +485,6 @@ def mechanism_frame(ds: xr.Dataset, store) -> pd.DataFrame | None:
     """One row per run with its mechanism, or None where key/value/query sites are absent."""
     if not {"key", "value", "query"} <= {str(s) for s in ds["site"].values}:
         return None
-    from analysis.interventions import classify_mechanism
 
     labels = classify_mechanism(ds)
     table = factor_table(store, [str(r) for r in labels["run"].values]).reset_index()

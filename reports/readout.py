@@ -37,14 +37,24 @@ import pandas as pd
 import xarray as xr
 
 from analysis.behaviour import by_factors
+from analysis.probes.intervals import (
+    METRICS,
+    probe_interval_frames,
+    profile_summary,
+    stored_probe_intervals,
+    stored_profile_summary,
+)
+from capture.experiment import UNTRAINED
 from reports import figures as F
+from reports.figures import variant_style
 from reports.intervals import MIN_SEEDS, RANGES, TOO_FEW, TOO_WIDE, apply_rules, auc_range, texts
 from reports.mdl import mdl_parts
 from reports.model import COMMANDS, Figure, Section, Table, missing_section
 from reports.numbers import fmt_layer_ci, read_result
 from reports.snapshot import Snapshot
 from reports.stability import stability_parts
-from store import schema
+from store import MissingError, schema
+from store.contents.results import describe_settings
 
 PROBES_INTRO = (
     "Held-out accuracy of linear probes on each layer's hidden states (cross-validated by sequence), "
@@ -101,9 +111,6 @@ def _choose(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
     settings, which claims read it, and which others there are; the last item is the set of
     tasks that had several results to choose from.
     """
-    from store import MissingError
-    from store.contents.results import describe_settings
-
     wanted = [w if schema.parse_result_name(w) else schema.result_name(schema.PROBES, w) for w in wanted]
     unknown = [w for w in wanted if w not in names]
     if unknown:
@@ -260,8 +267,6 @@ def untrained_variants(frame: pd.DataFrame, store) -> list[str]:
     """The variants of ``frame`` that are untrained baselines: their runs record ``untrained``
     (``[variants.<name>] train = false``), or, for a store imported from elsewhere, the variant's
     name begins with ``untrained`` (the user's own activations of the untrained models)."""
-    from capture.experiment import UNTRAINED
-
     return [v for v in sorted(frame["variant"].astype(str).unique()) if v in _flagged(store) or v.startswith(UNTRAINED)]
 
 
@@ -273,8 +278,6 @@ def _flagged(store) -> set[str]:
 def untrained_text(frame: pd.DataFrame, store) -> str:
     """What the untrained baseline's profiles are, for the figure's caption ('' without one):
     which variants, in which line style, and how to read a trained profile against them."""
-    from reports.figures import variant_style
-
     names = untrained_variants(frame, store)
     if not names:
         return ""
@@ -332,8 +335,6 @@ def interval_frames(ds: xr.Dataset, store, computed: list[str] | None = None) ->
     restricted to ``ds``'s runs), else computed here
     (:func:`analysis.probes.intervals.probe_interval_frames`; ``"probes"`` appended to
     ``computed``)."""
-    from analysis.probes.intervals import METRICS, probe_interval_frames, stored_probe_intervals
-
     names = [m for m, var in METRICS.items() if var in ds]
     stored = {m: stored_probe_intervals(ds, m) for m in names}
     if any(f is None for f in stored.values()):
@@ -422,8 +423,6 @@ def summary_frame(ds: xr.Dataset, store, *, target: str, computed: list[str] | N
     (:func:`analysis.probes.intervals.stored_profile_summary`), else computed here
     (:func:`analysis.probes.intervals.profile_summary`; ``"summary"`` appended to
     ``computed``), with each layer statistic written as its layer's name."""
-    from analysis.probes.intervals import profile_summary, stored_profile_summary
-
     frame = stored_profile_summary(ds)
     if frame is None:
         frame = profile_summary(ds, store, threshold=THRESHOLD)

@@ -32,7 +32,8 @@ from analysis.claims.planner import PLAN_POWER, SEED_PLAN
 from analysis.claims.record import record_problem
 from analysis.stats.decision import Pending, Verdict
 from reports import figures as F
-from reports.intervals import INF, interval_text
+from reports.claims import claim_range
+from reports.intervals import INF, apply_rules, interval_text
 from reports.model import Figure, Section, Table, missing_section
 from reports.numbers import fmt, read_result
 from reports.snapshot import Snapshot
@@ -295,9 +296,6 @@ def looks_frame(ds, info: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
     """One row per (stage, claim) the design evaluated (its decision not ''), with the stage's seeds
     and the repeated interval under the rules of :mod:`reports.intervals` (its metric's range, shown
     from 2 seeds as a claim's own interval is)."""
-    from reports.claims import claim_range
-    from reports.intervals import apply_rules
-
     frame = ds[["decision", "estimate", "se", "df", "level", "critical", "bound_low", "bound_high", "rci_low",
                 "rci_high", "conditional_power"]].to_dataframe().reset_index()
     frame["decision"] = frame["decision"].astype(str)

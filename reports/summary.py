@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from reports import references
+from reports.claims import CLAIM_ANCHOR, claim_texts, reason_texts
 from reports.intervals import MIN_SEEDS, RULES_NOTE
 from reports.model import COMMANDS, Figure, Section, Table, find_table, take_figure, take_table
 from reports.snapshot import Snapshot
@@ -105,8 +106,6 @@ def _moved_part(source: Section | None, part: Section, name: str, note: str, sec
 def _claims_table(frame: pd.DataFrame) -> Table:
     """Compact: each claim's verdict, estimate [interval] and the reason for its verdict (the
     tests, power, cross-check and variance components are in the claims section)."""
-    from reports.claims import CLAIM_ANCHOR, claim_texts, reason_texts
-
     shown = pd.DataFrame({
         "claim": frame["claim"],
         "statement": frame["statement"],

@@ -28,6 +28,8 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from store.contents.forget import forget_captures, forget_result, forget_run
+
 from .access.consolidation import consolidate_checked, consolidating
 from .access.lease import RunLease
 from .access.location import Location
@@ -448,20 +450,14 @@ class Store:
     # ------------------------------------------------------------------ removing (store.contents.forget)
     def forget_result(self, name: str) -> None:
         """Remove ``results/<name>``."""
-        from .contents.forget import forget_result
-
         forget_result(self, name)
 
     def forget_captures(self, run_id: str, lengths: Any = None) -> list[str]:
         """Remove the run's captured groups at ``lengths`` (default all); returns their names."""
-        from .contents.forget import forget_captures
-
         return forget_captures(self, run_id, lengths)
 
     def forget_run(self, run_id: str) -> None:
         """Remove a run: record, weights and captures."""
-        from .contents.forget import forget_run
-
         forget_run(self, run_id)
 
     def read_result(self, name: str) -> xr.Dataset:

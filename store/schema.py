@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from store.errors import InvalidArgumentError
+
 SCHEMA = "layerstate/1"
 SCHEMA_NAME = "layerstate"
 SCHEMA_VERSION = 1
@@ -122,8 +124,6 @@ _RESULT_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 def result_name(kind: str, name: str) -> str:
     """``result_name("ablation", "parity")`` -> ``"ablation/parity"``; a name that already
     starts with ``<kind>/`` is returned as it is."""
-    from store.errors import InvalidArgumentError  # a ValueError the command line shows in one line
-
     if kind not in RESULT_KINDS:
         raise InvalidArgumentError(f"result kind must be one of {', '.join(RESULT_KINDS)}, got {kind!r}")
     name = name.removeprefix(f"{kind}/")

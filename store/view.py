@@ -19,6 +19,8 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from store.errors import NotAStoreError
+
 from .contents import runs as _runs
 from .core import Store
 from .errors import InvalidArgumentError, LayerstateError, MissingError
@@ -62,8 +64,6 @@ class StoreView:
     def open(cls, urls: Sequence[str], *, storage_options: dict | None = None) -> StoreView | None:
         """The stores at ``urls`` read as one, or None when one of them is not a store (a
         part given as a report's claims table rather than its store)."""
-        from .errors import NotAStoreError
-
         try:
             stores = [Store.open(u, storage_options=storage_options) for u in urls]
         except (NotAStoreError, FileNotFoundError, OSError):

@@ -49,14 +49,14 @@ def _files(path: Path) -> dict[str, bytes]:
 def test_an_internal_builtin_error_is_a_bug_not_bad_input(make_store, monkeypatch, builtin):
     """A KeyError from a programming mistake used to exit 2 as if the input were bad; it is a
     bug: exit 1 with the exception (its traceback), with or without --debug."""
-    import store
+    import layerstate.cli.store_commands as store_commands
 
     st = make_store(n=40)
 
     def broken(*args, **kwargs):
         raise builtin("'n_layers'")  # what a mistyped dict key looks like
 
-    monkeypatch.setattr(store, "summary", broken)
+    monkeypatch.setattr(store_commands, "summary", broken)  # where `inspect` reads it
     for args in (("inspect", st.location), ("--debug", "inspect", st.location)):
         res = cli(*args)
         assert res.exit_code == 1 and type(res.exception) is builtin, res.output
@@ -65,14 +65,14 @@ def test_an_internal_builtin_error_is_a_bug_not_bad_input(make_store, monkeypatc
 
 
 def test_a_project_error_is_one_line_and_debug_shows_it(make_store, monkeypatch):
-    import store
+    import layerstate.cli.store_commands as store_commands
 
     st = make_store(n=40)
 
     def refuse(*args, **kwargs):
         raise MissingError("run 'x' is not in the store; runs there: r0")
 
-    monkeypatch.setattr(store, "summary", refuse)
+    monkeypatch.setattr(store_commands, "summary", refuse)
     one_line(cli("inspect", st.location), "run 'x' is not in the store; runs there: r0")
     res = cli("--debug", "inspect", st.location)
     assert res.exit_code == 1 and isinstance(res.exception, MissingError)

@@ -35,7 +35,14 @@ import pandas as pd
 import xarray as xr
 
 from analysis.claims.cells import cell_costs, declared_cells, first_seeds, seeds_held
-from analysis.claims.evaluate import FAMILIES, NUMERIC, TEXT, verdict_table
+from analysis.claims.evaluate import (
+    FAMILIES,
+    NUMERIC,
+    TEXT,
+    evaluate_claims,
+    stored_probe_profiles,
+    verdict_table,
+)
 from analysis.claims.kinds import ProfileMatchClaim
 from analysis.claims.planner import (
     SEED_PLAN,
@@ -44,12 +51,22 @@ from analysis.claims.planner import (
     missing_seeds,
     signed_distance,
 )
-from analysis.claims.profiles import CLAIM_PROFILES, missing_words, profiles_frame, profiles_rows
+from analysis.claims.profiles import (
+    CLAIM_PROFILES,
+    missing_words,
+    profiles_frame,
+    profiles_rows,
+    row_profiles,
+)
 from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_rows
+from analysis.claims.stored import stale_table
 from analysis.claims.verdicts import claim_tests
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Cell
 from analysis.stats.planning import ClaimPlan, PlanRow
+from analysis.stats.profiles import attainable_min_p, shape_test_power
+from analysis.stats.seedshare import seeds_to_decide
+from store import MissingError, open_analysis
 
 #: Interval notes under which a report's CSV hides the interval (``reports.intervals``): the
 #: verdict reads the interval, so such a row can only be combined from the part's store.
@@ -107,8 +124,6 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
         # needs at alpha no count could decide it: inconclusive (its tests count at p = 1, which
         # changes no other claim's Holm step, as any p it could have is above alpha); else the
         # part's store must count its seeds again
-        from analysis.stats.seedshare import seeds_to_decide
-
         n = row["n_seeds"]
         if np.isfinite(n) and n < seeds_to_decide(ALPHA, claim.q):
             row.update({k: np.nan for k in ("estimate", "lower", "upper", "p", "p_contra_exact", "se", "df",
@@ -365,9 +380,6 @@ def _profile_plan(claim: Claim, rid: str, row: xr.Dataset, kept: Sequence[tuple[
     level of its Holm step), below that only where the exact test can reach the level at all;
     what training the missing seeds costs, from the parts' cell costs. None where the kept
     profiles do not hold its three tasks."""
-    from analysis.claims.profiles import row_profiles
-    from analysis.stats.profiles import attainable_min_p, shape_test_power
-
     if claim.differs_from is None or claim.matches is None:
         return None
     profiles = row_profiles(claim, rid, kept)
@@ -419,8 +431,6 @@ def read_plan(path: str | Path, *, storage_options: dict | None = None) -> PartP
     store's runs, or the report's ``runs.csv``: training seconds, plus capture where recorded).
     None where the part kept none (a report of a store evaluated before plans were stored, or
     of a part without claims of its own)."""
-    from store import open_analysis
-
     beside = _report_table(path)
     if beside is not None:
         kept = beside.with_name(f"{SEED_PLAN}.csv")
@@ -468,8 +478,6 @@ def _across_parts(claims: Sequence[Claim], found: dict[str, tuple[str, pd.Series
                   ) -> dict[str, tuple[str, pd.Series]]:
     """The rows of the claims no part evaluated, evaluated on ``view`` (the parts' stores as
     one); only their tests are read from here, the verdicts come from the combined family."""
-    from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
-
     todo = [c for c in claims if any(rid not in found for rid in claim_rows(c))]
     if not todo:
         return {}
@@ -486,8 +494,6 @@ def read_profiles(path: str | Path, *, storage_options: dict | None = None) -> p
     ``results/claim_profiles``, or the ``claim_profiles.csv`` beside a report's claims table;
     None where the part kept none (a part without profile claims, or stored before they were
     kept)."""
-    from store import open_analysis
-
     beside = _report_table(path)
     if beside is not None:
         kept = beside.with_name(f"{CLAIM_PROFILES}.csv")
@@ -495,7 +501,6 @@ def read_profiles(path: str | Path, *, storage_options: dict | None = None) -> p
     st = open_analysis(str(path), write=False, storage_options=storage_options, results_options=storage_options)
     if CLAIM_PROFILES not in st.results():
         return None
-    from analysis.claims.stored import stale_table
 
     table = st.read_result(CLAIM_PROFILES)
     stale = stale_table(st, table)
@@ -544,8 +549,6 @@ def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Da
     """A part's claims: ``path`` is a report's ``claims.csv``, a report folder (its
     ``tables/claims.csv``), or a store whose results hold ``claims``; no row for a part that
     evaluated no claim of its own but kept profiles (``claim_profiles``)."""
-    from store import MissingError, open_analysis
-
     p = Path(str(path))
     if p.is_dir() and (p / "tables" / "claims.csv").is_file():
         p = p / "tables" / "claims.csv"  # a report folder
@@ -567,7 +570,6 @@ def read_part(path: str | Path, *, storage_options: dict | None = None) -> xr.Da
     if "claims" not in st.results():
         raise MissingError(f"{path} holds no evaluated claims (results/claims); run `layerstate stats` "
                            "(or `layerstate run`) on it first")
-    from analysis.claims.stored import stale_table
 
     table = st.read_result("claims")
     stale = stale_table(st, table)

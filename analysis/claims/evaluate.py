@@ -21,10 +21,12 @@ from analysis.claims.metrics import (
     sequence_counts,
     too_few,
 )
+from analysis.claims.probe_results import probe_choice, stack_probe_results
 from analysis.claims.sampling import (
     ablation_counts,
     accuracy_floor,
     bound_row,
+    floored_fit,
     labelled_sequences,
     metric_sampling_var,
     sequences_per_seed,
@@ -47,7 +49,12 @@ from analysis.claims.verdicts import (
     family_share,
     judged_power,
 )
+from analysis.stats.contrasts import contrast_np, glmm_contrast
+from analysis.stats.decision import floored_se
+from analysis.stats.power import t_critical
 from analysis.stats.profiles import MAX_EXACT, closer_by_margin_np, profile_difference_test
+from analysis.stats.ranges import CLIPPED, clip_interval
+from analysis.stats.seedshare import seeds_to_decide, share_test, undecidable_words
 from store import Store
 from store.errors import did_you_mean
 
@@ -57,8 +64,6 @@ def _evaluate_seedwise(inputs: ClaimInputs, claim: Claim) -> dict:
     ablation drop, refitted probe accuracy, patching recovery): the paired t on per-seed
     differences, its variance floored at the sequences' sampling variance where the metric is
     counted over sequences (:func:`metric_sampling_var`)."""
-    from analysis.stats.decision import floored_se
-
     t, r = paired_levels(seed_metric(inputs, claim), claim)
     ok = np.isfinite(t.values) & np.isfinite(r.values)
     if ok.sum() < 2:
@@ -95,9 +100,6 @@ def _evaluate_seedwise(inputs: ClaimInputs, claim: Claim) -> dict:
 
 
 def _evaluate_accuracy(inputs: ClaimInputs, claim: Claim) -> dict:
-    from analysis.claims.sampling import floored_fit
-    from analysis.stats.contrasts import contrast_np, glmm_contrast
-
     corr = sequence_counts(inputs, claim)
     (ct, cr), (lt, lr) = paired_levels(corr.correct, claim), paired_levels(corr.labelled, claim)
     core = ("seed", "sequence")
@@ -443,8 +445,6 @@ def _source(inputs: ClaimInputs, claim: Claim) -> str:
     """The stored results a claim read (``result`` column): the probe result of each of its
     tasks, or the ablation, patching or interchange results its runs came from; '' for an
     accuracy claim (it reads the captures)."""
-    from analysis.claims.probe_results import probe_choice
-
     store, probes = inputs.store, inputs.probes
     try:
         if claim.metric == "probe_accuracy" or claim.reads_probes:
@@ -537,8 +537,6 @@ def _in_range(claim: Claim, row: dict) -> None:
     """The row's intervals (its own and its cross-check's) inside what the claim's estimate can
     take, with ``interval_note`` saying when one was clipped (:mod:`analysis.stats.ranges`); the
     tests already ran on the unclipped numbers."""
-    from analysis.stats.ranges import CLIPPED, clip_interval
-
     low, high = claim.estimate_range()
     clipped = False
     for lo_k, hi_k in (("lower", "upper"), ("crosscheck_lower", "crosscheck_upper")):
@@ -556,13 +554,10 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
     """Power, MDE and the one-sided bound of a row at the level its own test is judged at (its
     Holm step), and for a bound claim no data could pass there, the seeds that would let the
     best data pass (in place)."""
-    from analysis.stats.power import t_critical
-
     row["level"] = level
     if row.get("not_evaluable"):
         return
     if claim.by_share:  # the order statistic that must lie beyond, and whether n seeds can decide at all
-        from analysis.stats.seedshare import seeds_to_decide, share_test, undecidable_words
 
         held = int(row.get("n_seeds", 0))
         if "_values" in row:  # a table decided again (combined parts) keeps the bound it was stored with
@@ -585,8 +580,6 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
 def stored_probe_profiles(store: Store) -> xr.Dataset | None:
     """Every stored ``probes/*`` result's layer profiles, side by side along ``result`` (None if
     none): a claim reads one of them (:func:`~analysis.claims.metrics.choose_probes`)."""
-    from analysis.claims.probe_results import stack_probe_results
-
     return stack_probe_results(store)
 
 

@@ -10,6 +10,13 @@ from typing import TypeVar, cast
 import numpy as np
 import xarray as xr
 
+from analysis.behaviour import (
+    FACTORS,
+    by_factors,
+    factor_coords,
+    sequence_correctness,
+    stored_behaviour,
+)
 from analysis.claims.probe_results import (
     choose_probes,
     require_runs,
@@ -21,8 +28,11 @@ from analysis.claims.spec import (
     ClaimError,
     NotEvaluable,
 )
+from analysis.interventions.mechanism import nontrivial_restoration
 from analysis.interventions.twins import MIN_GAP
+from analysis.stats import seed_estimates
 from store import MissingError, Store, schema
+from store.contents.results import describe_settings
 from store.errors import did_you_mean
 
 T = TypeVar("T")
@@ -125,8 +135,6 @@ def sequence_counts(inputs: ClaimInputs, claim: Claim) -> xr.Dataset:
     sequence) at the claim's length: read from the stored behaviour results
     (``results/behaviour/<task>``) when they hold every run captured at that length, for
     the claim's target, else counted from the logits (a store without them)."""
-    from analysis.behaviour import by_factors, sequence_correctness
-
     store = inputs.store
 
     def count() -> xr.Dataset:
@@ -150,8 +158,6 @@ def stored_counts(store: Store, runs: list[str], length: int, target: str | None
     :func:`~analysis.behaviour.sequence_correctness` pads them), with ``attrs["results"]``
     naming the results read; None unless every run is there with counts at ``length``,
     measured for ``target`` (None: each run's declared target)."""
-    from analysis.behaviour import factor_coords, stored_behaviour
-
     parts: list[xr.Dataset] = []
     source: list[str] = []
     for name in stored_behaviour(store):
@@ -185,8 +191,6 @@ def seed_metric(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """The claim's metric, one value per trained model: dims (task, arch, variant, seed) at
     the claim's length, plus ``site`` (restoration), ``layer`` (probe_accuracy,
     patch_recovery) or ``layer, setting`` (ablation_drop, refit_accuracy)."""
-    from analysis.stats import seed_estimates
-
     store = inputs.store
     if claim.metric == "restoration":
         return _seed_restoration(inputs, claim)
@@ -216,8 +220,6 @@ def _seed_restoration(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     claim's layer or, without one, at the best layer that is not trivially restored (the
     embedding at the corrupted token itself, the last layer at the readout position), as
     :func:`~analysis.interventions.classify_mechanism` reads it."""
-    from analysis.interventions.mechanism import nontrivial_restoration
-
     def extract(part: xr.Dataset, name: str) -> xr.DataArray:
         if claim.layer is not None:
             layers = [str(v) for v in part.layer.values]
@@ -245,9 +247,6 @@ def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, 
     """``extract(dataset, name) -> DataArray (run, ...)`` over the stored ``<prefix>/*`` results that
     hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
     then by factors; a run in two results must be told apart by ``result``."""
-    from analysis.behaviour import by_factors
-    from store.contents.results import describe_settings
-
     names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == prefix]
     if claim.result is not None:
         wanted = schema.result_name(prefix, claim.result) if schema.parse_result_name(claim.result) is None or \
@@ -430,8 +429,6 @@ def seed_profiles(store: Store, probes: xr.Dataset, length: int) -> xr.DataArray
     Each run's profile is its cross-validated accuracy averaged over folds (and positions),
     i.e. the ``profile`` variable of a probe result; runs become the grid's factors.
     """
-    from analysis.behaviour import FACTORS, by_factors
-
     if "profile" not in probes or length not in probes.length.values:
         have = [int(v) for v in probes.length.values] if "length" in probes.coords else []
         captured = any(length in store.lengths(str(r)) for r in probes.run.values)

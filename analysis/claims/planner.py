@@ -24,13 +24,16 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from analysis.behaviour import did_not_learn
 from analysis.claims.cells import cell_costs, cell_of, claim_cells, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.spec import Claim
 from analysis.stats.decision import FINAL, Verdict
 from analysis.stats.design import Cell
 from analysis.stats.planning import ClaimPlan, PlanRow, plan, plan_total, sd_per_seed
+from analysis.stats.seedshare import share_power
 from store.errors import LayerstateError
+from store.view import StoreView
 
 #: The stored result holding the seed plan of a store's claims (:func:`plan_dataset`), which the
 #: report reads: ``layerstate stats`` and ``layerstate run`` store it beside the claims table.
@@ -133,8 +136,6 @@ def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell
     """A share claim's plan (the exact sign test, docs/ceiling.md): the fewest seeds whose test at
     the claim's level supports it with probability ``power`` if the share of seeds beyond stays
     what it is now (taken at face value); not reachable when that share is not above ``q``."""
-    from analysis.stats.seedshare import share_power
-
     claim, beyond, n = observed
     share = beyond / n
     now = share_power((n,), share, c.level, q=claim.q, n_max=n, top=c.level)
@@ -175,8 +176,6 @@ def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short
     the threshold (a share short not above ``1 - q``)."""
     lv = (level if np.isfinite(level) else c.level) / 2  # the opposite side is tested at the two-sided level
     if claim.by_share:
-        from analysis.stats.seedshare import share_power
-
         n = c.seeds
         share = short / n if n and np.isfinite(short) else math.nan
         q = 1.0 - claim.q
@@ -301,9 +300,6 @@ def failed_seed_notes(store, claims: Sequence[Claim], p: Plan, *, power: float =
     beyond its threshold (``statistic = 'share'``, which a failed seed moves by one seed, not by
     its distance) would need. The claims keep every run: leaving a failed seed out would bias
     them towards the seeds that learned; these lines only say what it costs."""
-    from analysis.behaviour import did_not_learn
-    from store.view import StoreView
-
     failed = did_not_learn(store)
     if not failed:
         return []

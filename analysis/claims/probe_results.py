@@ -14,6 +14,7 @@ from analysis.claims.spec import (
     StaleResultError,
 )
 from store import MissingError, Store, schema
+from store.contents.results import describe_settings
 from store.errors import did_you_mean
 from store.inspect import seed_range
 
@@ -61,8 +62,6 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
     with ``held (result, run)`` (the result holds the run) and ``settings (result)`` (what it
     was made with, :func:`store.contents.results.describe_settings`): a claim chooses one of them
     (:func:`choose_probes`), never a mix."""
-    from store.contents.results import describe_settings
-
     names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
     if not names:
         return None

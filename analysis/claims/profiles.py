@@ -23,7 +23,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.claims.evaluate import CELL_RUNS, profile_row, store_levels
+from analysis.claims.metrics import probe_seed_profile, resolve_length
+from analysis.claims.probe_results import probe_choice
 from analysis.claims.spec import Claim, ClaimError, NotEvaluable, claim_archs, claim_rows
+from store.errors import MissingError
 
 #: The stored result (and the report's table, ``tables/claim_profiles.csv``).
 CLAIM_PROFILES = "claim_profiles"
@@ -47,11 +51,6 @@ def claim_profiles(store, claims: Sequence[Claim], probes: xr.Dataset | None) ->
     A task the store holds whose profile cannot be read for a claim (no probe result for it, the
     architecture absent) gives no rows; a combination then says which task it lacks.
     """
-    from analysis.claims.evaluate import store_levels
-    from analysis.claims.metrics import probe_seed_profile, resolve_length
-    from analysis.claims.probe_results import probe_choice
-    from store.errors import MissingError
-
     held = set(store_levels(store).get("task", []))
     rows: list[dict] = []
     if probes is None:
@@ -83,8 +82,6 @@ def claim_profiles(store, claims: Sequence[Claim], probes: xr.Dataset | None) ->
 def profiles_dataset(frame: pd.DataFrame, cell_runs: dict[str, list[str]]) -> xr.Dataset:
     """:func:`claim_profiles`' table as the stored result (dim ``row``); ``cell_runs``
     records the runs of the cells it read, as the claims table does."""
-    from analysis.claims.evaluate import CELL_RUNS
-
     data = {}
     for col in COLUMNS:
         values = frame[col].to_numpy() if col in frame else np.array([])
@@ -130,8 +127,6 @@ def profiles_rows(claims: Sequence[Claim], todo: Sequence[str],
     tasks, the parts read its tasks at different lengths, or at another length or variant than
     the claim now declares (the tables answer another question).
     """
-    from analysis.claims.evaluate import profile_row
-
     by_row: dict[str, dict[str, list[tuple[str, pd.DataFrame]]]] = {}
     for name, frame in parts:
         for (rid, task), rows in frame.groupby(["claim", "task"], sort=False):

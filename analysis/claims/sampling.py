@@ -13,16 +13,24 @@ import numpy as np
 import scipy.stats
 import xarray as xr
 
+from analysis.behaviour import by_factors
 from analysis.claims.metrics import ClaimInputs, per_run_metric, seed_metric, sequence_counts
 from analysis.claims.spec import ALPHA, Claim, NotEvaluable
+from analysis.stats.decision import (
+    floored_se,
+    paired_sampling_var,
+    proportion_sampling_var,
+    score_interval,
+    score_se,
+)
+from analysis.stats.power import t_critical
+from analysis.stats.seedshare import share_test
 from store import Store
 
 
 def _run_units(inputs: ClaimInputs, length: int) -> xr.DataArray | None:
     """Each run's number of captured sequences at ``length``, dims (task, arch, variant, seed)
     (NaN for a run not captured there): the sampling unit of its probe accuracies."""
-    from analysis.behaviour import by_factors
-
     store = inputs.store
 
     def count() -> xr.DataArray | None:
@@ -89,8 +97,6 @@ def metric_sampling_var(inputs: ClaimInputs, claim: Claim) -> xr.DataArray | Non
 
 def _proportion_var(p: xr.DataArray, m: xr.DataArray) -> xr.DataArray:
     """:func:`analysis.stats.decision.proportion_sampling_var` on DataArrays (broadcast by dim)."""
-    from analysis.stats.decision import proportion_sampling_var
-
     return xr.apply_ufunc(proportion_sampling_var, p, m)
 
 
@@ -99,8 +105,6 @@ def accuracy_floor(C: np.ndarray, L: np.ndarray, present: np.ndarray) -> tuple[f
     sampling variance of its difference (:func:`analysis.stats.decision.paired_sampling_var`,
     McNemar's over its sequences), averaged over the ``n`` seeds present in both conditions,
     over ``n``. NaN when fewer than 2 seeds have both."""
-    from analysis.stats.decision import paired_sampling_var
-
     both = present.all(0)
     floor = paired_sampling_var(C, L)[both]
     n = int(both.sum())
@@ -155,9 +159,6 @@ def bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray 
       larger of the seeds' variance and the mean floor, and the t interval;
     * else the seeds' spread alone, and seeds that agree exactly are not evaluable.
     """
-    from analysis.stats.decision import floored_se, score_interval, score_se
-    from analysis.stats.power import t_critical
-
     threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
     n, est = x.size, float(x.mean())
     sd = float(x.std(ddof=1))
@@ -207,8 +208,6 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
     ``share`` their share with its exact interval, ``p`` the exact one-sided p and
     ``p_contra_exact`` the opposite side's at the two-sided level. No SE: the test does not
     assume the values are normal, so it holds at the ceiling and with a failing seed."""
-    from analysis.stats.seedshare import share_test
-
     threshold = float(claim.threshold)  # type: ignore[arg-type]  # both callers checked it
     t = share_test(x, threshold, direction, q=claim.q, level=ALPHA)
     lo_range, hi_range = claim.metric_range()

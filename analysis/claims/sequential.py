@@ -38,9 +38,11 @@ from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
 from analysis.stats.design import Cell, Design, DesignError
+from analysis.stats.ranges import unreachable
 from analysis.stats.seedshare import ShareCount
 from analysis.stats.sequential import StageResult, sequential_decisions
 from store.inspect import seed_range
+from store.view import StoreView
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,6 @@ class SequentialRun:
     def boundary_text(self, c) -> str:
         """A stage's boundaries as the estimate they need, each one the metric cannot reach said
         in words (:func:`analysis.stats.ranges.unreachable`: not crossable at this stage)."""
-        from analysis.stats.ranges import unreachable
-
         lo, hi = self.ranges.get(c.id, (-np.inf, np.inf))
         words = [(f"{past} (not crossable at this stage)" if (past := unreachable(b, lo, hi)) else signed(b))
                  for b in decided_by(c)[0]]
@@ -137,8 +137,6 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
     at each stage by its row's ``beyond``, ``short`` and ``n_seeds`` (:func:`share_count_of`; a
     row without them leaves it unobserved at that stage), and its row's ``estimate``, ``lower``,
     ``upper`` (the median seed and its interval) are kept in ``SequentialRun.quantiles``."""
-    from store.view import StoreView
-
     hypotheses = []
     for c in claims:
         if c.per_arch:

@@ -22,6 +22,7 @@ from analysis.interventions._common import (
 from analysis.interventions.engine import (
     InterventionPlan,
 )
+from analysis.probes import find_result
 from store import MissingError, Store
 from store.errors import InvalidArgumentError, InvalidArrayError
 
@@ -194,8 +195,6 @@ def load_probe_directions(
     MissingError
         No probes were fitted for `target` (names ``layerstate probe``).
     """
-    from analysis.probes import find_result
-
     name = find_result(store, target, run_id)  # probes/<task> holds the task's own target
     if name not in store.results():
         raise MissingError(

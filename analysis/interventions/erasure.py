@@ -51,6 +51,7 @@ from analysis.interventions.probe_fit import (
     warn_unconverged,
 )
 from analysis.interventions.removal import subspace_variance_np
+from analysis.probes.solvers import fit_labelled
 from store.errors import InvalidArgumentError, InvalidArrayError
 
 #: Singular values below this fraction of the largest are treated as zero (rank decisions).
@@ -191,8 +192,6 @@ def probe_directions_np(
     correlated states of a layer); a probe that stops before its tolerance raises a
     ``RuntimeWarning``.
     """
-    from analysis.probes.solvers import fit_labelled
-
     classes = np.unique(y)
     if classes.size < 2:
         raise InvalidArrayError(

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.compute import compute
 from analysis.intervals import (
     BOOTSTRAP_SEED,
     CI_LEVEL,
@@ -34,6 +35,7 @@ from analysis.intervals import (
     with_cells,
 )
 from analysis.interventions.engine import run_and_store
+from analysis.interventions.matched import matched_comparison
 from analysis.interventions.twins import MIN_GAP
 from store import Store, schema
 
@@ -196,8 +198,6 @@ def extended(store: Store, result: str, build: Callable[[Sequence[str] | None], 
     random controls are seeded by layer and setting, never by the run's place in the list), so a
     run's rows are the same whichever runs are computed with it; a test holds the joined result
     equal to one computed whole."""
-    from analysis.compute import compute
-
     runs = [str(r) for r in runs]
     old = store.read_result(result).load()  # in memory: the stored result is about to be replaced
     held = {str(r) for r in old["run"].values} if "run" in old.dims else set()
@@ -262,8 +262,6 @@ def matched_grid(ds: xr.Dataset, store, *, ci_level: float = CI_LEVEL) -> xr.Dat
     """:func:`analysis.interventions.matched_comparison` of every setting S with a
     ``matched:S`` control, at every length, with (task, arch, variant) stacked into ``cell``
     and S along ``matched_setting``; None without matched controls or with one seed."""
-    from analysis.interventions.matched import matched_comparison
-
     if "setting" not in ds.dims or "variance_removed" not in ds:
         return None
     names = [str(v) for v in ds["setting"].values]

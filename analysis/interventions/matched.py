@@ -14,9 +14,11 @@ import zlib
 import numpy as np
 import xarray as xr
 
+from analysis.behaviour import by_factors
 from analysis.interventions import erasure, removal
 from analysis.interventions.directions import Setting
 from analysis.interventions.engine import InterventionPlan
+from analysis.stats import paired_difference
 from store import Store
 from store.errors import InvalidArgumentError
 
@@ -76,8 +78,6 @@ def run_factors(plan: InterventionPlan) -> dict[str, tuple[str, list]]:
 def factored(values: xr.DataArray, store: Store | None) -> xr.DataArray:
     """``run`` -> task, arch, variant, seed dims, from the result's own run coordinates when
     it has them, else from the store (`analysis.behaviour.by_factors`)."""
-    from analysis.behaviour import by_factors
-
     own = {f: values[c].values for f, c in RUN_FACTORS.items() if c in values.coords}
     values = values.drop_vars([c for c in RUN_FACTORS.values() if c in values.coords])
     if len(own) == len(RUN_FACTORS) and "arch" in values.coords:
@@ -133,8 +133,6 @@ def matched_comparison(
     ValueError
         No matched control in `result` for `setting`, or fewer than two seeds.
     """
-    from analysis.stats import paired_difference
-
     names = [str(v) for v in result.setting.values]
     pairs = [s for s in names if f"matched:{s}" in names]
     if setting is not None:

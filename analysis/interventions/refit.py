@@ -15,6 +15,7 @@ import numpy as np
 
 from analysis.interventions.probe_fit import fit_probes
 from analysis.probes.cells import C_GRID
+from analysis.probes.solvers import logits
 
 
 def refit_correct(
@@ -48,8 +49,6 @@ def refit_correct(
         The C that cross-validation over the folds chose (the fixed C if one was given; NaN
         when there was nothing to fit).
     """
-    from analysis.probes.solvers import logits
-
     n = x.shape[0]
     rng = np.random.default_rng(seed)
     seq_of_row = np.repeat(np.arange(n), mask.sum(1))

@@ -18,9 +18,17 @@ import dask
 import numpy as np
 import xarray as xr
 
+from analysis.interventions import erasure
 from analysis.interventions._common import (
     PortableModel,
     open_group,
+)
+from analysis.interventions.directions import (
+    Setting,
+    check_directions,
+    fit_rows,
+    fixed_directions,
+    load_probe_directions,
 )
 from analysis.interventions.engine import (
     DelayedCell,
@@ -53,8 +61,6 @@ SUBSPACES = ("probe", "stored", "given")
 def _subspace_basis(rows, fixed) -> np.ndarray:
     """Orthonormal basis (feature, rank) of a probe fitted on ``rows`` (x, y, sequence), or of
     ``fixed`` directions (direction, feature)."""
-    from analysis.interventions import erasure
-
     if fixed is not None:
         return erasure.orthonormal_basis_np(fixed)
     x, y, groups = rows
@@ -67,13 +73,6 @@ def subspace_bases(plan: InterventionPlan, length: int, subspace: str | None, di
         return {}
     if subspace not in SUBSPACES:
         raise InvalidArgumentError(f"unknown subspace {subspace!r}; use one of {', '.join(SUBSPACES)}")
-    from analysis.interventions.directions import (
-        Setting,
-        check_directions,
-        fit_rows,
-        fixed_directions,
-        load_probe_directions,
-    )
 
     out = {}
     for rid in plan.runs:

@@ -27,6 +27,8 @@ from analysis.intervals import (
     stored_intervals,
     with_cells,
 )
+from analysis.stats import profile_statistics
+from analysis.stats.profiles import auc_np, best_layer_np, first_crossing_np
 
 #: The stored metric -> the probe result's per-seed variable (accuracy: see the module).
 METRICS = {"accuracy": "accuracy", "baseline": "baseline", "control": "control_accuracy",
@@ -212,9 +214,6 @@ def profile_summary(ds: xr.Dataset, store, *, threshold: float = THRESHOLD) -> p
     layer statistics), and ``seeds`` (the seeds, in order) with each seed's ``best_layer_seeds``
     and ``first_crossing_seeds`` (lists; NaN = never).
     """
-    from analysis.stats import profile_statistics
-    from analysis.stats.profiles import auc_np, best_layer_np, first_crossing_np
-
     acc = per_seed_profiles(ds, store)
     base = per_seed_profiles(ds, store, "baseline") if "baseline" in ds else None
     rows = []

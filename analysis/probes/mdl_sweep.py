@@ -23,6 +23,11 @@ import numpy as np
 import xarray as xr
 
 from analysis.compute import compute
+from analysis.intervals import CI_LEVEL, frame_cells, frame_variables, with_cells
+from analysis.probes.intervals import seed_level
+from analysis.probes.probing import task_attrs
+from store import Store, open_analysis, schema
+from store.errors import InvalidArgumentError
 
 from . import plan as sweep_plan
 from .mdl import ORDER_PURPOSE, PORTIONS, CodeInput, cell_codes, cell_ranks
@@ -96,9 +101,6 @@ def plan_mdl(
     seed: int = 0,
 ) -> MDLPlan:
     """Check an MDL sweep and build its graph, computing nothing (arguments: :func:`mdl_probe`)."""
-    from store import Store
-    from store.errors import InvalidArgumentError
-
     st = Store.open(store) if isinstance(store, str) else store
     if method not in ("exact", "reference"):
         raise InvalidArgumentError(f"an MDL probe's method must be 'exact' or 'reference', got {method!r}")
@@ -210,8 +212,6 @@ def assemble(plan: MDLPlan, outs: list[dict]) -> xr.Dataset:
 def result_name(ds: xr.Dataset) -> str:
     """``mdl/<task>`` for the runs' trained target, ``mdl/<task>.<target>`` for another label,
     ``mdl/<target>`` when the runs are of several tasks (probe results' rule)."""
-    from store import schema
-
     task = ds.attrs.get("task")
     target = str(ds.attrs["target"])
     if not task:
@@ -224,9 +224,6 @@ def add_mdl_intervals(ds: xr.Dataset, store: Any) -> xr.Dataset:
     """``ds`` with seed-level t intervals of its compression profiles over (cell, length, layer)
     (``compression_estimate/_lower/_upper/_n_seeds/_method``, and ``control_compression_*``):
     per (task, arch, variant) the runs' profiles are the seeds' values."""
-    from analysis.intervals import CI_LEVEL, frame_cells, frame_variables, with_cells
-
-    from .intervals import seed_level
 
     frames = {m: seed_level(ds[v], store) for m, v in INTERVAL_METRICS.items() if v in ds}
     cells = sorted(frame_cells(frames.values()))
@@ -297,9 +294,6 @@ def mdl_probe(
         layer``: summed uniform over summed online bits across positions. Saved, it also holds
         their seed-level intervals (:func:`add_mdl_intervals`).
     """
-    from store import open_analysis
-
-    from .probing import task_attrs
 
     if isinstance(store, str):
         store = open_analysis(store, write=save)

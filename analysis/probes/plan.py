@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from analysis.probes.cells import C_GRID
 from store.errors import InvalidArgumentError, MissingError
+from store.io.lengths import require_target
 
 POSITION_MODES = ("all", "last", "pooled")
 CONTROLS = ("token", "permute")
@@ -88,7 +90,6 @@ def choose_target(store: Any, runs: list[str], target: str | None) -> str:
     if target is not None:
         return target
     from store.errors import MissingError
-    from store.io.lengths import require_target
 
     found: dict[str, list[str]] = {}
     for r in runs:
@@ -157,8 +158,6 @@ def choose_layers(available: list[str], layers: Any, run: str) -> list[str]:
 def check_C(C: Any) -> float | tuple[float, ...]:
     """A fixed C (a positive number, or a one-value list) or a grid to choose from (ascending,
     distinct); ``None`` is the default grid :data:`analysis.probes.cells.C_GRID`."""
-    from .cells import C_GRID
-
     if C is None:
         return tuple(C_GRID)
     grid: list[float] = []

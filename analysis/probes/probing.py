@@ -9,6 +9,7 @@ from typing import Any
 import xarray as xr
 
 from analysis.probes import plan as sweep_plan
+from store import Store, open_analysis
 
 from .progress import Progress
 from .results import runs_by_task, save_probes, storage_name
@@ -36,8 +37,6 @@ def plan_probes(
     Labels, masks and tokens (small) are read to plan and validate; hidden states stay lazy.
     Arguments are those of :func:`probe`; call ``.compute(scheduler)`` on the result.
     """
-    from store import Store
-
     st = Store.open(store) if isinstance(store, str) else store
     mode, pos_list, control_kind = sweep_plan.check_options(positions, method, control, folds, C)
     run_ids = sweep_plan.select_runs(st, runs)
@@ -173,8 +172,6 @@ def probe(
         a single class (the message names the cells); NaN/Inf hidden states (named by run,
         length, layer).
     """
-    from store import open_analysis
-
     if isinstance(store, str):  # a store that cannot be written keeps its results beside it
         store = open_analysis(store, write=save)
     plan = plan_probes(store, target, runs=runs, layers=layers, positions=positions, lengths=lengths,

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.compute import LOCAL, default_scheduler, is_local
+
 #: Seconds between two progress reports at least (:class:`Progress`'s default).
 EVERY_S = 10.0
 #: Single-thread CPU seconds a fitted cell costs per class and C value on top of
@@ -140,7 +142,6 @@ def sweep_size(plan: Any, scheduler: Any = None, num_workers: int | None = None)
     ``scheduler`` (as :func:`analysis.compute.compute` takes it)."""
     import dask
 
-    from analysis.compute import LOCAL, default_scheduler, is_local
 
     opt = plan.options
     cells = scored = 0

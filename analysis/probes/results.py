@@ -11,6 +11,9 @@ from typing import Any
 
 import xarray as xr
 
+from store import RunConflictError, schema
+from store.contents.results import describe_settings
+
 from .intervals import add_probe_intervals
 
 
@@ -26,8 +29,6 @@ def result_name(ds: xr.Dataset) -> str:
     """The default result name of a probe Dataset: ``probes/<task>`` for the target its runs
     were trained on, ``probes/<task>.<target>`` for another label (:func:`store.schema.probe_name`);
     ``probes/<target>`` when its runs are of several tasks."""
-    from store import schema
-
     task = ds.attrs.get("task")
     if not task:
         return schema.result_name(schema.PROBES, str(ds.attrs["target"]))
@@ -70,9 +71,6 @@ def storage_name(store: Any, ds: xr.Dataset, name: str | None = None, *,
     (:func:`result_name`) this result goes under the next free ``<name>-2``, ``-3``, ... and
     ``note`` says why. ``where``: the store as the user named it, for the suggested commands.
     """
-    from store import RunConflictError
-    from store.contents.results import describe_settings
-
     default = result_name(ds)
     wanted = name or default
     where = where or str(store.location)
@@ -97,8 +95,6 @@ def find_result(store: Any, target: str, run_id: str | None = None) -> str:
     ``probes/<target>`` where one has that name, else the result whose ``target`` attribute
     it is and that holds the run; of several, ``probes/<task>`` of the run's task, else the
     newest. ``probes/<target>`` (absent) when there is none, so the caller says what to run."""
-    from store import schema
-
     plain = schema.result_name(schema.PROBES, target)
     names = store.results()
     if plain in names:
@@ -121,8 +117,6 @@ def find_result(store: Any, target: str, run_id: str | None = None) -> str:
 
 def _short(name: str) -> str:
     """``probes/dyck-2`` -> ``dyck-2``: how a claim's ``result`` names it."""
-    from store import schema
-
     parsed = schema.parse_result_name(name)
     return parsed[1] if parsed else name
 

@@ -17,6 +17,7 @@ import dask
 import numpy as np
 
 from analysis.compute import compute, is_local
+from analysis.probes.assemble import assemble
 from store.errors import InvalidArgumentError, InvalidArrayError
 
 from . import plan
@@ -239,8 +240,6 @@ class ProbePlan:
     def assemble(self, results: list):
         """The result Dataset from the computed :attr:`tasks` (in order); for computing them
         together with other graphs in one :func:`analysis.compute.compute` call."""
-        from .assemble import assemble
-
         return assemble(self, [o for part in results for o in part])
 
 

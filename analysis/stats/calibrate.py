@@ -53,6 +53,7 @@ from analysis.stats.contrasts import (
     TESTED,
     contrast_np,
     gee_np,
+    glmm_contrast,
     inference_np,
     mixedlm_np,
     outcome_np,
@@ -219,8 +220,6 @@ def calibrate(scenario: str, n_sims: int, *, models=TESTED, seed: int = 0, margi
 
 def _glmm_one(args: tuple[str, float, int]) -> tuple[float, float, float, float]:
     """One simulated experiment fitted by the GLMM: (log odds ratio, lower, upper, truth)."""
-    from analysis.stats.contrasts import glmm_contrast
-
     scenario, delta, seed = args
     spec = {k: v for k, v in SCENARIOS[scenario].items() if k != "chunk"}
     ds = simulate_paired_accuracy(seed, n_datasets=1, difference=delta, **spec)

@@ -121,6 +121,7 @@ from analysis.stats.decision import outcome_np as outcome_np
 from analysis.stats.power import mde_se as mde_se
 from analysis.stats.power import power_se as power_se
 from analysis.stats.power import tost_power_se as tost_power_se
+from analysis.stats.simulate import population_accuracy
 
 MODELS = ("paired_t", "gee", "mixedlm", "glmm")
 #: Models whose intervals may decide a verdict (the GLMM's are too narrow).
@@ -269,7 +270,6 @@ def glmm_contrast(correct, labelled, *, rng: np.random.Generator | int = 0,
     import scipy.sparse as sp
     from statsmodels.genmod.bayes_mixed_glm import BinomialBayesMixedGLM
 
-    from analysis.stats.simulate import population_accuracy
 
     gen = validate.check_rng(rng)
     C, L = present_counts(correct, labelled)

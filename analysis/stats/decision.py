@@ -50,6 +50,7 @@ import scipy.optimize
 import scipy.stats
 
 from analysis.stats import validate
+from analysis.stats.multiple import holm_np
 
 #: The level of every test and interval unless a caller says otherwise.
 ALPHA = 0.05
@@ -170,8 +171,6 @@ def _counted(p, absent: int) -> np.ndarray:
 def holm_family(p, absent: int = 0, alpha: float = ALPHA) -> np.ndarray:
     """Holm-adjusted p-values of ``p`` as one family, with ``absent`` more declared tests (and
     every NaN) counted at ``p = 1`` (module docstring). Same shape as ``p``; never NaN."""
-    from analysis.stats.multiple import holm_np
-
     p = np.asarray(p, dtype=float)
     if p.size == 0:
         return p.copy()

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from analysis.stats.design import Cell
-from analysis.stats.power import seeds_for_power, tost_power_se
+from analysis.stats.power import power_se, seeds_for_power, tost_power_se
 
 __all__ = ["ClaimPlan", "PlanRow", "plan", "plan_total", "seeds_needed", "sd_per_seed"]
 #: The most seeds the planner looks at; beyond, a claim is "not reached".
@@ -92,8 +92,6 @@ class PlanRow:
 
 
 def _power_now(c: ClaimPlan) -> float:
-    from analysis.stats.power import power_se
-
     if not (np.isfinite(c.sd) and c.sd > 0 and c.seeds >= 2):
         return math.nan
     se, df = c.sd / math.sqrt(c.seeds), c.seeds - 1

@@ -68,7 +68,7 @@ import scipy.special
 import scipy.stats
 
 from analysis.stats.boundaries import rci_critical, stage_critical, z_boundaries
-from analysis.stats.decision import EFFECT, FINAL, Pending, Verdict
+from analysis.stats.decision import EFFECT, FINAL, Pending, Verdict, floored_se
 from analysis.stats.design import Cell, Design, DesignError, Hypothesis
 from analysis.stats.seedshare import share_boundaries
 from analysis.stats.spending import spent
@@ -83,8 +83,6 @@ def seed_estimate(values: Sequence[float], sampling_var: Sequence[float] | None 
     claim's paired per-seed differences), its variance floored at the seeds' mean sampling
     variance where the metric is counted over sequences
     (:func:`analysis.stats.decision.floored_se`): the triple :func:`sequential_decisions` reads."""
-    from analysis.stats.decision import floored_se
-
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     if x.size < 2:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from capture.importers.common import transformer_lens_plan
+from capture.importers.files import SafetensorsSource, safetensors_files
 from store import InvalidArrayError, Store
 
 from .common import ImportResult, RunInfo, format_import, module_plan
@@ -69,9 +71,6 @@ def import_source(fmt: str, source: str | os.PathLike[str], store: Store | str, 
     kw: dict[str, Any] = {"labels": labels, "dtype": dtype, "allow_nonfinite": allow_nonfinite,
                           **run_fields}
     if fmt == "transformer-lens":
-        from .common import transformer_lens_plan
-        from .files import SafetensorsSource, safetensors_files
-
         names = SafetensorsSource(safetensors_files(source), str(source)).names
         plan = transformer_lens_plan(names, sites)
         if plan is None:
@@ -80,8 +79,6 @@ def import_source(fmt: str, source: str | os.PathLike[str], store: Store | str, 
         return import_safetensors(store, run, source, plan=plan, fmt=fmt,
                                   **{"arch": "transformer-lens", **kw})
     if fmt == "nnsight":
-        from .files import SafetensorsSource, safetensors_files
-
         names = SafetensorsSource(safetensors_files(source), str(source)).names
         return import_safetensors(store, run, source, plan=module_plan(names, layers=layers, sites=sites),
                                   fmt=fmt, **{"arch": "nnsight", **kw})

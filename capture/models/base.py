@@ -22,6 +22,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from store.errors import InvalidArgumentError
+
 # Reads one site from a hook call: (module, positional inputs, output, length) ->
 # (batch, position, feature).
 Extractor = Callable[[nn.Module, tuple, Any, int], torch.Tensor]
@@ -215,8 +217,6 @@ class SequenceModel(nn.Module, abc.ABC):
         for pattern in patterns:
             found = fnmatch.filter(available, pattern)
             if not found:
-                from store.errors import InvalidArgumentError
-
                 raise InvalidArgumentError(
                     f"site pattern {pattern!r} matches no site of this {self.arch}; "
                     f"sites are: {', '.join(available)}"

@@ -7,6 +7,21 @@ from typing import Any
 
 import click
 
+from analysis.behaviour import measured_lengths, store_behaviour
+from analysis.interventions import run_ablation, run_interchange, run_patching
+from analysis.probes import (
+    plan_mdl,
+    plan_stability,
+    runs_by_task,
+    save_mdl,
+    save_probes,
+    save_stability,
+    storage_name,
+)
+from analysis.probes import probe as run_probe
+from analysis.probes.plan import choose_target, select_runs
+from analysis.probes.probing import task_attrs
+from analysis.probes.progress import Progress, SweepSize, Tick
 from layerstate import present
 from layerstate.cli.base import (
     INTS,
@@ -25,6 +40,7 @@ from layerstate.cli.base import (
     storage_option,
     store_argument,
 )
+from store import MissingError, schema
 
 
 # ----------------------------------------------------------------------------- analyses
@@ -63,11 +79,6 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
     Says first on stderr how many probe cells it will fit and roughly how long that takes, then
     its progress every 10 s (--quiet: neither). Prints held-out probe accuracy per layer (mean
     over folds and positions) beside chance (the majority class) and the control task's accuracy."""
-    from analysis.probes import probe as run_probe
-    from analysis.probes import runs_by_task, save_probes, storage_name
-    from analysis.probes.plan import select_runs
-    from store import schema
-
     if name is not None:
         try:
             name = schema.result_name(schema.PROBES, name)
@@ -78,9 +89,6 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
         selected = select_runs(st, selected_runs(st, runs, tasks, archs))
         groups = runs_by_task(st, selected)
         if name and len(groups) > 1 and target is None:
-            from analysis.probes.plan import choose_target
-            from store import MissingError
-
             try:
                 choose_target(st, selected, None)
             except MissingError:
@@ -112,8 +120,6 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
 def _probe_progress(task: str) -> Any:
     """A probe sweep's size, then its progress every few seconds, on stderr (``task`` names
     the sweep when a store of several tasks is probed task by task)."""
-    from analysis.probes.progress import Progress, SweepSize, Tick
-
     def begin(size: SweepSize) -> None:
         click.echo(present.probe_work_line(size, task), err=True)
 
@@ -125,8 +131,6 @@ def _probe_progress(task: str) -> Any:
 
 def _stored_as(kind: str, name: str) -> str:
     """The result name an analysis stored ``name`` under (:func:`store.schema.result_name`)."""
-    from store import schema
-
     try:
         return schema.result_name(kind, name)
     except ValueError:  # a name the schema would refuse was stored by the analysis as given
@@ -173,11 +177,6 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
 
     Says first on stderr how many cells it will code and roughly how long that takes (--quiet:
     not). Prints the compression (uniform / online codelength) per layer and the control's."""
-    from analysis.probes import plan_mdl, runs_by_task, save_mdl
-    from analysis.probes.plan import select_runs
-    from analysis.probes.probing import task_attrs
-    from store import schema
-
     if name is not None:
         try:
             name = schema.result_name(schema.MDL, name)
@@ -226,10 +225,6 @@ def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, s
     stderr how many seed pairs and layers it compares (--quiet: not). Prints per layer the mean
     overlap over seed pairs with its interval over seeds, the random-subspace null and the
     shuffled-label null (probes of the label permuted across sequences, fitted and mapped alike)."""
-    from analysis.probes import plan_stability, runs_by_task, save_stability
-    from analysis.probes.plan import select_runs
-    from store import schema
-
     if name is not None:
         try:
             name = schema.result_name(schema.STABILITY, name)
@@ -271,9 +266,6 @@ def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, s
 def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, matched, name, device, scheduler,
            results, storage_options) -> None:
     """Ablate probe directions / subspaces per layer, re-run the layers above, refit a probe."""
-    from analysis.interventions import run_ablation
-    from store import schema
-
     with scheduler_session(scheduler) as sched:
         st = open_for_analysis(store_path, results, storage_options)
         ds = run_ablation(st, name, runs=selected_runs(st, runs, tasks, archs), settings=settings,
@@ -305,9 +297,6 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
 def patch(store_path, runs, tasks, archs, length, positions, interchange, subspace, corruption, allow_noise, name,
           device, scheduler, results, storage_options) -> None:
     """Patch clean activations into corrupted runs and back (layer x position) and measure both."""
-    from analysis.interventions import run_interchange, run_patching
-    from store import schema
-
     with scheduler_session(scheduler) as sched:
         st = open_for_analysis(store_path, results, storage_options)
         sel = selected_runs(st, runs, tasks, archs)
@@ -334,9 +323,6 @@ def behaviour(store_path: str, tasks: tuple[str, ...], scheduler: str, results: 
               storage_options: dict) -> None:
     """Measure each model's own readout accuracy; store results/behaviour/<task> (what claims
     and the report read): counts per sequence, accuracy per run and length, seed-level intervals."""
-    from analysis.behaviour import measured_lengths, store_behaviour
-    from store import schema
-
     with scheduler_session(scheduler):
         st = open_for_analysis(store_path, results, storage_options)
         measured = {r for rs in measured_lengths(st, st.run_ids()).values() for r in rs}

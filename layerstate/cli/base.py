@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from analysis.compute import SchedulerError, check, connect
+from analysis.interventions import parse_settings
+from capture.device import CHOICES, DeviceError, parse_device
+from store import LayerstateError, MissingError, PairedStore, open_analysis
+from store.errors import did_you_mean
+
 if TYPE_CHECKING:
     from capture.device import Device
 
@@ -40,8 +46,6 @@ class BadInput(click.ClickException):
 
 
 def bad_input_types() -> tuple[type[BaseException], ...]:
-    from store import LayerstateError
-
     return (LayerstateError, *_PATH_ERRORS)
 
 
@@ -136,7 +140,6 @@ class _Settings(click.ParamType):
     def convert(self, value: Any, param: Any, ctx: Any) -> list[str]:
         if isinstance(value, list):
             return value
-        from analysis.interventions import parse_settings
 
         items = [s.strip() for s in re.split(r"[;,](?!\s*\d)", str(value)) if s.strip()]
         try:
@@ -153,8 +156,6 @@ def _flag(param: Any) -> str:
 def _check_device(ctx: Any, param: Any, device: str) -> Device:
     """--device resolved once, as the command line is read (:func:`capture.device.parse_device`):
     the :class:`~capture.device.Device` every stage and analysis of the command then uses."""
-    from capture.device import CHOICES, DeviceError, parse_device
-
     try:
         where = parse_device(device)
     except DeviceError as exc:
@@ -208,8 +209,6 @@ def scheduler_option(help_text: str = SCHEDULER_HELP):
 
 
 def _check_scheduler(ctx: Any, param: Any, scheduler: str) -> str:
-    from analysis.compute import SchedulerError, check
-
     try:
         check(scheduler)
     except SchedulerError as exc:
@@ -221,8 +220,6 @@ def scheduler_session(scheduler: str):
     """The command's one dask session (:func:`analysis.compute.connect`): a local scheduler
     as it is, else a client (a local cluster started for the command, or a connection to an
     address) closed when the command ends; announcements on stderr."""
-    from analysis.compute import connect
-
     return connect(scheduler, say=lambda line: click.echo(line, err=True))
 results_option = click.option(
     "--results", "results", default=None, metavar="DIR|URL",
@@ -248,8 +245,6 @@ def run_filters(fn):
 def open_for_analysis(store_path: str, results: str | None, storage_options: dict):
     """STORE opened for an analysis that writes results (:func:`store.open_analysis`), with
     the -S options for STORE and for --results."""
-    from store import PairedStore, open_analysis
-
     st = open_analysis(store_path, results=results, say=click.echo, storage_options=storage_options,
                        results_options=storage_options)
     if isinstance(st, PairedStore) and st.created:  # a command that fails writes nothing
@@ -259,16 +254,12 @@ def open_for_analysis(store_path: str, results: str | None, storage_options: dic
 
 def selected_runs(st, runs: tuple[str, ...], tasks: tuple[str, ...], archs: tuple[str, ...]) -> list[str] | None:
     """The runs --runs/--task/--arch name (None: every run)."""
-    from store import MissingError
-
     if runs:
         return list(runs)
     if not (tasks or archs):
         return None
     sel = st.select(**{k: list(v) for k, v in (("task", tasks), ("arch", archs)) if v})
     if not sel:
-        from store.errors import did_you_mean
-
         near = "".join(did_you_mean(v, sorted({str(st.run_attrs(r).get(k)) for r in st.run_ids()}), what=f"--{k}")
                        for k, given in (("task", tasks), ("arch", archs)) for v in given)
         raise MissingError(f"no runs match task={list(tasks)} arch={list(archs)}{near or '; see `layerstate inspect`'}")

@@ -8,6 +8,14 @@ from typing import Any
 
 import click
 
+from analysis.claims import evaluate_stored_claims
+from analysis.claims.choose import check_choices, with_results
+from analysis.claims.combine import combine_parts, read_part, read_plan, read_profiles
+from analysis.claims.evaluate import stored_probe_profiles
+from analysis.claims.planner import design_decisions, failed_seed_notes, make_plan
+from analysis.claims.sequential import evaluate_sequential
+from analysis.compute import reachable
+from capture.experiment import ExperimentError
 from layerstate import present
 from layerstate.cli.base import (
     SCHEDULER_HELP,
@@ -19,6 +27,11 @@ from layerstate.cli.base import (
     storage_option,
     store_argument,
 )
+from layerstate.experiment import UNTESTABLE, load_claims, load_design, load_experiment
+from reports import build_report
+from reports.readout import choose_probe_results, probe_results
+from store import open_analysis
+from store.view import StoreView
 
 
 @main.command()
@@ -36,12 +49,6 @@ from layerstate.cli.base import (
 def stats(store_path: str, claims_file: str, result_names: tuple[str, ...], results: str | None, scheduler: str,
           storage_options: dict) -> None:
     """Evaluate declared claims on STORE's results; writes results/claims (all or nothing)."""
-    from analysis.claims import evaluate_stored_claims
-    from analysis.claims.choose import check_choices, with_results
-    from analysis.claims.evaluate import stored_probe_profiles
-    from analysis.compute import reachable
-    from layerstate.experiment import load_claims
-
     reachable(scheduler)
     st = open_for_analysis(store_path, results, storage_options)
     claims = with_results(st, load_claims(claims_file), result_names)
@@ -69,10 +76,6 @@ def combine(parts: tuple[str, ...], claims_file: str, out: str | None, storage_o
     evaluated stays not evaluable. Each undecided claim says what its part's seed planner
     (results/seed_plan, a report's tables/seed_plan.csv) said deciding it would cost.
     """
-    from analysis.claims.combine import combine_parts, read_part, read_plan, read_profiles
-    from layerstate.experiment import UNTESTABLE, load_claims
-    from store.view import StoreView
-
     with warnings.catch_warnings():
         # what a profile claim can reach with the file's [grid] seeds: the parts hold their own
         # seeds (a design's, often more), and each undecided row says what would decide it
@@ -106,10 +109,6 @@ def sequential(experiment: str, store_path: str, design_path: str | None, tasks:
     """Decide EXPERIMENT's claims stage by stage under its [design] (a group-sequential design
     over seeds) on the seeds STORE holds, and say which cells the next stage trains. Nothing is
     written (`layerstate run --design` trains the stages and stores them)."""
-    from analysis.claims.sequential import evaluate_sequential
-    from layerstate.experiment import load_claims, load_design, load_experiment
-    from store import open_analysis
-
     design = load_design(design_path or experiment)
     if design is None:
         raise BadInput(f"{design_path or experiment} declares no [design]; add one (first_seeds, stage_seeds, "
@@ -130,9 +129,6 @@ def sequential(experiment: str, store_path: str, design_path: str | None, tasks:
 def _next_stage(experiment: str, store_path: str, design_path: str | None, tasks: tuple[str, ...]) -> str:
     """How to train a design's next stage: the `run` command that does it, or (a claims file, not
     an experiment) what to do by hand."""
-    from capture.experiment import ExperimentError
-    from layerstate.experiment import load_experiment
-
     try:
         load_experiment(experiment)
     except ExperimentError:
@@ -161,14 +157,6 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
     from its runs' stored training times). Under a [design] (EXPERIMENT's or --design's) it reads
     what `sequential` decides: a claim the design decided needs no seeds, and the design's next
     stage is the next step. Nothing is written."""
-    from analysis.claims.choose import check_choices, with_results
-    from analysis.claims.evaluate import stored_probe_profiles
-    from analysis.claims.planner import design_decisions, failed_seed_notes, make_plan
-    from analysis.claims.sequential import evaluate_sequential
-    from layerstate.experiment import load_claims, load_design
-    from store import open_analysis
-    from store.view import StoreView
-
     design = load_design(design_path or experiment)
     st = open_analysis(store_path, results=results, write=False, say=click.echo,
                        storage_options=storage_options, results_options=storage_options)
@@ -208,14 +196,9 @@ def plan(experiment: str, store_path: str, power: float, design_path: str | None
 def report(store_path: str, out: str, force: bool, no_chunk_check: bool, shown: tuple[str, ...],
            results: str | None, scheduler: str, storage_options: dict) -> None:
     """Write a self-contained HTML report (and Markdown, figures, CSV tables) of STORE."""
-    from analysis.compute import reachable
-    from reports import build_report
-    from store import open_analysis
-
     reachable(scheduler)
     st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
                        results_options=storage_options)
-    from reports.readout import choose_probe_results, probe_results
 
     shown = tuple(s.rpartition("=")[2] for s in shown)  # TASK=NAME as stats and plan take it: the name says the task
     choose_probe_results(st, probe_results(st), shown)  # a name that is not stored: one line

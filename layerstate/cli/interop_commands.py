@@ -7,7 +7,11 @@ from typing import Any
 
 import click
 
+from capture.importers import export_hf_datasets, format_import, import_source
 from layerstate.cli.base import INTS, main, storage_option, store_argument
+from store.sharing.transfer import format_report
+from store.sharing.transfer import pull as run_pull
+from store.sharing.transfer import push as run_push
 
 
 # ----------------------------------------------------------------------------- interoperability
@@ -58,8 +62,6 @@ def import_(fmt, source, store_path, run_id, task, arch, seed, variant, labels_p
     """Import activations another tool wrote (FORMAT: transformer-lens, nnsight, saelens,
     safetensors, npy) into STORE (created if missing; resumes an unfinished import). The names
     and shapes each format expects: docs/guide/importers.md."""
-    from capture.importers import format_import, import_source
-
     res = import_source(fmt, source, store_path, run_id, layers=layers, sites=sites, labels=labels_path,
                         dtype=dtype, allow_nonfinite=allow_nonfinite, task=task, seed=seed, variant=variant,
                         target=target, logits=logits, **({"arch": arch} if arch else {}))
@@ -74,8 +76,6 @@ def import_(fmt, source, store_path, run_id, task, arch, seed, variant, labels_p
 @storage_option
 def export(store_path, out, fmt, runs, lengths, layers, storage_options) -> None:
     """Export STORE (or the selected runs/lengths/layers) as Hugging Face datasets, OUT/<run>/len_<L>/."""
-    from capture.importers import export_hf_datasets
-
     paths = export_hf_datasets(store_path, out, runs=runs, lengths=lengths, layers=layers,
                                storage_options=storage_options)
     click.echo(f"{out}: {len(paths)} dataset(s) ({', '.join(str(p.relative_to(out)) for p in paths)}), "
@@ -91,9 +91,6 @@ def export(store_path, out, fmt, runs, lengths, layers, storage_options) -> None
 def pull(url, target, runs, lengths, layers, no_weights, storage_options) -> None:
     """Copy a subset of the store at URL into a new local store DIR, fetching only its chunks
     (each checked as it arrives: its crc32c, or a decode where the store has no checksums; run again to resume)."""
-    from store.sharing.transfer import format_report
-    from store.sharing.transfer import pull as run_pull
-
     click.echo(format_report(run_pull(url, target, runs=runs, lengths=lengths, layers=layers,
                                       weights=not no_weights, storage_options=storage_options)))
 
@@ -106,8 +103,5 @@ def pull(url, target, runs, lengths, layers, no_weights, storage_options) -> Non
 @storage_option
 def push(source, url, runs, lengths, layers, no_weights, storage_options) -> None:
     """Copy the local store DIR (or a subset) to URL, every chunk checksummed (run again to resume)."""
-    from store.sharing.transfer import format_report
-    from store.sharing.transfer import push as run_push
-
     click.echo(format_report(run_push(source, url, runs=runs, lengths=lengths, layers=layers,
                                       weights=not no_weights, storage_options=storage_options)))

@@ -21,6 +21,9 @@ from layerstate.cli.base import (
     scheduler_session,
     storage_option,
 )
+from layerstate.experiment import load_experiment
+from layerstate.pipeline import capture_experiment, run_experiment, train_experiment
+from store import Store
 
 if TYPE_CHECKING:
     from capture.device import Device
@@ -47,10 +50,6 @@ def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[
           storage_options: dict) -> None:
     """Train every run of EXPERIMENT, or the part of its grid that --runs/--task/--arch/--seed
     name (skips runs already trained)."""
-    from layerstate.experiment import load_experiment
-    from layerstate.pipeline import train_experiment
-    from store import Store
-
     if jobs < 1:
         raise BadInput(f"--jobs must be at least 1, got {jobs}")
     exp = load_experiment(experiment)
@@ -75,9 +74,6 @@ def train(experiment: str, store_path: str, runs: tuple[str, ...], tasks: tuple[
 @storage_option
 def capture(experiment: str, store_path: str, device: Device, scheduler: str, storage_options: dict) -> None:
     """Record every layer of every trained run of EXPERIMENT at every length (resumable)."""
-    from layerstate.experiment import load_experiment
-    from layerstate.pipeline import capture_experiment
-
     exp = load_experiment(experiment)
     with scheduler_session(scheduler) as sched, ProgressBars() as bars:
         results = capture_experiment(exp.plan, store_path, device=device, scheduler=sched,
@@ -108,7 +104,5 @@ def run(experiment: str, out: str, store_path: str | None, jobs: int, tasks: tup
         device: Device, scheduler: str, storage_options: dict) -> None:
     """The main job: train -> capture -> analyse -> claims -> report (re-run resumes). With a
     [design], stage by stage until every claim is decided or its cells reach their maximum."""
-    from layerstate.pipeline import run_experiment
-
     run_experiment(experiment, out, store=store_path, storage_options=storage_options, scheduler=scheduler,
                    jobs=jobs, device=device, tasks=tasks or None, design=design, say=click.echo)

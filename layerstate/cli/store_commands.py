@@ -18,6 +18,13 @@ from layerstate.cli.base import (
     storage_option,
     store_argument,
 )
+from store import Store, format_repair, format_summary, open_analysis, summary
+from store import pack as run_pack
+from store import repair as run_repair
+from store import unpack as run_unpack
+from store import validate as run_validate
+from store.contents.forget import forget_plan
+from store.paired import ResultsBeside, results_home
 
 
 # ----------------------------------------------------------------------------- store commands
@@ -31,8 +38,6 @@ from layerstate.cli.base import (
 def inspect(store_path: str, as_json: bool, detail: bool, results: str | None, storage_options: dict) -> None:
     """What is inside STORE (and its results store), at a glance: one row per cell (task/arch/variant)
     with its seeds, lengths, layers, labels and state, each note once, and the results."""
-    from store import format_summary, open_analysis, summary
-
     st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
                        results_options=storage_options)
     info = summary(st)
@@ -52,8 +57,6 @@ def validate(store_path: str, strict: bool, storage_options: dict) -> None:
     """Check every metadata file, STORE's schema, every chunk's checksum and that float data is
     finite: a problem (a MUST of docs/store-format.md broken) exits 2; warnings (a SHOULD not
     met) are listed and exit 0, unless --strict."""
-    from store import validate as run_validate
-
     rep = run_validate(store_path, storage_options=storage_options, strict=strict)
     for line in present.validation_notes(rep):
         click.echo(line, err=True)
@@ -70,9 +73,6 @@ def validate(store_path: str, strict: bool, storage_options: dict) -> None:
 @storage_option
 def repair(store_path: str, dry_run: bool, forget_damaged: bool, storage_options: dict) -> None:
     """Rebuild damaged metadata from its intact copy (each node's zarr.json <-> the snapshot)."""
-    from store import format_repair
-    from store import repair as run_repair
-
     rep = run_repair(store_path, dry_run=dry_run, forget_damaged=forget_damaged,
                      storage_options=storage_options)
     lines = format_repair(rep)
@@ -104,10 +104,6 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
     """Remove results, captures or whole runs from STORE (to capture again with another dtype,
     train a run again with another budget, or drop a stale result). Results of a STORE that
     cannot be written (a zip) are removed from the results store beside it."""
-    from store import Store
-    from store.contents.forget import forget_plan
-    from store.paired import ResultsBeside, results_home
-
     selected = bool(runs or tasks or archs)
     if not (results or selected):
         raise BadInput("name what to forget: --result NAME, or runs (--runs/--task/--arch), "
@@ -145,9 +141,6 @@ def forget(store_path, results, runs, tasks, archs, captures, lengths, yes, dry_
 @click.option("--force", is_flag=True, help="Replace OUT.zip if it exists.")
 def pack(store_path: str, out: str, force: bool) -> None:
     """Pack STORE into one zip file that every layerstate command (and xarray) reads."""
-    from store import Store
-    from store import pack as run_pack
-
     click.echo(present.packed(store_path, run_pack(Store.open(store_path), out, overwrite=force)))
 
 
@@ -156,6 +149,4 @@ def pack(store_path: str, out: str, force: bool) -> None:
 @click.argument("target", metavar="DIR")
 def unpack(archive: str, target: str) -> None:
     """Unpack a packed store into a new directory DIR (member paths are checked)."""
-    from store import unpack as run_unpack
-
     click.echo(present.unpacked(archive, run_unpack(archive, target)))

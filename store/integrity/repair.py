@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from store.access.lease import live_leases
+
 from .. import schema
 from ..access.location import Location, RunLock
 from ..core import Store
@@ -164,8 +166,6 @@ def _plan(meta: MetadataCheck, loc: Location) -> list[tuple[str, Any]]:
 def _no_live_writers(loc: Location) -> None:
     """Refuse while any run is being written or the store consolidated: a live lease (any
     host, any backend, S41) or, on a local store, a held run lock."""
-    from ..access.lease import live_leases
-
     leases = live_leases(loc)
     if leases:
         more = f" (and {len(leases) - 1} more)" if len(leases) > 1 else ""

@@ -26,6 +26,8 @@ import zarr.storage
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
+from store.errors import SchemaVersionError
+
 from ..errors import CorruptStoreError, MissingError, NotAStoreError
 from ..integrity.digests import ZARR_JSON, digest, own_document, parse
 from ..io.lengths import completion
@@ -119,8 +121,6 @@ def read_root(source: Side) -> tuple[dict[str, Any], int]:
         raise NotAStoreError(f"{loc} is a Zarr node but not a layerstate store (no 'schema' attribute)")
     refusal = schema_refusal(schema)
     if refusal is not None:
-        from ..errors import SchemaVersionError
-
         raise SchemaVersionError(f"{loc} {refusal}")
     return doc, len(raw)
 

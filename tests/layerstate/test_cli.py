@@ -57,14 +57,14 @@ def test_debug_flag_shows_the_exception(tmp_path):
 
 def test_a_bug_shows_its_traceback(make_store, monkeypatch):
     """Only bad input is one line and exit 2; a TypeError is a bug."""
-    import store
+    import layerstate.cli.store_commands as store_commands
 
     st = make_store(n=40)
 
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand")
 
-    monkeypatch.setattr(store, "summary", broken)
+    monkeypatch.setattr(store_commands, "summary", broken)  # where `inspect` reads it
     res = run("inspect", str(st.location))
     assert res.exit_code == 1 and isinstance(res.exception, TypeError)
 
@@ -92,10 +92,10 @@ def _fake_ablation(calls):
 
 
 def test_ablate_passes_settings_and_scheduler_through(make_store, monkeypatch):
-    import analysis.interventions
+    import layerstate.cli.analysis_commands as analysis_commands
 
     calls: list[dict] = []
-    monkeypatch.setattr(analysis.interventions, "run_ablation", _fake_ablation(calls))
+    monkeypatch.setattr(analysis_commands, "run_ablation", _fake_ablation(calls))  # where `ablate` reads it
     st = make_store(n=40)
     res = run("ablate", str(st.location), "--settings", "probe,pca:1,4;random:2", "--scheduler", "sync",
               "--lengths", "12")

@@ -132,6 +132,7 @@ def test_run_device_reaches_the_analyses_that_rebuild_models_and_is_parsed_once(
     asked for ``cuda`` (and built on the CPU instead), and the results record it."""
     import analysis.interventions._common as common
     import capture.rebuild
+    import layerstate.cli.base
     from layerstate.pipeline import capture_experiment, train_experiment
     from store import Store
 
@@ -147,7 +148,8 @@ def test_run_device_reaches_the_analyses_that_rebuild_models_and_is_parsed_once(
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     parsed: list[str] = []
     real_parse = capture.device.parse_device
-    monkeypatch.setattr(capture.device, "parse_device", lambda text: parsed.append(text) or real_parse(text))
+    # patched where the command line reads it (its module imports the name)
+    monkeypatch.setattr(layerstate.cli.base, "parse_device", lambda text: parsed.append(text) or real_parse(text))
     asked: list[tuple[str, str]] = []  # (who rebuilt it, the device asked for) per model
 
     def on_the_cpu(who: str, real):

@@ -124,7 +124,9 @@ def test_stats_and_report_only_check_a_local_cluster_request(tmp_path):
 def test_storage_options_open_the_store_and_its_results_store(command, tmp_path, monkeypatch):
     """-S KEY=VALUE (JSON where it parses) is what the store is opened with, and the results
     store given by --results."""
-    import store
+    import layerstate.cli.base
+    import layerstate.cli.claims_commands
+    import layerstate.cli.store_commands
     from store import MissingError
 
     seen = {}
@@ -133,7 +135,9 @@ def test_storage_options_open_the_store_and_its_results_store(command, tmp_path,
         seen.update(url=url, **kwargs)
         raise MissingError("opened")
 
-    monkeypatch.setattr(store, "open_analysis", spy)
+    # patched in each command module that opens stores (each imports the name)
+    for module in (layerstate.cli.base, layerstate.cli.claims_commands, layerstate.cli.store_commands):
+        monkeypatch.setattr(module, "open_analysis", spy)
     res = cli(command, *_args(command, tmp_path), "--results", "s3://bucket/results.zarr",
               "-S", "anon=true", "-S", 'client_kwargs={"endpoint_url": "http://127.0.0.1:9"}')
     assert res.exit_code == 2 and res.output.strip() == "layerstate: error: opened", res.output

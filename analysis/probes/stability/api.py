@@ -7,6 +7,8 @@ from typing import Any
 
 import xarray as xr
 
+from store import open_analysis
+
 from .intervals import save_stability
 from .maths import SHUFFLES
 from .plan import plan_stability
@@ -54,8 +56,6 @@ def probe_stability(
         (what claims test); saved, the seed-level intervals and the null's band
         (:func:`add_stability_intervals`).
     """
-    from store import open_analysis
-
     if isinstance(store, str):
         store = open_analysis(store, write=save)
     plan = plan_stability(store, result, runs=runs, layers=layers, lengths=lengths, seed=seed, inputs=inputs,

@@ -11,6 +11,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from analysis.probes.plan import last_positions, read_labels
+from analysis.probes.solvers import path_exact
+from capture.rebuild import rebuild_model
+from store.errors import InvalidArgumentError
+
 from .maths import (
     MAP_SEQUENCES,
     MIN_SHARED,
@@ -110,8 +115,6 @@ def _rerun(store: Any, run: str, tokens: np.ndarray, layers: list[str]) -> np.nd
     """``run``'s model's hidden (sequence, position, layer, feature) on ``tokens``."""
     import torch
 
-    from capture.rebuild import rebuild_model
-    from store.errors import InvalidArgumentError
 
     model = rebuild_model(store, run)
     if list(model.layer_names) != layers:
@@ -147,8 +150,6 @@ def _views(plan: StabilityPlan, pp: PairPlan, L: int) -> list[tuple[np.ndarray, 
 
 def _labels(plan: StabilityPlan, run: str, L: int) -> np.ndarray:
     """The probed label of ``run``'s sequences (sequence, position), -1 where unlabelled."""
-    from analysis.probes.plan import read_labels
-
     return np.asarray(read_labels(plan.store, run, L, plan.target)[0])
 
 
@@ -226,8 +227,6 @@ class _NullProbes:
         return out
 
     def _rows(self, lab: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
-        from analysis.probes.plan import last_positions
-
         if self.mode == "last":
             last = last_positions(lab)
             seq = np.flatnonzero(last >= 0)
@@ -242,8 +241,6 @@ class _NullProbes:
                 lab: np.ndarray) -> np.ndarray:
         """``run``'s null probes (shuffle, class, d) on ``hidden`` (sequence, position, d); empty
         when its stored probe has no C (not fitted) or the label a single class."""
-        from analysis.probes.solvers import path_exact
-
         at = dict(run=run, fit_length=L, layer=layer, **({"position": self.positions[q]} if self.positions else {}))
         C = float(self.plan.probes["C"].sel(at)) if "C" in self.plan.probes else 1.0
         lab = np.where(mask & (lab >= 0), lab, -1)

@@ -9,6 +9,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis.intervals import CI_LEVEL, frame_variables, stored_intervals, with_cells
+from store import schema
+
 from .maths import complete_seeds, seed_interval
 
 
@@ -73,8 +76,6 @@ def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` with ``stability_estimate/_lower/_upper/_n_seeds/_method``, ``null_estimate`` and
     (with a shuffled-label null) ``shuffled_estimate/_lower/_upper/_n_seeds/_method`` over
     (cell, length, layer): :func:`interval_frame` stored the way the probes' are."""
-    from analysis.intervals import CI_LEVEL, frame_variables, with_cells
-
     cells: dict[tuple[str, str, str], list[str]] = {}
     for a, b, t, ar, v in zip(ds.pair_a.values, ds.pair_b.values, ds.cell_of_pair_task.values,
                               ds.cell_of_pair_arch.values, ds.cell_of_pair_variant.values, strict=True):
@@ -109,8 +110,6 @@ def agreement_frame(ds: xr.Dataset) -> pd.DataFrame | None:
     ``agree``: the overlap's lower bound above both nulls' estimates (False without an interval
     or without the shuffled-label null). Reads; computes no statistic. None without stored
     intervals."""
-    from analysis.intervals import stored_intervals
-
     frame = stored_intervals(ds, "stability")
     if frame is None:
         return None
@@ -133,8 +132,6 @@ def agreement_frame(ds: xr.Dataset) -> pd.DataFrame | None:
 
 def result_name(ds: xr.Dataset) -> str:
     """``stability/<name>`` for the probe result ``probes/<name>`` it read."""
-    from store import schema
-
     return schema.result_name(schema.STABILITY, str(ds.attrs["probe_result"]).removeprefix(f"{schema.PROBES}/"))
 
 

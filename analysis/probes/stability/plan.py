@@ -8,13 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from analysis.intervals import factor_table
+from analysis.probes import plan as sweep_plan
+from analysis.probes.results import runs_by_task
+from store import MissingError, Store, schema
+from store.errors import InvalidArgumentError
+
 from .compute import PairPlan, StabilityPlan, stored_tokens
 from .maths import INPUTS, MAP_SEQUENCES, MIN_SHARED, SHUFFLES
 
 
 def _cells(store: Any, runs: Sequence[str]) -> dict[tuple[str, str, str], list[str]]:
-    from analysis.intervals import factor_table
-
     table = factor_table(store, runs)
     out: dict[tuple[str, str, str], list[str]] = {}
     for run, row in table.sort_values("seed").iterrows():
@@ -25,8 +29,6 @@ def _cells(store: Any, runs: Sequence[str]) -> dict[tuple[str, str, str], list[s
 def _source(store: Any, a: str, b: str, L: int, inputs: str) -> tuple:
     """How runs ``a`` and ``b`` get states on the same sequences at length ``L`` (see
     :class:`PairPlan`), or a one-line error saying why they cannot and what to do."""
-    from store.errors import InvalidArgumentError
-
     ta, tb = stored_tokens(store, a, L), stored_tokens(store, b, L)
     index = {row.tobytes(): i for i, row in enumerate(tb)}
     ia = [i for i, row in enumerate(ta) if row.tobytes() in index]
@@ -61,11 +63,6 @@ def plan_stability(
     """Check a stability sweep over the probe result ``result`` (default: the one probe result
     of the selected runs' task) and decide each pair's inputs, computing nothing (arguments:
     :func:`probe_stability`)."""
-    from analysis.probes import plan as sweep_plan
-    from analysis.probes.results import runs_by_task
-    from store import MissingError, Store, schema
-    from store.errors import InvalidArgumentError
-
     st = Store.open(store) if isinstance(store, str) else store
     if inputs not in INPUTS:
         raise InvalidArgumentError(f"inputs must be one of {', '.join(INPUTS)}, got {inputs!r}")
