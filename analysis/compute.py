@@ -59,13 +59,17 @@ small or data-heavy work stays on threads.
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 import dask
+from threadpoolctl import threadpool_limits
 
 from analysis.mainguard import spawn_safe
 from store.errors import LayerstateError
@@ -108,8 +112,6 @@ def one_thread() -> Iterator[None]:
     :data:`ONE_THREAD_ENV`, which such a library reads as it loads: without it, scikit-learn
     fits inside the block ran a second BLAS thread that spun, 2x the CPU for no gain.
     """
-    from threadpoolctl import threadpool_limits
-
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None
     env_before = {var: os.environ.get(var) for var in ONE_THREAD_ENV}
@@ -154,7 +156,6 @@ class OneThreadPerTask:
     def setup(self, worker: Any) -> None:
         if os.getpid() == self.client_pid:
             return
-        from threadpoolctl import threadpool_limits
 
         torch = sys.modules.get("torch")  # read first: torch's count follows its OpenMP limit
         before = torch.get_num_threads() if torch is not None else None
@@ -281,7 +282,6 @@ def _on_local(tasks: list, name: str, num_workers: int | None) -> list:
             return list(dask.compute(*tasks, scheduler="sync"))
     if name == "processes":
         return _on_processes(tasks, num_workers)
-    from concurrent.futures import ThreadPoolExecutor
 
     n = _local_workers(num_workers)
     with one_thread(), ThreadPoolExecutor(n, initializer=_one_openmp_thread) as pool:
@@ -306,9 +306,6 @@ def default_scheduler(cpu_s: float | None, num_workers: int | None = None) -> st
 def _on_processes(tasks: list, num_workers: int | None) -> list:
     """A pool of spawned one-thread worker processes made for this call (see the module
     docstring); each task's result comes back through a pipe."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     n = _local_workers(num_workers)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(n, mp_context=context, initializer=_one_thread_process) as pool:
@@ -319,7 +316,6 @@ def _one_thread_process() -> None:
     """A pool process's whole life: one BLAS/OpenMP thread, and torch (imported later, by a
     task) sized by ``OMP_NUM_THREADS``."""
     os.environ.update(dict.fromkeys(ONE_THREAD_ENV, "1"))
-    from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1)
 
@@ -327,8 +323,6 @@ def _one_thread_process() -> None:
 def _one_openmp_thread() -> None:
     """OpenMP's thread count is per calling thread: set it in each pool thread (scikit-learn
     sizes its OpenMP loops by it). The pool's threads end with the call."""
-    from threadpoolctl import threadpool_limits
-
     threadpool_limits(limits=1, user_api="openmp")
 
 
@@ -407,8 +401,6 @@ def cluster_lost(client: Any, exc: BaseException, kept: str) -> SchedulerError |
     line names the address, says what is kept (``kept``, e.g. ``"what finished is kept in
     the store"``) and how to resume.
     """
-    from concurrent.futures import CancelledError
-
     from distributed.comm import CommClosedError
 
     status = str(getattr(client, "status", ""))
@@ -537,8 +529,6 @@ def _client(target: Any) -> Any:
 def _refused_fast(address: str) -> None:
     """A TCP address nobody listens at fails at once (the client would retry it until its
     timeout); anything else is left to the client."""
-    import socket
-
     proto, _, rest = address.partition("://")
     if proto not in ("tcp", "tls"):
         return

@@ -49,8 +49,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from capture.models import ARCHS
-from capture.models.config import CONV_ARCHS, VARIANTS
+from capture.models import ARCHS, ModelConfig
+from capture.models.config import ARCH_FIELDS, CONV_ARCHS, VARIANTS
 from capture.tasks import TASKS, get_task
 from store import LayerstateError
 from store.errors import InvalidArgumentError, validation_problems
@@ -225,8 +225,6 @@ class CapturePlan(BaseModel):
 
     @model_validator(mode="after")
     def _names_are_known(self) -> CapturePlan:
-        from capture.models import ARCHS, ModelConfig
-
         _known("task", self.grid.tasks, sorted(TASKS))
         _known("architecture", self.grid.archs, list(ARCHS))
         for section, names, valid in (
@@ -424,8 +422,6 @@ class RunSpec:
         return get_task(self.task, **self.exp.tasks.get(self.task, {}))
 
     def model_config(self):
-        from capture.models import ModelConfig
-
         return ModelConfig(**self.exp.model_settings(self.arch, self.variant))
 
     @property
@@ -451,7 +447,6 @@ UNTRAINED = "untrained"
 
 def _settings_of(arch: str) -> set[str]:
     """The ModelConfig fields ``arch`` uses: its size fields and those every arch has."""
-    from capture.models.config import ARCH_FIELDS, ModelConfig
 
     sizes = {f for fields in ARCH_FIELDS.values() for f in fields}
     shared = set(ModelConfig.model_fields) - sizes - {"arch", "variant"}

@@ -150,7 +150,7 @@ def training_forward(model: torch.nn.Module, cfg: TrainConfig) -> Callable[[torc
     recompile, 1-7 s a run with inductor's on-disk cache warm (docs/measured.md).
     """
     if cfg.fused_kernels:
-        from capture.models.mamba import set_fused_path
+        from capture.models.mamba import set_fused_path  # noqa: PLC0415 -- it imports transformers
 
         set_fused_path(model, True, fma=cfg.fused_kernels_fma, traced=cfg.compile_through_kernels)
     if not cfg.compile:

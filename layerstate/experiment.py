@@ -52,6 +52,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -474,8 +475,6 @@ def _ablation_settings(settings: list[str]) -> list[str]:
 def _interchange_sites(params: dict[str, Any], task: str, length: int) -> list[str]:
     """The sites an interchange result of ``task`` holds: the named positions of its
     counterfactual pairs (two drawn to read their names), else ``corrupt`` and ``label``."""
-    import numpy as np
-
 
     pair = get_task(task, **params).counterfactual(  # type: ignore[attr-defined]
         np.random.default_rng(0), 2, length)

@@ -55,6 +55,7 @@ from analysis.claims.sequential import (
 )
 from analysis.compute import check, connect
 from capture.device import Device, as_device
+from capture.experiment import CapturePlan, RunSpec
 from layerstate import present, stages
 from layerstate.executor import CaptureProgress, Executor, TrainProgress
 from layerstate.experiment import UNTESTABLE, load_design, load_experiment
@@ -68,7 +69,6 @@ from store.schema import CLAIMS, SEQUENTIAL
 
 if TYPE_CHECKING:
     from analysis.stats.design import Design
-    from capture.experiment import CapturePlan, RunSpec
     from capture.record import CaptureResult
     from capture.train import TrainResult
     from layerstate.experiment import Experiment
@@ -198,7 +198,6 @@ def run_stages(executor: Executor, exp: Experiment, url: str, storage_options: d
     analyses the claims read (and the models' behaviour), not the others: seeds and CPU go
     where they decide claims. Runs already in the store are reused, so a stopped run resumes
     where it was."""
-    from capture.experiment import RunSpec
 
     design = exp.design
     assert design is not None

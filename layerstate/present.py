@@ -11,7 +11,7 @@ import math
 import os
 import shlex
 from collections.abc import Iterator, Sequence
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -433,8 +433,6 @@ def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
     folder ``out``: ``claims.csv`` (every column, full precision, interval rules applied as in
     a report) and ``claims.md`` (claim, statement, estimate and interval, verdict, Holm p, why,
     part). Returns the two paths."""
-    from pathlib import Path
-
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -557,9 +555,6 @@ def design_command(experiment: str, store: str, design: str | None, tasks: Seque
     """The one command that trains a design's next stage into ``store`` and decides it (it
     trains exactly the cells the design names, then analyses and decides them): a store at
     ``DIR/store.zarr`` is the run folder ``DIR``, any other keeps its path with ``--store``."""
-    import shlex
-    from pathlib import PurePath
-
     parts = ["layerstate", "run", experiment]
     where = PurePath(store.rstrip("/"))
     if "://" not in store and where.name == "store.zarr":

@@ -92,7 +92,8 @@ def variant_style(variant: str, variants: Sequence[str]) -> str:
 
 
 def _figure(n_rows: int, n_cols: int, *, width: float = PANEL_W, height: float = PANEL_H,
-            extra_w: float = 0.6, min_width: float = MIN_LEGEND_FIG_W, **kw):
+            extra_w: float = 0.6, min_width: float = MIN_LEGEND_FIG_W, sharex: bool = False,
+            sharey: bool = False):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -100,7 +101,7 @@ def _figure(n_rows: int, n_cols: int, *, width: float = PANEL_W, height: float =
     fig_w = min(PAGE_WIDTH_IN, max(min_width, panel_w * n_cols + extra_w))
     fig = Figure(figsize=(fig_w, height * n_rows + 0.7), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(n_rows, n_cols, squeeze=False, **kw)
+    axes = fig.subplots(n_rows, n_cols, squeeze=False, sharex=sharex, sharey=sharey)
     return fig, axes
 
 

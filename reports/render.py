@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jinja2
 import numpy as np
 import pandas as pd
 
@@ -17,8 +18,6 @@ COMPARISON_COLUMN = "paper's value in our interval?"
 
 
 def _environment():
-    import jinja2
-
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         # HTML is escaped (store attrs and claim statements are user text); Markdown is not

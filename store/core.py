@@ -20,6 +20,7 @@ resumable writes) and :mod:`store.contents.results`.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -505,8 +506,6 @@ def _looks_like_store(loc: Location) -> bool:
 def _writable(loc: Location) -> bool:
     """Whether a store's location accepts writes (local: the root directory is writable;
     elsewhere assumed so: the first write says otherwise)."""
-    import os
-
     if loc.is_local:
         return os.access(loc.local_path, os.W_OK)
     return not loc.url.startswith(("http://", "https://"))

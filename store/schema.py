@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from store.errors import InvalidArgumentError
 
 SCHEMA = "layerstate/1"
@@ -178,6 +180,4 @@ def layer_names(n_layers: int) -> list[str]:
 
 
 def _np_int():
-    import numpy as np
-
     return np.integer

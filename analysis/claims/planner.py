@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.stats
 import xarray as xr
 
 from analysis.behaviour import did_not_learn
@@ -217,8 +218,6 @@ def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
     """The plan row of a claim whose estimate lies on the wrong side: no seed count, and its
     power now at the signed effect (the chance that its one-sided test passes were that the
     true value; the planner's power takes the effect's size only)."""
-    import scipy.stats
-
     power_now = math.nan
     if np.isfinite(c.sd) and c.sd > 0 and c.seeds >= 2:
         df = c.seeds - 1

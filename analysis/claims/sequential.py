@@ -24,11 +24,13 @@ show the share beyond with its repeated interval and the seeds it needed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import xarray as xr
 
 from analysis.claims.cells import captured_seeds, claim_cells, run_seconds, seeds_held
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
@@ -251,9 +253,6 @@ def sequential_dataset(run: SequentialRun):
     ``estimate`` is the share beyond, ``rci_*`` that share's repeated interval, ``bound_low``
     the share it had to reach, ``one_sided_*`` the order statistic that had to lie beyond the
     threshold (NaN where the seeds' values were not observed)."""
-    import json
-
-    import xarray as xr
 
     ids = list(run.caps)
     K = len(run.stages)

@@ -88,7 +88,7 @@ def refit_reference(
     training rows, then per fold ``StandardScaler`` + scikit-learn's ``LogisticRegression(C)``
     (float64, ``max_iter``/``tol`` as given; the defaults are what the refit used before the
     probe solver). Returns the per-sequence correct counts (sequence,)."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 -- on demand, as in analysis.probes
 
     n = x.shape[0]
     rng = np.random.default_rng(seed)

@@ -89,7 +89,6 @@ def choose_target(store: Any, runs: list[str], target: str | None) -> str:
     """
     if target is not None:
         return target
-    from store.errors import MissingError
 
     found: dict[str, list[str]] = {}
     for r in runs:

@@ -3,6 +3,7 @@ computes it and, when asked, stores the result (:mod:`analysis.probes.results`).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -184,8 +185,6 @@ def probe(
         if name is None:  # the default name: a stored result with other settings is kept
             name, note = storage_name(store, ds)
             if note:
-                import warnings
-
                 warnings.warn(note, stacklevel=2)
         save_probes(store, ds, name)
     return ds

@@ -21,6 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import dask
+from dask.callbacks import Callback
+
 from analysis.compute import LOCAL, default_scheduler, is_local
 
 #: Seconds between two progress reports at least (:class:`Progress`'s default).
@@ -125,8 +128,6 @@ def counting(cells_of: Mapping[Any, int], progress: Progress) -> Iterator[None]:
     """While the block computes on a local dask scheduler, each finished task whose key is in
     ``cells_of`` advances ``progress`` by its number of cells (dask calls back on the thread
     that schedules, one task at a time)."""
-    from dask.callbacks import Callback
-
     class _Cells(Callback):
         def _posttask(self, key: Any, result: Any, _dsk: Any, state: Any, _worker_id: Any) -> None:
             n = cells_of.get(key)
@@ -140,8 +141,6 @@ def counting(cells_of: Mapping[Any, int], progress: Progress) -> Iterator[None]:
 def sweep_size(plan: Any, scheduler: Any = None, num_workers: int | None = None) -> SweepSize:
     """The :class:`SweepSize` of a :class:`~analysis.probes.sweep.ProbePlan` computed on
     ``scheduler`` (as :func:`analysis.compute.compute` takes it)."""
-    import dask
-
 
     opt = plan.options
     cells = scored = 0

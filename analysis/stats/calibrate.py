@@ -44,7 +44,9 @@ Figures (``MARGIN`` = 0.05, ``ALPHA`` = 0.05), per model and scenario:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -100,9 +102,12 @@ def simulations(scenario: dict[str, Any], difference: float, n_sims: int, seed: 
         done, k = done + n, k + 1
 
 
-def _variant(kernel, test_df: str | None = None, **kw):
+def _variant(kernel, test_df: str | None = None, *, options: Mapping[str, str] | None = None):
+    """``kernel`` called with ``options``; with ``test_df="seeds"`` its df replaced by t(G - 1)."""
+    given = dict(options or {})
+
     def fit(correct, labelled):
-        out = dict(kernel(correct, labelled, **kw))
+        out = dict(kernel(correct, labelled, **given))
         if test_df == "seeds":  # t(G - 1) instead of the kernel's df
             out["df"] = np.where(np.isfinite(out["df"]), out["n_seeds"] - 1.0, np.nan)
         return out
@@ -123,10 +128,10 @@ def _mixedlm_floor(correct, labelled):
 #: Rules the calibration compared with the models' own (``bench.calibration --variants``): the
 #: rules until 2026-12-04 (``gee_cr1``, ``mixedlm_nobound``) and the alternatives not taken.
 VARIANTS = {
-    "gee_cr1": _variant(gee_np, correction="CR1"),
+    "gee_cr1": _variant(gee_np, options={"correction": "CR1"}),
     "gee_cr2_t": _variant(gee_np, "seeds"),
-    "mixedlm_nobound": _variant(mixedlm_np, test="nobound"),
-    "mixedlm_model": _variant(mixedlm_np, test="model"),
+    "mixedlm_nobound": _variant(mixedlm_np, options={"test": "nobound"}),
+    "mixedlm_model": _variant(mixedlm_np, options={"test": "model"}),
     "mixedlm_floor": _mixedlm_floor,
     "mixedlm_cr2_t": _variant(mixedlm_np, "seeds"),
 }
@@ -234,9 +239,6 @@ def glmm_calibration(n_sims: int, *, scenario: str = "conv1d", seed: int = 0, jo
     odds ratio at a difference of -0.10 (``coverage``). About 10 s per fit at 5 x 400
     sequences on one core, hence ``jobs`` worker processes; with ``deadline_s`` the fits
     finished by then are counted (each figure says its ``n``)."""
-    import time
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     t0 = time.perf_counter()
     tasks = [(scenario, delta, seed * 1_000_003 + i * 2 + j)
              for i in range(n_sims) for j, delta in enumerate((0.0, COVERAGE_DIFFERENCE))]

@@ -100,10 +100,12 @@ pass it is ``inconclusive``.
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import scipy.special
 import scipy.stats
 import xarray as xr
@@ -265,9 +267,6 @@ def glmm_contrast(correct, labelled, *, rng: np.random.Generator | int = 0,
         docstring), ``sd_seed``, ``sd_model``, ``sd_sequence`` (exp of the posterior means of the
         components' log SDs, logit scale), ``seconds``.
     """
-    import time
-
-    import scipy.sparse as sp
     from statsmodels.genmod.bayes_mixed_glm import BinomialBayesMixedGLM
 
 

@@ -10,7 +10,9 @@ is what the percentile and t intervals are.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -108,7 +110,8 @@ def eti(draws, *, ci_prob: float | None = None) -> xr.Dataset:
     return out.to_dataset() if isinstance(out, xr.DataTree) else out
 
 
-def plot_forest(draws, path: str | Path, *, ci_prob: float | None = None, **kwargs) -> Path:
+def plot_forest(draws, path: str | Path, *, ci_prob: float | None = None,
+                plot_options: Mapping[str, Any] | None = None) -> Path:
     """Forest plot of bootstrap draws, written to a file (no window is opened).
 
     Parameters
@@ -119,8 +122,8 @@ def plot_forest(draws, path: str | Path, *, ci_prob: float | None = None, **kwar
         Output file; the format follows the suffix (``.png``, ``.pdf``, ``.svg``).
     ci_prob : float, optional
         Outer interval probability; default the draws' ``ci_level``. The inner one is 0.5.
-    **kwargs
-        Passed to ``arviz_plots.plot_forest``.
+    plot_options : mapping, optional
+        More keywords for ``arviz_plots.plot_forest``.
 
     Returns
     -------
@@ -138,7 +141,7 @@ def plot_forest(draws, path: str | Path, *, ci_prob: float | None = None, **kwar
         ci_kind="eti",
         ci_probs=(0.5, _ci_prob(ds, ci_prob)),
         point_estimate="mean",
-        **kwargs,
+        **dict(plot_options or {}),
     )
     collection.savefig(path)
     plt.close(collection.viz["figure"].item())

@@ -164,7 +164,7 @@ def export_hf_datasets(
     """Write the selected runs / lengths / layers of ``store`` as ``datasets`` directories,
     ``out/<run>/len_<L>/`` (see the module's docs); their paths."""
     datasets = require("datasets", "exporting to Hugging Face datasets")
-    from datasets.arrow_writer import ArrowWriter
+    from datasets.arrow_writer import ArrowWriter  # noqa: PLC0415 -- optional; `require` checked it
 
     st = store if isinstance(store, Store) else Store.open(store, storage_options=storage_options)
     out = Path(out)

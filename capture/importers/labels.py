@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from store import InvalidArrayError, MissingError
 from store.errors import MissingFileError
@@ -68,8 +69,6 @@ def _from_arrays(arrays: dict[str, np.ndarray], where: str, n: int, L: int) -> L
 
 
 def _from_table(p: Path, n: int, L: int) -> Labels:
-    import pandas as pd
-
     if p.suffix.lower() == ".csv":
         df = pd.read_csv(p)
     else:

@@ -100,7 +100,7 @@ def import_nnsight(
         names = [str(k) for k in head.keys()]
         batches = _chain(head, it)
     plan = module_plan(names, layers=layers, embed=embed, sites=sites)
-    return write(store, as_run(run, **{"arch": "nnsight", **run_fields}),
+    return write(store, as_run(run, {"arch": "nnsight", **run_fields}),
                  Batches("the nnsight outputs", batches, n_sequences), plan, labels=labels,
                  tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt="nnsight")
 

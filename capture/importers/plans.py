@@ -33,8 +33,9 @@ class RunInfo:
     task_config: Mapping[str, Any] | None = None
 
 
-def as_run(run: RunInfo | str, **kw: Any) -> RunInfo:
-    return run if isinstance(run, RunInfo) else RunInfo(run, **kw)
+def as_run(run: RunInfo | str, fields: Mapping[str, Any]) -> RunInfo:
+    """``run`` itself, or a run id made a :class:`RunInfo` with ``fields``."""
+    return run if isinstance(run, RunInfo) else RunInfo(run, **fields)
 
 
 # ---------------------------------------------------------------------- naming

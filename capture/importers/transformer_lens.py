@@ -61,7 +61,7 @@ def import_transformer_lens(
     if plan is None:
         raise MissingError("the cache holds no residual-stream hook (hook_embed, blocks.<i>.hook_resid_post); "
                            f"its hooks: {', '.join(names[:10])}{', …' if len(names) > 10 else ''}")
-    return write(store, as_run(run, **{"arch": "transformer-lens", **run_fields}),
+    return write(store, as_run(run, {"arch": "transformer-lens", **run_fields}),
                  Batches("the TransformerLens caches", batches, n_sequences), plan, labels=labels,
                  tokens=tokens, mask=mask, dtype=dtype, block_size=block_size, fmt="transformer-lens")
 

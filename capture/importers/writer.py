@@ -155,7 +155,7 @@ def write_with(store: Store | str, run: RunInfo | str, source: Ranged, plan: Imp
     ``arch``)."""
     given: dict[str, Any] = dict(options)
     fields = {k: v for k, v in given.items() if k not in (*WRITE_OPTIONS, "layers", "sites", "plan", "logits")}
-    return write(store, as_run(run, **{"arch": arch, **fields}), source, plan, fmt=fmt,
+    return write(store, as_run(run, {"arch": arch, **fields}), source, plan, fmt=fmt,
                  **{k: v for k, v in given.items() if k in WRITE_OPTIONS})
 
 

@@ -18,6 +18,7 @@ reproduces a model; pretrained ones are rebuilt with `build_from_hf_config` from
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def build_model(cfg: ModelConfig, vocab_size: int, n_classes: int, seed: int) ->
         elif cfg.arch in ZOO_ARCHS:
             model = zoo.ZooModel(cfg, vocab_size, n_classes, _ZOO_MIXERS[cfg.arch])
         else:
-            from capture.models import hf  # transformers loads only for its architectures
+            from capture.models import hf  # noqa: PLC0415 -- transformers loads only for its archs
 
             model = hf.build_hf(cfg, vocab_size, n_classes)
     return model.eval()
@@ -120,7 +121,7 @@ def load_pretrained(
     -------
     SequenceModel, in eval mode; ``config`` is None, ``hf_config_dict`` rebuilds it.
     """
-    from capture.models import hf
+    from capture.models import hf  # noqa: PLC0415 -- as above: transformers on demand
 
     backbone = hf.load_backbone(path, arch)
     with _seeded(seed):
@@ -133,7 +134,7 @@ def build_from_hf_config(hf_config_dict: dict, n_classes: int, seed: int = 0) ->
 
     Weights are freshly initialised: load the stored ``state_dict`` into it.
     """
-    from capture.models import hf
+    from capture.models import hf  # noqa: PLC0415 -- as above: transformers on demand
 
     with _seeded(seed):
         model = hf.wrap_backbone(hf.backbone_from_hf_config(hf_config_dict), n_classes)
@@ -159,8 +160,6 @@ def make_conv_identity(model: SequenceModel) -> None:
 
     Every mixer's Conv1D becomes a frozen identity (`capture.models.mamba.make_conv_identity`).
     """
-    import sys
-
     hf = sys.modules.get("capture.models.hf")  # not loaded: the model is no transformers model
     if not (isinstance(model, zoo.ZooModel) or (hf is not None and isinstance(model, hf.MambaFamilyModel))):
         raise TypeError(

@@ -32,7 +32,7 @@ def fused_kernels() -> ModuleType | None:
     """`capture.models.scan_kernels`, compiled (or loaded from numba's cache) on first call;
     None, after one warning, where numba is missing or cannot compile it."""
     try:
-        from capture.models import scan_kernels
+        from capture.models import scan_kernels  # noqa: PLC0415 -- numba compiles on request only
     except Exception as exc:  # no numba, no writable cache, a compiler error: all mean no
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         warnings.warn(

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as nn_module
 from transformers.models.mamba2 import modeling_mamba2
 
 from capture.models import ssd
@@ -105,7 +106,6 @@ def _causal_conv(conv: nn.Conv1d, x: torch.Tensor, traced: bool = False) -> torc
 
 def _hooked(module: nn.Module) -> bool:
     """Whether calling `module` would run a hook (its own or a global one)."""
-    from torch.nn.modules import module as nn_module
 
     return bool(
         module._forward_hooks or module._forward_pre_hooks or module._backward_hooks

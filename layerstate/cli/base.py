@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from tqdm.auto import tqdm
 
 from analysis.compute import SchedulerError, check, connect
 from analysis.interventions import parse_settings
@@ -278,11 +279,9 @@ class ProgressBars:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def new(self, desc: str, total: int, **kw: Any) -> Any:
-        from tqdm.auto import tqdm
-
+    def new(self, desc: str, total: int, unit: str = "it") -> Any:
         self.close()
-        self.bar = tqdm(total=total, desc=desc, leave=False, disable=None, **kw)
+        self.bar = tqdm(total=total, desc=desc, leave=False, disable=None, unit=unit)
         return self.bar
 
     def close(self) -> None:

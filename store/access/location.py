@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -191,8 +192,6 @@ class RunLock:
     _held: dict[str, list] = {}  # path -> [fd, depth]: re-entrant within one process
 
     def acquire(self) -> RunLock:
-        import fcntl
-
         held = RunLock._held.get(str(self.path))
         if held is not None:
             held[1] += 1
@@ -223,8 +222,6 @@ class RunLock:
             return
         held[1] -= 1
         if held[1] == 0:
-            import fcntl
-
             del RunLock._held[str(self.path)]
             fcntl.flock(held[0], fcntl.LOCK_UN)
             os.close(held[0])

@@ -19,6 +19,7 @@ the two as one; this module holds what that needs without importing it:
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,4 @@ def recorded_source(results_root: zarr.Group) -> dict[str, Any] | None:
 
 def writable_dir(path: Path) -> bool:
     """Whether a new directory can be created in ``path``."""
-    import os
-
     return path.is_dir() and os.access(path, os.W_OK)

@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,8 +98,6 @@ SETTING_ATTRS = ("target", "positions", "folds", "control", "train_length", "met
 def made_by() -> dict:
     """``created`` (UTC), ``command`` (the command line, or the Python program) and
     ``tool_version``: who and what made a result."""
-    import sys
-
     prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
     command = " ".join(["layerstate", *sys.argv[1:]]) if prog == "layerstate" else f"python ({prog})"
     return {"created": now(), "command": command, "tool_version": tool_version()}

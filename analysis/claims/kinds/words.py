@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from scipy import stats
 
 from analysis.claims.kinds.base import ALPHA
 from analysis.stats.decision import fmt_p
@@ -42,8 +43,6 @@ def opposite_p(row: Mapping[str, float], value: float, greater: bool) -> float:
     """Twice the one-sided t p that the effect lies beyond ``value`` on the side opposite to the
     claimed one, from the row's estimate, SE and degrees of freedom (its tail directly, not
     1 - p, so a tiny p keeps its digits); NaN without them."""
-    from scipy import stats
-
     est, se, df = (float(row.get(k, np.nan)) for k in ("estimate", "se", "df"))
     if not (np.isfinite(est) and np.isfinite(se) and se > 0 and not np.isnan(df)):
         return np.nan

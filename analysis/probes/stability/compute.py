@@ -4,6 +4,7 @@ per-seed values claims test."""
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -326,8 +327,6 @@ class _quiet:
     """Silence numpy's warning for the mean of all-NaN slices (a layer without probes)."""
 
     def __enter__(self) -> None:
-        import warnings
-
         self._w = warnings.catch_warnings()
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
