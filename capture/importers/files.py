@@ -28,6 +28,7 @@ from store import InvalidArrayError, MissingError, Store
 from store.errors import MissingFileError
 
 from .common import Arrays, ImportOptions, ImportResult, RunInfo, natural, options_plan, write_with
+from .registry import register_format
 
 E = TypeVar("E")
 
@@ -313,3 +314,18 @@ def import_npy(store: Store | str, run: RunInfo | str, path: str | os.PathLike[s
     """Import a directory of ``<layer>.npy`` files (or a directory of such directories);
     keywords: :class:`~capture.importers.writer.ImportOptions`."""
     return _import(NpySource(npy_dirs(path), str(path)), store, run, "npy", options)
+
+
+@register_format("safetensors", "a safetensors file, or a directory of them (one per batch), name -> array")
+def read_safetensors(store: Store | str, run: RunInfo | str, source: str | os.PathLike[str],
+                     options: ImportOptions) -> ImportResult:
+    """The ``safetensors`` format: :func:`import_safetensors`."""
+    return _import(SafetensorsSource(safetensors_files(source), str(source)), store, run, "safetensors",
+                   options)
+
+
+@register_format("npy", "a directory of <layer>.npy files, or a directory of such directories")
+def read_npy(store: Store | str, run: RunInfo | str, source: str | os.PathLike[str],
+             options: ImportOptions) -> ImportResult:
+    """The ``npy`` format: :func:`import_npy`."""
+    return _import(NpySource(npy_dirs(source), str(source)), store, run, "npy", options)

@@ -42,6 +42,7 @@ from .common import (
     require,
     write_with,
 )
+from .registry import register_format
 
 _HOOK_TYPES = ("Array2D", "Array3D", "Array4D", "Array5D")
 
@@ -251,3 +252,10 @@ def _export_one(datasets: Any, ArrowWriter: Any, ds: Any, target: Path, layers: 
         writer.finalize()
     datasets.Dataset.from_file(str(arrow)).save_to_disk(str(target))
     arrow.unlink()
+
+
+@register_format("saelens", "a Hugging Face datasets directory (SAELens' cached activations, or an export of ours)")
+def read_saelens(store: Store | str, run: RunInfo | str, source: str | os.PathLike[str],
+                 options: ImportOptions) -> ImportResult:
+    """The ``saelens`` format: :func:`import_hf_datasets`."""
+    return import_hf_datasets(store, run, source, **options)

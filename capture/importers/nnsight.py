@@ -11,6 +11,7 @@ contributes its first element (the hidden state).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from store import MissingError, Store
 
 from .common import (
     Batches,
+    ImportOptions,
     ImportResult,
     RunInfo,
     as_run,
@@ -28,6 +30,8 @@ from .common import (
     require,
     write,
 )
+from .files import SafetensorsSource, import_safetensors, safetensors_files
+from .registry import register_format
 
 
 def nnsight_outputs(model: Any, inputs: Any, paths: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -108,3 +112,15 @@ def import_nnsight(
 def _chain(head: Any, rest: Iterable[Any]) -> Iterable[Any]:
     yield head
     yield from rest
+
+
+@register_format("nnsight", "safetensors files of nnsight trace outputs (module path -> tensor) per batch")
+def read_nnsight(store: Store | str, run: RunInfo | str, source: str | os.PathLike[str],
+                 options: ImportOptions) -> ImportResult:
+    """The ``nnsight`` format: the module outputs ``layers`` names (or that the names suggest)
+    make the layers; the run's ``arch`` defaults to the format's name."""
+    names = SafetensorsSource(safetensors_files(source), str(source)).names
+    given = ImportOptions(**options)
+    given.setdefault("arch", "nnsight")
+    given["plan"] = module_plan(names, layers=options.get("layers"), sites=options.get("sites"))
+    return import_safetensors(store, run, source, fmt="nnsight", **given)

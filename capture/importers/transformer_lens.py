@@ -15,12 +15,23 @@ Works on a plain mapping of hook name -> tensor too, e.g. a cache saved with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from store import MissingError, Store
+from store import InvalidArrayError, MissingError, Store
 
-from .common import Batches, ImportResult, RunInfo, as_run, transformer_lens_plan, write
+from .common import (
+    Batches,
+    ImportOptions,
+    ImportResult,
+    RunInfo,
+    as_run,
+    transformer_lens_plan,
+    write,
+)
+from .files import SafetensorsSource, import_safetensors, safetensors_files
+from .registry import register_format
 
 
 def import_transformer_lens(
@@ -108,3 +119,19 @@ def _with(key: str, batches: Iterable[Any], values: Any) -> Any:
         out.append(_Plus(c, key, values[start:start + m]))
         start += m
     return out
+
+
+@register_format("transformer-lens", "safetensors files of a TransformerLens cache (hook name -> tensor) per batch")
+def read_transformer_lens(store: Store | str, run: RunInfo | str, source: str | os.PathLike[str],
+                          options: ImportOptions) -> ImportResult:
+    """The ``transformer-lens`` format: the residual-stream hooks make the layers (other hooks
+    given by ``sites`` are stored as sites); the run's ``arch`` defaults to the format's name."""
+    names = SafetensorsSource(safetensors_files(source), str(source)).names
+    plan = transformer_lens_plan(names, options.get("sites"))
+    if plan is None:
+        raise InvalidArrayError(f"{source} holds no TransformerLens residual-stream hook "
+                                "(hook_embed, blocks.<i>.hook_resid_post)")
+    given = ImportOptions(**options)
+    given.setdefault("arch", "transformer-lens")
+    given["plan"] = plan
+    return import_safetensors(store, run, source, fmt="transformer-lens", **given)

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from capture.importers import export_hf_datasets, format_import, import_source
+from capture.importers import (
+    ImportOptions,
+    export_hf_datasets,
+    format_import,
+    formats,
+    import_source,
+)
 from layerstate.cli.base import INTS, main, storage_option, store_argument
 from store.sharing.transfer import format_report
 from store.sharing.transfer import pull as run_pull
@@ -36,7 +42,22 @@ def _subset_options(fn):
     return fn
 
 
-@main.command("import")
+def _import_help() -> str:
+    return ("Import activations another tool wrote into STORE (created if missing; resumes an "
+            "unfinished import). FORMAT: " + "; ".join(f"{f.name}: {f.what}" for f in formats())
+            + ". The names and shapes each format expects: docs/guide/importers.md.")
+
+
+class _ImportCommand(click.Command):
+    """``import``, whose help lists the formats registered when it is shown (one registered
+    after this module loaded included)."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.help = _import_help()
+        super().format_help_text(ctx, formatter)
+
+
+@main.command("import", cls=_ImportCommand, help=_import_help())
 @click.argument("fmt", metavar="FORMAT")
 @click.argument("source", metavar="SOURCE")
 @store_argument
@@ -59,12 +80,12 @@ def _subset_options(fn):
               help="Store NaN/Inf values instead of refusing them (recorded in the store; validate warns).")
 def import_(fmt, source, store_path, run_id, task, arch, seed, variant, labels_path, layers, sites,
             target, logits, dtype, allow_nonfinite) -> None:
-    """Import activations another tool wrote (FORMAT: transformer-lens, nnsight, saelens,
-    safetensors, npy) into STORE (created if missing; resumes an unfinished import). The names
-    and shapes each format expects: docs/guide/importers.md."""
-    res = import_source(fmt, source, store_path, run_id, layers=layers, sites=sites, labels=labels_path,
-                        dtype=dtype, allow_nonfinite=allow_nonfinite, task=task, seed=seed, variant=variant,
-                        target=target, logits=logits, **({"arch": arch} if arch else {}))
+    options = ImportOptions(layers=layers, sites=sites, labels=labels_path, dtype=dtype,
+                            allow_nonfinite=allow_nonfinite, task=task, seed=seed, variant=variant,
+                            target=target, logits=logits)
+    if arch:
+        options["arch"] = arch
+    res = import_source(fmt, source, store_path, run_id, options)
     click.echo(format_import(res))
 
 

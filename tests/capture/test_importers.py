@@ -265,7 +265,7 @@ def test_cli_bad_import_input(tmp_path, make_store):
         (["import", "safetensors", str(tmp_path / "parts"), str(st.location), "--run", "z"],
          "part_1.safetensors: hook 'L0' is missing (the first file has it)"),
         (["import", "pickle", str(tmp_path / "x.txt"), str(st.location), "--run", "z"],
-         "unknown import format 'pickle'; formats: transformer-lens, nnsight, saelens, safetensors, npy"),
+         "unknown import format 'pickle'; formats: nnsight, npy, saelens, safetensors, transformer-lens"),
         (["import", "safetensors", str(tmp_path / "x.txt"), str(st.location), "--run", "z"],
          "is not a safetensors file"),
         (["import", "npy", str(tmp_path / "nothing"), str(st.location), "--run", "z"], "does not exist"),
