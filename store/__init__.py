@@ -18,10 +18,9 @@ nothing in their ``__init__``; import their modules by full name::
         schema       names of groups, variables, dims and attributes; schema version
         zarrutil     the leaf: codecs, jsonable, to_numpy, node access, quiet(), checked reads
         provenance   tool version, git commit, package versions, host
-    integrity/   the metadata half: both copies of every node's zarr.json and their digests
+    metadata/    both copies of every node's zarr.json and their digests
         digests      documents, digests, guarded zarr stores, the copy file, consolidation
         damage       the comparison that tells damage from a legitimate unfinished write
-        metadata     the names readers import from both
     access/      where a store lives and who may write it
         location     directory, zip or fsspec URL; the per-run writer lock
         lease_backends  where lease objects live (local directory, fsspec) and a store's lease key
@@ -46,8 +45,9 @@ nothing in their ``__init__``; import their modules by full name::
                  open_analysis, which chooses where an analysis writes
     view         several stores (or one store's first seeds) read as one, read-only
     inspect      summary of what a store holds
-    integrity/   the tools half, on a whole Store
+    integrity/   is the store intact, on a whole Store
         validation   validate: metadata, schema, completion records, every chunk's checksum
+        assess       what validate's findings lose and what can still be analysed
         repair       rebuild damaged metadata from its intact copy
     sharing/     a store between places
         pack         pack a store into one zip, unpack it safely

@@ -47,9 +47,9 @@ from .errors import (
     RunConflictError,
     SchemaVersionError,
 )
-from .integrity import metadata as _metadata
 from .io import lengths as _lengths
 from .io.writer import LengthWriter
+from .metadata.damage import root_changed, root_damage
 from .provenance import now, provenance, tool_version
 from .schema import RESULTS, RUNS, SCHEMA, schema_refusal
 from .zarrutil import naming_corruption, quiet
@@ -176,7 +176,7 @@ class Store:
         except (FileNotFoundError, KeyError, ValueError, TypeError, zarr.errors.BaseZarrError) as exc:
             if isinstance(exc, LayerstateError) and not isinstance(exc, MetadataDamagedError):
                 raise
-            damage = _metadata.root_damage(loc.zarr_store(read_only=True, guarded=False), str(loc))
+            damage = root_damage(loc.zarr_store(read_only=True, guarded=False), str(loc))
             if damage is not None:
                 raise MetadataDamagedError(damage) from None
             raise NotAStoreError(loc.not_a_store()) from None
@@ -184,7 +184,7 @@ class Store:
         try:
             _check_schema(loc, attrs)
         except (NotAStoreError, SchemaVersionError):
-            changed = _metadata.root_changed(loc.zarr_store(read_only=True, guarded=False), str(loc), attrs)
+            changed = root_changed(loc.zarr_store(read_only=True, guarded=False), str(loc), attrs)
             if changed is not None:
                 raise MetadataDamagedError(changed) from None
             raise
@@ -198,7 +198,7 @@ class Store:
     def consolidate(self) -> None:
         """Refresh consolidated metadata, the snapshot that read-only openers see, and the
         metadata copy file beside it (the root's own document and every node's digest,
-        :func:`store.integrity.metadata.record_digests`).
+        :func:`store.metadata.digests.record_digests`).
 
         Several processes (on several hosts) may write different runs of one store at once:
         each consolidation holds the store's consolidation lease (:mod:`store.access.lease`), lists

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import WriterLockedError
-from ..integrity import metadata as _metadata
+from ..metadata.digests import consolidate_once, root_is
 from .lease import Lease, consolidation_lease, lease_seconds, location_key
 from .location import Location
 
@@ -48,8 +48,8 @@ def consolidate_checked(loc: Location, zs: Any) -> None:
     be the document written, and the lease still this process's (else it is done again)."""
     for _ in range(3):
         with consolidating(loc) as lease:
-            written = _metadata.consolidate_once(zs)
-            if lease.lost is None and _metadata.root_is(zs, written):
+            written = consolidate_once(zs)
+            if lease.lost is None and root_is(zs, written):
                 return
     raise WriterLockedError(
         f"{loc}: the consolidated metadata was replaced by another process three times while "

@@ -23,7 +23,7 @@ import zarr.abc.store
 import zarr.storage
 
 from ..errors import MissingDependencyError, UnsafeArchiveError, WriterLockedError
-from ..integrity.metadata import GuardedFsspecStore, GuardedLocalStore, GuardedZipStore
+from ..metadata.digests import GuardedFsspecStore, GuardedLocalStore, GuardedZipStore
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Location:
         """A zarr store object for this location.
 
         ``guarded`` (the default): every ``zarr.json`` zarr reads through it is parsed first,
-        so damaged metadata fails naming its file (:mod:`store.integrity.metadata`); ``validate`` and
+        so damaged metadata fails naming its file (:mod:`store.metadata.digests`); ``validate`` and
         ``repair`` read the raw files with ``guarded=False``.
         """
         zs: Any

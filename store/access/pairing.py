@@ -30,7 +30,7 @@ from zarr.core.sync import sync
 
 from .. import schema
 from ..errors import ResultsMismatchError
-from ..integrity.metadata import canonical, own_document
+from ..metadata.digests import canonical, own_document
 from ..zarrutil import chunk_key, group, quiet
 from .location import Location
 

@@ -1,8 +1,7 @@
-"""Is the store intact: the two copies of every node's metadata and their digests
-(``digests``, ``damage``, ``metadata``), ``validate`` (``validation``) and ``repair``.
+"""Is the store intact: ``validate`` (``validation``), what its findings mean for a user
+(``assess``) and ``repair``, all working on a whole :class:`~store.core.Store`, above it. The
+metadata copies and digests they compare are :mod:`store.metadata`, near the bottom.
 
-Its two halves sit at both ends of the package: the metadata modules are near the bottom
-(every location reads through their guarded stores), while ``validation`` and ``repair``
-work on a whole :class:`~store.core.Store`. So this ``__init__`` imports nothing: import the
-modules (``from store.integrity.validation import validate``, or ``from store import validate``).
+This ``__init__`` imports nothing: import the modules (``from store.integrity.validation import
+validate``, or ``from store import validate``).
 """

@@ -2,7 +2,7 @@
 
 Every node's ``zarr.json`` has a copy in the consolidated snapshot, and the root's own
 document a copy in the metadata copy file; the digests recorded at the last consolidation
-tell which of two disagreeing copies is intact (:func:`store.integrity.metadata.check`). ``repair``
+tell which of two disagreeing copies is intact (:func:`store.metadata.damage.check`). ``repair``
 writes each damaged file back from the intact copy (atomically: a temp file, fsynced and
 renamed), then rebuilds the snapshot and the digests from the nodes where those were the
 damaged copy. It changes nothing when any file has no intact copy, or when a writer holds a
@@ -24,8 +24,9 @@ from .. import schema
 from ..access.location import Location, RunLock
 from ..core import Store
 from ..errors import LayerstateError, ReadOnlyStoreError, WriterLockedError
+from ..metadata.damage import MetadataCheck
+from ..metadata.digests import ZARR_JSON, file_of, put, render
 from .assess import damage_lines
-from .metadata import ZARR_JSON, MetadataCheck, file_of, put, render
 from .validation import Report, validate
 
 

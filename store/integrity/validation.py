@@ -2,7 +2,7 @@
 checksum.
 
 Every node's ``zarr.json`` is parsed and compared with its copy in the consolidated snapshot
-and with the digest recorded at the last consolidation (:func:`store.integrity.metadata.check`). Zarr
+and with the digest recorded at the last consolidation (:func:`store.metadata.damage.check`). Zarr
 reads a missing chunk silently as its fill value, so existence is checked against the
 completion records, and every present chunk is decoded, which verifies its crc32c.
 """
@@ -22,6 +22,7 @@ from ..access.location import Location
 from ..core import Store
 from ..errors import LayerstateError, MetadataDamagedError, NotAStoreError
 from ..io import lengths
+from ..metadata import damage, digests
 from ..paired import PairedStore
 from ..schema import (
     ATTR_COMPLETED,
@@ -36,7 +37,6 @@ from ..schema import (
     schema_refusal,
 )
 from ..zarrutil import chunk_key, group, iter_arrays, quiet
-from . import damage, digests
 
 
 @dataclass

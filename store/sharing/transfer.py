@@ -61,7 +61,7 @@ from ..errors import (
     TransferError,
     check_keywords,
 )
-from ..integrity.digests import snapshot_entries
+from ..metadata.digests import snapshot_entries
 from .transfer_chunks import already_copied, part_ok, produce, rounds
 from .transfer_plan import CopySelection, check_digests, plan_copy, read_root
 from .transfer_resume import (

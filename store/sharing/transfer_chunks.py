@@ -22,7 +22,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV3Metadata
 
 from ..errors import CorruptStoreError
-from ..integrity.digests import ZARR_JSON
+from ..metadata.digests import ZARR_JSON
 from ..zarrutil import quiet
 from .transfer_plan import ChunkCopy
 from .transfer_side import first_line

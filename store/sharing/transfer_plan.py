@@ -29,8 +29,8 @@ from zarr.core.metadata import ArrayV3Metadata
 from store.errors import SchemaVersionError
 
 from ..errors import CorruptStoreError, MissingError, NotAStoreError
-from ..integrity.digests import ZARR_JSON, digest, own_document, parse
 from ..io.lengths import completion
+from ..metadata.digests import ZARR_JSON, digest, own_document, parse
 from ..schema import (
     ATTR_COMPLETE,
     ATTR_COMPLETED,

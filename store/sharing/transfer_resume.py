@@ -22,7 +22,7 @@ import zarr.storage
 from ..access.location import Location
 from ..core import Store
 from ..errors import RunConflictError
-from ..integrity.digests import ZARR_JSON, digest, file_of, own_document, parse, render
+from ..metadata.digests import ZARR_JSON, digest, file_of, own_document, parse, render
 from ..zarrutil import quiet
 from .transfer_plan import CopyPlan, CopySelection
 

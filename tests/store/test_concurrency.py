@@ -28,8 +28,8 @@ import pytest
 from store import Store, WriterLockedError
 from store.access import lease as L
 from store.errors import InvalidArgumentError
-from store.integrity import metadata as M
 from store.integrity.validation import validate
+from store.metadata import digests as M
 
 #: Lease duration for the subprocesses: a killed writer's lease expires within seconds.
 TTL = "2"

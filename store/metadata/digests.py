@@ -8,7 +8,7 @@ writes :data:`~store.schema.METADATA_COPY` beside the root: a copy of the root's
 canonical JSON, first 16 hex digits), itself covered by a digest. So a change that still
 parses (a digit of a shape, a letter of a dtype) is caught, and the digest tells which of two
 disagreeing copies is the one recorded at the last consolidation (docs/store-format.md,
-"Metadata copies and digests"); :mod:`store.integrity.damage` makes that comparison.
+"Metadata copies and digests"); :mod:`store.metadata.damage` makes that comparison.
 
 Here:
 

@@ -1,6 +1,6 @@
 """What is wrong with a store's metadata: every node's ``zarr.json`` compared with its copy in
 the consolidated snapshot and with the digest recorded at the last consolidation
-(:mod:`store.integrity.digests`).
+(:mod:`store.metadata.digests`).
 
 :func:`check` is the comparison that ``validate`` reports and ``repair`` acts on: per node,
 which copy is intact and what to do about the other; changes a legitimate unfinished write
