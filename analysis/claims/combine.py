@@ -58,6 +58,7 @@ from analysis.claims.profiles import (
     profiles_rows,
     row_profiles,
 )
+from analysis.claims.rows import ClaimRow
 from analysis.claims.spec import ALPHA, Claim, ClaimError, StaleResultError, claim_rows
 from analysis.claims.stored import stale_table
 from analysis.claims.verdicts import claim_tests
@@ -101,10 +102,10 @@ def _text(r: pd.Series, key: str) -> str:
     return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
-def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
+def _row(claim: Claim, r: pd.Series, name: str) -> tuple[ClaimRow, str]:
     """A stored claim row back as the test results :func:`verdict_table` decides from; and
     where its cross-check verdict comes from."""
-    row: dict = {k: _float(r, k) for k in NUMERIC} | {k: _text(r, k) for k in TEXT}
+    row = ClaimRow({k: _float(r, k) for k in NUMERIC} | {k: _text(r, k) for k in TEXT})
     if _text(r, "verdict") == Verdict.NOT_EVALUABLE:
         row["not_evaluable"] = True
         return row, ""
@@ -114,10 +115,10 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
         # tests counted at p = 1 (the worst case for it): its tests are the design's, not a fixed
         # look's, so it is not decided again here; the combined family cannot make its levels
         # stricter, so its verdict stands, and its own tests count with p = 1 for the others
-        row["_kept_verdict"] = (_text(r, "verdict"), _text(r, "outcome"),
-                                f"{_text(r, 'reason')} [kept from part {name}: decided by its design]")
-        row["_crosscheck_verdict"] = _text(r, "crosscheck_verdict")
-        return row, "part" if row["_crosscheck_verdict"] else ""
+        row.kept = (_text(r, "verdict"), _text(r, "outcome"),
+                    f"{_text(r, 'reason')} [kept from part {name}: decided by its design]")
+        row.crosscheck_verdict = _text(r, "crosscheck_verdict")
+        return row, "part" if row.crosscheck_verdict else ""
     if claim.by_share and not (np.isfinite(row["beyond"]) and np.isfinite(row["p_contra_exact"])):
         # a part decided by the mean's t before the share of seeds decided bound claims: its table
         # holds no counts, and its p answers another question. With fewer seeds than the exact test
@@ -154,13 +155,13 @@ def _row(claim: Claim, r: pd.Series, name: str) -> tuple[dict, str]:
         return row, ""
     est, se, df = (row[f"crosscheck_{k}"] for k in ("estimate", "se", "df"))
     if np.isfinite(est) and np.isfinite(se) and np.isfinite(df):
-        row["_x"] = claim_tests(claim, est, se, df)
+        row.crosscheck = claim_tests(claim, est, se, df)
         return row, "combined"
     if not np.isfinite(row["crosscheck_p"]):  # an estimate only (GLMM): no verdict either way
-        row["_x"] = {"estimate": est, "lower": row["crosscheck_lower"], "upper": row["crosscheck_upper"],
-                     "p": np.nan}
+        row.crosscheck = {"estimate": est, "lower": row["crosscheck_lower"], "upper": row["crosscheck_upper"],
+                          "p": np.nan}
         return row, ""
-    row["_crosscheck_verdict"] = _text(r, "crosscheck_verdict")
+    row.crosscheck_verdict = _text(r, "crosscheck_verdict")
     return row, "part"
 
 

@@ -3,7 +3,7 @@ and the verdicts (:func:`evaluate_claims`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from analysis.claims.metrics import (
     too_few,
 )
 from analysis.claims.probe_results import probe_choice, stack_probe_results
+from analysis.claims.rows import ClaimRow, as_row
 from analysis.claims.sampling import (
     ablation_counts,
     accuracy_floor,
@@ -121,7 +122,7 @@ def _evaluate_accuracy(inputs: ClaimInputs, claim: Claim) -> dict:
     # switch at SE = 0: docs/decisions.md, "Identical seeds")
     floor_se, n_both = accuracy_floor(C, L, present)
     fit, floored = floored_fit(fit, floor_se, n_both)
-    row = claim_tests(claim, fit["estimate"], fit["se"], fit["df"])
+    row = ClaimRow(claim_tests(claim, fit["estimate"], fit["se"], fit["df"]))
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.nansum(C, -1) / np.nansum(L, -1)
     diff = (acc[1] - acc[0])[present.all(0)]
@@ -137,16 +138,16 @@ def _evaluate_accuracy(inputs: ClaimInputs, claim: Claim) -> dict:
     unavailable = ""
     if second == "glmm":
         g = glmm_contrast(C, L, rng=0)
-        row["_x"] = {"estimate": g["estimate"], "lower": np.nan, "upper": np.nan, "p": np.nan}
+        row.crosscheck = {"estimate": g["estimate"], "lower": np.nan, "upper": np.nan, "p": np.nan}
         row["variance"] = (f"GLMM (logit scale): seed SD {g['sd_seed']:.3f}, model SD {g['sd_model']:.3f}, "
                            f"sequence SD {g['sd_sequence']:.3f}; log odds ratio {g['log_odds_ratio']:+.3f}")
         row["test"] += "; glmm requested: its intervals are too narrow to decide, so the verdict is the default's"
     else:
         x, _ = floored_fit(fits[second], floor_se, n_both)  # the same floor as the primary fit
-        row["_x"] = {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan}
+        row.crosscheck = {"estimate": np.nan, "lower": np.nan, "upper": np.nan, "p": np.nan}
         if np.isfinite(x["estimate"]):
             try:  # a cross-check that cannot be tested never makes the claim not evaluable
-                row["_x"] = claim_tests(claim, x["estimate"], x["se"], x["df"])
+                row.crosscheck = claim_tests(claim, x["estimate"], x["se"], x["df"])
             except NotEvaluable as exc:
                 unavailable = f"the cross-check {second} gave no verdict: {str(exc).split(': ', 1)[-1]}"
         else:
@@ -374,12 +375,12 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
     ids: list[str] = []
     kept: list[Claim] = []
 
-    def attempt(fn, *args) -> dict:
+    def attempt(fn, *args) -> ClaimRow:
         try:
             row = fn(*args)
         except NotEvaluable as exc:
-            return {"test": f"not evaluable: {exc}", "not_evaluable": True}
-        return row | {"result": _source(inputs, args[1])}
+            return ClaimRow({"test": f"not evaluable: {exc}", "not_evaluable": True})
+        return as_row(row) | {"result": _source(inputs, args[1])}
 
     stored = store_levels(store)
     for c in claims:  # a misspelled task, arch or variant is named before anything is read
@@ -464,50 +465,53 @@ FAMILIES = ("holm across the claims, in three families: each claim's own test; t
             "passes)")
 
 
-def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *, pad: tuple[int, int, int] = (0, 0, 0),
+def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: Sequence[Mapping[str, Any]], *,
+                  pad: tuple[int, int, int] = (0, 0, 0),
                   correction: str, attrs: dict | None = None) -> xr.Dataset:
     """The claims Dataset of :func:`evaluate_claims` from one row of test results per claim row:
     Holm over the rows (plus ``pad`` absent tests at p = 1), each verdict and its cross-check's.
 
-    A row's ``_x`` (the cross-check model's :func:`claim_tests`) gives its cross-check verdict;
-    a row without one keeps ``_crosscheck_verdict`` (or none). A row with ``_kept_verdict``
+    Each row is a :class:`~analysis.claims.rows.ClaimRow` (a plain mapping: its columns alone).
+    Its ``crosscheck`` (the cross-check model's :func:`claim_tests`) gives its cross-check
+    verdict; a row without one keeps its ``crosscheck_verdict`` (or none). A row with ``kept``
     (verdict, outcome, reason: a part's group-sequential decision) keeps it; its tests count
     with p = 1 in every family.
     """
     kept = list(kept)
-    rows = [{k: np.nan for k in NUMERIC} | {k: "" for k in TEXT} | r for r in rows]
-    for claim, row in zip(kept, rows, strict=True):
+    defaults = {k: np.nan for k in NUMERIC} | {k: "" for k in TEXT}
+    table = [as_row(r).under(defaults) for r in rows]
+    for claim, row in zip(kept, table, strict=True):
         _in_range(claim, row)
-    adjusted = adjust(kept, rows, absent=pad)
-    for i, row in enumerate(rows):  # a verdict kept as decided (a part's design): counted at p = 1 above
-        if "_kept_verdict" in row:
+    adjusted = adjust(kept, table, absent=pad)
+    for i, row in enumerate(table):  # a verdict kept as decided (a part's design): counted at p = 1 above
+        if row.kept is not None:
             adjusted[i] = {k: np.nan for k in adjusted[i]} | {"level": float(row.get("level", np.nan))}
-    for claim, row, adj in zip(kept, rows, adjusted, strict=True):
-        if "_kept_verdict" not in row:
+    for claim, row, adj in zip(kept, table, adjusted, strict=True):
+        if row.kept is None:
             _judge_at_level(claim, row, adj["level"])
-    decided = [tuple(r["_kept_verdict"]) if "_kept_verdict" in r else _with_caveat(c, decide(c, r, a))
-               for c, r, a in zip(kept, rows, adjusted, strict=True)]
+    decided = [r.kept if r.kept is not None else _with_caveat(c, decide(c, r, a))
+               for c, r, a in zip(kept, table, adjusted, strict=True)]
     cross = []
-    for i, (claim, row) in enumerate(zip(kept, rows, strict=True)):
-        x = row.get("_x")
+    for i, (claim, row) in enumerate(zip(kept, table, strict=True)):
+        x = row.crosscheck
         if x is None:
-            cross.append(str(row.get("_crosscheck_verdict", "")))
+            cross.append(row.crosscheck_verdict)
             continue
         row.update(crosscheck_estimate=x["estimate"], crosscheck_lower=x["lower"], crosscheck_upper=x["upper"],
                    crosscheck_p=x["p"], crosscheck_se=x.get("se", np.nan), crosscheck_df=x.get("df", np.nan))
         if not np.isfinite(x["p"]):
             cross.append("")
             continue
-        swapped = [*rows[:i], {**row, **x}, *rows[i + 1:]]
+        swapped = [*table[:i], row.with_columns(x), *table[i + 1:]]
         adj_x = adjust(kept, swapped, absent=pad)[i]
         _judge_at_level(claim, swapped[i], adj_x["level"])
         cross.append(decide(claim, swapped[i], adj_x)[0])
-    data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in rows])) for k in NUMERIC}
+    data: dict[str, Any] = {k: ("claim", np.array([float(r[k]) for r in table])) for k in NUMERIC}
     data["p_adjusted"] = ("claim", np.array([a.get(c.primary_test(), np.nan) for c, a in zip(kept, adjusted, strict=True)]))
     for name in ("zero", "equivalence", "margin"):
         data[f"p_{name}_adjusted"] = ("claim", np.array([a.get(name, np.nan) for a in adjusted]))
     # the opposite side's test: a claim is contradicted only when its adjusted p is below alpha
-    data["p_contra"] = ("claim", np.array([contra_p(c, r) for c, r in zip(kept, rows, strict=True)]))
+    data["p_contra"] = ("claim", np.array([contra_p(c, r) for c, r in zip(kept, table, strict=True)]))
     data["p_contra_adjusted"] = ("claim", np.array([a.get("contra", np.nan) for a in adjusted]))
     # the Holm level of that test's step (two-sided): what planning a contradiction plans at
     data["contra_level"] = ("claim", np.array([a.get("contra_level", np.nan) for a in adjusted]))
@@ -517,7 +521,7 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     data["crosscheck_verdict"] = ("claim", np.array(cross, dtype=str))
     data["disagreement"] = ("claim", np.array([bool(x) and x != d[0] for x, d in zip(cross, decided, strict=True)]))
     for k in TEXT:
-        data[k] = ("claim", np.array([str(r[k]) for r in rows], dtype=str))
+        data[k] = ("claim", np.array([str(r[k]) for r in table], dtype=str))
     data["statement"] = ("claim", np.array([c.statement for c in kept], dtype=str))
     data["kind"] = ("claim", np.array([c.kind for c in kept], dtype=str))
     data["metric"] = ("claim", np.array([c.metric for c in kept], dtype=str))  # its interval's range
@@ -533,7 +537,7 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: list[dict], *
     )
 
 
-def _in_range(claim: Claim, row: dict) -> None:
+def _in_range(claim: Claim, row: ClaimRow) -> None:
     """The row's intervals (its own and its cross-check's) inside what the claim's estimate can
     take, with ``interval_note`` saying when one was clipped (:mod:`analysis.stats.ranges`); the
     tests already ran on the unclipped numbers."""
@@ -543,14 +547,14 @@ def _in_range(claim: Claim, row: dict) -> None:
         lo, hi, past = clip_interval(row[lo_k], row[hi_k], low, high)
         row[lo_k], row[hi_k] = float(lo), float(hi)
         clipped = clipped or (lo_k == "lower" and bool(past))
-    x = row.get("_x")
+    x = row.crosscheck
     if x is not None:
         x["lower"], x["upper"], _ = (float(v) for v in clip_interval(x["lower"], x["upper"], low, high))
     if clipped and not row.get("interval_note"):
         row["interval_note"] = f"{CLIPPED} to [{low:g}, {high:g}]"
 
 
-def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
+def _judge_at_level(claim: Claim, row: ClaimRow, level: float) -> None:
     """Power, MDE and the one-sided bound of a row at the level its own test is judged at (its
     Holm step), and for a bound claim no data could pass there, the seeds that would let the
     best data pass (in place)."""
@@ -560,12 +564,12 @@ def _judge_at_level(claim: Claim, row: dict, level: float) -> None:
     if claim.by_share:  # the order statistic that must lie beyond, and whether n seeds can decide at all
 
         held = int(row.get("n_seeds", 0))
-        if "_values" in row:  # a table decided again (combined parts) keeps the bound it was stored with
-            t = share_test(row["_values"], float(claim.threshold or 0.0),
+        if row.seed_values is not None:  # a table decided again (combined parts) keeps the bound it was stored with
+            t = share_test(row.seed_values, float(claim.threshold or 0.0),
                            "greater" if claim.greater else "less", q=claim.q, level=level)
             row["bound"] = float(t.bound) if np.isfinite(t.bound) else np.nan
-        row["_undecidable"] = undecidable_words(held, level, claim.q)
-        if row["_undecidable"]:
+        row.undecidable = undecidable_words(held, level, claim.q)
+        if row.undecidable:
             row["seeds_needed"] = seeds_to_decide(level, claim.q)
         return
     row.update(judged_power(claim, row, level))

@@ -15,6 +15,7 @@ import xarray as xr
 
 from analysis.behaviour import by_factors
 from analysis.claims.metrics import ClaimInputs, per_run_metric, seed_metric, sequence_counts
+from analysis.claims.rows import ClaimRow
 from analysis.claims.spec import ALPHA, Claim, NotEvaluable
 from analysis.stats.decision import (
     floored_se,
@@ -199,7 +200,7 @@ def bound_row(claim: Claim, x: np.ndarray, direction: str, *, units: np.ndarray 
     }
 
 
-def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict:
+def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> ClaimRow:
     """The exact sign test that more than ``claim.q`` of the seeds lie beyond the threshold
     (docs/ceiling.md), as a claims row: the ``estimate`` is the seeds' q-quantile (the median
     for q = 0.5) with its distribution-free order-statistic interval (an end the seeds cannot
@@ -218,15 +219,15 @@ def share_row(claim: Claim, x: np.ndarray, direction: str, *, what: str) -> dict
     hi = hi if np.isfinite(hi) else (hi_range if np.isfinite(hi_range) and np.isfinite(lo) else np.nan)
     side = ">" if direction == "greater" else "<"
     which = "median seed" if claim.q == 0.5 else f"share of seeds above {claim.q:g}"
-    return {
+    return ClaimRow({
         "estimate": float(t.quantile), "lower": float(lo), "upper": float(hi), "se": np.nan, "df": np.nan,
         "p": float(t.p), "p_contra_exact": float(t.p_contra), "n_seeds": t.n, "margin": np.nan,
         "power": np.nan, "power_at": np.nan, "mde": np.nan, "beyond": t.beyond, "short": t.short,
         "share": float(t.estimate), "share_lower": float(t.interval[0]), "share_upper": float(t.interval[1]),
         "treatment_mean": float(np.mean(x)), "reference_mean": threshold, "model": "sign_test",
-        "seed_sd": float(x.std(ddof=1)) if x.size > 1 else np.nan, "_values": x,
+        "seed_sd": float(x.std(ddof=1)) if x.size > 1 else np.nan,
         "test": f"exact sign test over seeds ({which}): seeds' {what} at L = {claim.length} {side} {threshold:g}",
-    }
+    }, seed_values=x)
 
 
 def labelled_sequences(inputs: ClaimInputs, claim: Claim, seeds: np.ndarray) -> np.ndarray:

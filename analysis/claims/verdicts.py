@@ -12,12 +12,13 @@ them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from analysis.claims.kinds import kind_class
+from analysis.claims.rows import ClaimRow
 from analysis.claims.spec import ALPHA, Claim, NotEvaluable
 from analysis.stats.decision import Pending, Verdict, holm_family, holm_levels, inference_np
 from analysis.stats.decision import fmt_p as fmt_p
@@ -81,7 +82,7 @@ def dropped_text(claim: Claim, models: list[str], present: np.ndarray, C: np.nda
     return "; ".join(parts)
 
 
-def contra_p(claim: Claim, row: dict) -> float:
+def contra_p(claim: Claim, row: Mapping[str, Any]) -> float:
     """p of the test that the effect lies on the side opposite to the claim: twice the one-sided
     p of that side, so that uncorrected ``contra_p < alpha`` is exactly "the 95% interval lies
     wholly on the other side" of the claim's :meth:`~analysis.claims.kinds.base.ClaimBase.contra_value`
@@ -116,7 +117,7 @@ def family_share(claims: Sequence[Claim], design: Literal["fixed", "sequential"]
     return own, second, sum(c.contra_test() for c in claims)
 
 
-def adjust(claims: list[Claim], rows: list[dict], *,
+def adjust(claims: list[Claim], rows: Sequence[Mapping[str, Any]], *,
            absent: tuple[int, int, int] = (0, 0, 0)) -> list[dict[str, float]]:
     """Holm-adjusted p-values of every claim's tests by name (``zero``, ``equivalence``,
     ``margin``, ``other``; ``contra``, the opposite side's), and the level each claim's own test
@@ -163,7 +164,7 @@ def share_words(beyond: float, n_seeds: float, threshold: float, test: str) -> s
     return f"{int(beyond)} of {int(n_seeds)} seeds beyond {threshold:g}; {which}"
 
 
-def decide(claim: Claim, row: dict, adj: dict[str, float]) -> tuple[str, str, str]:
+def decide(claim: Claim, row: ClaimRow, adj: dict[str, float]) -> tuple[str, str, str]:
     """(verdict, outcome, reason) of one claim from its row and Holm-adjusted p-values: not
     evaluable with its reason, else as the claim's kind decides
     (:meth:`~analysis.claims.kinds.base.ClaimBase.decide`)."""

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analysis.claims.errors import ClaimError
+from analysis.claims.rows import ClaimRow
 from analysis.stats.design import Cell, Hypothesis
 from analysis.stats.ranges import UNBOUNDED
 from store import schema
@@ -449,7 +450,7 @@ class ClaimBase(BaseModel):
         in words why it cannot be planned that way."""
         return "an exact permutation test: see its reason for the seeds per task it needs"
 
-    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def decide(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         """(verdict, outcome, reason) from an evaluated row and its Holm-adjusted p-values
         (:func:`analysis.claims.verdicts.decide`, which handles a row not evaluated)."""
         raise NotImplementedError(f"a {self.kind} claim defines no decide(): every kind writes its own "

@@ -11,6 +11,7 @@ from scipy import stats
 
 from analysis.claims.kinds.base import ALPHA, MODEL_NAMES, ClaimBase
 from analysis.claims.kinds.words import contra_text, contradicted, level_text, opposite_p, short_of
+from analysis.claims.rows import ClaimRow
 from analysis.stats.decision import EFFECT, Verdict, fmt_p, outcome_np
 from analysis.stats.design import Cell, Hypothesis
 from analysis.stats.power import mde_se, power_se, t_critical, tost_power_se
@@ -166,7 +167,7 @@ length = 40"""
             return Verdict.NEGLIGIBLE if within and zero_sig else (Verdict.EQUIVALENT if within else Verdict.INCONCLUSIVE)
         return str(outcome_np(zero_sig, within, raw_within))
 
-    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def decide(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         lo, hi = row["lower"], row["upper"]
         iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
         level = float(adj.get("level", np.nan))
@@ -271,7 +272,7 @@ margin = 0.02"""
     def hypothesis(self, cells: Sequence[Cell], effect: float | None = None) -> Hypothesis:
         return Hypothesis(id=self.id, cells=tuple(cells), test="within", margin=self.margin, effect=effect)
 
-    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def decide(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         lo, hi = row["lower"], row["upper"]
         iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
         m = float(self.margin or 0.0)
@@ -373,7 +374,7 @@ margin = 0.05"""
         return Hypothesis(id=self.id, cells=tuple(cells), test="greater" if self.greater else "less",
                           value=self.bound_value, effect=effect)
 
-    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def decide(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         lo, hi = row["lower"], row["upper"]
         iv = f"95% interval [{lo:+.3f}, {hi:+.3f}]"
         level = float(adj.get("level", np.nan))

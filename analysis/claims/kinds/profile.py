@@ -10,6 +10,7 @@ import numpy as np
 
 from analysis.claims.kinds.base import ALPHA, ClaimBase
 from analysis.claims.kinds.words import level_text
+from analysis.claims.rows import ClaimRow
 from analysis.stats.decision import Verdict, fmt_p
 from analysis.stats.design import Cell, DesignError, Hypothesis
 from analysis.stats.profiles import seeds_for_profile_test
@@ -96,7 +97,7 @@ margin = 0.05              # the default: closer to Parity's than to Dyck's by m
         return [Hypothesis(id=f"{self.id}[{a}]", cells=tuple((str(t), str(a), v) for t in tasks), test="exact")
                 for a in archs]
 
-    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def decide(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         p, level = adj["other"], float(adj.get("level", np.nan))
         p_zero = adj.get("zero", np.nan)
         n_seeds = int(row["n_seeds"]) if np.isfinite(row.get("n_seeds", np.nan)) else 0

@@ -12,6 +12,7 @@ import numpy as np
 
 from analysis.claims.kinds.base import ALPHA, ClaimBase
 from analysis.claims.kinds.words import contra_text, contradicted, level_text, opposite_p, short_of
+from analysis.claims.rows import ClaimRow
 from analysis.stats.decision import Verdict, fmt_p, score_interval
 from analysis.stats.design import Cell, Hypothesis
 from analysis.stats.power import mde_se, t_critical
@@ -109,7 +110,7 @@ class _Threshold(ClaimBase):
                               statistic="share", q=float(self.q))
         return Hypothesis(id=self.id, cells=tuple(cells), test=test, value=self.value, effect=effect)
 
-    def decide(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def decide(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         if self.by_share:
             return self._decide_share(row, adj)
         lo, hi = row["lower"], row["upper"]
@@ -132,13 +133,13 @@ class _Threshold(ClaimBase):
                                           f"{_cannot(row, level, n_seeds) or self._mde_text(row, side, n_seeds)}"
                                           f"{short_of(adj, beyond, f'{opposite} it')}")
 
-    def _decide_share(self, row: Mapping[str, Any], adj: Mapping[str, float]) -> tuple[str, str, str]:
+    def _decide_share(self, row: ClaimRow, adj: Mapping[str, float]) -> tuple[str, str, str]:
         """Decided by the share of seeds beyond the threshold (the exact sign test, docs/ceiling.md):
         the count on each side, the median seed with its interval, and the order statistic that had
         to lie beyond at the claim's Holm level."""
         p, v, q, greater = adj["other"], self.value, self.q, self.greater
         side, opposite = ("above", "below") if greater else ("below", "above")
-        cannot = str(row.get("_undecidable", ""))
+        cannot = row.undecidable
         if not np.isfinite(row.get("beyond", np.nan)):  # decided again from a table that kept no counts
             return Verdict.INCONCLUSIVE, "", cannot or "the seeds beyond the threshold were not counted"
         n, k, short = int(row["n_seeds"]), int(row["beyond"]), int(row["short"])
