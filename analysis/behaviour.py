@@ -13,9 +13,10 @@ from typing import TypeVar
 import numpy as np
 import xarray as xr
 
+from analysis import registry
 from analysis.stats import hierarchical_bootstrap
 from analysis.stats.ranges import CLIPPED, clip_interval
-from store import MissingError, Store, schema
+from store import MissingError, Store
 from store.io.lengths import completion, length_group, require_target
 
 FACTORS = ("task", "arch", "variant", "seed")
@@ -369,15 +370,15 @@ def stored_failed_runs(store: Store) -> list[str]:
 def store_behaviour(store: Store, task: str, runs: Sequence[str] | None = None, *,
                     attrs: dict | None = None, target: str | None = None) -> xr.Dataset:
     """Compute :func:`behaviour_result` of one task's runs (default: every run of ``task``)
-    and store it as ``results/behaviour/<task>`` (:func:`store.schema.behaviour_name`)."""
+    and store it as ``results/behaviour/<task>`` (:func:`store.registry.behaviour_name`)."""
     if runs is None:
         runs = [r for r in store.run_ids() if store.run_attrs(r).get("task") == task]
     ds = behaviour_result(store, runs, target=target)
     ds.attrs.update(attrs or {})
-    store.write_result(schema.behaviour_name(task), ds)
+    store.write_result(registry.behaviour_name(task), ds)
     return ds
 
 
 def stored_behaviour(store: Store) -> list[str]:
     """The names of the stored behaviour results (``behaviour/<task>``)."""
-    return [n for n in store.results() if schema.parse_behaviour_name(n) is not None]
+    return [n for n in store.results() if registry.parse_behaviour_name(n) is not None]

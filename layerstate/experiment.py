@@ -64,6 +64,7 @@ from pydantic import (
     model_validator,
 )
 
+from analysis import registry
 from analysis.claims import Claim, ClaimError, parse_claims
 from analysis.claims.kinds import ClaimBase
 from analysis.claims.spec import ALPHA
@@ -83,8 +84,8 @@ from capture.experiment import (
 from capture.models import ModelConfig
 from capture.tasks import get_task
 from layerstate.work import STAGES, work_list
-from store import layer_names, schema
-from store.errors import InvalidArgumentError, validation_problems
+from store import layer_names
+from store.errors import InvalidArgumentError, did_you_mean, validation_problems
 
 __all__ = [
     "AnalysisConfig",
@@ -148,6 +149,10 @@ class AnalysisConfig(BaseModel):
                             "probe_stability; the probes run too).")
     stability_shuffles: int = Field(default=20, ge=1, description="Label permutations of stability's "
                                     "shuffled-label null.")
+    extra: list[str] = Field(default=[], description="Added analyses (analysis.registry) to compute per task: "
+                             "results/<name>/<task> (also when a claim reads one of their metrics).")
+    params: dict[str, dict[str, Any]] = Field(
+        default={}, description="Parameters of added analyses, one table each: [analysis.params.<name>].")
 
     @model_validator(mode="after")
     def _choices(self) -> AnalysisConfig:
@@ -161,7 +166,25 @@ class AnalysisConfig(BaseModel):
             raise ValueError(f"ablate_mode must be zero or mean, got {self.ablate_mode!r}")
         if self.probe_method not in ("exact", "screen", "reference"):
             raise ValueError(f"probe_method must be exact, screen or reference, got {self.probe_method!r}")
+        added = [a.name for a in registry.added()]
+        for name in (*self.extra, *self.params):
+            if name not in added:
+                raise ValueError(f"unknown analysis {name!r}; added analyses: {', '.join(added) or 'none'} "
+                                 f"(register one: docs/guide/extending.md){did_you_mean(name, added)}")
+        for name, table in self.params.items():
+            model = registry.analysis(name).params  # type: ignore[union-attr]  # checked above
+            if model is not None:
+                model(**table)  # its errors name the field
         return self
+
+    def added_params(self, name: str) -> dict[str, Any]:
+        """The parameters of the added analysis ``name``: its ``[analysis.params.<name>]`` table
+        through its parameter model (the defaults written out), as recorded with its result."""
+        entry = registry.analysis(name)
+        table = dict(self.params.get(name, {}))
+        if entry is None or entry.params is None:
+            return table
+        return dict(entry.params(**table).model_dump())
 
 
 class Reference(BaseModel):
@@ -319,7 +342,7 @@ class Experiment(CapturePlan):
         baseline, whose readout is chance by construction."""
         compared = claim.compares and claim.compare == "variant"
         read = [v for v in (claim.treatment, claim.reference) if v] if compared else [claim.variant]
-        if claim.reads() != schema.PROBES and claim.metric in _READOUT_METRICS:
+        if claim.reads() != registry.PROBES and claim.metric in _READOUT_METRICS:
             for variant in read:
                 if variant is not None and not self.trains(variant):
                     raise ClaimError(

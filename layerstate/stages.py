@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from analysis import registry
 from analysis.behaviour import CI_LEVEL, failed_runs, measured_lengths, store_behaviour
 from analysis.claims import evaluate_stored_claims
 from analysis.claims.stored import keep_profiles
@@ -125,7 +126,7 @@ def analyse(item: Work, store: Any, exp: Experiment, say: Say, scheduler: Any,
     if item.kind == "behaviour" and not _measured(store, runs):
         say(f"{name}: no complete captured length with logits; nothing to measure")
         return None
-    params, compute = _analysis(item, store, exp, scheduler, device)
+    params, compute = analysis_of(item, store, exp, scheduler, device)
     request = result_request(store, runs, params)
     # a stage's new seeds: the stored rows of the others answer (same parameters, the runs
     # unchanged), so only the new runs are computed (analysis.interventions.intervals.extended)
@@ -204,7 +205,7 @@ def _mdl(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device
 
 
 def _stability(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
-    result = schema.result_name(schema.PROBES, str(item.task))
+    result = schema.result_name(registry.PROBES, str(item.task))
     # the probe result it reads, by its data: probes computed again make it stale
     params: dict[str, Any] = dict(result=result, shuffles=exp.analysis.stability_shuffles,
                                   probes=store.result_attrs(result).get(DIGEST_ATTR))
@@ -244,15 +245,38 @@ def _interchange(item: Work, store: Any, exp: Experiment, scheduler: Any, device
                                                               device=device, extend=extend)
 
 
-#: Every analysis ``run`` can schedule, by its work unit's kind (:data:`layerstate.work.Work.kind`).
+def _added(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
+    """An analysis added from outside (:func:`analysis.registry.register_analysis`): its
+    parameters from the experiment's ``[analysis.params.<name>]``, its result stored as
+    ``<name>/<task>`` with the attributes every result records."""
+    entry = registry.analysis(str(item.kind))
+    assert entry is not None and entry.compute is not None  # the work list schedules registered ones only
+    compute_one = entry.compute
+    params = exp.analysis.added_params(entry.name)
+
+    def compute(p: dict[str, Any], a: dict[str, Any]) -> Any:
+        ds = compute_one(store, str(item.task), list(item.runs), p)
+        ds.attrs.update(a)
+        store.write_result(item.key, ds)
+        return ds
+
+    return params, compute
+
+
+#: The built-in analyses ``run`` can schedule, by its work unit's kind
+#: (:data:`layerstate.work.Work.kind`); an added one (:func:`analysis.registry.added`) is built
+#: by :func:`_added`.
 ANALYSES: dict[str, Builder] = {"behaviour": _behaviour, "probes": _probes, "mdl": _mdl, "stability": _stability,
                                 "ablation": _ablation, "patching": _patching, "interchange": _interchange}
 
 
-def _analysis(item: Work, store: Any, exp: Experiment, scheduler: Any,
-              device: Device) -> tuple[dict[str, Any], Callable[..., Any]]:
-    """The parameters and the computing function of the analysis ``item`` names (:data:`ANALYSES`)."""
-    build = ANALYSES.get(item.kind)
+def analysis_of(item: Work, store: Any, exp: Experiment, scheduler: Any,
+                device: Device) -> tuple[dict[str, Any], Callable[..., Any]]:
+    """The parameters and the computing function of the analysis ``item`` names (:data:`ANALYSES`,
+    or an added analysis)."""
+    build = ANALYSES.get(str(item.kind))
+    if build is None and any(a.name == item.kind for a in registry.added()):
+        build = _added
     if build is None:
         raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
     return build(item, store, exp, scheduler, device)

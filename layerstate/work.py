@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from analysis import registry
 from capture.record import captures_of
 from capture.tasks import TASKS
 
@@ -124,11 +125,13 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
 
     def unit(kind: str, task: str, length: int | None = None, *, then: tuple[str, ...] = ()) -> Work:
         runs = by_task[task]
-        if kind in (*MODEL_ANALYSES, "pairs"):  # an untrained baseline's readout is chance: nothing to intervene on
+        entry = registry.analysis(kind)
+        models = kind in MODEL_ANALYSES or (entry is not None and entry.models)
+        if models or kind == "pairs":  # an untrained baseline's readout is chance: nothing to intervene on
             runs = tuple(r for r in runs if r not in untrained)
         after = tuple(k for r in runs for k in captured.get(r, [])) + then
         return Work("analyse", f"{kind}/{task}", after=after, kind=kind, task=task, runs=runs,
-                    length=length, device=kind in MODEL_ANALYSES)
+                    length=length, device=models)
 
     stability = cfg.stability or "stability" in read  # read from the task's probe result
     out = [unit("behaviour", t) for t in by_task]
@@ -144,4 +147,7 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
             out.append(unit("patching", task, cfg.patch_length))
         if cfg.interchange and TASKS[task].interchange_sites:  # its pairs have sites to interchange
             out.append(unit("interchange", task, cfg.patch_length))
+    for entry in registry.added():  # asked for, or read by a claim
+        if entry.name in cfg.extra or entry.name in read:
+            out += [unit(entry.name, t) for t in by_task]
     return out

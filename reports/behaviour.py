@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis import registry
 from analysis.behaviour import behaviour_result, stored_failed_runs
 from reports import figures as F
 from reports.intervals import RANGES, apply_rules, texts
@@ -203,7 +204,7 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
     if stale:
         here = {L: [r for r in rs if task_of[r] in stale] for L, rs in at.items()}
         parts.append(_behaviour_rows(behaviour_result(snap.store, at={L: rs for L, rs in here.items() if rs})))
-        names = ", ".join(f"results/{schema.behaviour_name(t)}" for t in stale)
+        names = ", ".join(f"results/{registry.behaviour_name(t)}" for t in stale)
         notes.append(f"Behaviour of {', '.join(stale)} is not stored for the runs and lengths captured now "
                      f"({names}): measured here from the logits; `{COMMANDS['behaviour']}` stores it.")
     frame = pd.concat(parts, ignore_index=True)
@@ -221,7 +222,7 @@ def accuracy_frame(snap: Snapshot, lengths: list[int]) -> tuple[pd.DataFrame, li
 def _stored_behaviour(snap: Snapshot, task: str, at: dict[int, list[str]]):
     """``results/behaviour/<task>`` when it measured exactly the runs and lengths of ``at``
     with each run's declared target, else None."""
-    name = schema.behaviour_name(task)
+    name = registry.behaviour_name(task)
     if name not in snap.results() or "target" in snap.store.result_attrs(name):
         return None
     ds = read_result(snap.store, name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis import registry
 from analysis.intervals import stored_intervals
 from reports import figures as F
 from reports.intervals import INF, apply_rules
@@ -40,7 +41,7 @@ def _cell_text(r: pd.Series) -> str:
 
 def mdl_results(store) -> list[str]:
     """The names of the stored MDL results (kind ``mdl``, :mod:`store.schema`)."""
-    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.MDL]
+    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == registry.MDL]
 
 
 def mdl_frame(ds) -> pd.DataFrame | None:

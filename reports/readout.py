@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis import registry
 from analysis.behaviour import by_factors
 from analysis.probes.intervals import (
     METRICS,
@@ -71,7 +72,7 @@ METRIC_VARS = {"baseline": "baseline", "control": "control_accuracy", "selectivi
 
 def probe_results(store) -> list[str]:
     """The names of the stored probe results (kind ``probes``, :mod:`store.schema`)."""
-    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
+    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == registry.PROBES]
 
 
 def claims_reading(store) -> dict[str, list[str]]:
@@ -87,7 +88,7 @@ def claims_reading(store) -> dict[str, list[str]]:
     for cid, names in zip(ds["claim"].values, ds["result"].values, strict=True):
         for name in str(names).split(","):
             name = name.strip()
-            if (schema.parse_result_name(name) or ("",))[0] == schema.PROBES:
+            if (schema.parse_result_name(name) or ("",))[0] == registry.PROBES:
                 out.setdefault(name, []).append(str(cid))
     return out
 
@@ -111,7 +112,7 @@ def _choose(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
     settings, which claims read it, and which others there are; the last item is the set of
     tasks that had several results to choose from.
     """
-    wanted = [w if schema.parse_result_name(w) else schema.result_name(schema.PROBES, w) for w in wanted]
+    wanted = [w if schema.parse_result_name(w) else schema.result_name(registry.PROBES, w) for w in wanted]
     unknown = [w for w in wanted if w not in names]
     if unknown:
         raise MissingError(f"no probe result {unknown[0]} to show; stored: {', '.join(names) or 'none'}")
@@ -130,7 +131,7 @@ def _choose(store, names: Sequence[str], wanted: Sequence[str] = ()) -> tuple[
     read = claims_reading(store)
     for task, cands in sorted(holding.items()):
         pick = ([n for n in cands if n in wanted] or sorted(n for n in cands if n in read)
-                or [n for n in cands if n == schema.probe_name(task)]
+                or [n for n in cands if n == registry.probe_name(task)]
                 or sorted(cands, key=lambda n: str(attrs[n].get("created", "")))[-1:])[0]
         shown.setdefault(pick, []).append(task)
         others = [n for n in cands if n != pick]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis import registry
 from analysis.probes.stability import agreement_frame
 from reports import figures as F
 from reports.intervals import apply_rules
@@ -36,7 +37,7 @@ STABILITY_CAPTION = (
 
 def stability_results(store) -> list[str]:
     """The names of the stored stability results (kind ``stability``, :mod:`store.schema`)."""
-    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.STABILITY]
+    return [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == registry.STABILITY]
 
 
 def _layers_text(layers: list[str]) -> str:

@@ -101,33 +101,22 @@ def parse_length_group(name: str) -> tuple[str, int] | None:
 
 
 # ----------------------------------------------------------------------------- result names
-#: Kinds of analysis result, each stored as ``results/<kind>/<name>``; the verdicts of the
+#: Results are ``results/<analysis>/<name>``: which analyses exist is said above the store
+#: (:mod:`analysis.registry`); the store checks only the form of a name. The verdicts of the
 #: claims are ``results/claims``.
-PROBES = "probes"
-ABLATION = "ablation"
-PATCHING = "patching"
-INTERCHANGE = "interchange"
-#: The model's own readout accuracy, one result per task: ``behaviour/<task>``.
-BEHAVIOUR = "behaviour"
-#: Online codelengths of a label (MDL probes), named like probe results: ``mdl/<task>``.
-MDL = "mdl"
-#: How alike the seeds' probe directions are per layer: ``stability/<probe result's name>``.
-STABILITY = "stability"
-RESULT_KINDS = (PROBES, ABLATION, PATCHING, INTERCHANGE, BEHAVIOUR, MDL, STABILITY)
 CLAIMS = "claims"
 #: A group-sequential design's stages and decisions (``layerstate run`` with a ``[design]``).
 SEQUENTIAL = "sequential"
-#: In a probe result's name, between the task and a target other than the task's own:
-#: ``probes/dyck`` (the target Dyck runs were trained on), ``probes/dyck.depth``.
-TARGET_SEP = "."
+_RESULT_KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RESULT_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
 def result_name(kind: str, name: str) -> str:
     """``result_name("ablation", "parity")`` -> ``"ablation/parity"``; a name that already
     starts with ``<kind>/`` is returned as it is."""
-    if kind not in RESULT_KINDS:
-        raise InvalidArgumentError(f"result kind must be one of {', '.join(RESULT_KINDS)}, got {kind!r}")
+    if not _RESULT_KIND.fullmatch(kind):
+        raise InvalidArgumentError(f"invalid result kind {kind!r}: an analysis's name is lower-case letters, "
+                                   "digits and '_', starting with a letter")
     name = name.removeprefix(f"{kind}/")
     if not _RESULT_PART.fullmatch(name):
         raise InvalidArgumentError(f"invalid result name {name!r}: use letters, digits, '_', '.', '-' "
@@ -136,32 +125,12 @@ def result_name(kind: str, name: str) -> str:
 
 
 def parse_result_name(full: str) -> tuple[str, str] | None:
-    """``"probes/dyck.depth"`` -> ``("probes", "dyck.depth")``; ``"claims"`` or a name of no
-    known kind -> ``None``."""
+    """``"probes/dyck.depth"`` -> ``("probes", "dyck.depth")``; ``"claims"`` (no analysis) or
+    a name not of that form -> ``None``."""
     kind, sep, name = full.partition("/")
-    if not sep or kind not in RESULT_KINDS or not name:
+    if not sep or not _RESULT_KIND.fullmatch(kind) or not name:
         return None
     return kind, name
-
-
-def probe_name(task: str, target: str | None = None, trained: str | None = None) -> str:
-    """The default name of a probe result of one task's runs: ``probes/<task>`` when it probes
-    the target the runs were trained on (``target`` None or equal to ``trained``), else
-    ``probes/<task>.<target>``, so the name says what it holds."""
-    if target is None or target == trained:
-        return result_name(PROBES, task)
-    return result_name(PROBES, f"{task}{TARGET_SEP}{target}")
-
-
-def behaviour_name(task: str) -> str:
-    """The name of the behaviour result of one task's runs: ``behaviour/<task>``."""
-    return result_name(BEHAVIOUR, task)
-
-
-def parse_behaviour_name(full: str) -> str | None:
-    """``"behaviour/parity"`` -> ``"parity"``; not a behaviour result -> ``None``."""
-    parsed = parse_result_name(full)
-    return parsed[1] if parsed is not None and parsed[0] == BEHAVIOUR else None
 
 
 def check_run_id(run_id: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import xarray as xr
 
+from analysis import registry
 from analysis.claims.probe_results import probe_choice, result_choice, short_name
 from analysis.claims.spec import AmbiguousResultError, Claim, ClaimError
 from store import schema
@@ -28,7 +29,7 @@ def with_results(store, claims: Sequence[Claim], given: Sequence[str]) -> list[C
     result, a task it holds no runs of, or two results for one task: one line naming the fix."""
     if not given:
         return list(claims)
-    names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
+    names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == registry.PROBES]
     chosen: dict[str, str] = {}
     for item in given:
         task, _, name = item.rpartition("=")
@@ -48,7 +49,7 @@ def with_results(store, claims: Sequence[Claim], given: Sequence[str]) -> list[C
     out = []
     for c in claims:
         mine = {chosen.get(t) for t in c.tasks()}
-        if c.reads() == schema.PROBES and c.result is None and len(mine) == 1 and None not in mine:
+        if c.reads() == registry.PROBES and c.result is None and len(mine) == 1 and None not in mine:
             c = c.model_copy(update={"result": short_name(mine.pop() or "")})
         out.append(c)
     return out
@@ -64,7 +65,7 @@ def check_choices(store, claims: Sequence[Claim], probes: xr.Dataset | None) -> 
     affected: dict[str, list[str]] = {}
     first: dict[str, AmbiguousResultError] = {}
     for c in claims:
-        if c.reads() != schema.PROBES or c.result is not None:
+        if c.reads() != registry.PROBES or c.result is not None:
             continue
         for task in c.tasks():
             try:

@@ -248,7 +248,8 @@ def _what(claim: Claim) -> str:
             "mdl_compression": f"MDL compression at {claim.layer}",
             "probe_stability": f"seed agreement of the probe subspaces at {claim.layer}",
             "restoration": f"restoration at {claim.site}",
-            "accuracy": "accuracy"}[claim.metric]
+            "accuracy": "accuracy"}.get(claim.metric) or (  # an added analysis's metric
+        f"{claim.metric} at {claim.layer}" if claim.layer is not None else claim.metric)
 
 
 def _ranges(values: list[int]) -> str:

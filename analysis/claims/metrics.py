@@ -10,6 +10,7 @@ from typing import TypeVar, cast
 import numpy as np
 import xarray as xr
 
+from analysis import registry
 from analysis.behaviour import (
     FACTORS,
     by_factors,
@@ -23,7 +24,6 @@ from analysis.claims.probe_results import (
     short_name,
 )
 from analysis.claims.spec import (
-    ABLATION,
     Claim,
     ClaimError,
     NotEvaluable,
@@ -86,10 +86,10 @@ def resolve_length(store: Store, claim: Claim, probes: xr.Dataset | None = None)
         return claim.model_copy(update={"length": next(iter(trained))})
     if len(captured) == 1:
         return claim.model_copy(update={"length": captured[0]})
-    kind = claim.reads() if claim.reads() != schema.BEHAVIOUR else None
+    kind = claim.reads() if claim.reads() != registry.BEHAVIOUR else None
     if kind is not None:  # a metric read from results: the one length they hold
         held = set(_result_lengths(store, kind))
-        if kind == schema.PROBES and probes is not None and "length" in probes.coords:
+        if kind == registry.PROBES and probes is not None and "length" in probes.coords:
             held |= {int(v) for v in probes.length.values}
         if len(held) == 1 and (not captured or next(iter(held)) in captured):
             return claim.model_copy(update={"length": next(iter(held))})
@@ -191,28 +191,55 @@ def seed_metric(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """The claim's metric, one value per trained model: dims (task, arch, variant, seed) at
     the claim's length, plus ``site`` (restoration), ``layer`` (probe_accuracy,
     patch_recovery) or ``layer, setting`` (ablation_drop, refit_accuracy)."""
-    store = inputs.store
-    if claim.metric == "restoration":
-        return _seed_restoration(inputs, claim)
-    if claim.metric == "probe_accuracy":
-        probes = inputs.need_probes(claim)
-        tasks = claim.tasks()
-        return inputs.once(("probe", claim.length, tuple(tasks), claim.result),
-                           lambda: seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim)))
-    if claim.metric in ABLATION:
-        return _seed_ablation(inputs, claim)
-    if claim.metric == "patch_recovery":
-        return _seed_patching(inputs, claim)
-    if claim.metric == "mdl_compression":
-        return _seed_mdl(inputs, claim)
-    if claim.metric == "probe_stability":
-        return _seed_stability(inputs, claim)
+    reader = _SEED_READERS.get(claim.metric)
+    if reader is not None:
+        return reader(inputs, claim)
+    if claim.metric in registry.metrics():  # an added analysis's
+        return _seed_added(inputs, claim)
 
     def accuracy() -> xr.DataArray:
         corr = sequence_counts(inputs, claim)
         return seed_estimates(corr.correct, corr.labelled)
 
     return inputs.once(("accuracy", claim.length, claim.target), accuracy)
+
+
+def _seed_probes(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
+    """Per-seed probe accuracy of the probe result the claim reads, at its length: dims (task,
+    arch, variant, seed, layer)."""
+    store, probes, tasks = inputs.store, inputs.need_probes(claim), claim.tasks()
+    return inputs.once(("probe", claim.length, tuple(tasks), claim.result),
+                       lambda: seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim)))
+
+
+def _seed_added(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
+    """Per-seed values of an added analysis's metric (:mod:`analysis.registry`): its reader over
+    the stored ``<analysis>/*`` results that hold the claim's length (a ``length`` coordinate, or
+    attribute, where the result has one)."""
+    metric = registry.metrics()[claim.metric]
+    read = metric.values
+    if read is None:
+        raise ClaimError(f"claim {claim.id!r}: metric {claim.metric!r} has no reader of its results; "
+                         "register it with values=...")
+    L = claim.length
+
+    def length_ok(ds: xr.Dataset) -> bool:
+        if "length" in ds.coords and ds.length.ndim:
+            return L in ds.length.values
+        stored = ds.attrs.get("length")
+        return stored is None or int(stored) == L
+
+    def extract(ds: xr.Dataset, name: str) -> xr.DataArray:
+        out = read(ds, claim)
+        if "length" in out.dims:
+            out = out.sel(length=L, drop=True)
+        return out.astype(float)
+
+    return inputs.once(
+        (metric.analysis, claim.metric, claim.task, L, claim.result),
+        lambda: per_run_metric(inputs.store, claim, metric.analysis, length_ok, extract,
+                               f"add it to the experiment's [analysis] extra (or run a claim that reads it with "
+                               f"`layerstate run`): {metric.analysis} computes it"))
 
 
 def _seed_restoration(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
@@ -277,7 +304,7 @@ def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, 
         raise MissingError(f"claim {claim.id!r}: no {prefix} results for task {claim.task!r} at length "
                            f"{claim.length}; {missing}")
     require_runs(store, claim, ", ".join(sorted(set(source.values()))), set(source), missing,
-                 kind="len" if prefix in (schema.ABLATION, schema.MDL) else "cfclean", task=claim.task)
+                 kind="cfclean" if prefix in (registry.PATCHING, registry.INTERCHANGE) else "len", task=claim.task)
     out = xr.concat(parts, dim="run", join="outer", coords="minimal", compat="override") if len(parts) > 1 else parts[0]
     res = by_factors(out.reset_coords(drop=True), store)
     res.attrs["results"] = ", ".join(sorted(set(source.values())))  # what the claim read (its claims row)
@@ -345,7 +372,7 @@ def _seed_mdl(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
 
     return inputs.once(
         ("mdl", claim.task, claim.length, claim.result),
-        lambda: per_run_metric(inputs.store, claim, schema.MDL,
+        lambda: per_run_metric(inputs.store, claim, registry.MDL,
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate mdl STORE --task {claim.task} --lengths {L}`"))
 
@@ -362,7 +389,7 @@ def _seed_stability(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
 
     return inputs.once(
         ("stability", claim.task, claim.length, claim.result),
-        lambda: per_run_metric(inputs.store, claim, schema.STABILITY,
+        lambda: per_run_metric(inputs.store, claim, registry.STABILITY,
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate stability STORE --task {claim.task} --lengths {L}`"))
 
@@ -454,3 +481,10 @@ def probe_seed_profile(store: Store, probes: xr.Dataset, claim: Claim, task: str
     out = prof.sel(sel)
     finite = cast(xr.DataArray, np.isfinite(out))  # numpy ufuncs on a DataArray return one
     return out.isel(seed=np.flatnonzero(finite.any("layer").values))
+
+
+#: The built-in metrics' per-seed readers (an added analysis's metric: :func:`_seed_added`).
+_SEED_READERS = {"restoration": _seed_restoration, "probe_accuracy": _seed_probes,
+                 "ablation_drop": _seed_ablation, "refit_accuracy": _seed_ablation,
+                 "patch_recovery": _seed_patching, "mdl_compression": _seed_mdl,
+                 "probe_stability": _seed_stability}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from analysis import registry
 from analysis.claims.spec import (
     AmbiguousResultError,
     Claim,
@@ -62,7 +63,7 @@ def stack_probe_results(store: Store) -> xr.Dataset | None:
     with ``held (result, run)`` (the result holds the run) and ``settings (result)`` (what it
     was made with, :func:`store.contents.results.describe_settings`): a claim chooses one of them
     (:func:`choose_probes`), never a mix."""
-    names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == schema.PROBES]
+    names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == registry.PROBES]
     if not names:
         return None
     parts = []
@@ -89,7 +90,7 @@ def short_name(name: str) -> str:
 
 def result_choice(name: str) -> str:
     """``result = "dyck"`` or ``"probes/dyck"`` -> ``"probes/dyck"``."""
-    return name if schema.parse_result_name(name) else f"{schema.PROBES}/{name}"
+    return name if schema.parse_result_name(name) else f"{registry.PROBES}/{name}"
 
 
 def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> dict[str, str]:

@@ -17,8 +17,6 @@ from analysis.claims.kinds.base import (
     CROSSCHECK,
     DEFAULT_MODEL,
     LAYERED,
-    METRIC_RANGES,
-    METRIC_RESULTS,
     MODEL_NAMES,
 )
 from analysis.stats.decision import Verdict
@@ -88,6 +86,6 @@ def claim_rows(claim: Claim) -> list[str]:
     return claim.row_ids()
 
 
-__all__ = ["ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED", "METRIC_RANGES", "METRIC_RESULTS",
+__all__ = ["ABLATION", "ALPHA", "CROSSCHECK", "DEFAULT_MODEL", "LAYERED",
            "MODEL_NAMES", "OUTCOMES", "REQUIRED", "AmbiguousResultError", "Claim", "ClaimBase", "ClaimError",
            "NotEvaluable", "StaleResultError", "Verdict", "claim_archs", "claim_rows", "make_claim", "parse_claims"]

@@ -59,6 +59,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from analysis import registry
 from analysis.interventions import erasure, removal
 from analysis.interventions._common import (
     PortableModel,
@@ -92,7 +93,7 @@ from analysis.interventions.matched import (
 )
 from analysis.interventions.refit import refit_correct, refit_reference
 from capture.device import Device, as_device
-from store import Store, schema
+from store import Store
 from store.errors import InvalidArgumentError
 
 __all__ = [
@@ -520,5 +521,5 @@ def run_ablation(
                         directions=directions, mode=mode, fit_fraction=fit_fraction, refit=refit, matched=matched,
                         folds=folds, refit_rows=refit_rows, seed=seed, batch_size=batch_size, device=device)
 
-    return store_with_intervals(store, schema.ABLATION, name, build, runs, scheduler=scheduler,
+    return store_with_intervals(store, registry.ABLATION, name, build, runs, scheduler=scheduler,
                                 num_workers=num_workers, attrs=attrs, extend=extend)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from analysis import registry
 from analysis.interventions._common import site_description
 from analysis.interventions.engine import InterventionPlan
 from analysis.interventions.intervals import store_with_intervals
@@ -22,7 +23,7 @@ from analysis.interventions.mechanism import classify_mechanism
 from analysis.interventions.patching import INTERCHANGE_NAMES, twin_grid
 from analysis.interventions.twins import MIN_GAP, stored_positions
 from capture.device import Device
-from store import MissingError, Store, schema
+from store import MissingError, Store
 
 TASK_SITES = ("key", "value", "divider", "query")
 
@@ -170,5 +171,5 @@ def run_interchange(
                            directions=directions, fit_length=fit_length, corruption=corruption, allow_noise=allow_noise,
                            noise_scale=noise_scale, seed=seed, batch_size=batch_size, device=device)
 
-    return store_with_intervals(store, schema.INTERCHANGE, name, build, runs, scheduler=scheduler,
+    return store_with_intervals(store, registry.INTERCHANGE, name, build, runs, scheduler=scheduler,
                                 num_workers=num_workers, attrs=attrs, extend=extend, finish=with_mechanism)

@@ -67,6 +67,7 @@ from typing import Any
 
 import xarray as xr
 
+from analysis import registry
 from analysis.interventions.engine import InterventionPlan, assemble
 from analysis.interventions.intervals import store_with_intervals
 from analysis.interventions.noise import noise_options
@@ -80,7 +81,7 @@ from analysis.interventions.twins import (
     twin_variables,
 )
 from capture.device import Device, as_device
-from store import Store, schema
+from store import Store
 from store.errors import InvalidArgumentError
 
 #: The twin grids' variables: OUTPUTS key (and ``<key>:share``, its summary) -> (`patching`'s
@@ -306,5 +307,5 @@ def run_patching(
                         directions=directions, fit_length=fit_length, corruption=corruption, allow_noise=allow_noise,
                         noise_scale=noise_scale, seed=seed, batch_size=batch_size, device=device)
 
-    return store_with_intervals(store, schema.PATCHING, name, build, runs, scheduler=scheduler,
+    return store_with_intervals(store, registry.PATCHING, name, build, runs, scheduler=scheduler,
                                 num_workers=num_workers, attrs=attrs, extend=extend)

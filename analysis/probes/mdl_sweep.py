@@ -22,6 +22,7 @@ import dask
 import numpy as np
 import xarray as xr
 
+from analysis import registry
 from analysis.compute import compute
 from analysis.intervals import CI_LEVEL, frame_cells, frame_variables, with_cells
 from analysis.probes.intervals import seed_level
@@ -215,9 +216,9 @@ def result_name(ds: xr.Dataset) -> str:
     task = ds.attrs.get("task")
     target = str(ds.attrs["target"])
     if not task:
-        return schema.result_name(schema.MDL, target)
+        return schema.result_name(registry.MDL, target)
     own = target == ds.attrs.get("trained_target")
-    return schema.result_name(schema.MDL, str(task) if own else f"{task}{schema.TARGET_SEP}{target}")
+    return schema.result_name(registry.MDL, str(task) if own else f"{task}{registry.TARGET_SEP}{target}")
 
 
 def add_mdl_intervals(ds: xr.Dataset, store: Any) -> xr.Dataset:

@@ -11,6 +11,7 @@ from typing import Any
 
 import xarray as xr
 
+from analysis import registry
 from store import RunConflictError, schema
 from store.contents.results import describe_settings
 
@@ -27,12 +28,12 @@ def runs_by_task(store: Any, runs: Sequence[str] | None = None) -> dict[str, lis
 
 def result_name(ds: xr.Dataset) -> str:
     """The default result name of a probe Dataset: ``probes/<task>`` for the target its runs
-    were trained on, ``probes/<task>.<target>`` for another label (:func:`store.schema.probe_name`);
+    were trained on, ``probes/<task>.<target>`` for another label (:func:`store.registry.probe_name`);
     ``probes/<target>`` when its runs are of several tasks."""
     task = ds.attrs.get("task")
     if not task:
-        return schema.result_name(schema.PROBES, str(ds.attrs["target"]))
-    return schema.probe_name(str(task), str(ds.attrs["target"]), ds.attrs.get("trained_target"))
+        return schema.result_name(registry.PROBES, str(ds.attrs["target"]))
+    return registry.probe_name(str(task), str(ds.attrs["target"]), ds.attrs.get("trained_target"))
 
 
 #: The attributes that make two probe results of the same runs different results.
@@ -95,21 +96,21 @@ def find_result(store: Any, target: str, run_id: str | None = None) -> str:
     ``probes/<target>`` where one has that name, else the result whose ``target`` attribute
     it is and that holds the run; of several, ``probes/<task>`` of the run's task, else the
     newest. ``probes/<target>`` (absent) when there is none, so the caller says what to run."""
-    plain = schema.result_name(schema.PROBES, target)
+    plain = schema.result_name(registry.PROBES, target)
     names = store.results()
     if plain in names:
         return plain
     found = []
     for n in names:
         parsed = schema.parse_result_name(n)
-        if parsed is None or parsed[0] != schema.PROBES or str(store.result_attrs(n).get("target")) != target:
+        if parsed is None or parsed[0] != registry.PROBES or str(store.result_attrs(n).get("target")) != target:
             continue
         if run_id is None or run_id in [str(r) for r in store.read_result(n).run.values]:
             found.append(n)
     if not found:
         return plain
     if run_id is not None:
-        own = schema.probe_name(str(store.run_attrs(run_id).get("task")))
+        own = registry.probe_name(str(store.run_attrs(run_id).get("task")))
         if own in found:
             return own
     return sorted(found, key=lambda n: str(store.result_attrs(n).get("created", "")))[-1]

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from analysis import registry
 from analysis.behaviour import measured_lengths, store_behaviour
 from analysis.interventions import run_ablation, run_interchange, run_patching
 from analysis.probes import (
@@ -81,7 +82,7 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
     over folds and positions) beside chance (the majority class) and the control task's accuracy."""
     if name is not None:
         try:
-            name = schema.result_name(schema.PROBES, name)
+            name = schema.result_name(registry.PROBES, name)
         except ValueError as exc:
             raise BadInput(f"--name: {exc}") from None
     with scheduler_session(scheduler) as sched:
@@ -179,7 +180,7 @@ def mdl(store_path, runs, tasks, archs, target, layers, positions, lengths, meth
     not). Prints the compression (uniform / online codelength) per layer and the control's."""
     if name is not None:
         try:
-            name = schema.result_name(schema.MDL, name)
+            name = schema.result_name(registry.MDL, name)
         except ValueError as exc:
             raise BadInput(f"--name: {exc}") from None
     with scheduler_session(scheduler) as sched:
@@ -227,7 +228,7 @@ def stability(store_path, runs, tasks, archs, result, layers, lengths, inputs, s
     shuffled-label null (probes of the label permuted across sequences, fitted and mapped alike)."""
     if name is not None:
         try:
-            name = schema.result_name(schema.STABILITY, name)
+            name = schema.result_name(registry.STABILITY, name)
         except ValueError as exc:
             raise BadInput(f"--name: {exc}") from None
     st = open_for_analysis(store_path, results, storage_options)
@@ -273,7 +274,7 @@ def ablate(store_path, runs, tasks, archs, settings, fit_length, lengths, mode, 
                           device=device)
     for line in present.ablation_lines(ds):
         click.echo(line)
-    click.echo(present.stored(_stored_as(schema.ABLATION, name)))
+    click.echo(present.stored(_stored_as(registry.ABLATION, name)))
 
 
 @main.command()
@@ -303,11 +304,11 @@ def patch(store_path, runs, tasks, archs, length, positions, interchange, subspa
         if interchange:
             ds = run_interchange(st, length, name, runs=sel, subspace=subspace, corruption=corruption,
                                  allow_noise=allow_noise, device=device, scheduler=sched)
-            lines, stored = present.interchange_lines(ds), _stored_as(schema.INTERCHANGE, name)
+            lines, stored = present.interchange_lines(ds), _stored_as(registry.INTERCHANGE, name)
         else:
             ds = run_patching(st, length, name, runs=sel, positions=positions, subspace=subspace,
                               corruption=corruption, allow_noise=allow_noise, device=device, scheduler=sched)
-            lines, stored = present.patching_lines(ds), _stored_as(schema.PATCHING, name)
+            lines, stored = present.patching_lines(ds), _stored_as(registry.PATCHING, name)
     for line in lines:
         click.echo(line)
     click.echo(present.stored(stored))
@@ -337,4 +338,4 @@ def behaviour(store_path: str, tasks: tuple[str, ...], scheduler: str, results: 
         for task, ids in by_task.items():
             for line in present.behaviour_lines(store_behaviour(st, task, ids), st):
                 click.echo(line)
-            click.echo(present.stored(schema.behaviour_name(task)))
+            click.echo(present.stored(registry.behaviour_name(task)))

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from analysis import registry
 from analysis.behaviour import (
     accuracy_intervals,
     behaviour_result,
@@ -42,9 +43,9 @@ def stored(tmp_path_factory) -> Store:
 
 
 def test_the_result_is_named_by_the_schema_and_stamped():
-    assert schema.behaviour_name("parity") == "behaviour/parity"
-    assert schema.parse_behaviour_name("behaviour/parity") == "parity"
-    assert schema.parse_behaviour_name("probes/parity") is None
+    assert registry.behaviour_name("parity") == "behaviour/parity"
+    assert registry.parse_behaviour_name("behaviour/parity") == "parity"
+    assert registry.parse_behaviour_name("probes/parity") is None
     assert schema.parse_result_name("behaviour/dyck") == ("behaviour", "dyck")
 
 
@@ -165,7 +166,7 @@ def test_the_pipeline_stores_it_and_measures_again_when_a_run_is_added(tmp_path)
 
     def unit(task: str) -> Work:
         runs = tuple(r for r in st.run_ids() if st.run_attrs(r)["task"] == task)
-        return Work("analyse", schema.behaviour_name(task), kind="behaviour", task=task, runs=runs)
+        return Work("analyse", registry.behaviour_name(task), kind="behaviour", task=task, runs=runs)
 
     assert stages.analyse(unit("parity"), st, exp, lines.append, "sync") == "behaviour/parity"
     assert lines[-1].startswith("behaviour/parity: stored")

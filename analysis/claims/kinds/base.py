@@ -16,11 +16,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from analysis import registry
 from analysis.claims.errors import ClaimError
 from analysis.claims.rows import ClaimRow
 from analysis.stats.design import Cell, Hypothesis
 from analysis.stats.ranges import UNBOUNDED
-from store import schema
 from store.errors import did_you_mean
 
 ALPHA = 0.05
@@ -42,22 +42,23 @@ MODEL_NAMES = {
     "glmm": "Bayesian binomial GLMM (point estimate and variance components only)",
 }
 
-#: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them).
+#: Metrics with one value per trained model at each layer (``compare = "layer"`` works on them);
+#: an added analysis's layered metrics (:mod:`analysis.registry`) are too (:func:`layered`).
 LAYERED = ("probe_accuracy", "ablation_drop", "refit_accuracy", "patch_recovery", "mdl_compression",
            "probe_stability")
 #: Metrics read from ``results/ablation/*`` (one value per setting).
 ABLATION = ("ablation_drop", "refit_accuracy")
 
-#: The kind of stored result each per-seed metric is read from (the others: ``behaviour``).
-METRIC_RESULTS = {"probe_accuracy": schema.PROBES, "ablation_drop": schema.ABLATION,
-                  "refit_accuracy": schema.ABLATION, "patch_recovery": schema.PATCHING,
-                  "restoration": schema.INTERCHANGE, "mdl_compression": schema.MDL,
-                  "probe_stability": schema.STABILITY}
+#: The models' own readout accuracy: the metric no analysis's result gives (it is read from the
+#: captures); every other metric is an analysis's (:func:`analysis.registry.metrics`: the result
+#: it is read from and its range).
+ACCURACY = "accuracy"
 
-#: The range a metric can take, where it has one (an interval end that the seeds cannot bound
-#: is the range's end; a metric without a range shows none).
-METRIC_RANGES = {"accuracy": (0.0, 1.0), "probe_accuracy": (0.0, 1.0), "ablation_drop": (-1.0, 1.0),
-                 "probe_stability": (0.0, 1.0)}  # an overlap of subspaces (its seeds' pseudo-values stray past it)
+
+def layered() -> tuple[str, ...]:
+    """Every metric with one value per trained model at each layer: :data:`LAYERED` and the
+    layered metrics of added analyses."""
+    return LAYERED + tuple(m.name for m in registry.metrics().values() if m.layered and m.name not in LAYERED)
 
 #: The fields that belong to some kinds only, each with the kinds that own it (any other kind
 #: refuses it when given): filled from the kinds' ``owns`` as they are defined.
@@ -98,9 +99,8 @@ class ClaimBase(BaseModel):
     kind: str = Field(description="Which test evaluates it: difference, equivalence, readable_by, profile_match, "
                       "bound or non_inferiority (each a class of analysis.claims.kinds, which owns the fields and "
                       "the tests of its kind).")
-    metric: Literal["accuracy", "probe_accuracy", "restoration", "ablation_drop", "refit_accuracy",
-                    "patch_recovery", "mdl_compression", "probe_stability"] = Field(
-        default="accuracy",
+    metric: str = Field(
+        default=ACCURACY,
         description="accuracy (the model's own readout), probe_accuracy, restoration (interchange "
         "interventions: fraction of the clean answer's probability restored), ablation_drop "
         "(clean - ablated accuracy, results/ablation), refit_accuracy (a probe refitted on the "
@@ -108,7 +108,8 @@ class ClaimBase(BaseModel):
         "mdl_compression (uniform / online codelength of the label at a layer, results/mdl: 1 is no "
         "compression) or probe_stability (how alike the seeds' aligned probe subspaces are at a layer, "
         "results/stability: each seed's jackknife pseudo-value of the mean overlap over seed pairs, "
-        "so the test is over seeds; 3 seeds or more).",
+        "so the test is over seeds; 3 seeds or more); or a metric of an added analysis "
+        "(analysis.registry).",
     )
     task: str | None = Field(default=None, description="Task the claim is about.")
     arch: str | None = Field(default=None, description="Architecture the claim is about.")
@@ -192,6 +193,10 @@ class ClaimBase(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ClaimBase:
+        known = [ACCURACY, *registry.metrics()]
+        if self.metric not in known:
+            raise ValueError(f"unknown metric {self.metric!r}; metrics: {', '.join(known)}"
+                             f"{did_you_mean(self.metric, known)}")
         missing = [f for f in self.required if getattr(self, f) is None]
         if missing:
             article = "an" if self.kind[0] in "aeiou" else "a"
@@ -232,14 +237,14 @@ class ClaimBase(BaseModel):
         if self.reads_probes and m not in ("accuracy", "probe_accuracy"):
             raise ValueError(f"metric = {m!r} works with difference, equivalence and bound claims")
         if self.compare == "layer":
-            if m not in LAYERED:
-                raise ValueError(f"compare = 'layer' needs metric = {', '.join(map(repr, LAYERED))} "
+            if m not in layered():
+                raise ValueError(f"compare = 'layer' needs metric = {', '.join(map(repr, layered()))} "
                                  f"(a layer profile), not {m!r}")
             if self.layer is not None:
                 raise ValueError("compare = 'layer' takes the layers as treatment and reference; drop layer = ...")
         if self.compare == "setting" and m not in ABLATION:
             raise ValueError("compare = 'setting' needs metric = 'ablation_drop' or 'refit_accuracy'")
-        if m in LAYERED and self.layer is None and not (self.compares and self.compare == "layer") and (
+        if m in layered() and self.layer is None and not (self.compares and self.compare == "layer") and (
                 not self.reads_probes):
             raise ValueError(f"metric = {m!r} needs layer = ... (or compare = 'layer')")
         if m in ABLATION and self.setting is None and not (self.compares and self.compare == "setting"):
@@ -274,8 +279,9 @@ class ClaimBase(BaseModel):
         answer to "which results does this claim read": the work list computes these, the
         evaluation reads them."""
         if self.reads_probes:
-            return schema.PROBES
-        return METRIC_RESULTS.get(self.metric, schema.BEHAVIOUR)
+            return registry.PROBES
+        metric = registry.metrics().get(self.metric)
+        return metric.analysis if metric is not None else registry.BEHAVIOUR
 
     def selects(self, attrs: Mapping[str, Any]) -> bool:
         """Whether a run (its attributes) lies in one of the cells the claim reads: its tasks,
@@ -359,7 +365,10 @@ class ClaimBase(BaseModel):
         [-1, 1] for drops and accuracies minus chance, unbounded for ratios (patching recovery)."""
         if self.metric == "refit_accuracy":
             return (-1.0, 1.0) if self.baseline == "chance" else (0.0, 1.0)
-        return METRIC_RANGES.get(self.metric, (-np.inf, np.inf))
+        if self.metric == ACCURACY:
+            return (0.0, 1.0)
+        metric = registry.metrics().get(self.metric)
+        return metric.range if metric is not None and metric.range is not None else (-np.inf, np.inf)
 
     def estimate_range(self) -> tuple[float, float]:
         """The range of the claim's estimate (:mod:`analysis.stats.ranges`); none by default."""

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from analysis import registry
 from analysis.intervals import CI_LEVEL, frame_variables, stored_intervals, with_cells
 from store import schema
 
@@ -132,7 +133,7 @@ def agreement_frame(ds: xr.Dataset) -> pd.DataFrame | None:
 
 def result_name(ds: xr.Dataset) -> str:
     """``stability/<name>`` for the probe result ``probes/<name>`` it read."""
-    return schema.result_name(schema.STABILITY, str(ds.attrs["probe_result"]).removeprefix(f"{schema.PROBES}/"))
+    return schema.result_name(registry.STABILITY, str(ds.attrs["probe_result"]).removeprefix(f"{registry.PROBES}/"))
 
 
 def save_stability(store: Any, ds: xr.Dataset, name: str | None = None) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis import registry
 from analysis.intervals import factor_table
 from analysis.probes import plan as sweep_plan
 from analysis.probes.results import runs_by_task
@@ -75,10 +76,10 @@ def plan_stability(
         if len(tasks) != 1:
             raise InvalidArgumentError(f"the runs are of {len(tasks)} tasks ({', '.join(tasks)}); name the "
                                        "probe result (e.g. probes/<task>) or select one task's runs")
-        result = schema.probe_name(tasks[0])
-    result = schema.result_name(schema.PROBES, result)
+        result = registry.probe_name(tasks[0])
+    result = schema.result_name(registry.PROBES, result)
     if result not in st.results():
-        have = [n for n in st.results() if n.startswith(f"{schema.PROBES}/")]
+        have = [n for n in st.results() if n.startswith(f"{registry.PROBES}/")]
         raise MissingError(f"no probe result {result} in {st.location} (have: {', '.join(have) or 'none'}); "
                            f"run `layerstate probe STORE` first, or name one of those")
     ds = st.read_result(result)

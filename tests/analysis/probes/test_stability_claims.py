@@ -39,3 +39,20 @@ def test_unrelated_directions_are_not_claimed_to_agree(tmp_path):
     st = _store(tmp_path / "s.zarr", same=False)
     res = evaluate_claims(st, parse_claims([{**BOUND, "id": "agree"}]))
     assert str(res.sel(claim="agree").verdict.values) in ("contradicted", "inconclusive")
+
+
+def test_a_seed_trained_since_makes_the_stability_result_stale(tmp_path):
+    """A stability result computed before a sixth seed was trained and captured does not decide
+    a claim on five: the claim is refused and names the missing run (it used to look for
+    counterfactual twins, which stability never reads, and so found nothing missing)."""
+    import numpy as np
+
+    from analysis.claims.spec import StaleResultError
+
+    st = _store(tmp_path / "s.zarr", same=True)
+    g = np.random.default_rng(9)
+    st.add_run("r5", task="toy", arch="lstm", seed=5)
+    st.write_length("r5", hidden=g.standard_normal((160, 8, 3, 12)).astype(np.float32),
+                    tokens=g.integers(0, 4, (160, 8)), labels={"y": g.integers(0, 2, (160, 8))}, block_size=64)
+    with pytest.raises(StaleResultError, match=r"reads stability/toy, which lacks 1 run"):
+        evaluate_claims(st, parse_claims([{**BOUND, "id": "agree"}]))
