@@ -53,7 +53,12 @@ from analysis.claims.verdicts import (
 from analysis.stats.contrasts import contrast_np, glmm_contrast
 from analysis.stats.decision import floored_se
 from analysis.stats.power import t_critical
-from analysis.stats.profiles import MAX_EXACT, closer_by_margin_np, profile_difference_test
+from analysis.stats.profiles import (
+    MAX_EXACT,
+    closer_by_margin_np,
+    profile_difference_test,
+    shape_distance_np,
+)
 from analysis.stats.ranges import CLIPPED, clip_interval
 from analysis.stats.seedshare import seeds_to_decide, share_test, undecidable_words
 from store import Store
@@ -292,11 +297,15 @@ def profile_row(claim: Claim, profiles: dict[str, xr.DataArray], arch: str) -> d
                          join="outer")
         return profile_difference_test(pair.transpose("task", "seed", "layer"), rng=0)
 
-    same, diff = test(claim.matches), test(claim.differs_from)
-    d_same, d_diff = float(same.statistic), float(diff.statistic)
+    diff = test(claim.differs_from)
+    d_diff = float(diff.statistic)
     # how much closer to `matches` than to `differs_from`, with a seed bootstrap of the three tasks
     groups = [profiles[str(t)].transpose("seed", "layer").values for t in (task, claim.differs_from, claim.matches)]
     groups = [g[~np.all(np.isnan(g), axis=1)] for g in groups]
+    if np.isnan(groups[2]).any() or groups[0].shape[1] != groups[2].shape[1]:
+        test(claim.matches)  # its one-line error for profiles with missing layers
+    # the distance to `matches` alone (its permutation test decides nothing here): the test's statistic
+    d_same = float(shape_distance_np(groups[0].mean(0), groups[2].mean(0)))
     margin = float(claim.decision_margin or 0.0)  # a profile claim's is never None
     est, lo, hi, p_margin = closer_by_margin_np(groups[0], groups[1], groups[2], margin, np.random.default_rng(0))
     p_zero = float(diff.p) if d_same < d_diff else 1.0
