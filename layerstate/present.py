@@ -751,3 +751,19 @@ def stability_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
             few = " (2 seeds: one pair, no interval)" if n == 2 else ""
             null = float(ds.null_estimate.sel(cell=c, length=L).max())
             yield f"{name} len{L}: {' '.join(parts)}  (null {null:.2f}; + above both){few}"
+
+
+def analysis_lines(entries: Sequence[Any]) -> list[str]:
+    """``layerstate analyses``: per analysis (:class:`analysis.registry.Analysis`), its result
+    name, what it computes and where it runs, then each metric claims read from it."""
+    lines = [f"{'accuracy':<18} the models' own readout accuracy (read from the captures; metric = "
+             f"\"accuracy\", the default)"]
+    for a in entries:
+        where = "rebuilds the models (--device)" if a.models else "on the stored activations"
+        added = "; added (run computes it when [analysis] extra names it)" if a.compute is not None else ""
+        lines.append(f"{a.name:<18} {a.what}: results/{a.name}/<task>, {where}{added}")
+        for m in a.metrics:
+            span = "" if m.range is None else f", in [{m.range[0]:g}, {m.range[1]:g}]"
+            layer = ", at a layer (layer = ...)" if m.layered else ""
+            lines.append(f"  metric = \"{m.name}\"{layer}{span}")
+    return lines

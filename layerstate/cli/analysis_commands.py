@@ -1,4 +1,4 @@
-"""The analysis commands of ``layerstate``: probe, mdl, stability, ablate, patch, behaviour. Each is registered on
+"""The analysis commands of ``layerstate``: analyses, probe, mdl, stability, ablate, patch, behaviour. Each is registered on
 :data:`layerstate.cli.base.main` when this module is imported (:mod:`layerstate.cli`)."""
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ from store import MissingError, schema
 
 
 # ----------------------------------------------------------------------------- analyses
+@main.command()
+def analyses() -> None:
+    """The analyses layerstate knows (analysis.registry, added ones included) and the metrics
+    claims read from each: what to write as a claim's metric = ..."""
+    click.echo("\n".join(present.analysis_lines(registry.analyses())))
+
+
 @main.command()
 @store_argument
 @run_filters

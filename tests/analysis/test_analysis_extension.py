@@ -107,3 +107,18 @@ def test_its_stage_stores_it_and_a_claim_reads_it(norms, make_store):
     assert str(row.verdict.values) == "supported", str(row.reason.values)
     assert float(row.estimate) == pytest.approx(float(stored.norm.sel(layer="L0").mean()))
     assert str(row.result.values) == "act_norm/parity"
+
+
+def test_the_command_line_lists_it_with_the_built_ins(norms):
+    from click.testing import CliRunner
+
+    from layerstate.cli import main
+
+    res = CliRunner().invoke(main, ["analyses"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    mine = next(i for i, line in enumerate(lines) if line.startswith("act_norm "))
+    assert "results/act_norm/<task>" in lines[mine] and "added" in lines[mine]
+    assert lines[mine + 1].strip() == 'metric = "mean_norm", at a layer (layer = ...), in [0, inf]'
+    assert any(line.strip().startswith('metric = "probe_accuracy"') for line in lines)
+    assert lines[0].startswith("accuracy ")
