@@ -49,8 +49,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from capture.models import ARCHS, ModelConfig
-from capture.models.config import ARCH_FIELDS, CONV_ARCHS, VARIANTS
+from capture.models import ModelConfig, registry
+from capture.models.config import SHARED_FIELDS, VARIANTS
 from capture.tasks import TASKS, get_task
 from store import LayerstateError
 from store.errors import InvalidArgumentError, validation_problems
@@ -226,7 +226,7 @@ class CapturePlan(BaseModel):
     @model_validator(mode="after")
     def _names_are_known(self) -> CapturePlan:
         _known("task", self.grid.tasks, sorted(TASKS))
-        _known("architecture", self.grid.archs, list(ARCHS))
+        _known("architecture", self.grid.archs, list(registry.names()))
         for section, names, valid in (
             ("tasks", self.tasks, self.grid.tasks),
             ("train_overrides", self.train_overrides, self.grid.tasks),
@@ -240,12 +240,12 @@ class CapturePlan(BaseModel):
         for task in self.grid.tasks:  # fails early on a bad task parameter
             get_task(task, **self.tasks.get(task, {}))
             for key, value in self.train_overrides.get(task, {}).items():
-                if key in ARCHS and key not in self.grid.archs:
+                if registry.known(key) and key not in self.grid.archs:
                     raise ValueError(
                         f"[train_overrides.{task}.{key}] names an architecture not in the grid; "
                         f"grid has: {', '.join(self.grid.archs)}"
                     )
-                if key in ARCHS and not isinstance(value, dict):
+                if registry.known(key) and not isinstance(value, dict):
                     raise ValueError(f"[train_overrides.{task}.{key}] must be a table of training settings")
             for arch in self.grid.archs:
                 self.train_for(task, arch)
@@ -400,7 +400,7 @@ class CapturePlan(BaseModel):
         """The training settings of ``task`` (and ``arch``): [train], then
         [train_overrides.<task>], then [train_overrides.<task>.<arch>]."""
         per_task = dict(self.train_overrides.get(task, {}))
-        per_arch = {k: per_task.pop(k) for k in list(per_task) if k in ARCHS}
+        per_arch = {k: per_task.pop(k) for k in list(per_task) if registry.known(k)}
         return TrainConfig(**{**self.train.model_dump(), **per_task, **per_arch.get(arch or "", {})})
 
 
@@ -437,7 +437,7 @@ class RunSpec:
 def _variant_applies(arch: str, variant: str) -> bool:
     """A variant other than ``default`` (``no_conv``) applies to the architectures with a short
     convolution only; the grid skips the others."""
-    return variant == "default" or arch in CONV_ARCHS
+    return variant == "default" or registry.architecture(arch).conv
 
 
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -447,10 +447,8 @@ UNTRAINED = "untrained"
 
 def _settings_of(arch: str) -> set[str]:
     """The ModelConfig fields ``arch`` uses: its size fields and those every arch has."""
-
-    sizes = {f for fields in ARCH_FIELDS.values() for f in fields}
-    shared = set(ModelConfig.model_fields) - sizes - {"arch", "variant"}
-    return shared | set(ARCH_FIELDS[arch])
+    shared = set(SHARED_FIELDS) - {"arch", "variant"}
+    return shared | set(registry.architecture(arch).sizes)
 
 
 def _known(what: str, names: list[str], valid: list[str]) -> None:

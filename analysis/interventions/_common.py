@@ -18,7 +18,7 @@ import xarray as xr
 
 from capture.device import Device, as_device, model_device
 from capture.models import SequenceModel
-from capture.models.config import RECURRENT_ARCHS
+from capture.models import registry as architectures
 from capture.rebuild import model_from, rebuild_model, stored_model
 from store import MissingError, Store
 
@@ -96,13 +96,14 @@ def site_description(arch: str, layer: str, where: str) -> str:
     -------
     str
         e.g. "block output of layer L1 at position 'value'"; for the architectures of
-        `RECURRENT_ARCHS` followed by what is *not* patched (the layer's own recurrent / cell
+        architectures that keep a state along the positions (their registry entry's
+        ``keeps_state``) followed by what is *not* patched (the layer's own recurrent / cell
         state).
     """
     if layer == "embed":
         return f"embedding output at {where}"
     text = f"block output of layer {layer} at {where}"
-    if arch in RECURRENT_ARCHS:
+    if architectures.known(arch) and architectures.keeps_state(arch):
         text += (
             f"; changes what the layers above {layer} see there, not {layer}'s own recurrent "
             "state at later positions (that stays the unedited run's)"

@@ -24,12 +24,14 @@ from pathlib import Path
 
 import torch
 
-from capture.models import baseconv, based, deltanet, h3, hyena, rnn, zoo
+# the modules that register the built-in architectures (capture.models.registry)
+from capture.models import baseconv, based, deltanet, h3, hf_archs, hyena, registry, rnn, zoo  # noqa: F401
 from capture.models.base import SequenceModel, count_parameters
-from capture.models.config import ARCHS, CORE_ARCHS, VARIANTS, ZOO_ARCHS, ModelConfig
+from capture.models.config import VARIANTS, ModelConfig
+from capture.models.registry import BUILTIN_ARCHS, CORE_ARCHS, ZOO_ARCHS
 
 __all__ = [
-    "ARCHS",
+    "BUILTIN_ARCHS",
     "CORE_ARCHS",
     "VARIANTS",
     "ZOO_ARCHS",
@@ -78,25 +80,8 @@ def build_model(cfg: ModelConfig, vocab_size: int, n_classes: int, seed: int) ->
         raise TypeError(f"cfg must be a ModelConfig, not {type(cfg).__name__}")
     model: SequenceModel
     with _seeded(seed):
-        if cfg.arch in ("lstm", "gru"):
-            model = rnn.RecurrentModel(cfg, vocab_size, n_classes)
-        elif cfg.arch in ZOO_ARCHS:
-            model = zoo.ZooModel(cfg, vocab_size, n_classes, _ZOO_MIXERS[cfg.arch])
-        else:
-            from capture.models import hf  # noqa: PLC0415 -- transformers loads only for its archs
-
-            model = hf.build_hf(cfg, vocab_size, n_classes)
+        model = registry.architecture(cfg.arch).build(cfg, vocab_size, n_classes)
     return model.eval()
-
-
-# The retrieval zoo's mixers, one file each (capture/models/zoo.py)
-_ZOO_MIXERS = {
-    "based": based.BasedMixer,
-    "baseconv": baseconv.BaseConvMixer,
-    "h3": h3.H3Mixer,
-    "hyena": hyena.HyenaMixer,
-    "deltanet": deltanet.DeltaNetMixer,
-}
 
 
 def load_pretrained(
@@ -170,13 +155,9 @@ def make_conv_identity(model: SequenceModel) -> None:
 
 
 def _sizes(cfg: ModelConfig) -> str:
-    fields = {
-        "transformer": ("d_model", "intermediate_size", "n_heads"),
-        "mamba": ("d_model", "expand", "state_size", "conv_kernel"),
-        "mamba2": ("d_model", "expand", "head_dim", "state_size", "n_groups", "conv_kernel"),
-        "lstm": ("hidden_size",),
-        "gru": ("hidden_size",),
-    }.get(cfg.arch, ("d_model", *cfg.sizes()))
+    # a recurrent model's hidden_size is its width (d_model only sets its default)
+    sizes = [s for s in cfg.sizes() if s != "chunk_size"]  # chunk_size: speed only
+    fields = sizes if "hidden_size" in sizes else ["d_model", *sizes]
     return ", ".join(f"{name} {getattr(cfg, name)}" for name in fields)
 
 

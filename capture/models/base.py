@@ -56,7 +56,7 @@ class SequenceModel(nn.Module, abc.ABC):
     Attributes
     ----------
     arch : str
-        One of `capture.models.ARCHS`.
+        One of `capture.models.registry.names()`.
     layer_names : list of str
         ``["embed", "L0", ..., "L{n-1}"]``: the layers of `forward_with_hidden`.
     hidden_size : int

@@ -26,7 +26,7 @@ from torch import nn
 from capture.models.base import Extractor, conv_extractor, output_extractor
 from capture.models.config import ModelConfig
 from capture.models.longconv import LongConv
-from capture.models.zoo import causal_conv, short_conv
+from capture.models.zoo import causal_conv, register_zoo, short_conv
 
 
 class BaseConvMixer(nn.Module):
@@ -57,3 +57,13 @@ class BaseConvMixer(nn.Module):
             "long_conv": ("long_conv", output_extractor),
             "long_proj": ("long_proj", output_extractor),
         }
+
+
+def _parameters(d: int, sizes: dict[str, int]) -> int:
+    """One mixer's parameters: conv1d, short_proj, long_conv (its implicit filter), long_proj."""
+    k, o = sizes["conv_kernel"], sizes["filter_order"]
+    return d * (k + 1) + 2 * (d * d + d) + 2 * o * o + 7 * o + o * d
+
+
+register_zoo("baseconv", "BaseConv: short conv gated by a projection, then a long implicit conv",
+             BaseConvMixer, lambda d: {"filter_order": 16, "l_max": 256, "conv_kernel": 3}, _parameters)

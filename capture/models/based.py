@@ -45,7 +45,14 @@ from torch import nn
 
 from capture.models.base import Extractor, conv_extractor, output_extractor
 from capture.models.config import ModelConfig
-from capture.models.zoo import causal_conv, merge_heads, short_conv, split_heads, state_extractor
+from capture.models.zoo import (
+    causal_conv,
+    merge_heads,
+    register_zoo,
+    short_conv,
+    split_heads,
+    state_extractor,
+)
 
 EPS = 1e-12  # Zoology's denominator epsilon
 
@@ -205,3 +212,21 @@ class BasedMixer(nn.Module):
         if self.sliding_attention is not None:
             sites["sliding_attention"] = ("sliding_attention", output_extractor)
         return sites
+
+
+def _heads_divide(cfg: ModelConfig) -> None:
+    if cfg.d_model % cfg.sizes()["n_heads"]:
+        raise ValueError(f"n_heads={cfg.sizes()['n_heads']} must divide d_model={cfg.d_model}")
+
+
+def _parameters(d: int, sizes: dict[str, int]) -> int:
+    """One mixer's parameters: short conv, gate, Taylor attention's q/k/v/out, the window's."""
+    k, f, h, window = sizes["conv_kernel"], sizes["feature_dim"], sizes["n_heads"], sizes["window"]
+    attention = 2 * d * f * h + 2 * d * d
+    sliding = 4 * d * d + 4 * d if window > 0 else 0
+    return d * (k + 1) + d * d + d + attention + sliding
+
+
+register_zoo("based", "Based: short conv, Taylor linear attention and window attention", BasedMixer,
+             lambda d: {"n_heads": 1, "feature_dim": 16, "window": 8, "conv_kernel": 3}, _parameters,
+             check=_heads_divide)

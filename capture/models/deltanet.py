@@ -38,6 +38,7 @@ from capture.models.config import ModelConfig
 from capture.models.zoo import (
     l2_normalise,
     merge_heads,
+    register_zoo,
     short_conv,
     silu_conv,
     split_heads,
@@ -161,3 +162,18 @@ class DeltaNetMixer(nn.Module):
         sites["o_proj"] = ("o_proj", output_extractor)
         sites["state"] = ("", state_extractor("states"))
         return sites
+
+
+def _heads_divide(cfg: ModelConfig) -> None:
+    if cfg.d_model % cfg.sizes()["n_heads"]:
+        raise ValueError(f"n_heads={cfg.sizes()['n_heads']} must divide d_model={cfg.d_model}")
+
+
+def _parameters(d: int, sizes: dict[str, int]) -> int:
+    """One mixer's parameters: q/k/v/out projections, the beta projection, three short convs."""
+    h, k = sizes["n_heads"], sizes["conv_kernel"]
+    return 4 * d * d + d * h + 3 * d * k + d // h
+
+
+register_zoo("deltanet", "DeltaNet: the delta rule with short convs on q, k, v", DeltaNetMixer,
+             lambda d: {"n_heads": 4, "conv_kernel": 4}, _parameters, check=_heads_divide)

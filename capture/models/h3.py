@@ -46,7 +46,7 @@ from torch import nn
 from capture.models.base import Extractor, output_extractor
 from capture.models.config import ModelConfig
 from capture.models.longconv import fft_causal_conv
-from capture.models.zoo import state_extractor
+from capture.models.zoo import register_zoo, state_extractor
 
 DT_MIN, DT_MAX = 1e-3, 1e-1
 
@@ -203,3 +203,26 @@ class H3Mixer(nn.Module):
         sites["output_linear"] = ("output_linear", output_extractor)
         sites["ssm_state"] = ("", state_extractor("states"))
         return sites
+
+
+def _check(cfg: ModelConfig) -> None:
+    sizes = cfg.sizes()
+    if cfg.d_model % sizes["head_dim"]:
+        raise ValueError(f"head_dim={sizes['head_dim']} must divide d_model={cfg.d_model}")
+    if sizes["state_size"] % 2:
+        raise ValueError(f"h3 state_size={sizes['state_size']} must be even (complex modes)")
+
+
+def _parameters(d: int, sizes: dict[str, int]) -> int:
+    """One mixer's parameters: q/k/v/out projections, the shift SSM, the diagonal SSM."""
+    heads, n, k = d // sizes["head_dim"], sizes["state_size"], sizes["conv_kernel"]
+    diag = heads * (1 + 3 * n)  # log_dt, then per mode A (2), B (2), C (2)
+    return 4 * (d * d + d) + d * k + d + diag + heads
+
+
+def _sizes(d: int) -> dict[str, int]:
+    state = 2 * max(1, d // 8)  # d_model / 4, even (N/2 complex modes)
+    return {"head_dim": 2, "state_size": state, "conv_kernel": state}
+
+
+register_zoo("h3", "H3: shift SSM and diagonal SSM around k v^T", H3Mixer, _sizes, _parameters, check=_check)

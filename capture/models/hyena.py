@@ -28,7 +28,7 @@ from torch import nn
 from capture.models.base import Extractor, conv_extractor, output_extractor
 from capture.models.config import ModelConfig
 from capture.models.longconv import LongConv
-from capture.models.zoo import causal_conv, short_conv
+from capture.models.zoo import causal_conv, register_zoo, short_conv
 
 
 class HyenaMixer(nn.Module):
@@ -60,3 +60,14 @@ class HyenaMixer(nn.Module):
             "long_conv": ("long_conv", output_extractor),
             "out_proj": ("out_proj", output_extractor),
         }
+
+
+def _parameters(d: int, sizes: dict[str, int]) -> int:
+    """One mixer's parameters: in/out projections, short convs, the implicit filter and its bias."""
+    k, o = sizes["conv_kernel"], sizes["filter_order"]
+    implicit = 2 * o * o + 7 * o + o * d
+    return 3 * d * d + 3 * d + 3 * d * (k + 1) + implicit + d + d * d + d
+
+
+register_zoo("hyena", "Hyena: short convs and a long implicit conv, order 2", HyenaMixer,
+             lambda d: {"filter_order": max(8, min(64, d // 2)), "l_max": 256, "conv_kernel": 3}, _parameters)

@@ -13,6 +13,7 @@ of the edited layer itself is whatever produced the original h.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from torch import nn
 
 from capture.models.base import Extractor, LayerStack
 from capture.models.config import ModelConfig
+from capture.models.registry import Architecture, register_architecture
 
 
 def lstm_cell_states(lstm: Any, inputs: torch.Tensor) -> torch.Tensor:
@@ -75,3 +77,13 @@ class RecurrentModel(LayerStack):
     def block_sites(self) -> dict[str, tuple[str, Extractor]]:
         # The cell state: read from the layer's input by rerunning its recurrence.
         return {"cell": ("", _cell_extractor)} if self.arch == "lstm" else {}
+
+
+# The hidden width is parameter-matched to a GPT-NeoX layer (capture.models.config): an LSTM
+# layer of width H has 8 H^2 weights, a GRU layer 6 H^2, against the Transformer's 12.5 d^2.
+register_architecture(Architecture(
+    "lstm", "stacked one-layer LSTMs (the cell state is a site: cell)", RecurrentModel,
+    sizes=("hidden_size",), defaults=lambda d, given: {"hidden_size": round(1.25 * d)}))
+register_architecture(Architecture(
+    "gru", "stacked one-layer GRUs", RecurrentModel,
+    sizes=("hidden_size",), defaults=lambda d, given: {"hidden_size": round(math.sqrt(12.5 / 6) * d)}))

@@ -29,6 +29,7 @@ the same way for every architecture.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from capture.models.base import Extractor, LayerStack, output_extractor
-from capture.models.config import ModelConfig, matched_mlp_width, mixer_parameters  # noqa: F401
+from capture.models.config import ModelConfig, matched_mlp_width
+from capture.models.registry import Architecture, register_architecture
 
 INIT_STD = 0.02  # Zoology's initializer_range
 
@@ -211,3 +213,27 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 def silu_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
     """SiLU after a causal short convolution (flash-linear-attention's ``ShortConvolution``)."""
     return F.silu(causal_conv(conv, x))
+
+
+def register_zoo(name: str, what: str, mixer_cls: Any, own: Callable[[int], dict[str, int]],
+                 mixer_parameters: Callable[[int, dict[str, int]], int],
+                 check: Callable[[ModelConfig], None] | None = None) -> Architecture:
+    """Register a zoo architecture: ``mixer_cls`` inside :class:`ZooModel`'s blocks.
+
+    ``own(d_model)`` gives its mixer's default sizes (Zoology's, unless its module says they
+    are ours); sizes the caller set replace them before the MLP width (``intermediate_size``)
+    is matched to a GPT-NeoX layer of the same width from ``mixer_parameters(d, sizes)``, the
+    mixer's parameter count (:func:`capture.models.config.matched_mlp_width`).
+    """
+    own_fields = tuple(own(8))
+
+    def defaults(d_model: int, given: Any) -> dict[str, int]:
+        sizes = own(d_model)
+        sizes.update({k: v for k, v in given.items() if k in sizes and isinstance(v, int)})
+        return {"intermediate_size": matched_mlp_width(mixer_parameters(d_model, sizes), d_model), **sizes}
+
+    def build(cfg: ModelConfig, vocab_size: int, n_classes: int) -> ZooModel:
+        return ZooModel(cfg, vocab_size, n_classes, mixer_cls)
+
+    return register_architecture(Architecture(
+        name, what, build, sizes=("intermediate_size", *own_fields), defaults=defaults, conv=True, check=check))

@@ -9,7 +9,8 @@ import torch
 
 from capture.device import parse_device
 from capture.experiment import TrainConfig
-from capture.models import ARCHS, ModelConfig, build_model
+from capture.models import BUILTIN_ARCHS as ARCHS
+from capture.models import ModelConfig, build_model
 from capture.tasks import get_task
 from capture.train import Checkpointer, fit, masked_loss_and_accuracy, train_run
 from store import Store

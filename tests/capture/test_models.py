@@ -11,7 +11,7 @@ import transformers
 from packaging.version import Version
 
 from capture.models import (
-    ARCHS,
+    BUILTIN_ARCHS,
     ModelConfig,
     build_from_hf_config,
     build_model,
@@ -26,6 +26,7 @@ from capture.models.rnn import lstm_cell_states
 from capture.models.scan import _SelectiveScan, selective_scan, selective_scan_reference
 
 TRANSFORMERS = Version(transformers.__version__)
+ARCHS = BUILTIN_ARCHS
 VOCAB, CLASSES, BATCH, LENGTH = 10, 3, 4, 12
 TINY = {"d_model": 32, "n_layers": 2}
 ATOL = 1e-5

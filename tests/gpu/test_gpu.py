@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from capture.models import ARCHS
+from capture.models import BUILTIN_ARCHS as ARCHS
 from store import Store
 
 #: ``LAYERSTATE_GPU_DEVICE=cpu`` runs the module's logic on a CPU (a dry run of the tests

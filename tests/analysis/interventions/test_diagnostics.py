@@ -334,14 +334,15 @@ def test_zoo_architectures_carry_the_recurrent_state_caveat():
 
 
 def test_every_architecture_is_classed_where_it_is_defined_and_the_caveat_follows():
-    # the caveat reads the architectures' own list (capture.models.config): an architecture added
-    # there is recurrent unless it is listed as attention, with no list to update here
-    from capture.models.config import ARCHS, ATTENTION_ARCHS, RECURRENT_ARCHS
+    # the caveat reads each architecture's registration (capture.models.registry): only the
+    # Transformer reads every earlier position afresh; an unknown (imported) arch gets no caveat
+    from capture.models import registry
 
-    assert sorted(ATTENTION_ARCHS + RECURRENT_ARCHS) == sorted(ARCHS) and not set(ATTENTION_ARCHS) & set(RECURRENT_ARCHS)
-    for arch in ARCHS:
+    assert [a for a in registry.names() if not registry.keeps_state(a)] == ["transformer"]
+    for arch in registry.names():
         caveat = "recurrent state at later positions" in site_description(arch, "L1", "position 3")
-        assert caveat == (arch not in ATTENTION_ARCHS), arch
+        assert caveat == registry.keeps_state(arch), arch
+    assert "recurrent" not in site_description("gpt2", "L1", "position 3")
 
 
 
