@@ -178,6 +178,42 @@ def seed_t_interval(per_seed: xr.DataArray, ci_level: float = CI_LEVEL, seed_dim
 
 
 
+def per_run_intervals(store, ds: xr.Dataset, ci_level: float = CI_LEVEL) -> pd.DataFrame:
+    """Every per-run number of a result (each numeric variable along ``run``) as a seed-level t
+    interval per cell (task, arch, variant) and the variable's other coordinates.
+
+    What an analysis added from outside is shown as (``layerstate show``, the report) when it
+    says nothing of its own: the seeds of one cell are its runs; a cell with one finite seed has
+    an estimate and no interval.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (variable, cell, coordinates): ``variable``, ``task``, ``arch``,
+        ``variant``, the variable's other dims, ``estimate``, ``lower``, ``upper``, ``n_seeds``.
+    """
+    rows = []
+    factors = factor_table(store, [str(r) for r in ds["run"].values]) if "run" in ds.dims else None
+    for name, da in ds.data_vars.items():
+        if factors is None or "run" not in da.dims or not np.issubdtype(da.dtype, np.number):
+            continue
+        frame = da.astype(float).to_dataframe(name="value").reset_index()
+        frame = frame.merge(factors.drop(columns="seed").fillna(""), left_on="run", right_index=True)
+        keys = ["task", "arch", "variant", *(d for d in da.dims if d != "run")]
+        for key, group in frame.groupby(keys, sort=False, dropna=False):
+            values = group["value"].to_numpy()
+            values = values[np.isfinite(values)]
+            est = lo = hi = np.nan
+            if len(values) == 1:
+                est = float(values[0])
+            elif len(values) > 1:
+                e, lower, upper = t_interval_np(values, ci_level)
+                est, lo, hi = float(e), float(lower), float(upper)
+            rows.append({"variable": str(name), **dict(zip(keys, key, strict=True)), "estimate": est,
+                         "lower": lo, "upper": hi, "n_seeds": len(values)})
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------------- storing and reading
 def frame_cells(frames: Iterable[pd.DataFrame]) -> set[tuple[str, str, str]]:
     """The (task, arch, variant) cells of :func:`group_intervals`-like frames."""

@@ -12,7 +12,7 @@ its per-seed values like any metric's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,8 @@ TARGET_SEP = "."
 #: ``(store, task, runs, params) -> Dataset``: an added analysis of one task's runs, with its
 #: parameters (a dict of its ``params`` model's fields); stored by the caller.
 Compute = Callable[[Any, str, Sequence[str], Mapping[str, Any]], Any]
+#: ``result -> lines``: what ``layerstate show`` prints of one stored result.
+Summary = Callable[[Any], Iterable[str]]
 #: ``(result, claim)`` -> per-run values of a metric: an added analysis's stored result (a
 #: Dataset holding some of the claim's runs) read into a DataArray along ``run`` (and ``layer``
 #: for a layered metric; ``length``, where it has one, is selected at the claim's length).
@@ -68,6 +70,11 @@ class Analysis:
     compute: Compute | None = None
     params: Any = None
     metrics: tuple[Metric, ...] = field(default=())
+    #: For an added analysis: its own summary of a stored result; without one, ``layerstate
+    #: show`` and the report give every per-run number as a seed-level interval per cell
+    #: (:func:`analysis.intervals.per_run_intervals`). The built-ins' are in
+    #: :mod:`layerstate.present.analyses`.
+    summary: Summary | None = None
 
 
 _ANALYSES: dict[str, Analysis] = {}

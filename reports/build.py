@@ -20,6 +20,8 @@ The page opens with the findings and ends with what was run::
     3. Behaviour            accuracy against length
     4. Probe profiles       per-layer tables, selectivity, where the state becomes readable
     5. Interventions        ablation, patching, interchange; which site each architecture edits
+    6. Other analyses       the analyses added from outside (only when the store holds a result
+                            of one): every per-run number with its seed interval
     A. Appendix             experiment configuration, provenance, runs, store check
 """
 
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import behaviour, claims, interventions, provenance, readout, seeds
+from reports import added, behaviour, claims, interventions, provenance, readout, seeds
 from reports import summary as summary_section
 from reports.figures import save
 from reports.model import Section
@@ -128,7 +130,7 @@ def _check_target(out_dir: Path, force: bool) -> None:
 
 
 #: Order of the page: findings first, provenance last (the appendix).
-ORDER = ["summary", "claims", "behaviour", "probes", "interventions", "provenance"]
+ORDER = ["summary", "claims", "behaviour", "probes", "interventions", "added", "provenance"]
 
 
 def _umask() -> int:
@@ -150,12 +152,15 @@ def collect_sections(snap: Snapshot, experiment: dict | None = None, *, check_ch
          lambda: provenance.provenance(snap, experiment, check_chunks=check_chunks)),
     ]
     built = {key: _guarded(key, title, build) for key, title, build in builders}
+    # the analyses added from outside: a section only when one has a stored result
+    if added.added_results(snap):
+        built["added"] = _guarded("added", added.TITLE, lambda: added.added(snap) or Section("added", added.TITLE))
     # the sequential design and the seed plan, when there are any: parts of the claims section
     built["claims"].parts.extend(_guarded_parts(lambda: seeds.parts(snap, experiment)))
     built["provenance"].appendix = True
     built["summary"] = _guarded("summary", summary_section.TITLE,
                                 lambda: summary_section.summary(snap, built, experiment))
-    return [built[key] for key in ORDER]
+    return [built[key] for key in ORDER if key in built]
 
 
 def _guarded_parts(build: Callable[[], list[Section]]) -> list[Section]:

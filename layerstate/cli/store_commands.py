@@ -1,4 +1,4 @@
-"""The store commands of ``layerstate``: inspect, validate, repair, forget, pack, unpack. Each is registered on
+"""The store commands of ``layerstate``: inspect, show, validate, repair, forget, pack, unpack. Each is registered on
 :data:`layerstate.cli.base.main` when this module is imported (:mod:`layerstate.cli`)."""
 
 from __future__ import annotations
@@ -47,6 +47,20 @@ def inspect(store_path: str, as_json: bool, detail: bool, results: str | None, s
         return
     # one write: `layerstate inspect | head` must not fail on a closed pipe after the summary
     click.echo("\n".join([format_summary(info, detail=detail), *(f"failed   {line}" for line in failed)]))
+
+
+@main.command()
+@store_argument
+@click.argument("result", metavar="RESULT")
+@results_option
+@storage_option
+def show(store_path: str, result: str, results: str | None, storage_options: dict) -> None:
+    """What the stored RESULT says (``probes/parity``, ``ablation/s3``, or an added analysis's
+    result), as its analysis summarises it; `layerstate inspect` lists the stored results and
+    `layerstate analyses` what each analysis computes."""
+    st = open_analysis(store_path, results=results, write=False, storage_options=storage_options,
+                       results_options=storage_options)
+    click.echo("\n".join(present.result_lines(st, result.removeprefix("results/"))))
 
 
 @main.command()

@@ -11,14 +11,19 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
+from click.testing import CliRunner
 from pydantic import BaseModel
+from scipy import stats
 
 import analysis.registry as registry
 from analysis.claims import evaluate_claims, parse_claims
 from analysis.registry import Analysis, Metric, register_analysis
+from layerstate.cli import main
 from layerstate.experiment import parse_experiment
 from layerstate.stages import analysis_of
 from layerstate.work import work_list
+from reports.added import added
+from reports.snapshot import take_snapshot
 
 
 class NormParams(BaseModel):
@@ -107,13 +112,25 @@ def test_its_stage_stores_it_and_a_claim_reads_it(norms, make_store):
     assert str(row.verdict.values) == "supported", str(row.reason.values)
     assert float(row.estimate) == pytest.approx(float(stored.norm.sel(layer="L0").mean()))
     assert str(row.result.values) == "act_norm/parity"
+    # shown like a built-in's result: `layerstate show` and the report's part, every number with
+    # its interval over the seeds (the cell's five runs)
+    shown = CliRunner().invoke(main, ["show", str(st.location), "act_norm/parity"])
+    assert shown.exit_code == 0, shown.output
+    line = next(x for x in shown.output.splitlines() if x.startswith("norm  parity/lstm/default  layer L0: "))
+    t = stats.t.ppf(0.975, 4) * stored.norm.sel(layer="L0").std(ddof=1) / np.sqrt(5)
+    mean = float(stored.norm.sel(layer="L0").mean())
+    assert line.endswith(f"{mean:.4g} [{mean - t:.4g}, {mean + t:.4g}] (5 seeds)"), line
+    assert shown.output.startswith("results/act_norm/parity: mean activation norm per layer")
+    assert "no result 'act_norm/dyck'" in CliRunner().invoke(main, ["show", str(st.location), "act_norm/dyck"]).output
+    section = added(take_snapshot(st))
+    assert section is not None and [p.title for p in section.parts] == ["act_norm/parity: mean activation norm per layer"]
+    table = section.parts[0].tables[0]
+    assert table.data.set_index(["variable", "layer"]).loc[("norm", "L0"), "estimate"] == pytest.approx(mean)
+    assert list(table.shown()["layer"]) == ["embed", "L0", "L1"]
+    assert table.shown()["mean [95% CI]"].iloc[1] == f"{mean:.3f} [{mean - t:.3f}, {mean + t:.3f}]"
 
 
 def test_the_command_line_lists_it_with_the_built_ins(norms):
-    from click.testing import CliRunner
-
-    from layerstate.cli import main
-
     res = CliRunner().invoke(main, ["analyses"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()

@@ -49,5 +49,11 @@ def test_probe_cli_stores_results_and_prints_profiles(captured, tmp_path):
     assert res.exit_code == 0, res.output
     assert f"{rid} len12: embed=" in res.output and "  best " in res.output
     assert "probes/cli" in Store.open(str(tmp_path / "s.zarr")).results()
+    # `layerstate show` prints a stored built-in result as its command did
+    shown = CliRunner().invoke(main, ["show", str(tmp_path / "s.zarr"), "results/probes/cli"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith("results/probes/cli: linear probes per layer")
+    assert [x for x in res.output.splitlines() if x.startswith(f"{rid} len12")] == \
+        [x for x in shown.output.splitlines() if x.startswith(f"{rid} len12")]
     res = CliRunner().invoke(main, ["probe", str(tmp_path / "s.zarr"), "--target", "nope"])
     assert res.exit_code == 2 and "nope" in res.output

@@ -1,4 +1,4 @@
-"""Result text: every line the command line and ``layerstate run`` print about a result.
+"""What the command line and ``layerstate run`` print about an analysis and its results.
 
 Lengths are written ``len40`` and layers ``L4`` (``embed``, ``L0``, ``L1``, ...), so the two
 never read alike.
@@ -6,53 +6,21 @@ never read alike.
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import shlex
 from collections.abc import Iterator, Sequence
-from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.behaviour import failed_runs, stored_failed_runs
-from analysis.claims.kinds import trait
-from analysis.claims.planner import plan_note
-from analysis.claims.sequential import decided_by, one_sided, signed
-from analysis.claims.verdicts import fmt_p, power_words, seeds_note, share_words
+from analysis import registry
+from analysis.behaviour import failed_runs
+from analysis.intervals import per_run_intervals
 from analysis.interventions import matched_comparison
 from analysis.probes.chance import above_chance
-from analysis.stats.decision import Verdict
-from reports.claims import claims_display, claims_frame
 from store.contents.results import describe_settings
-from store.integrity.assess import damage_lines, fix
 
 if TYPE_CHECKING:
     import xarray as xr
 
-    from analysis.claims.planner import Plan
-    from analysis.claims.sequential import SequentialRun
-
-
-def training_line(res: Any, i: int, n: int) -> str:
-    """``[i/n] run: 120 steps, 31s; accuracy len40=0.998 len80=0.951`` for a
-    :class:`capture.train.TrainResult`."""
-    accs = " ".join(f"len{k}={v:.3f}" for k, v in sorted(res.accuracy.items()))
-    state = "already trained" if res.skipped else f"{res.steps} steps, {res.seconds:.0f}s"
-    if getattr(res, "resumed_at", ()):
-        state += f" (resumed from step {', '.join(map(str, res.resumed_at))})"
-    return f"[{i}/{n}] {res.run_id}: {state}; accuracy {accs}"
-
-
-def capture_line(results: Sequence[Any], into: str | None = None) -> str:
-    """One line for a list of :class:`capture.record.CaptureResult`; with ``into`` (a store
-    path) it also says how many blocks were already there."""
-    written = sum(r.blocks_written for r in results)
-    if into is None:
-        return f"captured {len(results)} groups ({written} blocks written)"
-    already = sum(r.blocks_total for r in results) - written
-    return f"captured {len(results)} groups into {into} ({written} blocks written, {already} already there)"
 
 
 def stored(name: str) -> str:
@@ -187,12 +155,6 @@ def behaviour_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
                    f"seed{'s' if int(one.n_seeds) != 1 else ''}, {one.method.item()})")
 
     yield from failed_runs(ds, store)
-
-
-def failed_run_lines(store: Any) -> list[str]:
-    """The runs the store's behaviour results say did not learn (:func:`analysis.behaviour.failed_runs`),
-    one line each: what `inspect` shows."""
-    return stored_failed_runs(store)
 
 
 def _above_chance(ds: xr.Dataset) -> xr.DataArray | None:
@@ -339,337 +301,6 @@ def interchange_lines(ds: xr.Dataset) -> Iterator[str]:
         yield f"{r}: mechanism {ds.mechanism.sel(run=r).item()}"
 
 
-def _get(r: xr.Dataset, name: str, default: Any = "") -> Any:
-    """A claim row's field, or ``default`` for results stored before the field existed."""
-    return r[name].values.item() if name in r else default
-
-
-def claim_summaries(res: xr.Dataset) -> Iterator[str]:
-    """One short line per evaluated claim: the verdict and why (its outcome against the margin,
-    interval and corrected p), and a flag when the cross-check model reaches another verdict."""
-    for r, cid, verdict, why_not in _claim_rows(res, "claim "):
-        if why_not is not None:
-            yield why_not
-            continue
-        flag = (f"; cross-check {_get(r, 'crosscheck_model')} says {_get(r, 'crosscheck_verdict')}"
-                if _get(r, "disagreement", False) else "")
-        reason = _get(r, "reason")
-        if reason:  # the outcome and why: its interval and corrected p are in it
-            yield f"claim {cid}: {verdict} — {reason}{flag}"
-            continue
-        yield f"claim {cid}: {verdict} (estimate {_interval(r)}, corrected p={fmt_p(float(r.p_adjusted))}{flag})"
-
-
-def _claim_rows(res: xr.Dataset, prefix: str = "") -> Iterator[tuple[xr.Dataset, str, str, str | None]]:
-    """Each claim row: (row, id, verdict, None), or for a claim not evaluable the line saying why
-    in place of None."""
-    for i in range(res.sizes["claim"]):
-        r = res.isel(claim=i)
-        cid, verdict = str(r.claim.values), str(r.verdict.values)
-        yield r, cid, verdict, (f"{prefix}{cid}: {r.test.values}" if verdict == Verdict.NOT_EVALUABLE else None)
-
-
-def _interval(r: xr.Dataset) -> str:
-    """A claim's estimate and the interval its test used, as the report prints it."""
-    est, lo, hi = float(r.estimate), float(r.lower), float(r.upper)
-    fmt = "+.3f" if trait(str(r.kind.values), "compares") else ".3f"  # as the report signs them
-    if not np.isfinite(est):
-        return "not computable"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        why = "permutation test: no interval" if trait(str(r.kind.values), "per_arch") else "no interval"
-        return _with_share(r, f"{est:{fmt}} [{why}]")
-    note = ("" if str(_get(r, "model")) == "sign_test" or trait(str(r.kind.values), "per_arch")
-            else seeds_note(float(_get(r, "n_seeds", np.nan))))
-    clipped = str(_get(r, "interval_note", "") or "")
-    text = f"{est:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{f' ({clipped})' if clipped else ''}{note}"
-    return _with_share(r, text)
-
-
-def _with_share(r: xr.Dataset, text: str) -> str:
-    """A share claim's estimate led by its counts: ``4 of 5 seeds beyond 0.9; median seed 0.962 [...]``."""
-    if str(_get(r, "model")) != "sign_test":
-        return text
-    head = share_words(float(_get(r, "beyond", np.nan)), float(_get(r, "n_seeds", np.nan)),
-                       float(_get(r, "reference_mean", np.nan)), str(_get(r, "test", "")))
-    return f"{head} {text}" if head else text
-
-
-def claim_lines(res: xr.Dataset) -> Iterator[str]:
-    """One full line per evaluated claim: verdict and why (the outcome against its margin),
-    estimate, interval, p and Holm-corrected p, power, the model, the cross-check model's
-    estimate, interval, p and verdict (flagged when it differs), and what was dropped."""
-    for r, cid, verdict, why_not in _claim_rows(res):
-        if why_not is not None:
-            yield why_not
-            continue
-        reason = _get(r, "reason")
-        line = f"{cid}: {verdict}" + (f" — {reason}" if reason else "")
-        power = power_words(str(r.kind.values), float(r.power), float(_get(r, "power_at", np.nan)),
-                            float(_get(r, "margin", np.nan)), sequential=float(_get(r, "sequential_stage", 0) or 0) > 0,
-                            share=str(_get(r, "model")) == "sign_test")
-        line += (f" | estimate {_interval(r)}  p={fmt_p(float(r.p))} (Holm {fmt_p(float(r.p_adjusted))})  "
-                 f"{power}  — {r.test.values}")
-        cross = _get(r, "crosscheck_model")
-        if cross:
-            x_lo, x_hi = float(_get(r, "crosscheck_lower", np.nan)), float(_get(r, "crosscheck_upper", np.nan))
-            iv = f" [{x_lo:+.3f}, {x_hi:+.3f}]" if np.isfinite(x_lo) else ""
-            x_p = float(_get(r, "crosscheck_p", np.nan))
-            line += f" | cross-check {cross}: {float(_get(r, 'crosscheck_estimate', np.nan)):+.3f}{iv}"
-            line += f" p={x_p:.3g}" if np.isfinite(x_p) else ""
-            x_v = _get(r, "crosscheck_verdict")
-            if x_v:
-                line += " → " + (f"{x_v} (DISAGREES)" if _get(r, "disagreement", False) else f"{x_v} (agrees)")
-        sds = [float(_get(r, k, np.nan)) for k in ("sd_seed", "sd_model", "sd_sequence")]
-        if np.isfinite(sds).all():
-            line += f" | SD seed {sds[0]:.3f}, model {sds[1]:.3f}, sequence {sds[2]:.3f}"
-        for extra in ("variance", "dropped"):
-            if _get(r, extra):
-                line += f" | {_get(r, extra)}"
-        yield line
-
-
-def write_claims_table(res: xr.Dataset, out: str, source: str) -> list[str]:
-    """Write a combined claims table (:func:`analysis.claims.combine.combine_parts`) into the
-    folder ``out``: ``claims.csv`` (every column, full precision, interval rules applied as in
-    a report) and ``claims.md`` (claim, statement, estimate and interval, verdict, Holm p, why,
-    part). Returns the two paths."""
-
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    frame = claims_frame(res)
-    csv = folder / "claims.csv"
-    frame.to_csv(csv, index=False)
-    shown = claims_display(frame)
-    cols = ["claim", "statement", "estimate [95% CI]", "verdict", "p (Holm)", "reason"]
-
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = [f"# Claims of {source}, combined over {len(res.attrs.get('parts', []))} parts", "",
-             f"alpha = {res.attrs.get('alpha', 0.05)}; correction: {res.attrs.get('correction', 'holm')}.", "",
-             "| " + " | ".join([*cols, "part"]) + " |", "|" + "---|" * (len(cols) + 1)]
-    parts = [str(p) or "–" for p in res["part"].values] if "part" in res else ["–"] * len(shown)
-    for (_, r), part in zip(shown.iterrows(), parts, strict=True):
-        lines.append("| " + " | ".join(cell(r[c]) for c in cols) + f" | {cell(part)} |")
-    lines += undecided_cost_lines(res)
-    md = folder / "claims.md"
-    md.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return [str(csv), str(md)]
-
-
-#: The verdicts a combined table's seed-plan section lists.
-UNDECIDED = ("inconclusive", "not evaluable")
-
-
-def undecided_cost_lines(res: xr.Dataset) -> list[str]:
-    """The section of a combined claims table (:func:`write_claims_table`) that says, for each
-    claim still undecided, what its part's seed planner said deciding it would cost (columns
-    ``plan_*`` of :func:`analysis.claims.combine.combine_parts`); no line when no part kept a
-    plan."""
-    if "plan_note" not in res:
-        return []
-    undecided = [i for i, v in enumerate(res["verdict"].values) if str(v) in UNDECIDED]
-    if not undecided:
-        return []
-
-    def count(v: float) -> str:
-        return f"{int(v)}" if np.isfinite(v) else "–"
-
-    out = ["", "## What deciding the undecided claims would cost", "",
-           "From the seed planner of the part that evaluated each claim (its `tables/seed_plan.csv`): "
-           "the seeds at which the claim's test reaches power 0.8, how many more each cell it reads "
-           "needs, and their CPU seconds at the cells' measured training time. A claim whose estimate "
-           "lies on the wrong side of its threshold is planned towards its contradiction (the test of "
-           "the other side, at the two-sided level), at the observed distance or share taken at face "
-           "value. Each part planned at the Holm level it tested the claim at, with the other parts' "
-           "tests at p = 1; the combined family's level is as high or higher, so these are at most the "
-           "seeds it needs. Seeds past a design's declared maximum are a new design, declared before "
-           "they are trained.", "",
-           "| claim | verdict | seeds now | seeds needed | more per cell | CPU s | planned at | part |",
-           "|---|---|---|---|---|---|---|---|"]
-    for i in undecided:
-        r = res.isel(claim=i)
-        note = str(r["plan_note"].values) or "no plan kept by its part"
-        cpu = float(r["plan_cpu_s"])
-        out.append(f"| {r.claim.values} | {r.verdict.values} | {count(float(r['plan_seeds']))} | "
-                   f"{count(float(r['plan_needed']))} | {count(float(r['plan_more']))} | "
-                   f"{f'{cpu:,.0f}' if np.isfinite(cpu) else '–'} | {note.replace('|', '/')} | "
-                   f"{str(r['part'].values) or '–'} |")
-    cells = json.loads(res.attrs.get("plan_cells", "[]"))
-    if cells:
-        out += ["", "Per cell, trained once to the most any undecided claim reading it needs:", "",
-                "| cell | seeds now | seeds needed | more | CPU s |", "|---|---|---|---|---|"]
-        for c in cells:
-            cost = "–" if c["cpu_s"] is None else f"{c['cpu_s']:,.0f}"
-            out.append(f"| {c['cell']} | {c['seeds']} | {c['needed']} | {c['more']} | {cost} |")
-        known = [c["cpu_s"] for c in cells if c["cpu_s"] is not None]
-        out += ["", f"In all: {sum(known):,.0f} CPU s ({sum(known) / 3600:.1f} CPU hours) of training"
-                + (f", and {len(cells) - len(known)} cells with no measured time" if len(known) < len(cells) else "")
-                + " to give every undecided claim the seeds its plan names."]
-    return out
-
-
-def validation_notes(rep: Any) -> Iterator[str]:
-    """Warnings and problems of a :class:`store.Report` (for stderr), then, where chunks are
-    damaged, what is lost and what can still be analysed (:func:`store.integrity.assess.damage_lines`)."""
-    for w in rep.warnings:
-        yield f"warning: {w}"
-    if not rep.ok:
-        for p in rep.problems:
-            yield f"problem: {p}"
-        yield from damage_lines(rep, rep.location)
-
-
-def validation_verdict(rep: Any, where: str) -> str:
-    """``ok: ...`` or the one-line failure with its fix (the command exits 2 on that)."""
-    if rep.ok:
-        return f"ok: {where} ({rep.n_arrays} arrays, {rep.n_chunks} chunks verified)"
-    step = fix(rep, where)
-    return (f"{where} failed validation ({len(rep.problems)} problem(s), first: {rep.problems[0]})"
-            + (f"; {step}" if step else ""))
-
-
-def graded_verdict(rep: Any, where: str) -> str:
-    """``ok: ...`` with the number of warnings listed above it (a SHOULD not met), or the
-    one-line failure as :func:`validation_verdict` words it."""
-    if not rep.ok:
-        return validation_verdict(rep, where)
-    n = len(rep.warnings)
-    graded = f"; {n} warning(s)" if n else ""
-    return f"ok: {where} ({rep.n_arrays} arrays, {rep.n_chunks} chunks verified{graded})"
-
-
-def packed(where: str, path: Any) -> str:
-    return f"packed {where} -> {path} ({path.stat().st_size / 2**20:.1f} MB)"
-
-
-def unpacked(archive: str, path: Any) -> str:
-    return f"unpacked {archive} -> {path}"
-
-
-def report_line(path: Any) -> str:
-    return f"report: {path}"
-
-
-def design_command(experiment: str, store: str, design: str | None, tasks: Sequence[str] = ()) -> str:
-    """The one command that trains a design's next stage into ``store`` and decides it (it
-    trains exactly the cells the design names, then analyses and decides them): a store at
-    ``DIR/store.zarr`` is the run folder ``DIR``, any other keeps its path with ``--store``."""
-    parts = ["layerstate", "run", experiment]
-    where = PurePath(store.rstrip("/"))
-    if "://" not in store and where.name == "store.zarr":
-        parts += ["--out", str(where.parent)]
-    else:
-        parts += ["--store", store, "--out", str(where.with_name(where.name.removesuffix(".zarr") + "-run"))
-                  if "://" not in store else "run-out"]
-    if design is not None:
-        parts += ["--design", design]
-    for t in tasks:
-        parts += ["--task", t]
-    return "run `" + " ".join(shlex.quote(p) for p in parts) + "`: it trains them, analyses them and decides the stage"
-
-
-# ---------------------------------------------------------------------- the seed plan, the design
-def _num(x: float | int | None, fmt: str = "d") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    return format(x, fmt)
-
-
-def writable_store(store: str) -> tuple[str, str]:
-    """A store seeds can be trained into, and the command that makes it from ``store`` when
-    ``store`` cannot take them ('' when it can): a zip is write-once (unpacked to a directory
-    beside it), a store served over HTTP is read-only (pulled to a local directory), a local
-    directory without write permission is copied."""
-    if store.startswith(("http://", "https://")):
-        local = PurePath(store.rstrip("/")).name.removesuffix(".zip").removesuffix(".zarr") + ".zarr"
-        return local, f"pull the store into a local one (`layerstate pull {shlex.quote(store)} {local}`)"
-    if "://" in store:
-        return store, ""
-    if store.endswith(".zip"):
-        local = str(PurePath(store).with_suffix(".zarr"))
-        return local, (f"a zip is write-once: unpack it into a directory "
-                       f"(`layerstate unpack {shlex.quote(store)} {shlex.quote(local)}`)")
-    if os.path.isdir(store) and not os.access(store, os.W_OK):
-        local = str(PurePath(store.rstrip("/")).name.removesuffix(".zarr") + "-copy.zarr")
-        return local, f"{store} is read-only here: copy it (`cp -r {shlex.quote(store)} {local}`)"
-    return store, ""
-
-
-def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE") -> Iterator[str]:
-    """The plan as the command prints it: one line per claim, then the cells that need more seeds,
-    the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
-    paths the commands name)."""
-    yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
-    for c, r in zip(p.claims, p.rows, strict=True):
-        note = plan_note(p, c, r)
-        yield (f"{r.id} | {r.seeds} | {_num(r.power_now, '.2f')} | {_num(r.needed)} | {_num(r.more)} | "
-               f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
-    for cid, why in p.skipped.items():
-        yield f"{cid} | – | – | – | – | – | not planned: {why}"
-    cells = {c: (have, reach) for c, (have, reach) in p.total.get("cells", {}).items() if reach > have}
-    for cell, (have, reach) in sorted(cells.items()):
-        cost = p.costs.get(cell)
-        yield (f"cell {'/'.join(cell)}: {have} -> {reach} seeds"
-               + (f", {cost:.0f} s per seed" if cost is not None else ", no measured time"))
-    total = p.total.get("cpu_s", math.nan)
-    yield f"total: {_num(total, '.0f')} CPU s for every planned claim to reach power 0.8"
-    if not cells:
-        yield "next: nothing to train; every planned claim has the seeds it needs (or cannot reach its power)"
-        return
-    most = max(reach for _, reach in cells.values())
-    writable, first = writable_store(store)
-    if first:
-        yield f"next: {first}; then list seeds = {list(range(most))} in {experiment}'s [grid], and train only the " \
-              "seeds above, cell by cell:"
-    else:
-        yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
-               "cell by cell:")
-    store = writable
-    for (task, arch, _), (have, reach) in sorted(cells.items()):
-        seeds = f"{have}-{reach - 1}" if reach - have > 1 else str(have)
-        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} --seed {seeds}"
-    yield (f"  then `layerstate run {experiment} --store {store} --out DIR` captures, analyses and decides them "
-           "(what is stored is reused); or declare a [design] and let `layerstate run --design` add seeds stage "
-           "by stage")
-
-
-def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:
-    """Per stage and claim: seeds, estimate, repeated interval, boundary and decision; then what
-    the next stage trains and ``next_step``: how (a command that trains exactly those cells)."""
-    d = run.design
-    yield (f"design: {d.first_seeds} seeds, then +{d.stage_seeds} a stage up to {d.max_seeds} "
-           f"({d.spending} spending, futility {d.futility}); stages at {', '.join(map(str, d.seeds()))} seeds")
-    if not run.stages and not run.incomplete:
-        low = min(run.held.values()) if run.held else 0
-        yield (f"no stage yet: the first stage needs {d.first_seeds} seeds in every cell the claims read "
-               f"(the store holds {low} in its thinnest cell); to train them: {next_step}")
-    for st in run.stages:
-        for cid, c in st.claims.items():
-            bounds = run.boundary_text(c)
-            _, level, by_margin = decided_by(c)
-            yield (f"stage {st.stage + 1} ({st.seeds} seeds) {cid}: {c.decision}"
-                   + (f" ({'decided' if c.decision in ('supported', 'contradicted') else 'stopped'} at stage "
-                      f"{c.decided_at + 1})" if c.decided_at is not None
-                      and c.decided_at != st.stage else "")
-                   + (f" ({c.outcome})" if c.outcome and c.outcome != c.decision else "")
-                   + f" | estimate {signed(c.estimate)}"
-                   + (f", {one_sided(c)} at level {c.level:.2g}" if one_sided(c) else "")
-                   + f", repeated 95% interval [{signed(run.interval(c)[0])}, {signed(run.interval(c)[1])}]"
-                   + (f", boundary of its margin's test ({run.margin_tests.get(cid, 'within the margin')}) "
-                      if by_margin else ", boundary ")
-                   + f"{bounds} at level {level:.2g}" + (f" ({c.note})" if c.note else ""))
-    if run.incomplete:  # its seeds are trained, its results do not hold them yet: no verdict of it
-        yield f"{run.incomplete}; no verdict of it until they are; to finish it: {next_step}"
-    elif run.stages:
-        last = run.stages[-1]
-        if last.cells_next and last.seeds_next is not None:
-            cells = ", ".join("/".join(c) for c in sorted(last.cells_next))
-            yield f"next stage: seeds up to {last.seeds_next} for {cells} (only these cells); {next_step}"
-        else:
-            yield "the design is complete: every claim is decided or the maximum seeds were reached"
-
-
 def mdl_work_line(plan: Any, task: str = "") -> str:
     """What an MDL sweep (an :class:`analysis.probes.mdl_sweep.MDLPlan`) is about to do:
     ``mdl parity: 3 runs × 1 length (40) × up to 5 layers × each sequence's last position = 15
@@ -767,3 +398,52 @@ def analysis_lines(entries: Sequence[Any]) -> list[str]:
             layer = ", at a layer (layer = ...)" if m.layered else ""
             lines.append(f"  metric = \"{m.name}\"{layer}{span}")
     return lines
+
+
+def _interval_lines(frame: Any) -> Iterator[str]:
+    """``norm  parity/lstm/default  layer L0: 3.215 [2.981, 3.449] (5 seeds)`` per row of
+    :func:`analysis.intervals.per_run_intervals`."""
+    fixed = {"variable", "task", "arch", "variant", "estimate", "lower", "upper", "n_seeds"}
+    for r in frame.itertuples(index=False):
+        row = r._asdict()
+        where = " ".join(f"{k} {row[k]}" for k in row if k not in fixed)
+        value = f"{row['estimate']:.4g}"
+        if np.isfinite(row["lower"]):
+            value += f" [{row['lower']:.4g}, {row['upper']:.4g}]"
+        seeds = f"{row['n_seeds']} seed{'s' if row['n_seeds'] != 1 else ''}"
+        cell = "/".join(str(row[k]) for k in ("task", "arch", "variant") if row[k])
+        yield f"{row['variable']}  {cell}{'  ' + where if where else ''}: {value} ({seeds})"
+
+
+#: What each built-in analysis prints of one of its stored results: ``(result, store) -> lines``.
+BUILT_IN_LINES: dict[str, Any] = {
+    registry.PROBES: lambda ds, store: probe_lines(ds),
+    registry.BEHAVIOUR: behaviour_lines,
+    registry.MDL: lambda ds, store: mdl_lines(ds),
+    registry.STABILITY: stability_lines,
+    registry.ABLATION: lambda ds, store: ablation_lines(ds),
+    registry.PATCHING: lambda ds, store: patching_lines(ds),
+    registry.INTERCHANGE: lambda ds, store: interchange_lines(ds),
+}
+
+
+def result_lines(store: Any, name: str) -> list[str]:
+    """What ``layerstate show`` prints of the stored result ``name``: its analysis's summary (a
+    built-in's lines, or an added analysis's ``summary``), else every per-run number as a
+    seed-level interval per cell, 95% (:func:`analysis.intervals.per_run_intervals`)."""
+    ds = store.read_result(name)
+    kind = name.partition("/")[0]
+    entry = registry.analysis(kind)
+    if kind in BUILT_IN_LINES:
+        lines = list(BUILT_IN_LINES[kind](ds, store))
+    elif entry is not None and entry.summary is not None:
+        lines = list(entry.summary(ds))
+    else:
+        frame = per_run_intervals(store, ds)
+        lines = list(_interval_lines(frame)) if len(frame) else [
+            f"{name} holds no per-run numbers (no variable along run); its variables: "
+            f"{', '.join(map(str, ds.data_vars)) or '(none)'}"]
+        if len(frame):
+            lines.insert(0, "per cell: mean over seeds [95% seed-level t interval] (seeds)")
+    what = entry.what if entry is not None else "an analysis this installation does not know"
+    return [f"results/{name}: {what}", *lines]
