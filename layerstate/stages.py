@@ -207,8 +207,12 @@ def _mdl(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device
 def _stability(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
     result = schema.result_name(registry.PROBES, str(item.task))
     # the probe result it reads, by its data: probes computed again make it stale
+    behaviour = registry.behaviour_name(str(item.task))
+    # ... and the behaviour result that says which seeds learned (those that did not are left out)
     params: dict[str, Any] = dict(result=result, shuffles=exp.analysis.stability_shuffles,
-                                  probes=store.result_attrs(result).get(DIGEST_ATTR))
+                                  probes=store.result_attrs(result).get(DIGEST_ATTR),
+                                  behaviour=store.result_attrs(behaviour).get(DIGEST_ATTR)
+                                  if behaviour in store.results() else None)
 
     def compute(p: dict[str, Any], a: dict[str, Any]) -> Any:
         plan = plan_stability(store, p["result"], runs=list(item.runs), shuffles=p["shuffles"])

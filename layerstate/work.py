@@ -9,7 +9,7 @@ in which each unit comes after everything it waits for::
     behaviour/<task>                  the readout's accuracy, after the captures of the task's runs
     probes/<task>                     after the captures of the task's runs
     mdl/<task>                        MDL probes ([analysis] mdl, or a claim reads them)
-    stability/<task>                  after probes/<task> ([analysis] stability, or a claim)
+    stability/<task>                  after probes/<task> and behaviour/<task> ([analysis] stability, or a claim)
     pairs/<task>                      are the counterfactual twins there to patch?
     ablation/<task>, patching/<task>, interchange/<task>
     claims                            after every analysis
@@ -137,7 +137,8 @@ def _analyses(exp, specs: list[RunSpec], captured: dict[str, list[str]]) -> list
     out = [unit("behaviour", t) for t in by_task]
     out += [unit("probes", t) for t in by_task if cfg.probe or "probes" in read or stability]
     out += [unit("mdl", t) for t in by_task if cfg.mdl or "mdl" in read]
-    out += [unit("stability", t, then=(f"probes/{t}",)) for t in by_task if stability]
+    # after behaviour too: the seeds that did not learn are left out of its intervals
+    out += [unit("stability", t, then=(f"probes/{t}", f"behaviour/{t}")) for t in by_task if stability]
     for task in by_task:
         if cfg.patch or cfg.interchange:
             out.append(unit("pairs", task, cfg.patch_length))

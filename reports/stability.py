@@ -83,6 +83,10 @@ def stability_parts(snap: Snapshot, length: int | None = None) -> tuple[list[Fig
     for name in stability_results(snap.store):
         ds = read_result(snap.store, name)
         read_from[name] = str(ds.attrs.get("probe_result") or "")
+        left_out = [str(r) for r in ds.attrs.get("left_out") or []]
+        if left_out:
+            notes.append(f"results/{name}: the seeds that did not learn ({ds.attrs.get('learned_from')}) are left "
+                         f"out of its numbers: {', '.join(left_out)}")
         frame = agreement_frame(ds)
         if frame is None:
             notes.append(f"results/{name} holds no stored intervals; `layerstate stability STORE` stores them")

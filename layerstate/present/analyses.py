@@ -359,6 +359,12 @@ def stability_lines(ds: xr.Dataset, store: Any = None) -> Iterator[str]:
         settings = (describe_settings(store.result_attrs(read)) if store is not None and read in store.results()
                     else "")
         yield f"read the probes of {read}" + (f" ({settings})" if settings else "")
+    left, checked = [str(r) for r in ds.attrs.get("left_out") or []], str(ds.attrs.get("learned_from") or "")
+    if left:
+        yield (f"left out {len(left)} seed{'s' if len(left) > 1 else ''} that did not learn ({checked}): "
+               f"{', '.join(left)}; the numbers are over the seeds that learned")
+    elif checked.startswith("no behaviour") or "not covering" in checked:
+        yield checked
     yield (f"seed agreement on where {ds.attrs.get('target')} lives: mean squared cosine of the principal angles "
            "between seed pairs' probe subspaces after aligning their states (1: the same subspace); interval over "
            "seeds; nulls: random subspaces (k/d) and probes of the label shuffled across sequences (upper end of "

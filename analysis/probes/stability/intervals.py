@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -10,53 +10,73 @@ import pandas as pd
 import xarray as xr
 
 from analysis import registry
+from analysis.behaviour import did_not_learn, stored_behaviour
 from analysis.intervals import CI_LEVEL, frame_variables, stored_intervals, with_cells
 from store import schema
 
 from .maths import complete_seeds, seed_interval
 
 
-def interval_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]]) -> pd.DataFrame:
+def interval_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]],
+                   failed: Collection[str] = ()) -> pd.DataFrame:
     """Per (task, arch, variant), length and layer: :func:`seed_interval` of the overlap
-    profile (``metric`` stability) and the mean null level."""
+    profile (``metric`` stability) and the mean null level, over the cell's seeds that learned.
+
+    A seed that did not learn (``failed``: its behaviour at chance) is left out, and the method
+    says so: how alike the seeds' subspaces are is a statement about the seeds that hold the
+    state. Counted in, one failed seed in six drags the mean overlap of every pair it is in to
+    the null's level, and the interval over 4-8 seeds then covers the mean over all seeds
+    about half the time (its value depends on whether the few seeds drawn include a failure);
+    over the seeds that learned it keeps its level (tests/analysis/probes/test_stability.py)."""
     rows = []
-    pair_a, pair_b = [str(v) for v in ds.pair_a.values], [str(v) for v in ds.pair_b.values]
-    for (task, arch, variant), members in cells.items():
-        for L in ds.length.values:
-            for layer in ds.layer.values:
-                vals = ds["overlap_profile"].sel(length=L, layer=layer).values
-                nulls = ds["null_profile"].sel(length=L, layer=layer).values
-                n = len(members)
+    overlaps = ds["overlap_profile"].transpose("pair", "length", "layer").values
+    nulls = ds["null_profile"].transpose("pair", "length", "layer").values
+    for (task, arch, variant), seeds in cells.items():
+        members = [r for r in seeds if r not in failed]
+        left_out = [r for r in seeds if r in failed]
+        n = len(members)
+        inside, i, j = _pairs_within(ds, members)
+        for li, L in enumerate(ds.length.values):
+            for ki, layer in enumerate(ds.layer.values):
                 M = np.full((n, n), np.nan)
-                inside = []
-                for p, (a, b) in enumerate(zip(pair_a, pair_b, strict=True)):
-                    if a in members and b in members:
-                        i, j = members.index(a), members.index(b)
-                        M[i, j] = M[j, i] = vals[p]
-                        inside.append(p)
+                M[i, j] = M[j, i] = overlaps[inside, li, ki]
                 keep = complete_seeds(M)
                 est, lo, hi, n_seeds, method = seed_interval(M[np.ix_(keep, keep)])
                 if not np.isfinite(est):
                     continue
+                if left_out:
+                    method += (f"; over the seeds that learned ({len(left_out)} that did not left out: "
+                               f"{', '.join(left_out)})")
                 rows.append({"task": task, "arch": arch, "variant": variant, "length": int(L),
                              "layer": str(layer), "estimate": est, "lower": lo, "upper": hi,
                              "n_seeds": n_seeds, "method": method,
-                             "null": float(np.nanmean(nulls[inside])) if inside else float("nan")})
+                             "null": float(np.nanmean(nulls[inside, li, ki])) if inside.size else float("nan")})
     return pd.DataFrame(rows, columns=["task", "arch", "variant", "length", "layer", "estimate", "lower",
                                        "upper", "n_seeds", "method", "null"])
 
 
+def _pairs_within(ds: xr.Dataset, members: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs of ``ds`` between two of ``members``: their indices along ``pair`` and the two
+    seeds' places in ``members``."""
+    place = {r: k for k, r in enumerate(members)}
+    a = np.array([place.get(str(r), -1) for r in ds.pair_a.values], dtype=np.int64)
+    b = np.array([place.get(str(r), -1) for r in ds.pair_b.values], dtype=np.int64)
+    inside = np.flatnonzero((a >= 0) & (b >= 0))
+    return inside, a[inside], b[inside]
+
+
 def shuffled_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str]],
-                   level: float = 0.95) -> pd.DataFrame:
+                   level: float = 0.95, failed: Collection[str] = ()) -> pd.DataFrame:
     """Per (task, arch, variant), length and layer: the shuffled-label null as a band over label
     permutations -- each permutation's mean over the cell's seed pairs, their mean (``estimate``)
     and central ``level`` (``lower``, ``upper``). The probed label, at a layer that does not
     carry it, is one random labelling too: its overlap falls where one permutation's does, and
-    this band, not the permutations' mean, is what it has to clear."""
+    this band, not the permutations' mean, is what it has to clear. Over the seeds that
+    learned, as :func:`interval_frame`."""
     rows = []
-    pair_a, pair_b = [str(v) for v in ds.pair_a.values], [str(v) for v in ds.pair_b.values]
-    for (task, arch, variant), members in cells.items():
-        inside = [p for p, (a, b) in enumerate(zip(pair_a, pair_b, strict=True)) if a in members and b in members]
+    for (task, arch, variant), seeds in cells.items():
+        members = [r for r in seeds if r not in failed]
+        inside = list(_pairs_within(ds, members)[0])
         for L in ds.length.values:
             for layer in ds.layer.values:
                 vals = ds["shuffled_profile"].sel(length=L, layer=layer).values[inside]  # (pair, shuffle)
@@ -73,10 +93,13 @@ def shuffled_frame(ds: xr.Dataset, cells: Mapping[tuple[str, str, str], list[str
                                        "n_seeds", "method"])
 
 
-def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
+def add_stability_intervals(ds: xr.Dataset, failed: Collection[str] = (),
+                            checked: str = "") -> xr.Dataset:
     """``ds`` with ``stability_estimate/_lower/_upper/_n_seeds/_method``, ``null_estimate`` and
     (with a shuffled-label null) ``shuffled_estimate/_lower/_upper/_n_seeds/_method`` over
-    (cell, length, layer): :func:`interval_frame` stored the way the probes' are."""
+    (cell, length, layer): :func:`interval_frame` stored the way the probes' are, over the seeds
+    not in ``failed``. Attrs ``left_out`` (the result's runs left out) and ``learned_from``
+    (``checked``: what said which seeds learned)."""
     cells: dict[tuple[str, str, str], list[str]] = {}
     for a, b, t, ar, v in zip(ds.pair_a.values, ds.pair_b.values, ds.cell_of_pair_task.values,
                               ds.cell_of_pair_arch.values, ds.cell_of_pair_variant.values, strict=True):
@@ -84,7 +107,7 @@ def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
         for r in (str(a), str(b)):
             if r not in members:
                 members.append(r)
-    frame = interval_frame(ds, cells)
+    frame = interval_frame(ds, cells, failed)
     order = sorted(cells)
     index = {c: i for i, c in enumerate(order)}
     new = frame_variables(ds, "stability", frame.drop(columns="null"), index,
@@ -94,12 +117,14 @@ def add_stability_intervals(ds: xr.Dataset) -> xr.Dataset:
                                {"what": "the random-subspace null, max(k_a, k_b) / d"}))
     metrics = ["stability", "null"]
     if "shuffled_profile" in ds:
-        new.update(frame_variables(ds, "shuffled", shuffled_frame(ds, cells), index,
+        new.update(frame_variables(ds, "shuffled", shuffled_frame(ds, cells, failed=failed), index,
                                    {"what": "the shuffled-label null: per label permutation the mean overlap over "
                                             "seed pairs; its mean and the central 95% of the permutations"}))
         metrics.append("shuffled")
     out = with_cells(ds.assign(new), order)
-    out.attrs.update(interval_metrics=metrics, ci_level=CI_LEVEL)
+    runs = {r for members in cells.values() for r in members}
+    out.attrs.update(interval_metrics=metrics, ci_level=CI_LEVEL, left_out=sorted(runs & set(failed)),
+                     learned_from=checked)
     return out
 
 
@@ -138,7 +163,25 @@ def result_name(ds: xr.Dataset) -> str:
 
 def save_stability(store: Any, ds: xr.Dataset, name: str | None = None) -> str:
     """Write a stability Dataset with its intervals to ``results/<name>`` (default
-    :func:`result_name`); returns the name."""
+    :func:`result_name`), over the seeds that learned: those the stored behaviour results say
+    did not (:func:`analysis.behaviour.did_not_learn`) are left out of the intervals; returns
+    the name."""
     name = name or result_name(ds)
-    store.write_result(name, add_stability_intervals(ds))
+    store.write_result(name, add_stability_intervals(ds, set(did_not_learn(store)), learned_check(store, ds)))
     return name
+
+
+def learned_check(store: Any, ds: xr.Dataset) -> str:
+    """What says which of a stability result's seeds learned: the behaviour results holding its
+    runs, or why none can."""
+    runs = {str(r) for r in np.concatenate([ds.pair_a.values, ds.pair_b.values])}
+    names, covered = [], set()
+    for name in stored_behaviour(store):
+        held = set(store.result_runs(name) or ())
+        if held & runs:
+            names.append(name)
+            covered |= held
+    missing = sorted(runs - covered)
+    if not names:
+        return "no behaviour result: every seed counted as learned (`layerstate behaviour STORE` tells)"
+    return ", ".join(names) + (f" (not covering {', '.join(missing)}: counted as learned)" if missing else "")

@@ -11,12 +11,14 @@ from store import Store
 
 def rotated_seeds(path, *, seeds: int = 4, n: int = 160, length: int = 8, d: int = 12, layer: int = 2,
                   same: bool = True, strength: float = 2.5, noise: float = 0.3, n_classes: int = 2,
-                  rotate: bool = True, rng: int = 0) -> Store:
+                  rotate: bool = True, rng: int = 0, readout: bool = False,
+                  at_chance: tuple[int, ...] = ()) -> Store:
     """``seeds`` runs of task toy / arch lstm on the same ``n`` sequences. Shared latent states
     (standard normal, every layer) plus a little seed noise; the label (random per sequence and
     position) is added at ``layer``, every position, along one class direction per class --
     the same for every seed (``same``) or drawn afresh per seed; then each seed's states are
-    multiplied by its own random rotation (``rotate``)."""
+    multiplied by its own random rotation (``rotate``). With ``readout``, each run also stores
+    its readout's logits: right everywhere, but a coin for the seeds in ``at_chance``."""
     g = np.random.default_rng(rng)
     st = Store.create(str(path))
     tokens = g.integers(0, 4, size=(n, length))
@@ -31,7 +33,10 @@ def rotated_seeds(path, *, seeds: int = 4, n: int = 160, length: int = 8, d: int
             h = h @ special_ortho_group.rvs(d, random_state=g)
         run = f"r{s}"
         st.add_run(run, task="toy", arch="lstm", seed=s)
-        st.write_length(run, hidden=h.astype(np.float32), tokens=tokens, labels={"y": y}, block_size=64)
+        said = g.integers(0, n_classes, size=y.shape) if s in at_chance else y
+        logits = np.eye(n_classes, dtype=np.float32)[said] if readout else None
+        st.write_length(run, hidden=h.astype(np.float32), tokens=tokens, labels={"y": y}, logits=logits,
+                        block_size=64)
     return st
 
 

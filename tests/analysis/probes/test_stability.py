@@ -124,6 +124,53 @@ def test_seed_interval_covers_the_mean_pair_value_in_simulation():
     assert naive / trials < 0.85
 
 
+def _failing_seeds(g, cells: int, n: int, fail: float, mean: float = 0.5):
+    """A stability result of ``cells`` cells of ``n`` seeds each (the additive model above); each
+    seed fails to learn with probability ``fail``, and every pair it is in then reads the null."""
+    import xarray as xr
+
+    pair_a, pair_b, values, groups, failed = [], [], [], {}, set()
+    for c in range(cells):
+        runs = [f"c{c}-s{i}" for i in range(n)]
+        q, down = g.normal(mean, 0.1, n), g.random(n) < fail
+        failed |= {r for r, d in zip(runs, down, strict=True) if d}
+        for i in range(n):
+            for j in range(i + 1, n):
+                v = (q[i] + q[j]) / 2 + g.normal(0, 0.03)
+                values.append(0.05 + abs(g.normal(0, 0.02)) if down[i] or down[j] else v)
+                pair_a.append(runs[i])
+                pair_b.append(runs[j])
+        groups[("t", f"c{c}", "default")] = runs
+    v = np.asarray(values)[:, None, None]
+    ds = xr.Dataset({"overlap_profile": (("pair", "length", "layer"), v),
+                     "null_profile": (("pair", "length", "layer"), np.full_like(v, 0.05))},
+                    coords={"pair_a": ("pair", pair_a), "pair_b": ("pair", pair_b), "length": [12], "layer": ["L0"]})
+    return ds, groups, failed
+
+
+@pytest.mark.parametrize("n", [4, 6, 8])
+def test_with_failed_seeds_the_interval_over_the_seeds_that_learned_keeps_its_level(n):
+    """15% of seeds fail to learn. Counted in, a failed seed's pairs sit at the null and the
+    interval over 4-8 seeds covers the seeds' mean overlap far less than 95% of the time (its
+    place depends on whether the few seeds drawn include a failure); left out (what the
+    behaviour results say), the interval is about the seeds that learned and covers their mean
+    at its level. A cell with fewer than 3 seeds that learned has no interval."""
+    from analysis.probes.stability import interval_frame
+
+    g = np.random.default_rng(n)
+    ds, groups, failed = _failing_seeds(g, 300, n, 0.15)
+    frame = interval_frame(ds, groups, failed).query("n_seeds >= 3")
+    cover = ((frame.lower <= 0.5) & (0.5 <= frame.upper)).mean()
+    assert cover >= 0.9, cover
+    assert len(frame) >= 0.8 * 300 if n >= 6 else len(frame) >= 0.6 * 300
+    assert frame["method"].str.contains("that did not left out").any()
+    # counted in: the interval is about the mean over all seeds, and misses it
+    p_learn = 0.85**2
+    everyone = p_learn * 0.5 + (1 - p_learn) * (0.05 + 0.02 * np.sqrt(2 / np.pi))
+    counted = interval_frame(ds, groups).query("n_seeds >= 3")
+    assert ((counted.lower <= everyone) & (everyone <= counted.upper)).mean() < 0.85
+
+
 def test_no_shared_sequences_and_no_weights_is_refused_with_the_fix(tmp_path):
     st = rotated_seeds(tmp_path / "s.zarr", seeds=2)
     probe(st, "y", positions="last", save=True, scheduler="sync")
@@ -202,3 +249,22 @@ def test_a_null_without_permutations_is_refused(tmp_path):
     probe(st, "y", positions="last", save=True, scheduler="sync")
     with pytest.raises(InvalidArgumentError, match="shuffles must be at least 1"):
         probe_stability(st, "probes/toy", shuffles=0)
+
+
+def test_a_seed_that_did_not_learn_is_left_out_and_named(tmp_path):
+    """End to end: the behaviour result says one seed's readout is at chance; the stored
+    stability intervals are over the other seeds, and the result and its lines say which was
+    left out and what said so."""
+    from analysis.behaviour import store_behaviour
+    from layerstate.present import stability_lines
+
+    st = rotated_seeds(tmp_path / "s.zarr", seeds=5, readout=True, at_chance=(4,))
+    store_behaviour(st, "toy", target="y")
+    probe(st, "y", positions="last", save=True, scheduler="sync")
+    probe_stability(st, "probes/toy", save=True)
+    res = st.read_result("stability/toy")
+    assert list(res.attrs["left_out"]) == ["r4"] and res.attrs["learned_from"] == "behaviour/toy"
+    assert int(res.stability_n_seeds.sel(layer=PLANTED).max()) == 4
+    assert "r4" in str(res.stability_method.sel(layer=PLANTED).values.ravel()[0])
+    lines = list(stability_lines(res, st))
+    assert any(line.startswith("left out 1 seed that did not learn (behaviour/toy): r4") for line in lines)
