@@ -34,10 +34,12 @@ steps.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -238,32 +240,78 @@ def fit(
     reference = float(saved.state.get("plateau_reference", best[0])) if saved is not None else best[0]
     stopping = Stopping(cfg, stale, reference)
     first = step + 1
-    for step in range(first, cfg.steps + 1):
-        model.train()
-        batch = train_task.generate(data_rng, cfg.batch_size, cfg.length)
-        logits = forward(torch.as_tensor(batch.tokens, device=device))
-        loss, acc = masked_loss_and_accuracy(logits, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        sched.step()
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            val = evaluate(model, valid)
-            point = {"step": step, "loss": float(loss.detach()), "train_accuracy": acc, "valid_accuracy": val}
-            curve.append(point)
-            if progress:
-                progress(step, point)
-            if val > best[0]:
-                best = (val, {k: v.detach().clone() for k, v in model.state_dict().items()})
-            if stopping.update(val) is not None:
-                break
-            if checkpoint is not None and step < cfg.steps and checkpoint.due():
-                checkpoint.save(step, model, opt, sched, data_rng, best, stopping.stale, curve,
-                                plateau_reference=stopping.reference)
+    with StopRequest() as stop:
+        for step in range(first, cfg.steps + 1):
+            model.train()
+            batch = train_task.generate(data_rng, cfg.batch_size, cfg.length)
+            logits = forward(torch.as_tensor(batch.tokens, device=device))
+            loss, acc = masked_loss_and_accuracy(logits, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                val = evaluate(model, valid)
+                point = {"step": step, "loss": float(loss.detach()), "train_accuracy": acc, "valid_accuracy": val}
+                curve.append(point)
+                if progress:
+                    progress(step, point)
+                if val > best[0]:
+                    best = (val, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                if stopping.update(val) is not None:
+                    break
+                if checkpoint is not None and step < cfg.steps and checkpoint.due():
+                    checkpoint.save(step, model, opt, sched, data_rng, best, stopping.stale, curve,
+                                    plateau_reference=stopping.reference)
+            if stop.requested:  # Ctrl-C: stop here, at a step's end, checkpointed (unless checkpoints are off)
+                if checkpoint is not None and cfg.checkpoint_seconds > 0:
+                    checkpoint.save(step, model, opt, sched, data_rng, best, stopping.stale, curve,
+                                    plateau_reference=stopping.reference)
+                raise KeyboardInterrupt
     if best[1] is not None:
         model.load_state_dict(best[1])
     return curve, step
+
+
+class StopRequest:
+    """Ctrl-C during training, taken at a step's end: while inside, SIGINT only sets
+    :attr:`requested`, which :func:`fit` reads after each step; it then saves a checkpoint
+    and raises KeyboardInterrupt, so a stopped run resumes from that step (bit for bit, as
+    from any checkpoint) and is never torn between a gradient and its update. A step takes
+    well under a second at the experiments' sizes, so the stop is prompt.
+
+    Only where Python handles signals (the main thread) and where SIGINT is not ignored (a
+    background job's); elsewhere it changes nothing and ``requested`` stays False.
+    """
+
+    #: A SIGINT that came while this process was not training (a training process of
+    #: ``layerstate run --jobs``, between or before its runs: :meth:`note` is its handler then):
+    #: the next training stops at its first step's end.
+    pending = False
+
+    def __init__(self) -> None:
+        self.requested = StopRequest.pending
+        self._previous: Any = None
+
+    @staticmethod
+    def note(signum: int, frame: Any) -> None:
+        StopRequest.pending = True
+
+    def _take(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        if self._previous is StopRequest.note:  # a training process: the units queued to it stop too
+            StopRequest.pending = True
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+            self._previous = signal.signal(signal.SIGINT, self._take)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 class Checkpointer:

@@ -43,7 +43,9 @@ at a time, in this process; on a cluster each worker uses its own.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import secrets
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -53,6 +55,7 @@ from typing import Any
 
 from analysis.compute import cluster_lost, is_local, one_thread
 from capture.device import CPU, Device
+from capture.train import StopRequest
 from layerstate import present, stages
 from layerstate.runtime import check_store_shared
 from layerstate.work import Work
@@ -194,13 +197,27 @@ class Executor:
 
     def _on_processes(self, section: Section) -> Iterator[tuple[Work, Any]]:
         """Training runs ``jobs`` at a time in spawned one-thread processes; results in list
-        order (two 1-thread jobs beat one 2-thread job for these small models)."""
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn")) as pool:
+        order (two 1-thread jobs beat one 2-thread job for these small models).
+
+        Stopped (Ctrl-C, or a unit's error): the queued runs are cancelled, not started, and
+        the running ones are told to stop (SIGINT: each checkpoints at its step's end,
+        :class:`capture.train.StopRequest`) and waited for, so the command ends within a step
+        or two with every finished run and checkpoint kept."""
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
+                                   initializer=_sigint_between_runs)
+        try:
             futures: list[Future] = [pool.submit(stages.task, item, self.url, self.storage_options,
                                                  self.device_for(item), wait_for_lease=False)
                                      for item in section.items]
             for item, fut in zip(section.items, futures, strict=True):
                 yield item, fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            _interrupt(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _on_cluster(self, section: Section) -> Iterator[tuple[Work, Any]]:
         """Every unit a task, handed the futures of the units it waits for; results as they
@@ -273,6 +290,24 @@ class Executor:
                           "mdl": f"== mdl ({cfg.mdl_positions} positions)",
                           "stability": "== stability (the seeds' probe subspaces)"}.get(part, f"== {part}"))
             yield item, stages.analyse(item, st, exp, self.say, self.scheduler, self.device_for(item))
+
+
+def _sigint_between_runs() -> None:
+    """In a training process: SIGINT between runs is noted, not raised (a waiting process must
+    not die with a traceback), and a run started after it stops at its first step; during a
+    run, training takes it at a step's end (:class:`capture.train.StopRequest`)."""
+    signal.signal(signal.SIGINT, StopRequest.note)
+
+
+def _interrupt(pool: ProcessPoolExecutor) -> None:
+    """SIGINT to the pool's live worker processes (a Ctrl-C at a terminal reached them already;
+    a SIGINT sent to this process alone did not): each stops its training at a step's end."""
+    for proc in list(getattr(pool, "_processes", {}).values()):  # the pool keeps its processes here
+        if proc.is_alive() and proc.pid is not None:
+            try:
+                os.kill(proc.pid, signal.SIGINT)
+            except OSError:  # gone meanwhile
+                pass
 
 
 def _task_key(item: Work) -> str:

@@ -29,7 +29,7 @@ from analysis.probes import plan_mdl, plan_stability, probe, save_mdl, save_stab
 from analysis.probes.probing import task_attrs
 from capture.device import CPU, Device
 from capture.record import capture_unit, check_capturable
-from capture.train import train_run
+from capture.train import StopRequest, train_run
 from layerstate import present
 from layerstate.runtime import task_writer, torch_threads
 from layerstate.staleness import REQUEST_ATTR, added_runs, result_request, stored_answers
@@ -94,6 +94,8 @@ def task(item: Work, url: str, storage_options: dict | None, device: Device, *, 
          wait_for_lease: bool = True) -> Any:
     """A train or capture unit as a task (:func:`train_task`, :func:`capture_task`)."""
     assert item.run is not None and item.on_workers, item
+    if StopRequest.pending:  # this process was told to stop: a unit queued to it is not begun
+        raise KeyboardInterrupt
     if item.stage == "train":
         return train_task(item.run, url, storage_options, device, after=after, wait_for_lease=wait_for_lease)
     assert item.length is not None

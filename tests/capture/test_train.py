@@ -147,6 +147,48 @@ def test_an_interrupted_run_resumes_to_the_same_weights_bit_for_bit(tmp_path, ar
     assert validate(str(st.location)).ok
 
 
+def test_ctrl_c_stops_at_the_steps_end_checkpointed_and_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """SIGINT in the middle of step 13 (not an evaluation step, no checkpoint due): the step
+    ends, a checkpoint of step 13 is saved, KeyboardInterrupt; resumed, the weights are those
+    of a run never stopped."""
+    import signal
+
+    from capture import train
+
+    base = tiny_experiment(steps=30, train={
+        "steps": 30, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
+        "n_test": 32, "length": 12, "warmup": 2, "checkpoint_seconds": 300})
+    spec = base.runs()[0]
+    whole = Store.create(str(tmp_path / "whole.zarr"))
+    train_run(whole, spec)
+    calls, loss = [0], train.masked_loss_and_accuracy
+
+    def counted(*args):
+        calls[0] += 1
+        if calls[0] == 13:
+            signal.raise_signal(signal.SIGINT)  # as Ctrl-C would, mid-step
+        return loss(*args)
+
+    monkeypatch.setattr(train, "masked_loss_and_accuracy", counted)
+    monkeypatch.setattr(train.StopRequest, "pending", False)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # not ignored, as in a background job
+    try:
+        st = Store.create(str(tmp_path / "cut.zarr"))
+        with pytest.raises(KeyboardInterrupt):
+            train_run(st, spec)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert signal.getsignal(signal.SIGINT) is before and not train.StopRequest.pending  # not a training process
+    saved = st.read_checkpoint(spec.run_id)
+    assert saved is not None and saved.step == 13 and not st.has_weights(spec.run_id)
+    monkeypatch.setattr(train, "masked_loss_and_accuracy", loss)
+    resumed = train_run(st, spec)
+    assert resumed.resumed_at == (13,)
+    wa, wb = whole.read_weights(spec.run_id), st.read_weights(spec.run_id)
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+    assert whole.run_attrs(spec.run_id)["metrics"]["curve"] == st.run_attrs(spec.run_id)["metrics"]["curve"]
+
+
 def test_a_checkpoint_of_another_training_config_is_not_resumed(tmp_path):
     base = tiny_experiment(steps=30)
     spec = _every_eval(base).runs()[0]
