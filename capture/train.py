@@ -295,10 +295,10 @@ class StopRequest:
         self._previous: Any = None
 
     @staticmethod
-    def note(signum: int, frame: Any) -> None:
+    def note(_signum: int, _frame: Any) -> None:
         StopRequest.pending = True
 
-    def _take(self, signum: int, frame: Any) -> None:
+    def _take(self, _signum: int, _frame: Any) -> None:
         self.requested = True
         if self._previous is StopRequest.note:  # a training process: the units queued to it stop too
             StopRequest.pending = True
