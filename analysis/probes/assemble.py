@@ -47,7 +47,7 @@ def assemble(plan: Any, outs: list) -> xr.Dataset:
     for o in outs:
         tables.put(o)
     ds = tables.dataset()
-    _summary(ds, per_position, plan.options["control"] is not None)
+    summarise(ds, per_position, plan.options["control"] is not None)
     ds.attrs.update(_attrs(plan.options))
     _warn_unconverged(ds, searched=_grid(plan.options) is not None)
     return ds
@@ -297,8 +297,12 @@ def _probe_positions(plan: Any, grid: _Grid) -> np.ndarray:
     return out
 
 
-def _summary(ds: xr.Dataset, per_position: bool, control: bool) -> None:
-    """Per-run readability profile across layers and the best layer."""
+#: The variables :func:`summarise` derives from the others.
+SUMMARY = ("profile", "control_profile", "selectivity_profile", "best_layer")
+
+
+def summarise(ds: xr.Dataset, per_position: bool, control: bool) -> None:
+    """Per-run readability profile across layers and the best layer (:data:`SUMMARY`)."""
     over = ["fold", "position"] if per_position else ["fold"]
     ds["profile"] = ds["accuracy"].mean(over)  # NaN cells (no data) are skipped by mean
     if control:

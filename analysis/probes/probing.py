@@ -4,7 +4,7 @@ computes it and, when asked, stores the result (:mod:`analysis.probes.results`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import xarray as xr
@@ -14,6 +14,7 @@ from store import Store, open_analysis
 
 from .progress import Progress
 from .results import runs_by_task, save_probes, storage_name
+from .resume import compute_by_run, worth_keeping, writable
 from .sweep import ProbePlan, build
 
 
@@ -80,6 +81,8 @@ def probe(
     name: str | None = None,
     attrs: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    resume: bool = True,
+    say: Callable[[str], None] | None = None,
 ) -> xr.Dataset:
     """Fit and score linear probes for every selected (run, length, layer, position) cell.
 
@@ -146,6 +149,12 @@ def probe(
     progress : Progress, optional
         Told the sweep's size before the first fit and, on a local scheduler, the cells done
         as they finish (:class:`~analysis.probes.progress.Progress`).
+    resume : bool
+        On a store that can be written and a long sweep of several runs (default): each run's
+        part is stored as it finishes, so the same call after an interruption computes only the
+        runs it lacks (:mod:`analysis.probes.resume`; the same result as computing all at once;
+        a sweep estimated under :data:`~analysis.probes.resume.RESUME_FROM_S` CPU seconds a run
+        is cheaper to redo). ``say`` is told when parts are reused.
 
     Returns
     -------
@@ -175,10 +184,16 @@ def probe(
     """
     if isinstance(store, str):  # a store that cannot be written keeps its results beside it
         store = open_analysis(store, write=save)
-    plan = plan_probes(store, target, runs=runs, layers=layers, positions=positions, lengths=lengths,
-                       train_length=train_length, folds=folds, C=C, method=method, control=control,
-                       seed=seed, per_sequence=per_sequence)
-    ds = plan.compute(scheduler, progress=progress)
+    def plan_of(selected: Any) -> ProbePlan:
+        return plan_probes(store, target, runs=selected, layers=layers, positions=positions, lengths=lengths,
+                           train_length=train_length, folds=folds, C=C, method=method, control=control,
+                           seed=seed, per_sequence=per_sequence)
+
+    plan = plan_of(runs)
+    if resume and worth_keeping(plan) and writable(store):
+        ds = compute_by_run(store, plan, plan_of, scheduler=scheduler, progress=progress, say=say)
+    else:
+        ds = plan.compute(scheduler, progress=progress)
     ds.attrs.update(task_attrs(store, list(ds.run.values)))
     ds.attrs.update(attrs or {})
     if save:

@@ -222,6 +222,8 @@ class ProbePlan:
     cell_counts: dict[tuple[str, int], int] = field(default_factory=dict)
     #: Cells of each task of :attr:`tasks`, in order (what a finished task advances progress by).
     task_cells: list[int] = field(default_factory=list)
+    #: The run of each task of :attr:`tasks`, in order (:mod:`analysis.probes.resume`).
+    task_runs: list[str] = field(default_factory=list)
 
     def compute(self, scheduler: Any = None, num_workers: int | None = None,
                 progress: Progress | None = None):
@@ -331,11 +333,13 @@ def build_graph(
     per_sequence: bool,
     rows_from: dict[tuple[str, int], Any] | None = None,
     sizes: list[int] | None = None,
+    owners: list[str] | None = None,
 ) -> list:
     """Delayed tasks of the whole sweep; each computes to a list of :class:`CellOut`.
     ``rows_from``: per (run, length), ``hidden`` as a dask-free lazy Variable (wrapped in a
     named ``Delayed``), which gathering tasks read many chunks at a time from (:func:`_gather`).
-    ``sizes``, if given, gets each task's number of cells appended, in the tasks' order."""
+    ``sizes``, if given, gets each task's number of cells appended, in the tasks' order, and
+    ``owners`` each task's run."""
     tasks = []
     for run, rp in runs.items():
         common: _JobSettings = {
@@ -358,6 +362,8 @@ def build_graph(
                     models.update({c.key: fitted for c in job_cells})
                     if sizes is not None:
                         sizes.append(len(job_cells))
+                    if owners is not None:
+                        owners.append(run)
             for L in test_lengths[run]:
                 arr = layer_states(hidden[run, L], layer)
                 src = _source(rows_from, hidden, run, L, layer)
@@ -369,6 +375,8 @@ def build_graph(
                     tasks.append(dask.delayed(score_task, pure=True)(data, job, *deps))
                     if sizes is not None:
                         sizes.append(len(job_cells))
+                    if owners is not None:
+                        owners.append(run)
     return tasks
 
 
@@ -533,6 +541,7 @@ def build(
         runs[run] = plan.RunPlan(run, classes, chosen, int(first.sizes["feature"]), labels)
     cells, sources = plan_cells(runs, fit_L, test_L, mode, positions, folds, train_length, target)
     sizes: list[int] = []
+    owners: list[str] = []
     tasks = build_graph(
         runs,
         hidden,
@@ -545,6 +554,7 @@ def build(
         per_sequence=per_sequence,
         rows_from=rows_from or None,
         sizes=sizes,
+        owners=owners,
     )
     options = {
         "target": target,
@@ -560,7 +570,7 @@ def build(
     }
     cpu_s = estimate_cpu_s(runs, cells, fit_L, method=method, C=C)
     counts = {key: len(c) for key, c in cells.items()}
-    return ProbePlan(tasks, runs, options, fit_L, test_L, sources, cpu_s, counts, sizes)
+    return ProbePlan(tasks, runs, options, fit_L, test_L, sources, cpu_s, counts, sizes, owners)
 
 
 def estimate_cpu_s(

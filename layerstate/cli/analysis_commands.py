@@ -115,6 +115,7 @@ def probe(store_path, runs, tasks, archs, target, layers, positions, lengths, tr
                 st, target, runs=ids, layers=layers.split(",") if layers else None,
                 positions=positions, lengths=lengths, train_length=train_length, folds=folds, method=method,
                 control=control, scheduler=sched, save=False, progress=progress,
+                say=None if quiet else (lambda line: click.echo(line, err=True)),
             )
             stored, note = storage_name(st, ds, name, where=store_path)
             save_probes(st, ds, stored)
