@@ -37,7 +37,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 SERIAL_MODULES = frozenset({
     "test_cluster_faults.py", "test_cluster_pipeline.py", "test_scheduler_options.py",
     "test_concurrency.py", "test_resume.py", "test_transfer.py", "test_transfer_plain.py",
-    "test_compute.py", "test_record.py",
+    "test_compute.py", "test_record.py", "test_ctrl_c.py",
 })
 
 

@@ -8,7 +8,7 @@ of another sweep, or of a run trained or captured again since, is never used; ``
 place in the sweep. The finished sweep is the parts filled into the Dataset the whole sweep's
 plan lays out (its coordinates, fill values and types), its per-run summary computed once
 more: the same Dataset, value for value, as computing every run at once
-(tests/analysis/probes/test_resume.py). The parts are removed once the whole sweep is made.
+(tests/analysis/probes/test_probe_resume.py). The parts are removed once the whole sweep is made.
 """
 
 from __future__ import annotations

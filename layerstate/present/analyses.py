@@ -16,6 +16,7 @@ from analysis.behaviour import failed_runs
 from analysis.intervals import per_run_intervals
 from analysis.interventions import matched_comparison
 from analysis.probes.chance import above_chance
+from analysis.probes.resume import PARTIAL
 from store.contents.results import describe_settings
 
 if TYPE_CHECKING:
@@ -451,5 +452,7 @@ def result_lines(store: Any, name: str) -> list[str]:
             f"{', '.join(map(str, ds.data_vars)) or '(none)'}"]
         if len(frame):
             lines.insert(0, "per cell: mean over seeds [95% seed-level t interval] (seeds)")
-    what = entry.what if entry is not None else "an analysis this installation does not know"
+    what = (entry.what if entry is not None else
+            "one run's part of a probe sweep that has not finished (kept until the sweep is whole)"
+            if kind == PARTIAL else "an analysis this installation does not know")
     return [f"results/{name}: {what}", *lines]
