@@ -55,7 +55,7 @@ from typing import Any
 
 from analysis.compute import cluster_lost, is_local, one_thread
 from capture.device import CPU, Device
-from capture.train import StopRequest
+from capture.interrupt import StopRequest
 from layerstate import present, stages
 from layerstate.runtime import check_store_shared
 from layerstate.work import Work
@@ -201,7 +201,7 @@ class Executor:
 
         Stopped (Ctrl-C, or a unit's error): the queued runs are cancelled, not started, and
         the running ones are told to stop (SIGINT: each checkpoints at its step's end,
-        :class:`capture.train.StopRequest`) and waited for, so the command ends within a step
+        :class:`capture.interrupt.StopRequest`) and waited for, so the command ends within a step
         or two with every finished run and checkpoint kept."""
         pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
                                    initializer=_sigint_between_runs)
@@ -295,7 +295,7 @@ class Executor:
 def _sigint_between_runs() -> None:
     """In a training process: SIGINT between runs is noted, not raised (a waiting process must
     not die with a traceback), and a run started after it stops at its first step; during a
-    run, training takes it at a step's end (:class:`capture.train.StopRequest`)."""
+    run, training takes it at a step's end (:class:`capture.interrupt.StopRequest`)."""
     signal.signal(signal.SIGINT, StopRequest.note)
 
 

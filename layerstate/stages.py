@@ -28,8 +28,9 @@ from analysis.interventions import run_ablation, run_interchange, run_patching
 from analysis.probes import plan_mdl, plan_stability, probe, save_mdl, save_stability
 from analysis.probes.probing import task_attrs
 from capture.device import CPU, Device
+from capture.interrupt import StopRequest
 from capture.record import capture_unit, check_capturable
-from capture.train import StopRequest, train_run
+from capture.train import train_run
 from layerstate import present
 from layerstate.runtime import task_writer, torch_threads
 from layerstate.staleness import REQUEST_ATTR, added_runs, result_request, stored_answers

@@ -153,7 +153,7 @@ def test_ctrl_c_stops_at_the_steps_end_checkpointed_and_resumes_bit_for_bit(tmp_
     of a run never stopped."""
     import signal
 
-    from capture import train
+    from capture import interrupt, train
 
     base = tiny_experiment(steps=30, train={
         "steps": 30, "batch_size": 16, "eval_every": 10, "n_eval": 32, "eval_lengths": [12],
@@ -170,7 +170,7 @@ def test_ctrl_c_stops_at_the_steps_end_checkpointed_and_resumes_bit_for_bit(tmp_
         return loss(*args)
 
     monkeypatch.setattr(train, "masked_loss_and_accuracy", counted)
-    monkeypatch.setattr(train.StopRequest, "pending", False)
+    monkeypatch.setattr(interrupt.StopRequest, "pending", False)
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # not ignored, as in a background job
     try:
         st = Store.create(str(tmp_path / "cut.zarr"))
@@ -178,7 +178,7 @@ def test_ctrl_c_stops_at_the_steps_end_checkpointed_and_resumes_bit_for_bit(tmp_
             train_run(st, spec)
     finally:
         signal.signal(signal.SIGINT, before)
-    assert signal.getsignal(signal.SIGINT) is before and not train.StopRequest.pending  # not a training process
+    assert signal.getsignal(signal.SIGINT) is before and not interrupt.StopRequest.pending  # not a training process
     saved = st.read_checkpoint(spec.run_id)
     assert saved is not None and saved.step == 13 and not st.has_weights(spec.run_id)
     monkeypatch.setattr(train, "masked_loss_and_accuracy", loss)
