@@ -29,10 +29,10 @@ from .sweep import ProbePlan
 #: The kind of the stored parts of unfinished sweeps (not an analysis: ``layerstate show`` says so).
 PARTIAL = "partial"
 #: A sweep keeps its parts only when its runs are estimated at this many single-thread CPU
-#: seconds each or more (:attr:`ProbePlan.cpu_s`): a part costs about 1 s to store and remove
-#: (0.3-0.4 s its write; ten runs of a 3-4 s sweep took 12-14 s kept, docs/measured.md), so a
-#: short sweep is cheaper to compute again than to keep.
-RESUME_FROM_S = 10.0
+#: seconds each or more (:attr:`ProbePlan.cpu_s`): a part costs 0.7-1 s to assemble, store and
+#: remove (docs/measured.md: the demo store's S3 runs, estimated at 12 s each, took 22 s at
+#: once and 29 s kept), so a short sweep is cheaper to compute again than to keep.
+RESUME_FROM_S = 30.0
 
 
 def worth_keeping(plan: ProbePlan) -> bool:
