@@ -282,7 +282,8 @@ def analysis_of(item: Work, store: Any, exp: Experiment, scheduler: Any,
     """The parameters and the computing function of the analysis ``item`` names (:data:`ANALYSES`,
     or an added analysis)."""
     build = ANALYSES.get(str(item.kind))
-    if build is None and any(a.name == item.kind for a in registry.added()):
+    entry = registry.analysis(str(item.kind))
+    if build is None and entry is not None and entry.compute is not None:
         build = _added
     if build is None:
         raise ValueError(f"unknown analysis {item.kind!r} in unit {item.key!r}")
