@@ -106,7 +106,7 @@ def load_pretrained(
     -------
     SequenceModel, in eval mode; ``config`` is None, ``hf_config_dict`` rebuilds it.
     """
-    from capture.models import hf  # noqa: PLC0415 -- as above: transformers on demand
+    from capture.models import hf  # noqa: PLC0415 -- transformers loads only for its archs
 
     backbone = hf.load_backbone(path, arch)
     with _seeded(seed):
@@ -119,7 +119,7 @@ def build_from_hf_config(hf_config_dict: dict, n_classes: int, seed: int = 0) ->
 
     Weights are freshly initialised: load the stored ``state_dict`` into it.
     """
-    from capture.models import hf  # noqa: PLC0415 -- as above: transformers on demand
+    from capture.models import hf  # noqa: PLC0415 -- transformers loads only for its archs
 
     with _seeded(seed):
         model = hf.wrap_backbone(hf.backbone_from_hf_config(hf_config_dict), n_classes)
