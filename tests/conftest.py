@@ -30,6 +30,20 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.register_profile("explore", derandomize=False, database=None, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    # Calibrated design boundaries are kept on disk between processes (analysis.stats.disk_cache):
+    # for the tests, one folder per test run under pytest's own temporary root, shared by the
+    # xdist workers and the commands they start, never the user's cache; pytest removes it with
+    # the run's other folders.
+    if "LAYERSTATE_CACHE_DIR" not in os.environ:
+        base = config._tmp_path_factory.getbasetemp()
+        root = base.parent if hasattr(config, "workerinput") else base
+        os.environ["LAYERSTATE_CACHE_DIR"] = str(root / "layerstate-cache")
+
+
 #: Test modules that time leases, kill -9 writers, race processes or start dask clusters.
 #: `make test` runs them after the rest has run (pytest-xdist, a module to a worker, both
 #: parts), so that no test of the first part competes with them for the cores while they

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.special
 import scipy.stats
 
+from analysis.stats import spending as _spending
 from analysis.stats.design import Design, DesignError
+from analysis.stats.disk_cache import cached_number, code_digest
 from analysis.stats.spending import spent
 
 __all__ = ["calibration_factor", "rci_critical", "stage_critical", "t_boundaries", "z_boundaries"]
@@ -119,9 +122,22 @@ def calibration_factor(seeds: tuple[int, ...], level: float, spending: str) -> f
     the z scale's joint distribution does not know. The z statistics of the same draws are a
     control variate: ``gamma`` is chosen so the t boundaries cross on as many paths as the z
     boundaries do on those paths (whose exact rate is ``level``), which removes most of the
-    Monte Carlo error. 1 for a single stage (the t test is then exact)."""
+    Monte Carlo error. 1 for a single stage (the t test is then exact).
+
+    Kept on disk between processes (:mod:`analysis.stats.disk_cache`), keyed by the arguments
+    and this module's and the spending functions' source: the same bits, without the paths."""
     if len(seeds) == 1:
         return 1.0
+    key = f"{seeds!r} {level!r} {spending!r} {CALIBRATION_PATHS} {CALIBRATION_SEED} {_code()}"
+    return cached_number("calibration", key, lambda: _calibration_factor(seeds, level, spending))
+
+
+@functools.lru_cache(maxsize=1)
+def _code() -> str:
+    return code_digest([sys.modules[__name__], _spending])
+
+
+def _calibration_factor(seeds: tuple[int, ...], level: float, spending: str) -> float:
     fr = tuple(n / seeds[-1] for n in seeds)
     nominal = scipy.stats.norm.sf(np.asarray(z_boundaries(fr, level, spending)))
     pt, pz = _null_paths(seeds)

@@ -105,6 +105,27 @@ def acts(packed, tmp_path) -> Path:
     return copy
 
 
+@pytest.fixture(scope="module")
+def dyck_twice(packed, tmp_path_factory) -> Path:
+    """The zip with a second Dyck probe result beside it (another control task): two results
+    that both hold every Dyck run, probed once for the tests that read them."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("dyck-twice")
+    shutil.copy(packed, base / "acts.zip")
+    ok("probe", base / "acts.zip", "--task", "dyck", "--positions", "pooled", "--control", "token")
+    return base
+
+
+@pytest.fixture
+def acts_dyck_twice(dyck_twice, tmp_path) -> Path:
+    """A fresh copy of :func:`dyck_twice`'s zip and its results for one test."""
+    import shutil
+
+    shutil.copytree(dyck_twice, tmp_path / "acts")
+    return tmp_path / "acts" / "acts.zip"
+
+
 def _store(acts: Path):
     from store import open_analysis
 
@@ -165,8 +186,8 @@ def test_a_named_result_with_other_settings_is_refused_with_fixes_that_work(acts
     ok("probe", acts, "--positions", "pooled", "--task", "parity", "--name", name)
 
 
-def test_stats_reads_one_result_by_name_and_lists_the_candidates(acts, tmp_path):
-    ok("probe", acts, "--task", "dyck", "--positions", "pooled", "--control", "token")
+def test_stats_reads_one_result_by_name_and_lists_the_candidates(acts_dyck_twice, tmp_path):
+    acts = acts_dyck_twice
     claims = tmp_path / "dyckclaim.toml"
     claims.write_text(DYCK_CLAIM)
     line = error_line(cli("stats", acts, "--claims", claims))  # was: a traceback, exit 1
@@ -201,8 +222,8 @@ def test_stats_reads_one_result_by_name_and_lists_the_candidates(acts, tmp_path)
         cli("stats", acts, "--claims", both, "--result", "dyck=dyck", "--result", "dyck=dyck-2"))
 
 
-def test_the_report_shows_one_result_per_task_and_says_which(acts, tmp_path):
-    ok("probe", acts, "--task", "dyck", "--positions", "pooled", "--control", "token")
+def test_the_report_shows_one_result_per_task_and_says_which(acts_dyck_twice, tmp_path):
+    acts = acts_dyck_twice
     out = tmp_path / "rep"
     ok("report", acts, "--out", out)
     import pandas as pd
