@@ -28,12 +28,23 @@ from analysis.compute import LOCAL, default_scheduler, is_local
 
 #: Seconds between two progress reports at least (:class:`Progress`'s default).
 EVERY_S = 10.0
+#: The first report comes this soon, once the rate can be measured (a task after the first has
+#: finished): the announced time is a model's, this one the sweep's own, and on the demo store
+#: it was within 2x of the time taken where the model's was 3.5x short (docs/measured.md).
+FIRST_S = 3.0
 #: Single-thread CPU seconds a fitted cell costs per class and C value on top of
 #: :data:`~analysis.probes.sweep.EXACT_S_PER_UNIT`'s per-row work (the solver's many small
 #: calls): one run's 200 cells at length 40 took 6.0 s (parity, 2 classes), 7.8 s (Dyck, 3)
 #: and 24.9 s (S3, 6) single-threaded where the per-row estimate said 2.2, 1.9 and 6.5 s
 #: (the demo store, a loaded 2-core machine). Only for the time a sweep announces.
 CELL_CLASS_S = 2e-3
+#: The same for a ``"last"`` or ``"pooled"`` cell, which its task fits alone (position cells are
+#: fitted a block of positions at a time, their solver calls shared): on the demo store's 10 runs
+#: of a task (192 sequences, lengths 40 and 120, 5 layers, 5 folds, 5 C values, 2 threads) 100
+#: ``last`` cells took 4.9 s (Parity), 14.5 s (Dyck) and 13.7 s (S3) against 0.6, 0.9 and 1.8 s
+#: of per-row work: 4-9 ms a cell, class and C value; 7 ms puts the three within 2x of the time
+#: taken (docs/measured.md, "Stopping and resuming").
+GATHERED_CELL_CLASS_S = 7e-3
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,8 @@ class Tick:
 class Progress:
     """Counts a sweep's finished cells and reports them with ``report`` (a :class:`Tick`):
     at most once every ``every`` seconds (default :data:`EVERY_S`) while cells finish, and once
-    when the sweep ends.
+    when the sweep ends; the first report comes sooner, :data:`FIRST_S` seconds in, as soon as
+    the time left can be measured.
     ``begin``, if given, receives the :class:`SweepSize` before the first fit. ``clock`` is
     the time source (seconds; tests pass a fake one).
 
@@ -93,22 +105,28 @@ class Progress:
         self.every = EVERY_S if every is None else float(every)
         self.done = self.total = self.first_done = 0
         self.started = self.last = self.first_at = 0.0
+        self.reported = False
 
     def start(self, size: SweepSize) -> None:
         """The sweep is about to run."""
-        self.done, self.total, self.first_done = 0, size.total, 0
+        self.done, self.total, self.first_done, self.reported = 0, size.total, 0, False
         self.started = self.last = self.clock()
         if self.begin is not None:
             self.begin(size)
 
     def advance(self, cells: int) -> None:
-        """``cells`` more cells are done; reports if ``every`` seconds passed since the last one."""
+        """``cells`` more cells are done; reports if ``every`` seconds passed since the last one
+        (:data:`FIRST_S` before the first report, once a rate is known)."""
         now = self.clock()
         if not self.first_done:
             self.first_done, self.first_at = min(self.total, cells), now
         self.done = min(self.total, self.done + cells)
-        if self.done < self.total and now - self.last >= self.every:
-            self.last = now
+        due = now - self.last >= self.every
+        # a rate measured over a second at least: worker processes hand back tasks in bursts
+        early = (not self.reported and now - self.last >= FIRST_S and self.done > self.first_done
+                 and now - self.first_at >= 1.0)
+        if self.done < self.total and (due or early):
+            self.last, self.reported = now, True
             self.report(self._tick(now, final=False))
 
     def finish(self) -> None:
@@ -146,11 +164,12 @@ def sweep_size(plan: Any, scheduler: Any = None, num_workers: int | None = None)
     cells = scored = 0
     n_C = 0.0 if opt["method"] == "screen" else (len(opt["C"]) if isinstance(opt["C"], tuple) else 0.2)
     overhead = 0.0
+    per_fit = GATHERED_CELL_CLASS_S if opt["mode"] in ("last", "pooled") else CELL_CLASS_S
     for run, rp in plan.runs.items():
         fitted = sum(plan.cell_counts.get((run, L), 0) for L in plan.fit_lengths[run]) * len(rp.layers)
         cells += fitted
         scored += sum(plan.cell_counts.get((run, L), 0) for L in plan.test_lengths[run]) * len(rp.layers)
-        overhead += fitted * rp.classes.size * n_C * CELL_CLASS_S
+        overhead += fitted * rp.classes.size * n_C * per_fit
     name: str | None = None
     workers = 1
     estimate: float | None = None

@@ -28,15 +28,30 @@ def test_reports_at_most_every_interval_then_a_final_tick():
     progress = Progress(ticks.append, begin=begun.append, every=10.0, clock=clock)
     progress.start(size(10))
     assert begun == [size(10)] and ticks == []
-    for _ in range(10):  # a cell every 4 s: reports at 12, 24 and 36 s, none in between
-        clock.now += 4.0
+    for _ in range(10):  # a cell every 4 s: the first report as soon as a rate is known (8 s,
+        clock.now += 4.0  # the second cell), then every 10 s at most (20 and 32 s)
         progress.advance(1)
     progress.finish()
     assert [(t.done, t.total, t.final) for t in ticks] == [
-        (3, 10, False), (6, 10, False), (9, 10, False), (10, 10, True)]
-    # the cells left at the rate since the first cell finished (2 cells in 8 s), not since the start
-    assert ticks[0].left_s == pytest.approx(8.0 * 7 / 2)
+        (2, 10, False), (5, 10, False), (8, 10, False), (10, 10, True)]
+    # the cells left at the rate since the first cell finished (1 cell in 4 s), not since the start
+    assert ticks[0].left_s == pytest.approx(4.0 * 8)
+    assert ticks[1].left_s == pytest.approx(16.0 * 5 / 4)
     assert ticks[-1].left_s == 0.0 and ticks[-1].elapsed_s == pytest.approx(40.0)
+
+
+def test_no_early_report_from_tasks_that_finish_together():
+    clock, ticks = FakeClock(), []
+    progress = Progress(ticks.append, every=10.0, clock=clock)
+    progress.start(size(100))
+    clock.now += 5.0  # worker processes started; two tasks handed back at once: no rate yet
+    progress.advance(1)
+    clock.now += 0.01
+    progress.advance(1)
+    assert ticks == []
+    clock.now += 2.0
+    progress.advance(2)
+    assert [(t.done, t.left_s) for t in ticks] == [(4, pytest.approx(2.01 * 96 / 3))]
 
 
 def test_no_report_before_the_interval_and_none_for_the_last_cell():
