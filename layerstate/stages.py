@@ -188,8 +188,10 @@ def _probes(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Dev
     cfg = exp.analysis
     params = dict(positions=cfg.probe_positions, lengths=cfg.probe_lengths, train_length=cfg.probe_train_length,
                   folds=cfg.probe_folds, method=cfg.probe_method, control=cfg.probe_control)
+    name = schema.result_name(registry.PROBES, item.key)
+    # a sweep stopped part-way resumes from the runs it kept, and says so under the result's name
     return params, lambda p, a: probe(store, runs=list(item.runs), **p, save=True, name=item.key,
-                                      scheduler=scheduler, attrs=a)
+                                      scheduler=scheduler, attrs=a, say=lambda line: print(f"{name}: {line}", flush=True))
 
 
 def _mdl(item: Work, store: Any, exp: Experiment, scheduler: Any, device: Device):
