@@ -304,3 +304,76 @@ def naming_corruption(where: object) -> Iterator[None]:
             f"corrupted data in {where}: {detail}; re-run the capture for that run "
             "(it rewrites the block) or restore the store from a copy"
         ) from None
+
+
+class PrefixStore(WrapperStore[Any]):
+    """The part of a zarr store under ``prefix``, as a store of its own (every key read, written,
+    listed or deleted is the inner store's ``prefix/key``).
+
+    For writing one group whole (a result): zarr checks, for each array it creates, that no
+    parent of it is an array, reading and parsing every parent's ``zarr.json`` -- the store
+    root's too, which holds the metadata snapshot of every node (4 MB on the demo store: 0.11 s
+    an array, 11 s of a 75-array result). Through this view the group is the root, the only
+    parent zarr checks. The inner store's own writes (atomic, fsynced, checked) are unchanged."""
+
+    def __init__(self, store: Any, prefix: str) -> None:
+        super().__init__(store)
+        self.prefix = prefix.strip("/")
+
+    def _with_store(self, store: Any) -> PrefixStore:
+        return type(self)(store, self.prefix)
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if key else self.prefix
+
+    def _strip(self, key: str) -> str:
+        return key[len(self.prefix) + 1:] if key.startswith(self.prefix + "/") else key
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        return await self._store.get(self._key(key), prototype, byte_range)
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]) -> Any:
+        return await self._store.get_partial_values(prototype, [(self._key(k), r) for k, r in key_ranges])
+
+    async def exists(self, key: str) -> bool:
+        return bool(await self._store.exists(self._key(key)))
+
+    async def set(self, key: str, value: Any) -> None:
+        await self._store.set(self._key(key), value)
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        await self._store.set_if_not_exists(self._key(key), value)
+
+    async def _set_many(self, values: Iterable[tuple[str, Any]]) -> None:
+        await self._store._set_many([(self._key(k), v) for k, v in values])
+
+    async def delete(self, key: str) -> None:
+        await self._store.delete(self._key(key))
+
+    async def delete_dir(self, prefix: str) -> None:
+        await self._store.delete_dir(self._key(prefix))
+
+    async def is_empty(self, prefix: str) -> bool:
+        return bool(await self._store.is_empty(self._key(prefix)))
+
+    async def list(self) -> Any:  # type: ignore[override]
+        async for key in self._store.list_prefix(self.prefix + "/"):
+            yield self._strip(key)
+
+    async def list_prefix(self, prefix: str) -> Any:  # type: ignore[override]
+        async for key in self._store.list_prefix(self._key(prefix)):
+            yield self._strip(key)
+
+    async def list_dir(self, prefix: str) -> Any:  # type: ignore[override]
+        async for key in self._store.list_dir(self._key(prefix)):
+            yield key
+
+    async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> Any:  # type: ignore[override]
+        async for key, buf in self._store._get_many([(self._key(k), p, r) for k, p, r in requests]):
+            yield self._strip(key), buf
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, PrefixStore) and value.prefix == self.prefix and value._store == self._store
+
+    def __hash__(self) -> int:
+        return hash((self.prefix, id(self._store)))

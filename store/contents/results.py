@@ -20,6 +20,7 @@ from ..provenance import now, tool_version
 from ..zarrutil import (
     CHECKSUM,
     CheckedStore,
+    PrefixStore,
     from_snapshot,
     group,
     jsonable,
@@ -80,11 +81,13 @@ def write_result(root: zarr.Group, name: str, ds: xr.Dataset, *, overwrite: bool
     enc = {v: {"compressors": CHECKSUM} for v in ds.variables}
     ds.attrs = jsonable(ds.attrs)
     # Every chunk is written, even all-fill ones: validate treats a missing chunk as damage.
+    path = f"{schema.RESULTS}/{name}"
     with quiet(), zarr.config.set({"array.write_empty_chunks": True}):
-        ds.to_zarr(
-            root.store, group=f"{schema.RESULTS}/{name}", mode="w", zarr_format=3,
-            consolidated=False, encoding=enc,
-        )
+        # the result's parent groups through the store, then the result through a view rooted at
+        # it: zarr then parses no parent document but the result's own for each array it creates
+        # (the store root's holds every node's snapshot; store.zarrutil.PrefixStore)
+        zarr.open_group(root.store, path=path.rpartition("/")[0], mode="a", zarr_format=3)
+        ds.to_zarr(PrefixStore(root.store, path), mode="w", zarr_format=3, consolidated=False, encoding=enc)
 
 
 #: What every stored result records about how it was made (unless its writer says otherwise),
