@@ -72,6 +72,10 @@ class SequentialRun:
     # the next stage when its seeds are trained but not yet captured or analysed, in one line
     # (what it lacks): no verdict of it is made, since its results do not hold its seeds
     incomplete: str = ""
+    # what a rejection by the t test over seeds costs on a bounded metric (statistic = "mean"),
+    # per claim (row) id: appended to a supported or contradicted verdict's reason, as the fixed
+    # test's reason has it (docs/measured.md, "Tests at the ceiling")
+    caveats: dict[str, str] = field(default_factory=dict)
 
     def short(self) -> dict[Cell, int]:
         """Cells the claims read that hold fewer seeds than the first stage (with what they hold)."""
@@ -199,7 +203,9 @@ def evaluate_sequential(store, claims: Sequence[Claim], design: Design, *,
                          cells=tuple(dict.fromkeys(cell for h in hypotheses for cell in h.cells)),
                          ranges={c.id: (0.0, 1.0) if c.id in shares else c.estimate_range() for c in tested.values()},
                          added=_added(store, [st.seeds for st in stages]), shares=frozenset(shares),
-                         quantiles=quantiles, incomplete=incomplete)
+                         quantiles=quantiles, incomplete=incomplete,
+                         caveats={rid: caveat for c in claims for rid in c.row_ids()
+                                  if (caveat := c.ceiling_caveat(Verdict.SUPPORTED))})
 
 
 def _with_lengths(store, claims: Sequence[Claim]) -> list[Claim]:
@@ -401,7 +407,9 @@ def sequential_verdicts(res, run: SequentialRun):
                          + (f", {rests} at level {c.level:.2g}" if rests else "")
                          + f", repeated 95% interval [{signed(lo)}, {signed(hi)}], boundary {bound}"
                          + (f"; {c.note}" if c.note and c.note != what else "")
-                         + f"; the fixed test on every seed held: {fixed[j]}")
+                         + f"; the fixed test on every seed held: {fixed[j]}"
+                         + (run.caveats.get(cid, "") if verdict[j] in (Verdict.SUPPORTED, Verdict.CONTRADICTED)
+                            else ""))
             written = {"estimate": c.estimate, "lower": lo, "upper": hi, "n_seeds": c.seeds, "level": c.level,
                        "se": c.se, "df": c.df}
         for var, x in written.items():

@@ -64,3 +64,19 @@ def test_a_share_claim_beyond_what_its_metric_can_take_cannot_be_decided(tmp_pat
     assert str(r.verdict.values) == "inconclusive"
     assert str(r.reason.values).startswith("cannot be decided: no value can lie above 1, the largest the metric can "
                                            "take; declare a threshold inside its range (e.g. 0.99)"), r.reason.values
+
+
+def test_a_design_decided_mean_claim_carries_the_same_caveat(tmp_path):
+    # issue 72 item 6 in the sequential path: a stage's rejection is the t test over seeds too
+    from analysis.claims.sequential import evaluate_sequential, sequential_verdicts
+    from analysis.stats.design import Design
+
+    st = learned_store(tmp_path / "s.zarr")
+    design = Design(first_seeds=3, stage_seeds=1, max_seeds=5)
+    for more, says in (({}, True), ({"assume_normal": True}, False)):
+        claims = [_claim(statistic="mean", **more)]
+        run = evaluate_sequential(st, claims, design)
+        row = sequential_verdicts(evaluate_claims(st, claims), run).isel(claim=0)
+        reason = str(row.reason.values)
+        assert str(row.verdict.values) == "supported" and reason.startswith("group-sequential design"), reason
+        assert reason.endswith("statistic = 'share' is exact, or declare assume_normal = true") == says, reason
