@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 import zarr
+import zarr.storage
 
 from .. import schema
-from ..errors import InvalidArrayError, MissingError, RunConflictError
+from ..errors import CorruptStoreError, InvalidArrayError, MissingError, RunConflictError
 from ..provenance import now, tool_version
 from ..zarrutil import (
     CHECKSUM,
@@ -33,13 +35,59 @@ DIGEST_ATTR = "data_digest"
 
 
 def result_names(root: zarr.Group) -> list[str]:
-    """Names of stored results (nested names use ``/``)."""
+    """Names of stored results (nested names use ``/``): the groups under ``results/`` that
+    hold an array."""
+    if isinstance(root.store, zarr.storage.LocalStore) and root.metadata.consolidated_metadata is None:
+        return _local_result_names(Path(root.store.root) / root.path / schema.RESULTS)
     if schema.RESULTS not in root:
         return []
     out = []
     for path, node in group(root, schema.RESULTS).members(max_depth=None):
         if isinstance(node, zarr.Group) and any(True for _ in node.arrays()):
             out.append(path)
+    return sorted(out)
+
+
+def _local_result_names(top: Path) -> list[str]:
+    """:func:`result_names` read from the files of a store on a local disk. A writer's store
+    has no snapshot to list from, and zarr's walk of the results tree built every array of
+    every result, each read through its event loop: 0.5-1 s a call in a store of a dozen
+    results, and a pipeline stage asks for the names several times (docs/measured.md, "CI
+    time, 2026-12-08")."""
+    out: list[str] = []
+
+    def walk(folder: Path, name: str) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        holds_array = False
+        for e in entries:
+            if not e.is_dir():
+                continue
+            try:
+                doc = json.loads((Path(e.path) / "zarr.json").read_bytes())
+            except (FileNotFoundError, NotADirectoryError, ValueError):
+                continue  # no zarr node (a lease folder, a writer's temporary file)
+            kind = doc.get("node_type") if isinstance(doc, dict) else None
+            if kind == "array":
+                holds_array = True
+            elif kind == "group":
+                walk(Path(e.path), f"{name}/{e.name}" if name else e.name)
+        if holds_array and name:
+            out.append(name)
+
+    try:
+        doc = json.loads((top / "zarr.json").read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or doc.get("node_type") != "group":
+        raise CorruptStoreError(
+            f"{schema.RESULTS} is not a group, as the layerstate schema expects; the store was "
+            "changed by another tool: re-create it or restore it from a copy")
+    walk(top, "")
     return sorted(out)
 
 
