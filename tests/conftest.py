@@ -22,6 +22,8 @@ import numpy as np  # noqa: E402  (after the thread pins above)
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
+from tests import module_times  # noqa: E402
+
 # Property tests draw the same examples on every run: a fixed seed per test (derandomize) and
 # no example database, so no submission fails or passes by chance, and a failure seen once is
 # seen every time (then kept as an explicit @example). `HYPOTHESIS_PROFILE=explore` draws new
@@ -34,6 +36,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # modules queued longest first, as ordered below
+        config.option.loadscopereorder = False
     # Calibrated design boundaries are kept on disk between processes (analysis.stats.disk_cache):
     # for the tests, one folder per test run under pytest's own temporary root, shared by the
     # xdist workers and the commands they start, never the user's cache; pytest removes it with
@@ -73,6 +77,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+    # the longest modules first (tests/module_times.py), each module's tests in their own order;
+    # pytest-xdist then queues the modules as collected (its reordering is off: pytest_configure)
+    seconds = module_times.load()
+    root = config.rootpath
+    order = {}
+    for i, item in enumerate(items):
+        order.setdefault(item.path, (-seconds.get(item.path.relative_to(root).as_posix(), 0.0), i))
+    items.sort(key=lambda item: order[item.path])
 
 
 def synthetic_arrays(rng: np.random.Generator, n: int = 64, length: int = 12, n_layers: int = 2,
