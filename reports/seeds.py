@@ -65,7 +65,11 @@ CLAIMS_HOLD_FIXED = (
 PLAN_INTRO = (
     "For each declared claim, the seeds per cell its own test needs for power "
     f"{PLAN_POWER:g} at its margin, at the level of its Holm step, from the spread between the seeds the "
-    "store holds now; 'more per cell' is how many seeds each of its cells still has to train, and 'CPU s' "
+    "store holds now. They are new seeds, decided on their own: a replication, its own family. These "
+    "claims were already tested once on the seeds held, and testing those again pooled with new ones "
+    "decides a second time at the same level (a one-sided t test at 4 seeds, then at 11: type-I error "
+    "0.087 at level 0.05); a design declared before its first stage is the route that counts every seed. "
+    "'new per cell' is how many seeds each of its cells trains, and 'CPU s' "
     "what they cost, from each cell's mean training plus capture seconds per seed. A bound or "
     "readable_by claim declares no effect: it is planned at the observed share of seeds beyond its "
     "threshold (the exact sign test; with statistic = 'mean', at the observed distance to it), which "
@@ -155,11 +159,11 @@ def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
         rows.append(row)
         shown.append({"claim": cid, "seeds now": _int(row.get("seeds")), "power now": fmt(row.get("power_now"), 2)
                       if planned else "–", f"seeds for power {power:g}": _int(row.get("needed")),
-                      "more per cell": _int(row.get("more")), "CPU s": fmt(row.get("cpu_s"), 0) if planned else "–",
+                      "new per cell": _int(row.get("more")), "CPU s": fmt(row.get("cpu_s"), 0) if planned else "–",
                       "note": note})
     cols = ["claim", "planned", "seeds", "power_now", "needed", "more", "cpu_s", "level", "effect", "sd", "note"]
     sec.tables.append(Table("seed_plan", f"Per claim: the seeds its test needs for power {power:g} and what "
-                            "the missing ones cost.", pd.DataFrame(rows, columns=cols), pd.DataFrame(shown)))
+                            "the new ones cost.", pd.DataFrame(rows, columns=cols), pd.DataFrame(shown)))
     crow, cshown = [], []
     for j in range(ds.sizes.get("cell", 0)):
         c = ds.isel(cell=j)
@@ -175,8 +179,8 @@ def seed_plan(snap: Snapshot, experiment: dict | None) -> Section:
                        "CPU s": fmt(spend, 0)})
     if crow:
         sec.tables.append(Table(
-            "seed_plan_cells", "Per cell: the seeds it trains to (the most any claim reading it needs), once "
-            "for all its claims, at its measured CPU seconds per seed.",
+            "seed_plan_cells", "Per cell: the new seeds it trains (the most any claim reading it needs), once "
+            "for all its claims, numbered after the seeds it holds, at its measured CPU seconds per seed.",
             pd.DataFrame(crow), pd.DataFrame(cshown)))
     total = float(ds.attrs.get("cpu_s", math.nan))
     if _finite(total):

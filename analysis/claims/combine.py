@@ -48,8 +48,9 @@ from analysis.claims.planner import (
     SEED_PLAN,
     WRONG_SIDE,
     contra_plan,
-    missing_seeds,
+    new_seeds,
     signed_distance,
+    with_route,
 )
 from analysis.claims.profiles import (
     CLAIM_PROFILES,
@@ -327,11 +328,19 @@ def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sour
             for k in PLAN_NUMERIC:
                 v = getattr(got, k)
                 num[k][i] = np.nan if v is None else float(v)
-            notes[i] = got.reason
+            notes[i] = with_route(got.reason) if got.needed is not None else got.reason
         elif r is not None:
             for k in PLAN_NUMERIC:
                 num[k][i] = _float(r, k)
             notes[i] = _text(r, "note")
+            if plan is not None and np.isfinite(num["needed"][i]):
+                # new seeds, decided alone (a part's plan stored before plans counted them so
+                # asked only for the seeds its cells lacked): costed again from its cells
+                cells = _row_cells(claim, rid)
+                num["more"][i] = num["needed"][i]
+                if cells and all(cell in plan.costs for cell in cells):
+                    num["cpu_s"][i] = num["needed"][i] * sum(plan.costs[cell] for cell in cells)
+                notes[i] = with_route(notes[i])
     for k, a in num.items():
         res[f"plan_{k}"] = ("claim", a)
     res["plan_note"] = ("claim", np.array(notes, dtype=str))
@@ -340,9 +349,10 @@ def _attach_plans(res: xr.Dataset, claims: Sequence[Claim], ids: list[str], sour
 
 def _plan_cells(res: xr.Dataset, claims: Sequence[Claim], ids: list[str],
                 plans: Sequence[PartPlan]) -> list[dict[str, Any]]:
-    """Per cell the undecided claims read: the seeds it holds, the most any of them needs, and
-    what training it once to that costs (each cell trained once for all its claims, as the
-    planner's total): what deciding every undecided claim would take."""
+    """Per cell the undecided claims read: the seeds it holds, the most new seeds any of them
+    needs (a replication, decided on them alone: :mod:`analysis.stats.planning`), and what
+    training them once costs (each cell trained once for all its claims, as the planner's
+    total): what deciding every undecided claim would take."""
     held = {cell: n for p in plans for cell, n in p.held.items()}
     costs = {cell: c for p in plans for cell, c in p.costs.items()}
     reach: dict[Cell, int] = {}
@@ -351,13 +361,12 @@ def _plan_cells(res: xr.Dataset, claims: Sequence[Claim], ids: list[str],
         if str(res["verdict"].values[i]) not in (Verdict.INCONCLUSIVE, Verdict.NOT_EVALUABLE) or not np.isfinite(need):
             continue
         for cell in _row_cells(claim, rid):
-            if need > held.get(cell, 0) and need > reach.get(cell, 0):
-                reach[cell] = int(need)
+            reach[cell] = max(reach.get(cell, 0), int(need))
     out = []
     for cell, need in sorted(reach.items()):
         have, cost = held.get(cell, 0), costs.get(cell, np.nan)
-        out.append({"cell": "/".join(cell), "seeds": have, "needed": need, "more": need - have,
-                    "cpu_s": (need - have) * cost if np.isfinite(cost) else None})
+        out.append({"cell": "/".join(cell), "seeds": have, "needed": have + need, "more": need,
+                    "cpu_s": need * cost if np.isfinite(cost) else None})
     return out
 
 
@@ -375,12 +384,12 @@ PROFILE_MAX = 30
 
 def _profile_plan(claim: Claim, rid: str, row: xr.Dataset, kept: Sequence[tuple[str, pd.DataFrame]],
                   plans: Sequence[PartPlan], power: float = 0.8) -> PlanRow | None:
-    """A profile claim row's plan: the fewest seeds per task (each task's cell keeping at least
-    the seeds it holds) at which the claim is supported with probability ``power`` when seeds
-    are drawn like the observed ones (:func:`analysis.stats.profiles.shape_test_power`, at the
-    level of its Holm step), below that only where the exact test can reach the level at all;
-    what training the missing seeds costs, from the parts' cell costs. None where the kept
-    profiles do not hold its three tasks."""
+    """A profile claim row's plan: the fewest new seeds per task (a replication, decided on them
+    alone: :mod:`analysis.stats.planning`) at which the claim is supported with probability
+    ``power`` when seeds are drawn like the observed ones
+    (:func:`analysis.stats.profiles.shape_test_power`, at the level of its Holm step), below that
+    only where the exact test can reach the level at all; what training them costs, from the
+    parts' cell costs. None where the kept profiles do not hold its three tasks."""
     if claim.differs_from is None or claim.matches is None:
         return None
     profiles = row_profiles(claim, rid, kept)
@@ -395,16 +404,15 @@ def _profile_plan(claim: Claim, rid: str, row: xr.Dataset, kept: Sequence[tuple[
     claimed, other, matches = arrays
     margin = claim.decision_margin or 0.0
     now = shape_test_power(claimed, other, matches, (held[0], held[1], held[2]), level, margin=margin)
-    for m in range(min(held), PROFILE_MAX + 1):
-        sizes = (max(m, held[0]), max(m, held[1]), max(m, held[2]))
-        if attainable_min_p(sizes[0], sizes[1]) >= level:
+    for m in range(2, PROFILE_MAX + 1):
+        if attainable_min_p(m, m) >= level:
             continue
-        pw = shape_test_power(claimed, other, matches, sizes, level, margin=margin)
+        pw = shape_test_power(claimed, other, matches, (m, m, m), level, margin=margin)
         if pw >= power:
-            more, cpu = missing_seeds(cells, m, costs, dict(zip(cells, held, strict=True)))
+            more, cpu = new_seeds(cells, m, costs)
             return PlanRow(rid, min(held), m, more, cpu, now, (
-                f"planned by resampling the kept per-seed profiles: supported in {pw:.0%} of draws with {m} seeds "
-                f"a task ({', '.join(f'{t} {h}' for t, h in zip(tasks, held, strict=True))} now), the exact "
+                f"planned by resampling the kept per-seed profiles: supported in {pw:.0%} of draws with {m} new seeds "
+                f"a task ({', '.join(f'{t} {h}' for t, h in zip(tasks, held, strict=True))} held), the exact "
                 f"permutation test at its Holm level {level:.2g} and the profile closer by more than the margin "
                 f"{margin:g}"))
     return PlanRow(rid, min(held), None, None, math.nan, now,
@@ -422,8 +430,7 @@ def _contra_again(claim: Claim, row: xr.Dataset, plan: PartPlan) -> PlanRow | No
     c = ClaimPlan(id=str(row.claim.values), cells=cells, sd=np.nan, effect=signed_distance(claim, float(row.estimate)),
                   level=float(row.level), seeds=n)
     return contra_plan(claim, c, estimate=float(row.estimate), se=float(row.se), short=float(row.short),
-                       level=float(row.contra_level), costs=plan.costs, held={cell: plan.held.get(cell, n)
-                                                                               for cell in cells})
+                       level=float(row.contra_level), costs=plan.costs)
 
 
 def read_plan(path: str | Path, *, storage_options: dict | None = None) -> PartPlan | None:

@@ -113,14 +113,14 @@ def make_plan(store, claims: Sequence[Claim], *, power: float = 0.8,
         plans.append(ClaimPlan(id=cid, cells=claim_cells(store, claim), sd=sd, effect=effect, level=level, seeds=n,
                                alternative=alternative, margin=margin if alternative == "equivalence" else None))
     costs, held = cell_costs(store), seeds_held(store)
-    rows = [_share_plan(c, shares[c.id], costs, held, power) if c.id in shares
-            else pr for c, pr in zip(plans, plan(plans, costs, power=power, held=held), strict=True)]
+    rows = [_share_plan(c, shares[c.id], costs, power) if c.id in shares
+            else pr for c, pr in zip(plans, plan(plans, costs, power=power), strict=True)]
     for i, (c, pr) in enumerate(zip(plans, rows, strict=True)):
         if c.id in wrong or pr.reason == WRONG_SIDE:  # planned towards the other side: contradicted
             got = res.sel(claim=c.id)
             rows[i] = contra_plan(by_id[c.id.split("[", 1)[0]], c, estimate=float(got.estimate), se=float(got.se),
                                   short=_num(got, "short"), level=_num(got, "contra_level"), costs=costs,
-                                  held=held, power=power)
+                                  power=power)
     return Plan(plans, rows, skipped, costs, plan_total(plans, rows, costs, held), observed)
 
 
@@ -133,7 +133,7 @@ SHARE_MAX = 60
 
 
 def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell, float],
-                held: dict[Cell, int], power: float) -> PlanRow:
+                power: float) -> PlanRow:
     """A share claim's plan (the exact sign test, docs/ceiling.md): the fewest seeds whose test at
     the claim's level supports it with probability ``power`` if the share of seeds beyond stays
     what it is now (taken at face value); not reachable when that share is not above ``q``."""
@@ -142,11 +142,11 @@ def _share_plan(c: ClaimPlan, observed: tuple[Claim, int, int], costs: dict[Cell
     now = share_power((n,), share, c.level, q=claim.q, n_max=n, top=c.level)
     if share <= claim.q:
         return PlanRow(c.id, n, None, None, math.nan, now, WRONG_SIDE)
-    need = next((m for m in range(max(n, 2), SHARE_MAX + 1)
+    need = next((m for m in range(2, SHARE_MAX + 1)
                  if share_power((m,), share, c.level, q=claim.q, n_max=m, top=c.level) >= power), None)
     if need is None:
         return PlanRow(c.id, n, None, None, math.nan, now, f"more than {SHARE_MAX} seeds")
-    more, cpu = missing_seeds(c.cells, need, costs, held)
+    more, cpu = new_seeds(c.cells, need, costs)
     return PlanRow(c.id, n, need, more, cpu, now, "")
 
 
@@ -166,7 +166,7 @@ CONTRA = "planned to contradict it"
 
 
 def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short: float, level: float,
-                costs: dict[Cell, float], held: dict[Cell, int], power: float = PLAN_POWER) -> PlanRow:
+                costs: dict[Cell, float], power: float = PLAN_POWER) -> PlanRow:
     """The plan of a claim whose estimate lies on the wrong side of its threshold (``c``, planned
     at that signed effect): no seed count supports it, but enough seeds decide it the other way,
     ``contradicted``. The seeds at which the test of the opposite side (two-sided, at ``level``,
@@ -183,16 +183,16 @@ def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short
         if not (np.isfinite(share) and share > q):
             return _unreachable(c, PlanRow(c.id, n, None, None, math.nan, math.nan, WRONG_SIDE))
         now = share_power((n,), share, lv, q=q, n_max=n, top=lv)
-        need = next((m for m in range(max(n, 2), SHARE_MAX + 1)
+        need = next((m for m in range(2, SHARE_MAX + 1)
                      if share_power((m,), share, lv, q=q, n_max=m, top=lv) >= power), None)
         if need is None:
             return PlanRow(c.id, n, None, None, math.nan, now, f"{CONTRA}: more than {SHARE_MAX} seeds")
-        more, cpu = missing_seeds(c.cells, need, costs, held)
+        more, cpu = new_seeds(c.cells, need, costs)
         return PlanRow(c.id, n, need, more, cpu, now, f"{CONTRA}: the exact sign test of the seeds short of its "
                        f"threshold (share {share:.2f}) at the two-sided level {2 * lv:.2g}")
     other = ClaimPlan(id=c.id, cells=c.cells, sd=sd_per_seed(se=se, n_seeds=c.seeds) if np.isfinite(se) else c.sd,
                       effect=-c.effect, level=lv, seeds=c.seeds, alternative="one-sided")
-    r = plan([other], costs, power=power, held=held)[0]
+    r = plan([other], costs, power=power)[0]
     if r.needed is None:
         return PlanRow(c.id, r.seeds, None, None, math.nan, r.power_now,
                        f"{CONTRA}: {r.reason}" if r.reason else WRONG_SIDE)
@@ -201,17 +201,12 @@ def contra_plan(claim: Claim, c: ClaimPlan, *, estimate: float, se: float, short
         f"to its threshold, at the two-sided level {2 * lv:.2g}") + (f"; {r.reason}" if r.reason else ""))
 
 
-def missing_seeds(cells: Sequence[Cell], need: int, costs: dict[Cell, float], held: dict[Cell, int]
-             ) -> tuple[int, float]:
-    """How many more seeds the cells need to hold ``need`` each (the most any lacks), and their
-    CPU seconds (NaN where a cell that lacks seeds has no measured cost)."""
-    more = max((max(need - held.get(cell, 0), 0) for cell in cells), default=0)
-    missing = any(cell not in costs for cell in cells if need > held.get(cell, 0))
-    # only the cells that lack seeds cost anything: one without a measured time (runs written from
-    # arrays, imported) that already holds them is no KeyError
-    cpu = math.nan if missing else float(sum((need - held.get(cell, 0)) * costs[cell] for cell in cells
-                                             if need > held.get(cell, 0)))
-    return more, cpu
+def new_seeds(cells: Sequence[Cell], need: int, costs: dict[Cell, float]) -> tuple[int, float]:
+    """A replication of ``need`` new seeds in each of ``cells`` (decided on them alone,
+    :mod:`analysis.stats.planning`): the seeds each cell trains, and their CPU seconds (NaN where
+    a cell has no measured cost)."""
+    cpu = math.nan if any(cell not in costs for cell in cells) else float(need * sum(costs[cell] for cell in cells))
+    return need, cpu
 
 
 def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
@@ -228,14 +223,25 @@ def _unreachable(c: ClaimPlan, r: PlanRow) -> PlanRow:
 
 
 
+#: The route every seed count of a plan assumes (:mod:`analysis.stats.planning`), said in its note.
+ROUTE = "route: a replication, its new seeds decided on their own"
+
+
+def with_route(note: str) -> str:
+    """A planned claim's note, ending with the route its seed count assumes (:data:`ROUTE`)."""
+    return note if ROUTE in note else f"{note}; {ROUTE}" if note else ROUTE
+
+
 def plan_note(p: Plan, c: ClaimPlan, r: PlanRow) -> str:
-    """What a claim's plan rests on, in words."""
+    """What a claim's plan rests on, in words, and the route its seed count assumes."""
     if r.reason:
-        return r.reason
-    if c.id in p.observed:
-        return ("planned at the observed distance to its threshold" if np.isfinite(c.sd) else
+        note = r.reason
+    elif c.id in p.observed:
+        note = ("planned at the observed distance to its threshold" if np.isfinite(c.sd) else
                 "planned at the observed share of seeds beyond its threshold (exact sign test)")
-    return f"at its margin, at its Holm level {c.level:.2g}"
+    else:
+        note = f"at its margin, at its Holm level {c.level:.2g}"
+    return with_route(note) if r.needed is not None else note
 
 
 def plan_dataset(p: Plan, power: float) -> xr.Dataset:
@@ -268,16 +274,21 @@ def plan_dataset(p: Plan, power: float) -> xr.Dataset:
 
 
 def design_decisions(run: Any) -> dict[str, str]:
-    """The claims (row ids) a seed design's stages (an
-    :class:`~analysis.claims.sequential.SequentialRun` on the store) decided or stopped, each
-    with what the plan says of it: a claim decided by its design needs no seeds, and one its
+    """The claims (row ids) under a seed design (an
+    :class:`~analysis.claims.sequential.SequentialRun` on the store), each with what the plan
+    says of it instead of a seed count: a claim decided by its design needs no seeds, one its
     design stopped undecided at its maximum gets none from a plan (seeds added past a design
-    spend its level again)."""
+    spend its level again), and one still undecided gets its seeds from the design's next
+    stages."""
     out: dict[str, str] = {}
     if not run.stages:
         return out
-    for cid, c in run.stages[-1].claims.items():
-        if c.decided_at is None:
+    last = run.stages[-1]
+    for cid, c in last.claims.items():
+        if c.decided_at is None:  # its design goes on: its next stage, not a plan, adds its seeds
+            nxt = f" (its next stage: {last.seeds_next} seeds)" if last.seeds_next is not None else ""
+            out[cid] = (f"its design continues{nxt}, up to {run.design.max_seeds} seeds, its boundaries "
+                        "paying for each look; route: the design's own stages")
             continue
         at = run.stages[c.decided_at]
         if c.decision in FINAL:

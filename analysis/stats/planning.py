@@ -10,6 +10,14 @@ TOST's power, :func:`analysis.stats.power.tost_power_se`). :func:`plan` turns th
 seeds each of the claim's (task, arch, variant) cells must still train and their CPU time from
 each cell's measured seconds per seed (training plus capture), per claim and for the whole file
 (a cell read by several claims trains the most any of them needs, once).
+
+The seeds planned are new seeds, decided on them alone: a replication, its own family. The
+claims were already tested once on the seeds the store holds (the plan is made from that test's
+estimates), and a test of those seeds pooled with new ones is a second decision at the same
+level: a one-sided t test at 4 seeds and again at 11 rejected a true null 8.7% of the time at
+level 0.05 (docs/sequential.md, "The plan's route: new seeds, decided alone"). A group-sequential
+design declared before its first stage is the route that counts every seed, its boundaries
+paying for each look (``layerstate run --design``).
 """
 
 from __future__ import annotations
@@ -101,11 +109,10 @@ def _power_now(c: ClaimPlan) -> float:
 
 
 def plan(claims: Sequence[ClaimPlan], costs: Mapping[Cell, float], *, power: float = 0.8,
-         n_max: int = N_MAX, held: Mapping[Cell, int] | None = None) -> list[PlanRow]:
-    """Per claim: the seeds for ``power`` at its effect and level, how many more that is, and their
-    CPU seconds from ``costs`` (a cell's measured seconds per seed, training plus capture).
-    ``held``: the seeds each cell holds (cells read by one claim may hold different numbers, as
-    after a design that stopped some cells early); default: the claim's seeds in every cell."""
+         n_max: int = N_MAX) -> list[PlanRow]:
+    """Per claim: the seeds for ``power`` at its effect and level, each a new seed in each of its
+    cells (a replication, decided on them alone: the module docstring), and their CPU seconds
+    from ``costs`` (a cell's measured seconds per seed, training plus capture)."""
     out = []
     for c in claims:
         reason = ""
@@ -117,12 +124,10 @@ def plan(claims: Sequence[ClaimPlan], costs: Mapping[Cell, float], *, power: flo
                                                 margin=c.margin, n_max=n_max)
         if need is None and not reason:
             reason = f"more than {n_max} seeds"
-        have = {cell: (held or {}).get(cell, c.seeds) for cell in c.cells}
-        more = None if need is None else max((max(need - have[cell], 0) for cell in c.cells),
-                                             default=max(need - c.seeds, 0))
+        # a replication: `need` new seeds in every cell, decided on them alone (module docstring)
+        more = need
         missing = [cell for cell in c.cells if cell not in costs]
-        cpu = (math.nan if need is None or missing
-               else float(sum(max(need - have[cell], 0) * costs[cell] for cell in c.cells)))
+        cpu = math.nan if need is None or missing else float(need * sum(costs[cell] for cell in c.cells))
         if more is not None and missing:
             reason = f"no measured CPU time for {', '.join('/'.join(m) for m in missing)}"
         out.append(PlanRow(c.id, c.seeds, need, more, cpu, _power_now(c), reason))
@@ -131,16 +136,16 @@ def plan(claims: Sequence[ClaimPlan], costs: Mapping[Cell, float], *, power: flo
 
 def plan_total(claims: Sequence[ClaimPlan], rows: Sequence[PlanRow], costs: Mapping[Cell, float],
                held: Mapping[Cell, int] | None = None) -> dict:
-    """The whole plan: each cell trains to the most seeds any claim reading it needs (claims not
-    reached are left out), once. ``held``: the seeds each cell holds (default: the fewest of the
-    claims reading it). Returns ``{"cells": {cell: (seeds it has, seeds it reaches)}, "cpu_s":
-    total}``."""
-    reach: dict[Cell, tuple[int, int]] = {}
+    """The whole plan: each cell trains, once, as many new seeds as the most any claim reading it
+    needs (claims not reached are left out), numbered after the seeds it holds. ``held``: the
+    seeds each cell holds (default: the fewest of the claims reading it). Returns ``{"cells":
+    {cell: (seeds it has, seeds it has and the new ones)}, "cpu_s": total}``."""
+    have: dict[Cell, int] = {}
+    new: dict[Cell, int] = {}
     for c, r in zip(claims, rows, strict=True):
         for cell in c.cells:
-            start = (held or {}).get(cell, c.seeds)
-            have, to = reach.get(cell, (start, start))
-            target = max(to, r.needed if r.needed is not None else 0)
-            reach[cell] = (have if held and cell in held else min(have, c.seeds), target)
-    cpu = float(sum((to - have) * costs.get(cell, math.nan) for cell, (have, to) in reach.items() if to > have))
+            have[cell] = held[cell] if held and cell in held else min(have.get(cell, c.seeds), c.seeds)
+            new[cell] = max(new.get(cell, 0), r.needed if r.needed is not None else 0)
+    reach = {cell: (have[cell], have[cell] + new[cell]) for cell in have}
+    cpu = float(sum(new[cell] * costs.get(cell, math.nan) for cell in have if new[cell]))
     return {"cells": reach, "cpu_s": cpu}

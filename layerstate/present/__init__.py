@@ -32,9 +32,9 @@ from layerstate.present.claims import (
     claim_summaries,
     design_command,
     plan_lines,
+    replication_store,
     sequential_lines,
     undecided_cost_lines,
-    writable_store,
     write_claims_table,
 )
 from layerstate.present.runs import (
@@ -85,6 +85,6 @@ __all__ = [
     "unpacked",
     "validation_notes",
     "validation_verdict",
-    "writable_store",
+    "replication_store",
     "write_claims_table",
 ]

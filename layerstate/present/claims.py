@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shlex
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePath
@@ -164,15 +163,17 @@ def undecided_cost_lines(res: xr.Dataset) -> list[str]:
 
     out = ["", "## What deciding the undecided claims would cost", "",
            "From the seed planner of the part that evaluated each claim (its `tables/seed_plan.csv`): "
-           "the seeds at which the claim's test reaches power 0.8, how many more each cell it reads "
-           "needs, and their CPU seconds at the cells' measured training time. A claim whose estimate "
+           "the seeds at which the claim's test reaches power 0.8, as new seeds in each cell it reads, "
+           "decided on their own (a replication, its own family: tested with the seeds held, those "
+           "would be decided a second time at the same level), and their CPU seconds at the cells' "
+           "measured training time. A claim whose estimate "
            "lies on the wrong side of its threshold is planned towards its contradiction (the test of "
            "the other side, at the two-sided level), at the observed distance or share taken at face "
            "value. Each part planned at the Holm level it tested the claim at, with the other parts' "
            "tests at p = 1; the combined family's level is as high or higher, so these are at most the "
            "seeds it needs. Seeds past a design's declared maximum are a new design, declared before "
            "they are trained.", "",
-           "| claim | verdict | seeds now | seeds needed | more per cell | CPU s | planned at | part |",
+           "| claim | verdict | seeds now | seeds needed | new per cell | CPU s | planned at | part |",
            "|---|---|---|---|---|---|---|---|"]
     for i in undecided:
         r = res.isel(claim=i)
@@ -184,8 +185,8 @@ def undecided_cost_lines(res: xr.Dataset) -> list[str]:
                    f"{str(r['part'].values) or '–'} |")
     cells = json.loads(res.attrs.get("plan_cells", "[]"))
     if cells:
-        out += ["", "Per cell, trained once to the most any undecided claim reading it needs:", "",
-                "| cell | seeds now | seeds needed | more | CPU s |", "|---|---|---|---|---|"]
+        out += ["", "Per cell, the most new seeds any undecided claim reading it needs, trained once:", "",
+                "| cell | seeds now | seeds after | new | CPU s |", "|---|---|---|---|---|"]
         for c in cells:
             cost = "–" if c["cpu_s"] is None else f"{c['cpu_s']:,.0f}"
             out.append(f"| {c['cell']} | {c['seeds']} | {c['needed']} | {c['more']} | {cost} |")
@@ -221,62 +222,47 @@ def _num(x: float | int | None, fmt: str = "d") -> str:
     return format(x, fmt)
 
 
-def writable_store(store: str) -> tuple[str, str]:
-    """A store seeds can be trained into, and the command that makes it from ``store`` when
-    ``store`` cannot take them ('' when it can): a zip is write-once (unpacked to a directory
-    beside it), a store served over HTTP is read-only (pulled to a local directory), a local
-    directory without write permission is copied."""
-    if store.startswith(("http://", "https://")):
-        local = PurePath(store.rstrip("/")).name.removesuffix(".zip").removesuffix(".zarr") + ".zarr"
-        return local, f"pull the store into a local one (`layerstate pull {shlex.quote(store)} {local}`)"
+def replication_store(store: str) -> str:
+    """Where a plan's new seeds go: a new local store beside ``store`` (named after it), decided
+    there on its own (:mod:`analysis.stats.planning`)."""
     if "://" in store:
-        return store, ""
-    if store.endswith(".zip"):
-        local = str(PurePath(store).with_suffix(".zarr"))
-        return local, (f"a zip is write-once: unpack it into a directory "
-                       f"(`layerstate unpack {shlex.quote(store)} {shlex.quote(local)}`)")
-    if os.path.isdir(store) and not os.access(store, os.W_OK):
-        local = str(PurePath(store.rstrip("/")).name.removesuffix(".zarr") + "-copy.zarr")
-        return local, f"{store} is read-only here: copy it (`cp -r {shlex.quote(store)} {local}`)"
-    return store, ""
+        return PurePath(store.rstrip("/")).name.removesuffix(".zip").removesuffix(".zarr") + "-replication.zarr"
+    where = PurePath(store.rstrip("/"))
+    return str(where.with_name(where.name.removesuffix(".zip").removesuffix(".zarr") + "-replication.zarr"))
 
 
 def plan_lines(p: Plan, experiment: str = "EXPERIMENT.toml", store: str = "STORE") -> Iterator[str]:
-    """The plan as the command prints it: one line per claim, then the cells that need more seeds,
-    the total, and the commands that train exactly those seeds (``experiment``, ``store``: the
-    paths the commands name)."""
-    yield "claim | seeds | power now | seeds for power 0.8 | more per cell | CPU s | note"
+    """The plan as the command prints it: one line per claim, then the cells that need new seeds,
+    the total, and the commands that train exactly those seeds into a replication store and
+    decide them there (``experiment``, ``store``: the paths the commands name)."""
+    yield "claim | seeds | power now | seeds for power 0.8 | new per cell | CPU s | note"
     for c, r in zip(p.claims, p.rows, strict=True):
-        note = plan_note(p, c, r)
         yield (f"{r.id} | {r.seeds} | {_num(r.power_now, '.2f')} | {_num(r.needed)} | {_num(r.more)} | "
-               f"{_num(r.cpu_s, '.0f')} | {note or 'at its margin, at its Holm level ' + format(c.level, '.2g')}")
+               f"{_num(r.cpu_s, '.0f')} | {plan_note(p, c, r)}")
     for cid, why in p.skipped.items():
         yield f"{cid} | – | – | – | – | – | not planned: {why}"
     cells = {c: (have, reach) for c, (have, reach) in p.total.get("cells", {}).items() if reach > have}
     for cell, (have, reach) in sorted(cells.items()):
         cost = p.costs.get(cell)
-        yield (f"cell {'/'.join(cell)}: {have} -> {reach} seeds"
+        yield (f"cell {'/'.join(cell)}: {reach - have} new seeds ({have}-{reach - 1}; it holds {have})"
                + (f", {cost:.0f} s per seed" if cost is not None else ", no measured time"))
     total = p.total.get("cpu_s", math.nan)
     yield f"total: {_num(total, '.0f')} CPU s for every planned claim to reach power 0.8"
     if not cells:
         yield "next: nothing to train; every planned claim has the seeds it needs (or cannot reach its power)"
         return
+    first = min(have for have, _ in cells.values())
     most = max(reach for _, reach in cells.values())
-    writable, first = writable_store(store)
-    if first:
-        yield f"next: {first}; then list seeds = {list(range(most))} in {experiment}'s [grid], and train only the " \
-              "seeds above, cell by cell:"
-    else:
-        yield (f"next: list seeds = {list(range(most))} in {experiment}'s [grid], then train only the seeds above, "
-               "cell by cell:")
-    store = writable
+    new = replication_store(store)
+    yield (f"next: a replication, its new seeds decided on their own (their own family; tested with the seeds "
+           f"{store} holds, those would be decided a second time at the same level). Train them into a new "
+           f"store, cell by cell, listing seeds = {list(range(first, most))} in {experiment}'s [grid]:")
     for (task, arch, _), (have, reach) in sorted(cells.items()):
         seeds = f"{have}-{reach - 1}" if reach - have > 1 else str(have)
-        yield f"  layerstate train {experiment} --store {store} --task {task} --arch {arch} --seed {seeds}"
-    yield (f"  then `layerstate run {experiment} --store {store} --out DIR` captures, analyses and decides them "
-           "(what is stored is reused); or declare a [design] and let `layerstate run --design` add seeds stage "
-           "by stage")
+        yield f"  layerstate train {experiment} --store {new} --task {task} --arch {arch} --seed {seeds}"
+    yield (f"  then `layerstate run {experiment} --store {new} --out DIR` captures, analyses and decides them "
+           "(what is stored is reused); or declare a [design] and let `layerstate run --design` add new seeds "
+           "stage by stage")
 
 
 def sequential_lines(run: SequentialRun, next_step: str = "the run trains them now") -> Iterator[str]:

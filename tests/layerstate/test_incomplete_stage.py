@@ -146,34 +146,31 @@ def test_trained_but_not_captured_or_analysed_seeds_give_no_stage_verdict(tmp_pa
             assert "decided by its design" not in row, plan
 
 
-def test_the_plans_commands_run_as_printed_on_a_zip_and_a_read_only_store(tmp_path, monkeypatch):
-    """`plan` on a store that cannot take seeds (a zip, a directory without write permission)
-    first says how to get one that can; each printed command then runs as printed."""
-    import os
-    import shlex
+def test_a_plans_new_seeds_go_into_a_replication_store_beside_the_one_it_read(tmp_path, monkeypatch):
+    """`plan`'s new seeds are a replication, decided on their own: they are trained into a new
+    local store named after the one the plan read (a zip, a URL or a directory, which is never
+    written), and the printed command runs as printed."""
+    from layerstate.present import replication_store
 
-    from layerstate.present import writable_store
-
+    assert replication_store("runs/s.zarr") == "runs/s-replication.zarr"
+    assert replication_store("https://host/x/acts.zip") == "acts-replication.zarr"
+    assert replication_store("s3://bucket/p/s.zarr/") == "s-replication.zarr"
     exp = tmp_path / "exp.toml"
     exp.write_text(EXPERIMENT.replace("steps = 20", "steps = 6").replace("n_sequences = 40", "n_sequences = 16"))
     store = tmp_path / "s.zarr"
-    _cli("train", exp, "--store", store, "--seed", "0-1")  # a range of seeds, as `plan` prints them
+    _cli("train", exp, "--store", store, "--task", "parity", "--arch", "lstm", "--seed", "0-1")
     zipped = tmp_path / "acts.zip"
     _cli("pack", store, zipped)
     monkeypatch.chdir(tmp_path)
-    local, first = writable_store(str(zipped))
-    assert first == f"a zip is write-once: unpack it into a directory (`layerstate unpack {zipped} {local}`)"
-    _cli(*shlex.split(first.split("`")[1])[1:])  # the command as printed
+    new = replication_store(str(zipped))
+    assert new == str(tmp_path / "acts-replication.zarr")
     more = tmp_path / "exp3.toml"
-    more.write_text(exp.read_text().replace("seeds = [0, 1]", "seeds = [0, 1, 2, 3]"))
-    _cli("train", more, "--store", local, "--task", "parity", "--arch", "lstm", "--seed", "2-3")
+    more.write_text(exp.read_text().replace("seeds = [0, 1]", "seeds = [2, 3]"))
+    _cli("train", more, "--store", new, "--task", "parity", "--arch", "lstm", "--seed", "2-3")  # as printed
     from store import Store
 
-    assert sum("lstm" in r for r in Store.open(local).run_ids()) == 4
-    # a directory this user may not write (root may write any: the permission check is what is held)
-    monkeypatch.setattr(os, "access", lambda path, mode: not (str(path) == str(store) and mode == os.W_OK))
-    copy, how = writable_store(str(store))
-    assert (copy, how) == ("s-copy.zarr", f"{store} is read-only here: copy it (`cp -r {store} s-copy.zarr`)")
+    assert Store.open(new).run_ids() == ["parity-lstm-default-s2", "parity-lstm-default-s3"]
+    assert len(Store.open(str(zipped)).run_ids()) == 2
 
 
 def test_a_claim_its_design_decided_is_not_planned_and_one_it_stopped_gets_no_seeds():
@@ -181,13 +178,16 @@ def test_a_claim_its_design_decided_is_not_planned_and_one_it_stopped_gets_no_se
 
     from analysis.claims.planner import design_decisions
 
-    last = NS(seeds=5, claims={"a": NS(decided_at=0, decision="supported"),
-                               "b": NS(decided_at=None, decision="continue"),
-                               "c": NS(decided_at=1, decision="inconclusive"),
-                               "d": NS(decided_at=1, decision="equivalent")})
-    run = NS(stages=[NS(seeds=3, claims={}), last])
+    last = NS(seeds=5, seeds_next=7, claims={"a": NS(decided_at=0, decision="supported"),
+                                             "b": NS(decided_at=None, decision="continue"),
+                                             "c": NS(decided_at=1, decision="inconclusive"),
+                                             "d": NS(decided_at=1, decision="equivalent")})
+    run = NS(stages=[NS(seeds=3, claims={}), last], design=NS(max_seeds=9))
     said = design_decisions(run)
     assert said["a"] == "decided by its design: supported at stage 1 (3 seeds); it needs no more seeds"
     assert said["d"].startswith("decided by its design: equivalent at stage 2 (5 seeds)")
     assert said["c"].startswith("its design stopped it inconclusive at stage 2 (5 seeds)")
-    assert "b" not in said and design_decisions(NS(stages=[])) == {}
+    # one it goes on with gets its seeds from the design's next stages, not a plan's count
+    assert said["b"] == ("its design continues (its next stage: 7 seeds), up to 9 seeds, its boundaries paying "
+                         "for each look; route: the design's own stages")
+    assert design_decisions(NS(stages=[])) == {}

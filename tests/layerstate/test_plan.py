@@ -3,6 +3,8 @@ their CPU time from the runs' stored training times, on a planted store with a k
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -11,7 +13,7 @@ from analysis.claims import evaluate_claims, parse_claims
 from analysis.claims.cells import cell_costs
 from analysis.claims.planner import make_plan
 from layerstate.cli import main
-from layerstate.present import plan_lines
+from layerstate.present import plan_lines, replication_store
 from store import Store
 from tests.analysis.claims.test_claims import _write_run
 
@@ -58,7 +60,8 @@ def test_each_claim_needs_the_seeds_its_corrected_test_needs_and_they_cost_their
     assert n is not None and n > 3
     assert power_se(0.05, sd / np.sqrt(n), n - 1, level, "one-sided") >= 0.8
     assert power_se(0.05, sd / np.sqrt(n - 1), n - 2, level, "one-sided") < 0.8
-    assert row.more == n - 3 and row.cpu_s == pytest.approx((n - 3) * (10 + 30))
+    # new seeds in each cell, decided on their own: the 3 held were tested once already
+    assert row.more == n and row.cpu_s == pytest.approx(n * (10 + 30))
     # the bound claim reads one cell: its seeds cost that cell's 10 s each
     high = next(r for r in p.rows if r.id == "s3-high")
     assert high.needed is not None and high.cpu_s == pytest.approx(high.more * 10.0)
@@ -78,17 +81,18 @@ def test_the_plan_command_prints_the_table_and_writes_nothing(store, tmp_path):
     assert res.exit_code == 0, res.output
     assert "s3-conv |" in res.output and "total:" in res.output and "cell s3/mamba/no_conv" in res.output
     assert sorted(store.results()) == before
-    # what to run next, for exactly the cells that need seeds: commands naming these paths
+    # what to run next, for exactly the cells that need seeds: new seeds, numbered after those
+    # held, trained into a replication store beside the one read and decided there on their own
     lines = res.output.splitlines()
     cell = next(line for line in lines if line.startswith("cell s3/mamba/no_conv"))
-    have, reach = (int(x) for x in cell.split(": ")[1].split(" seeds")[0].split(" -> "))
-    assert reach > have
-    assert any(line.startswith("next: list seeds = ") for line in lines)
+    new, have = (int(x) for x in re.fullmatch(r"cell s3/mamba/no_conv: (\d+) new seeds \(\d+-\d+; it holds "
+                                              r"(\d+)\), 30 s per seed", cell).groups())
+    assert new > 0 and have == 3
+    assert any(line.startswith("next: a replication, its new seeds decided on their own") for line in lines)
     train = [line.strip() for line in lines if line.strip().startswith("layerstate train")]
-    seeds = f"{have}-{reach - 1}" if reach - have > 1 else str(have)  # a range, not a flag per seed
-    assert f"layerstate train {exp} --store {path} --task s3 --arch mamba --seed {seeds}" in train
-    assert not any(" -> " in line and line.split(" -> ")[0].split()[-1] == line.split(" -> ")[1].split()[0]
-                   for line in lines if line.startswith("cell "))  # no cell that needs nothing
+    seeds = f"{have}-{have + new - 1}" if new > 1 else str(have)  # a range, not a flag per seed
+    assert f"layerstate train {exp} --store {replication_store(path)} --task s3 --arch mamba --seed {seeds}" in train
+    assert not any(" 0 new seeds" in line for line in lines if line.startswith("cell "))  # no cell that needs none
 
 
 def test_a_bound_claim_whose_estimate_is_on_the_wrong_side_is_planned_towards_its_contradiction(store):
@@ -110,7 +114,7 @@ def test_a_bound_claim_whose_estimate_is_on_the_wrong_side_is_planned_towards_it
     p = make_plan(store, claims)
     wrong = next(r for r in p.rows if r.id == "s3-very-high")
     assert wrong.reason.startswith(CONTRA) and "two-sided level" in wrong.reason
-    assert wrong.needed is not None and wrong.more == max(wrong.needed - 3, 0)
+    assert wrong.needed is not None and wrong.more == wrong.needed
     assert wrong.cpu_s == pytest.approx(10.0 * wrong.more)  # 10 s a seed in its cell
     # planned at the level of that test's Holm step among the two claims' (0.05 / 2, two-sided)
     assert "two-sided level 0.025" in wrong.reason and 0.05 < wrong.power_now < 1
@@ -123,7 +127,7 @@ def test_a_bound_claim_whose_estimate_is_on_the_wrong_side_is_planned_towards_it
     line = next(v for v in text.splitlines() if v.startswith("s3-very-high |"))
     assert CONTRA in line and "not reachable" not in line
     assert "nan" not in text.lower()
-    assert p.total["cells"][("s3", "mamba", "default")][1] == max(right.needed, wrong.needed)
+    assert p.total["cells"][("s3", "mamba", "default")] == (3, 3 + max(right.needed, wrong.needed))
 
 
 def test_a_claim_its_design_decided_is_skipped_with_the_designs_words(store):

@@ -217,14 +217,18 @@ def test_the_seed_plan_is_the_planners_table(plan_store, tmp_path):
         assert shown[1] == str(r.seeds) and shown[2] == f"{r.power_now:.2f}"
         assert shown[3] == str(r.needed) and shown[4] == str(r.more) and shown[5] == f"{r.cpu_s:.0f}"
     assert rows["s3-conv"][6].startswith("at its margin, at its Holm level")
+    assert rows["s3-conv"][6].endswith("; route: a replication, its new seeds decided on their own")
     # a bound claim is decided by the exact sign test by default (docs/ceiling.md), so the planner
     # plans it at the share of seeds beyond its threshold, not at the mean's distance to it
-    assert rows["s3-high"][6] == "planned at the observed share of seeds beyond its threshold (exact sign test)"
+    assert rows["s3-high"][6] == ("planned at the observed share of seeds beyond its threshold (exact sign test); "
+                                  "route: a replication, its new seeds decided on their own")
     assert rows["s3-any"][1:6] == ["–"] * 5 and rows["s3-any"][6].startswith("not planned: no margin declared")
     cells = {r[0]: r for r in _table(html, "seed_plan_cells")}
     have, reach = plan.total["cells"][("s3", "mamba", "no_conv")]
     assert cells["s3/mamba/no_conv"] == ["s3/mamba/no_conv", str(have), str(reach), "32.0",
                                          f"{(reach - have) * 32.0:.0f}"]  # training + capture a seed
+    assert reach - have == max(r.needed or 0 for c, r in zip(plan.claims, plan.rows, strict=True)
+                               if ("s3", "mamba", "no_conv") in c.cells)  # new seeds, after those held
     assert f"Total: {plan.total['cpu_s']:.0f} CPU s" in " ".join(part["notes"])
     _no_nan(folder)
 

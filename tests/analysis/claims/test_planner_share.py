@@ -38,11 +38,12 @@ def test_a_share_claim_is_planned_with_the_exact_tests_power(store):
     # every seed lies above 0.5: at face value the share is 1, so the fewest seeds the exact test
     # can decide with at level 0.05 are the seeds it needs, and 3 seeds have no power at all
     assert row.needed == seeds_to_decide(0.05) == 5
-    assert row.more == 2 and row.cpu_s == pytest.approx(20.0)
+    assert row.more == 5 and row.cpu_s == pytest.approx(50.0)  # new seeds: the 3 held were tested once
     assert row.power_now == pytest.approx(share_power((3,), 1.0, 0.05, q=0.5, n_max=3, top=0.05)) == 0.0
     from analysis.claims.planner import plan_note
 
     assert "observed share of seeds beyond" in plan_note(p, p.claims[0], row)
+    assert plan_note(p, p.claims[0], row).endswith("route: a replication, its new seeds decided on their own")
 
 
 def test_a_share_on_the_wrong_side_is_planned_towards_its_contradiction(store):
@@ -54,18 +55,18 @@ def test_a_share_on_the_wrong_side_is_planned_towards_its_contradiction(store):
     p = make_plan(store, parse_claims([_claim("too-high", 0.99)]))
     row = next(r for r in p.rows if r.id == "too-high")
     assert row.needed == seeds_to_decide(0.025) == 6
-    assert row.more == 3 and row.cpu_s == pytest.approx(30.0)
+    assert row.more == 6 and row.cpu_s == pytest.approx(60.0)
     assert row.power_now == pytest.approx(share_power((3,), 1.0, 0.025, q=0.5, n_max=3, top=0.025)) == 0.0
     assert row.reason.startswith(CONTRA) and "two-sided level 0.05" in row.reason
-    assert p.total["cells"][("s3", "mamba", "default")][1] == 6  # its seeds are in the cells' plan
+    assert p.total["cells"][("s3", "mamba", "default")] == (3, 9)  # its new seeds, after the 3 held
 
 
-def test_a_cell_without_a_measured_time_that_needs_no_seeds_costs_nothing():
-    # runs written from arrays record no training time: a cell that already holds the seeds a
-    # claim needs was a KeyError when the plan summed each cell's cost (found by docs/guide/python.md)
-    from analysis.claims.planner import missing_seeds
+def test_a_cell_without_a_measured_time_costs_unknown_not_a_guess():
+    # runs written from arrays record no training time: the plan summing each cell's cost was a
+    # KeyError for such a cell (found by docs/guide/python.md)
+    from analysis.claims.planner import new_seeds
 
     a, b = ("parity", "lstm", "default"), ("parity", "gru", "default")
-    assert missing_seeds((a, b), 6, {b: 2.0}, {a: 8, b: 5}) == (1, 2.0)
-    more, cpu = missing_seeds((a, b), 9, {b: 2.0}, {a: 8, b: 5})
-    assert more == 4 and math.isnan(cpu)  # a lacks a seed and has no time: unknown, not a guess
+    assert new_seeds((b,), 6, {b: 2.0}) == (6, 12.0)
+    more, cpu = new_seeds((a, b), 6, {b: 2.0})
+    assert more == 6 and math.isnan(cpu)

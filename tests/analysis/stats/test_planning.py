@@ -53,7 +53,8 @@ def test_equivalence_seeds_agree_with_the_normal_approximation_and_the_tost_powe
     assert seeds_needed(sd, 0.011, level, alternative="equivalence", margin=margin) is None  # outside the margin
 
 
-def test_plan_costs_the_seeds_each_cell_still_trains():
+def test_plan_costs_new_seeds_in_each_cell_decided_on_their_own():
+    # a replication: the seeds held were tested once already; the plan's seeds are all new
     lstm, mamba, gru = ("parity", "lstm", "default"), ("parity", "mamba", "default"), ("dyck", "gru", "default")
     costs = {lstm: 30.0, mamba: 2000.0, gru: 40.0}
     sd = 0.04
@@ -66,45 +67,45 @@ def test_plan_costs_the_seeds_each_cell_still_trains():
     rows = plan(claims, costs)
     n0 = math.ceil(float(TTestPower().solve_power(effect_size=1.5, alpha=0.05, power=0.8, alternative="larger")))
     n1 = math.ceil(float(TTestPower().solve_power(effect_size=0.8, alpha=0.025, power=0.8, alternative="larger")))
-    assert (rows[0].needed, rows[0].more, rows[0].cpu_s) == (n0, n0 - 3, (n0 - 3) * 30.0)
-    assert (rows[1].needed, rows[1].more) == (n1, n1 - 3)
-    assert rows[1].cpu_s == pytest.approx((n1 - 3) * 2030.0)
+    assert (rows[0].needed, rows[0].more, rows[0].cpu_s) == (n0, n0, n0 * 30.0)
+    assert (rows[1].needed, rows[1].more) == (n1, n1)
+    assert rows[1].cpu_s == pytest.approx(n1 * 2030.0)
     assert rows[2].needed is None and "SD" in rows[2].reason and np.isnan(rows[2].cpu_s)
     assert rows[3].needed is None and "more than 200" in rows[3].reason
     assert 0 < rows[0].power_now < 0.8
     total = plan_total(claims, rows, costs)
-    assert total["cells"][lstm] == (3, max(n0, n1)) and total["cells"][mamba] == (3, n1)
-    assert total["cpu_s"] == pytest.approx((max(n0, n1) - 3) * 30.0 + (n1 - 3) * 2000.0)
+    assert total["cells"][lstm] == (3, 3 + max(n0, n1)) and total["cells"][mamba] == (3, 3 + n1)
+    assert total["cpu_s"] == pytest.approx(max(n0, n1) * 30.0 + n1 * 2000.0)
 
 
 def test_plan_says_when_a_cell_has_no_measured_time():
     cell = ("s3", "mamba2", "default")
     rows = plan([ClaimPlan("x", (cell,), 0.04, 0.06, 0.05, seeds=3)], {})
     assert rows[0].needed is not None and np.isnan(rows[0].cpu_s) and "s3/mamba2/default" in rows[0].reason
-    # enough seeds already: nothing more to train
+    # as many seeds held as the test needs: they were tested once, the replication still trains its own
     rows = plan([ClaimPlan("y", (cell,), 0.01, 0.06, 0.05, seeds=6)], {cell: 2300.0})
-    assert rows[0].more == 0 and rows[0].cpu_s == 0.0
+    assert rows[0].needed <= 6 and rows[0].more == rows[0].needed and rows[0].cpu_s == rows[0].needed * 2300.0
 
 
-def test_cells_holding_different_seeds_are_planned_from_what_each_holds():
-    """After a design that stopped Mamba at 3 and took the GRU to 8, a claim reading both needs
-    seeds only for the cell short of them, and the per-cell total starts from each cell's own."""
+def test_cells_holding_different_seeds_each_train_the_replications_new_seeds():
+    """After a design that stopped Mamba at 3 and took the GRU to 8, a claim reading both is
+    replicated on new seeds in both cells, numbered after each cell's own."""
     from analysis.stats.planning import ClaimPlan, plan, plan_total
 
     gru, mamba = ("dyck", "gru", "default"), ("dyck", "mamba", "default")
     c = ClaimPlan(id="gru-vs-mamba", cells=(gru, mamba), sd=0.02, effect=0.05, level=0.001, seeds=3)
     costs = {gru: 200.0, mamba: 600.0}
     held = {gru: 8, mamba: 3}
-    row = plan([c], costs, held=held)[0]
+    row = plan([c], costs)[0]
     assert row.needed is not None and 3 < row.needed <= 8
-    assert row.more == row.needed - 3 and row.cpu_s == (row.needed - 3) * 600.0  # the GRU has enough
+    assert row.more == row.needed and row.cpu_s == row.needed * 800.0  # the GRU's 8 do not count
     total = plan_total([c], [row], costs, held)
-    assert total["cells"][gru] == (8, 8) and total["cells"][mamba] == (3, row.needed)
-    assert total["cpu_s"] == (row.needed - 3) * 600.0
+    assert total["cells"][gru] == (8, 8 + row.needed) and total["cells"][mamba] == (3, 3 + row.needed)
+    assert total["cpu_s"] == row.needed * 800.0
 
 
 def test_a_claim_whose_cells_are_not_known_is_still_planned():
     from analysis.stats.planning import ClaimPlan, plan
 
     row = plan([ClaimPlan(id="a", cells=(), sd=0.1, effect=0.1, level=0.05, seeds=3)], {})[0]
-    assert row.needed is not None and row.more == max(row.needed - 3, 0)
+    assert row.needed is not None and row.more == row.needed
