@@ -7,8 +7,8 @@ a 2-core machine, paid again by every command that reads the design (``sequentia
 function of its arguments and of the code that computes it, so it is kept here as a JSON
 number (``repr`` of a float reads back to the same bits) under a key that holds both: the
 arguments, a digest of the source of the modules that compute it, and the numpy and scipy
-versions. A
-changed line of that code, or another numpy, is another key and is computed afresh.
+versions. A changed line of that code, or another numpy, is another key and is computed
+afresh.
 
 Where: ``$LAYERSTATE_CACHE_DIR`` if set (``off`` or empty: no cache), else
 ``$XDG_CACHE_HOME/layerstate`` or ``~/.cache/layerstate``. One small file per number, written
