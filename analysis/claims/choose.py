@@ -23,7 +23,8 @@ from store.errors import LayerstateError, did_you_mean
 
 def with_results(store, claims: Sequence[Claim], given: Sequence[str]) -> list[Claim]:
     """``claims``, each probe-reading claim without its own ``result`` given the one ``given``
-    names for its task (every task it reads, one result holding them all). ``given``: items
+    names for its task (every task it reads, one result holding them all; a claim reading
+    several tasks, a table of the tasks named, each task's name). ``given``: items
     ``TASK=NAME`` or ``NAME`` (for every task whose runs that result holds); NAME as a claim's
     ``result`` takes it (``dyck-2`` or ``probes/dyck-2``). A name that is not a stored probe
     result, a task it holds no runs of, or two results for one task: one line naming the fix."""
@@ -48,9 +49,12 @@ def with_results(store, claims: Sequence[Claim], given: Sequence[str]) -> list[C
             chosen[t] = full
     out = []
     for c in claims:
-        mine = {chosen.get(t) for t in c.tasks()}
-        if c.reads() == registry.PROBES and c.result is None and len(mine) == 1 and None not in mine:
-            c = c.model_copy(update={"result": short_name(mine.pop() or "")})
+        mine = {t: chosen[t] for t in c.tasks() if t in chosen}
+        if c.reads() == registry.PROBES and c.result is None and mine:
+            if len(mine) == len(c.tasks()) and len(set(mine.values())) == 1:
+                c = c.model_copy(update={"result": short_name(next(iter(mine.values())))})
+            else:  # a claim reading several tasks: the choice for each task named, the others' own
+                c = c.model_copy(update={"result": {t: short_name(n) for t, n in mine.items()}})
         out.append(c)
     return out
 
@@ -65,9 +69,11 @@ def check_choices(store, claims: Sequence[Claim], probes: xr.Dataset | None) -> 
     affected: dict[str, list[str]] = {}
     first: dict[str, AmbiguousResultError] = {}
     for c in claims:
-        if c.reads() != registry.PROBES or c.result is not None:
+        if c.reads() != registry.PROBES or isinstance(c.result, str):
             continue
         for task in c.tasks():
+            if isinstance(c.result, dict) and task in c.result:
+                continue
             try:
                 probe_choice(store, probes, c, [task])
             except AmbiguousResultError as exc:

@@ -208,7 +208,7 @@ def _seed_probes(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
     """Per-seed probe accuracy of the probe result the claim reads, at its length: dims (task,
     arch, variant, seed, layer)."""
     store, probes, tasks = inputs.store, inputs.need_probes(claim), claim.tasks()
-    return inputs.once(("probe", claim.length, tuple(tasks), claim.result),
+    return inputs.once(("probe", claim.length, tuple(tasks), claim.result_key),
                        lambda: seed_profiles(store, choose_probes(store, probes, claim, tasks), at_length(claim)))
 
 
@@ -236,7 +236,7 @@ def _seed_added(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return out.astype(float)
 
     return inputs.once(
-        (metric.analysis, claim.metric, claim.task, L, claim.result),
+        (metric.analysis, claim.metric, claim.task, L, claim.result_key),
         lambda: per_run_metric(inputs.store, claim, metric.analysis, length_ok, extract,
                                f"add it to the experiment's [analysis] extra (or run a claim that reads it with "
                                f"`layerstate run`): {metric.analysis} computes it"))
@@ -263,7 +263,7 @@ def _seed_restoration(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return rest
 
     return inputs.once(
-        ("restoration", claim.task, claim.length, claim.layer, claim.result),
+        ("restoration", claim.task, claim.length, claim.layer, claim.result_key),
         lambda: per_run_metric(inputs.store, claim, "interchange",
                                lambda ds: int(ds.attrs.get("length", -1)) == claim.length, extract,
                                f"run `layerstate patch STORE --interchange --tasks {claim.task} "
@@ -275,9 +275,10 @@ def per_run_metric(store: Store, claim: Claim, prefix: str, length_ok, extract, 
     hold runs of the claim's task (``result``: only ``<prefix>/<result>``), merged along run,
     then by factors; a run in two results must be told apart by ``result``."""
     names = [n for n in store.results() if (schema.parse_result_name(n) or ("",))[0] == prefix]
-    if claim.result is not None:
-        wanted = schema.result_name(prefix, claim.result) if schema.parse_result_name(claim.result) is None or \
-            claim.result.startswith(f"{prefix}/") else claim.result
+    one = claim.one_result
+    if one is not None:
+        wanted = schema.result_name(prefix, one) if schema.parse_result_name(one) is None or \
+            one.startswith(f"{prefix}/") else one
         if wanted not in names:
             raise ClaimError(f"claim {claim.id!r}: no result {wanted}; stored {prefix} results: "
                              f"{', '.join(names) or 'none'}")
@@ -328,7 +329,7 @@ def _seed_ablation(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return out.astype(float)
 
     return inputs.once(
-        ("ablation", claim.metric, claim.baseline, claim.task, claim.length, claim.result),
+        ("ablation", claim.metric, claim.baseline, claim.task, claim.length, claim.result_key),
         lambda: per_run_metric(inputs.store, claim, "ablation",
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}"))
@@ -355,7 +356,7 @@ def _seed_patching(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return out.astype(float)
 
     return inputs.once(
-        ("patching", claim.task, claim.length, tuple(claim.positions), claim.result),
+        ("patching", claim.task, claim.length, tuple(claim.positions), claim.result_key),
         lambda: per_run_metric(inputs.store, claim, "patching",
                                lambda ds: int(ds.attrs.get("length", -1)) == claim.length, extract,
                                f"run `layerstate patch STORE --tasks {claim.task} --length {claim.length}`"))
@@ -371,7 +372,7 @@ def _seed_mdl(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return ds["compression_profile"].sel(length=L, drop=True).astype(float)
 
     return inputs.once(
-        ("mdl", claim.task, claim.length, claim.result),
+        ("mdl", claim.task, claim.length, claim.result_key),
         lambda: per_run_metric(inputs.store, claim, registry.MDL,
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate mdl STORE --task {claim.task} --lengths {L}`"))
@@ -388,7 +389,7 @@ def _seed_stability(inputs: ClaimInputs, claim: Claim) -> xr.DataArray:
         return ds["seed_pseudo"].sel(length=L, drop=True).astype(float)
 
     return inputs.once(
-        ("stability", claim.task, claim.length, claim.result),
+        ("stability", claim.task, claim.length, claim.result_key),
         lambda: per_run_metric(inputs.store, claim, registry.STABILITY,
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate stability STORE --task {claim.task} --lengths {L}`"))

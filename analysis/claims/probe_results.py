@@ -96,7 +96,8 @@ def result_choice(name: str) -> str:
 def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str]) -> dict[str, str]:
     """The name of the one probe result a claim reads for each of ``tasks``.
 
-    ``result`` in the claim chooses by name; without it the one stored result that holds every
+    ``result`` in the claim chooses by name (a table of task = name: for the tasks it names);
+    without it the one stored result that holds every
     run of the claim's cells in the task (:func:`claim_runs`) is read. A result that lacks some
     of them was computed before they were trained and never decides (:class:`StaleResultError`
     when no result holds them all); several that hold them all: a :class:`ClaimError` lists them
@@ -114,12 +115,13 @@ def probe_choice(store: Store, probes: xr.Dataset, claim: Claim, tasks: list[str
         complete = [n for n in holding if wanted <= held[n]]
         fix = (f"run `layerstate probe STORE --task {task}` (or `layerstate run` on the experiment) "
                "to probe every run")
-        if claim.result is not None:
-            chosen = result_choice(claim.result)
+        given = claim.result.get(task) if isinstance(claim.result, dict) else claim.result
+        if given is not None:
+            chosen = result_choice(given)
             if chosen not in names:
-                raise ClaimError(f"claim {claim.id!r}: result = {claim.result!r} is not a stored probe result; "
+                raise ClaimError(f"claim {claim.id!r}: result = {given!r} is not a stored probe result; "
                                  f"stored: {', '.join(map(short_name, names))}"
-                                 f"{ELSEWHERE}{did_you_mean(claim.result, map(short_name, names))}")
+                                 f"{ELSEWHERE}{did_you_mean(given, map(short_name, names))}")
             if chosen not in holding:
                 raise ClaimError(f"claim {claim.id!r}: {chosen} holds no runs of task {task!r}; results that do: "
                                  f"{', '.join(holding) or 'none'}")

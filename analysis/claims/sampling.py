@@ -64,7 +64,7 @@ def ablation_counts(inputs: ClaimInputs, claim: Claim) -> xr.Dataset:
         return xr.concat(parts, dim=xr.DataArray(list(names), dims="part"), coords="minimal", join="outer")
 
     return inputs.once(
-        ("ablation-counts", claim.task, claim.length, claim.result),
+        ("ablation-counts", claim.task, claim.length, claim.result_key),
         lambda: per_run_metric(inputs.store, claim, "ablation",
                                lambda ds: "length" in ds.coords and L in ds.length.values, extract,
                                f"run `layerstate ablate STORE --tasks {claim.task}` with length {L}")

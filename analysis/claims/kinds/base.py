@@ -10,7 +10,7 @@ Nothing outside these classes compares the kind string."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -181,15 +181,17 @@ class ClaimBase(BaseModel):
         description="accuracy: the label the readout is scored on; probe_accuracy: the probed label "
         "(default the run's declared target, or the only label; needed when a store written by "
         "another tool has several labels and declares none).")
-    result: str | None = Field(
+    result: str | dict[str, str] | None = Field(
         default=None,
         description="Which stored result to read when several of the metric's kind hold the claim's "
         "runs: a probe (probe_accuracy, readable_by, profile_match), ablation, patching, "
         "interchange (restoration) or mdl (mdl_compression) result, named with or without its kind, e.g. \"dyck-2\" or "
         "\"probes/dyck-2\". Without it the one result holding the runs is read; when there are "
-        "several the claim is refused with a list of them and their settings. For probe results, "
-        "`--result TASK=NAME` on `stats`, `plan` and `report` chooses for every claim of the task "
-        "that names none.")
+        "several the claim is refused with a list of them and their settings. A claim reading the "
+        "probe results of several tasks (profile_match) names one per task as a table, e.g. "
+        "result = {s3 = \"s3-2\", parity = \"parity\"}; a task it leaves out reads its one result. "
+        "For probe results, `--result TASK=NAME` on `stats`, `plan` and `report` chooses for every "
+        "claim of the task that names none.")
 
     @model_validator(mode="after")
     def _check(self) -> ClaimBase:
@@ -221,6 +223,14 @@ class ClaimBase(BaseModel):
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive (a declared effect size), got {self.margin}")
         self._check_kind()
+        if isinstance(self.result, dict):
+            if self.reads() != registry.PROBES:
+                raise ValueError("result as a table of task = name is for claims that read probe results; "
+                                 f"name the one {self.reads()} result, e.g. result = \"NAME\"")
+            other = sorted(set(self.result) - set(self.tasks()))
+            if other:
+                raise ValueError(f"result names task {other[0]!r}, which the claim does not read (it reads "
+                                 f"{', '.join(map(repr, self.tasks()))}); name only those")
         for name in sorted(self.model_fields_set & OWNED.keys() - self.owns):
             if getattr(self, name) == type(self).model_fields[name].default:
                 continue  # the default written out changes nothing
@@ -271,6 +281,21 @@ class ClaimBase(BaseModel):
         if self.compare == "task":
             named += [self.treatment, self.reference]
         return list(dict.fromkeys(str(t) for t in named if t is not None))
+
+    @property
+    def result_key(self) -> Hashable:
+        """``result`` as a key of the evaluation's caches (a table of task = name, as sorted pairs)."""
+        return tuple(sorted(self.result.items())) if isinstance(self.result, dict) else self.result
+
+    @property
+    def one_result(self) -> str | None:
+        """``result`` of a claim that reads one kind of result other than probes: a name or None
+        (a table of task = name is for probe-reading claims only: the validation refuses it
+        elsewhere)."""
+        if isinstance(self.result, dict):
+            raise ClaimError(f"claim {self.id!r}: result as a table of task = name is for claims that read "
+                             "probe results; name the one result, e.g. result = \"NAME\"")
+        return self.result
 
     def reads(self) -> str:
         """The kind of stored result the claim is decided on (:data:`store.schema` names):
