@@ -33,6 +33,7 @@ from analysis.claims.sampling import (
     sequences_per_seed,
     share_row,
 )
+from analysis.claims.sequences import crossed_caveat
 from analysis.claims.spec import (
     ALPHA,
     CROSSCHECK,
@@ -390,7 +391,7 @@ def evaluate_claims(store: Store, claims: list[Claim], *, probes: xr.Dataset | N
             row = fn(*args)
         except NotEvaluable as exc:
             return ClaimRow({"test": f"not evaluable: {exc}", "not_evaluable": True})
-        return as_row(row) | {"result": _source(inputs, args[1])}
+        return as_row(row) | {"result": _source(inputs, args[1]), "caveat": crossed_caveat(inputs, args[1])}
 
     stored = store_levels(store)
     for c in claims:  # a misspelled task, arch or variant is named before anything is read
@@ -499,7 +500,7 @@ def verdict_table(kept: Sequence[Claim], ids: Sequence[str], rows: Sequence[Mapp
     for claim, row, adj in zip(kept, table, adjusted, strict=True):
         if row.kept is None:
             _judge_at_level(claim, row, adj["level"])
-    decided = [r.kept if r.kept is not None else _with_caveat(c, decide(c, r, a))
+    decided = [r.kept if r.kept is not None else _with_caveat(c, decide(c, r, a), str(r.get("caveat") or ""))
                for c, r, a in zip(kept, table, adjusted, strict=True)]
     cross = []
     for i, (claim, row) in enumerate(zip(kept, table, strict=True)):
@@ -597,8 +598,9 @@ def stored_probe_profiles(store: Store) -> xr.Dataset | None:
     return stack_probe_results(store)
 
 
-def _with_caveat(claim: Claim, decided: tuple[str, str, str]) -> tuple[str, str, str]:
+def _with_caveat(claim: Claim, decided: tuple[str, str, str], sequences: str = "") -> tuple[str, str, str]:
     """A verdict with what its test's assumption costs appended to its reason, where it costs
-    something (:meth:`~analysis.claims.kinds.base.ClaimBase.ceiling_caveat`)."""
+    something (:meth:`~analysis.claims.kinds.base.ClaimBase.ceiling_caveat`), and ``sequences``:
+    what its seeds sharing their sequences leaves out (:func:`analysis.claims.sequences.crossed_caveat`)."""
     verdict, outcome, reason = decided
-    return verdict, outcome, reason + claim.ceiling_caveat(verdict)
+    return verdict, outcome, reason + claim.ceiling_caveat(verdict) + sequences
