@@ -23,6 +23,16 @@ from analysis.claims.cells import cell_of
 from analysis.claims.metrics import ClaimInputs
 from analysis.claims.spec import Claim
 
+#: How :func:`crossed_caveat`'s words begin (the last part of a reason that has them).
+CROSSED = "; caveat: seeds of "
+
+
+def crossed_said(reason: str) -> str:
+    """The :func:`crossed_caveat` a claim's reason ends with, or ``""``: what a design's verdict,
+    which rewrites the reason, carries over from the fixed look on the same seeds."""
+    at = reason.find(CROSSED)
+    return reason[at:] if at >= 0 and "captured on the same" in reason[at:] else ""
+
 
 def _digest(tokens: np.ndarray) -> str:
     a = np.ascontiguousarray(tokens)
@@ -64,7 +74,7 @@ def crossed_caveat(inputs: ClaimInputs, claim: Claim) -> str:
         if not shared:
             return ""
         cells = ", ".join("/".join(c) for c in shared)
-        return (f"; caveat: seeds of {cells} were captured on the same {n_seq[shared[0]]} sequences (one "
+        return (f"{CROSSED}{cells} were captured on the same {n_seq[shared[0]]} sequences (one "
                 "evaluation set): the interval and tests are over seeds on these sequences, not over "
                 "sequences too (a crossed seeds x sequences design, not modelled here)")
 

@@ -36,6 +36,7 @@ from analysis.claims.cells import captured_seeds, claim_cells, run_seconds, seed
 from analysis.claims.evaluate import evaluate_claims, stored_probe_profiles
 from analysis.claims.hypotheses import family_counts, from_claim, profile_hypotheses
 from analysis.claims.metrics import resolve_length
+from analysis.claims.sequences import crossed_said
 from analysis.claims.spec import Claim, ClaimError, StaleResultError
 from analysis.claims.verdicts import staged_verdict
 from analysis.stats.decision import Verdict
@@ -427,6 +428,10 @@ def sequential_verdicts(res, run: SequentialRun):
             out["bound"].values[j] = side
         if "outcome" in out:
             outcome[j] = c.outcome
+    for j, was in enumerate(str(v) for v in res["reason"].values):  # seeds on one evaluation set:
+        said = crossed_said(was)  # the design's interval and tests leave the sequences out too
+        if said and said not in reason[j]:
+            reason[j] += said
     out["verdict"] = ("claim", np.array(verdict, dtype=str))
     if "outcome" in out:
         out["fixed_outcome"] = ("claim", np.array([str(v) for v in res["outcome"].values], dtype=str))

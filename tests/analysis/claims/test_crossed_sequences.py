@@ -46,3 +46,16 @@ def test_seeds_on_one_evaluation_set_are_said_to_leave_the_sequences_out(tmp_pat
         assert said == shared, reason
     if shared:
         assert "s3/mamba/default, s3/mamba/no_conv" in str(res.sel(claim="conv").reason.values)
+
+
+def test_a_design_decided_claim_carries_it_over_from_the_fixed_look(tmp_path):
+    # the design rewrites the reason from its stages: the seeds' shared sequences are said again
+    from analysis.claims.sequential import evaluate_sequential, sequential_verdicts
+    from analysis.stats.design import Design
+
+    st = _store(tmp_path / "s.zarr", shared=True)
+    claims = parse_claims(CLAIMS[:1])
+    run = evaluate_sequential(st, claims, Design(first_seeds=2, stage_seeds=1, max_seeds=4))
+    reason = str(sequential_verdicts(evaluate_claims(st, claims), run).reason.values[0])
+    assert reason.startswith("group-sequential design"), reason
+    assert reason.count("were captured on the same 60 sequences (one evaluation set)") == 1, reason
